@@ -1,0 +1,93 @@
+"""The shared shape of every stage operator: render, plan, launch, report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from operators.launchers import StageFailed, get_launcher
+from operators.plan import Plan, RunContext, build_plan
+from operators.spec import Spec, load_spec
+from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow
+
+
+def _as_datetime(value: Any) -> dt.datetime:
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+
+
+class StageOperator(BaseOperator):
+    """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
+
+    ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
+    run's own (artifact root / dag_id / run key, and the run's data interval)."""
+
+    stage: str
+    template_fields = ("run_dir", "data_interval_start", "data_interval_end")
+    ui_color = "#ffe0b2"
+
+    def __init__(
+        self,
+        *,
+        spec: Spec | dict | str,
+        run_dir: str | None = None,
+        data_interval_start: str | None = None,
+        data_interval_end: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.spec = load_spec(spec)
+        kwargs.setdefault("execution_timeout", dt.timedelta(minutes=self.spec.training.timeout_minutes))
+        super().__init__(**kwargs)
+        self.run_dir = run_dir
+        self.data_interval_start = data_interval_start
+        self.data_interval_end = data_interval_end
+        self._launcher = None
+
+    def plan(self, context: Any) -> Plan:
+        ctx = RunContext(
+            dag_id=self.dag_id,
+            run_id=context["run_id"],
+            interval_start=_as_datetime(self.data_interval_start or context["data_interval_start"]),
+            interval_end=_as_datetime(self.data_interval_end or context["data_interval_end"]),
+        )
+        return build_plan(self.spec, ctx, run_dir=self.run_dir or None, **self.plan_overrides())
+
+    def plan_overrides(self) -> dict[str, Any]:
+        """This operator's templated replacements for spec defaults (see build_plan)."""
+        return {}
+
+    def record_spec(self, plan: Plan) -> str:
+        """Write the run's effective spec once; refuse to run over a run directory made from another spec."""
+        path = plan.layout.spec_file
+        spec = self.spec.to_json_dict()
+        if os.path.exists(path):
+            if read_json(path) != spec:
+                raise ValueError(
+                    f"{plan.layout.run_dir} was produced from a different spec (see {path}); "
+                    "use a new run, or move that directory away to redo this run"
+                )
+        else:
+            write_json_atomic(path, spec)
+        return path
+
+    def execute(self, context: Any) -> Any:
+        plan = self.plan(context)
+        self.record_spec(plan)
+        self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
+                      plan.context.interval_start, plan.context.interval_end)
+        self._launcher = get_launcher(self.spec.training.launcher)
+        try:
+            self._launcher.run(plan.stage(self.stage), self.log)
+        except StageFailed as exc:
+            raise RuntimeError(f"{self.task_id} failed: {exc}") from None
+        return self.result(plan)
+
+    def result(self, plan: Plan) -> Any:
+        """The stage's small XCom result, read from what its processes wrote."""
+        raise NotImplementedError
+
+    def on_kill(self) -> None:
+        if self._launcher is not None:
+            self._launcher.stop()

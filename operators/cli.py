@@ -1,0 +1,97 @@
+"""``tfdist``: validate a spec and print its resolved plan without running anything; write demo data.
+
+    tfdist validate SPEC.yaml
+    tfdist plan SPEC.yaml [--logical-date 2026-11-20]
+    tfdist models MODEL_DIR            (the published versions of one model)
+    tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see operators.demo)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+
+from operators.plan import RunContext, build_plan, tf_config, version_base
+from operators.spec import SpecError, default_artifact_root, load_spec
+
+
+def interval_for(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The data interval of a scheduled run at ``logical_date`` (start of the interval)."""
+    if schedule is None:
+        return logical_date, logical_date + dt.timedelta(days=1)
+    from croniter import croniter
+
+    return logical_date, croniter(schedule, logical_date).get_next(dt.datetime)
+
+
+def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
+    spec = load_spec(spec_path)
+    start = logical_date or spec.start_date
+    start, end = interval_for(spec.schedule, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
+    ctx = RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
+    plan = build_plan(spec, ctx)
+    print(f"pipeline {spec.name}: run {ctx.run_id}, data interval {start.isoformat()} → {end.isoformat()}")
+    print(f"run directory {plan.layout.run_dir}")
+    print(f"export        {plan.model_dir}/<version>, version ≥ {version_base(ctx)}")
+    for stage in plan.stages:
+        print(f"\ntask {stage.task_id}: {len(stage.processes)} process(es)")
+        addresses = {p.name: "127.0.0.1:<free port>" for p in stage.processes}
+        for p in stage.processes:
+            print(f"  [{p.name}] argv: {json.dumps(list(p.argv))}")
+            env = dict(p.env)
+            if stage.tf_cluster:
+                env["TF_CONFIG"] = tf_config(stage, addresses, p)
+            for key, value in env.items():
+                print(f"  [{p.name}] env {key}={value}")
+            if p.gpus:
+                print(f"  [{p.name}] gpus: {p.gpus}")
+
+
+def list_models(model_dir: str) -> None:
+    versions = sorted((int(v) for v in os.listdir(model_dir) if v.isdigit()), reverse=True) if os.path.isdir(
+        model_dir) else []
+    if not versions:
+        raise SystemExit(f"no versions published in {model_dir}")
+    for version in versions:
+        path = os.path.join(model_dir, str(version))
+        with open(os.path.join(path, "metadata.json")) as f:
+            meta = json.load(f)
+        metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
+        print(f"{path}  run {meta['run_id']}  {metrics}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tfdist", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", help="validate a spec file").add_argument("spec")
+    plan = sub.add_parser("plan", help="print the resolved plan of one scheduled run")
+    plan.add_argument("spec")
+    plan.add_argument("--logical-date", type=dt.datetime.fromisoformat, default=None,
+                      help="start of the run's data interval (default: the spec's start_date)")
+    sub.add_parser("models", help="list a model's published versions, newest first").add_argument("model_dir")
+    demo = sub.add_parser("demo", help="write digits partitions, run the example DAG once, show its export")
+    demo.add_argument("--logs", default=".demo", help="where the full Airflow log goes")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "validate":
+            spec = load_spec(args.spec)
+            print(f"{args.spec}: valid (pipeline {spec.name})")
+        elif args.command == "plan":
+            print_plan(args.spec, args.logical_date)
+        elif args.command == "models":
+            list_models(args.model_dir)
+        else:
+            from operators.demo import run_demo
+
+            return run_demo(default_artifact_root(), os.path.abspath(args.logs))
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Spec + run context → Plan: pure data (stages and the processes each starts). No Airflow, no TensorFlow."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+from operators.spec import Spec
+
+STAGES = ("prepare_data", "train", "evaluate", "export")
+
+
+def run_key(run_id: str) -> str:
+    """The run's directory name: its run_id with characters unsafe in paths replaced."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", run_id).strip("_")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What identifies one run: artifacts are keyed by it, never by wall-clock time."""
+
+    dag_id: str
+    run_id: str
+    interval_start: dt.datetime
+    interval_end: dt.datetime
+
+    @property
+    def run_key(self) -> str:
+        return run_key(self.run_id)
+
+    def window_dates(self, window_days: int | None) -> list[dt.date]:
+        """Days whose partitions this run trains on: the data interval, or the N days ending at its end."""
+        end = self.interval_end.date()
+        if window_days:
+            return [end - dt.timedelta(days=n) for n in range(window_days, 0, -1)]
+        start = self.interval_start.date()
+        return [start + dt.timedelta(days=n) for n in range(max(1, (end - start).days))]
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one run's artifacts live: ``<artifact root>/<pipeline>/runs/<run key>/``."""
+
+    run_dir: str
+
+    @classmethod
+    def for_run(cls, spec: Spec, ctx: RunContext) -> RunLayout:
+        return cls(os.path.join(spec.artifact_root, ctx.dag_id, "runs", ctx.run_key))
+
+    spec_file = property(lambda self: os.path.join(self.run_dir, "spec.json"))
+    data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
+    checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
+    train_result = property(lambda self: os.path.join(self.run_dir, "train", "result.json"))
+    export_result = property(lambda self: os.path.join(self.run_dir, "export", "result.json"))
+    eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process to start: argv list (never a shell string) and extra environment."""
+
+    role: str
+    index: int
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    task_id: str
+    processes: tuple[Process, ...]
+    tf_cluster: bool = False
+    """The processes form a TF cluster: the launcher gives each an address and its TF_CONFIG."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    layout: RunLayout
+    context: RunContext
+    model_dir: str
+    """``<export root>/<model name>``: versions are published below it."""
+    stages: tuple[Stage, ...]
+
+    def stage(self, task_id: str) -> Stage:
+        return next(s for s in self.stages if s.task_id == task_id)
+
+
+def tf_config(stage: Stage, addresses: dict[str, str], process: Process) -> str:
+    """TF_CONFIG for one process of a TF cluster; ``addresses`` maps process name → host:port."""
+    cluster: dict[str, list[str]] = {}
+    for p in stage.processes:
+        cluster.setdefault(p.role, []).append(addresses[p.name])
+    return json.dumps({"cluster": cluster, "task": {"type": process.role, "index": process.index}})
+
+
+def version_base(ctx: RunContext) -> int:
+    """First export version of the run's data interval, from its end (not wall-clock): e.g. 20261121000000.
+
+    The export takes the first free version ``base + n`` (n < 100); a rerun of the same run reuses its own."""
+    return int(ctx.interval_end.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M")) * 100
+
+
+def worker_threads(spec: Spec) -> int:
+    return spec.training.cpus_per_worker or max(1, (os.cpu_count() or 1) // spec.training.num_workers)
+
+
+def build_plan(
+    spec: Spec,
+    ctx: RunContext,
+    *,
+    python: str = sys.executable,
+    run_dir: str | None = None,
+    source: str | None = None,
+    export_root: str | None = None,
+) -> Plan:
+    """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
+    from operators.backends import train_stage
+
+    layout = RunLayout(run_dir) if run_dir else RunLayout.for_run(spec, ctx)
+    module = [python, "-m"]
+    common = ["--spec", layout.spec_file]
+    sources = [
+        (source or spec.data.source).format(date=day.isoformat(), artifact_root=spec.artifact_root)
+        for day in ctx.window_dates(spec.data.window_days)
+    ]
+    prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir]
+    for pattern in dict.fromkeys(sources):
+        prepare += ["--source", pattern]
+    evaluate = [*module, "trainer.evaluate", *common, "--data", layout.data_dir, "--train-result",
+                layout.train_result, "--out", layout.eval_dir]
+    model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
+    export = [*module, "trainer.export", *common, "--data", layout.data_dir, "--eval", layout.eval_dir,
+              "--model-dir", model_dir, "--version-base", str(version_base(ctx)), "--run-id", ctx.run_id,
+              "--result", layout.export_result]
+    single = {"TFDIST_THREADS": str(os.cpu_count() or 1)}
+    return Plan(
+        layout=layout,
+        context=ctx,
+        model_dir=model_dir,
+        stages=(
+            Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
+            train_stage(spec, layout, module, worker_threads(spec)),
+            Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
+            Stage("export", (Process("export", 0, tuple(export), single),)),
+        ),
+    )

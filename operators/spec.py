@@ -1,0 +1,329 @@
+"""The pipeline spec: one validated pydantic model, the only way in.
+
+Errors name the field path and what is allowed, e.g.
+``training.num_workers: Input should be greater than or equal to 1 (got 0)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import math
+import os
+import string
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+FACTORY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+SOURCE_PLACEHOLDERS = ("date", "artifact_root")
+
+
+def default_artifact_root() -> str:
+    """``$TFDIST_ARTIFACT_ROOT``, else ``~/tfdist``."""
+    return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
+
+
+class SpecError(ValueError):
+    """An invalid spec; ``problems`` holds one ``field.path: message`` line per problem."""
+
+    def __init__(self, problems: list[str], origin: str = "spec"):
+        self.problems = problems
+        super().__init__(f"Invalid pipeline {origin}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = list(cls.model_fields)
+            for key in data:
+                if key not in allowed:
+                    close = difflib.get_close_matches(str(key), allowed, n=1)
+                    hint = f" (did you mean '{close[0]}'?)" if close else ""
+                    raise ValueError(f"unknown key '{key}'{hint}; allowed keys: {', '.join(allowed)}")
+        return data
+
+
+def _local_path(value: str) -> str:
+    """Expand ``~`` and ``$VARS``; only absolute local paths are supported so far."""
+    if "://" in value:
+        raise ValueError(f"only local paths are supported so far, got {value!r}")
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    if not os.path.isabs(expanded):
+        raise ValueError(f"must be an absolute path (after expanding ~ and $VARS), got {value!r}")
+    return os.path.normpath(expanded)
+
+
+class Feature(_Section):
+    """One raw input feature: a scalar, or a fixed-size vector (CSV columns ``<name>_0 .. <name>_<n-1>``)."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=3)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Label(_Section):
+    name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] = "label"
+    num_classes: Annotated[int, Field(ge=2)]
+
+
+class DataSpec(_Section):
+    source: Annotated[str, Field(min_length=1)]
+    """Path or glob; ``{date}`` becomes each day (YYYY-MM-DD) of the run's window, ``{artifact_root}`` the root."""
+    format: Literal["csv", "npz"]
+    features: Annotated[list[Feature], Field(min_length=1)]
+    label: Label
+    eval_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    num_shards: Annotated[int, Field(ge=1, le=1024)] = 4
+    window_days: Annotated[int, Field(ge=1)] | None = None
+    """Train on the last N days ending at the data interval's end; default: the data interval itself."""
+
+    @field_validator("source")
+    @classmethod
+    def _known_placeholders(cls, value: str) -> str:
+        for _, field, _, _ in string.Formatter().parse(value):
+            if field is not None and field not in SOURCE_PLACEHOLDERS:
+                raise ValueError(f"unknown placeholder {{{field}}}; allowed: {{date}}, {{artifact_root}}")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DataSpec:
+        names = [f.name for f in self.features] + [self.label.name]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"features and label must have distinct names, repeated: {', '.join(duplicates)}")
+        return self
+
+    @property
+    def input_size(self) -> int:
+        return sum(f.size for f in self.features)
+
+
+class _ModelBase(_Section):
+    optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
+    metrics: list[Literal["accuracy", "top_5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
+
+
+class MLPModel(_ModelBase):
+    family: Literal["mlp"]
+    hidden_units: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [128, 64]
+    )
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    activation: Literal["relu", "gelu", "tanh"] = "relu"
+
+
+class CNNModel(_ModelBase):
+    family: Literal["cnn"]
+    image_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=3, max_length=3)]
+    """Height, width, channels: the concatenated features are reshaped to it."""
+    filters: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [32, 64]
+    )
+    kernel_size: Annotated[int, Field(ge=1)] = 3
+    dense_units: Annotated[int, Field(ge=1)] = 64
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+
+
+class CustomModel(_ModelBase):
+    family: Literal["custom"]
+    factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
+    """``package.module:function``, called as ``function(features, num_classes, **kwargs)``;
+    ``features`` maps each feature name to its shape; returns a Keras model taking a dict of
+    those inputs and returning class probabilities."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+ModelSpec = Annotated[Union[MLPModel, CNNModel, CustomModel], Field(discriminator="family")]
+
+
+class TrainingSpec(_Section):
+    backend: Literal["tf"] = "tf"
+    strategy: Literal["multi_worker_mirrored"] = "multi_worker_mirrored"
+    launcher: Literal["local"] = "local"
+    num_workers: Annotated[int, Field(ge=1, le=64)] = 2
+    gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
+    cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
+    """Threads per worker; default: the machine's cores shared evenly (local launcher)."""
+    epochs: Annotated[int, Field(ge=1)] = 5
+    global_batch_size: Annotated[int, Field(ge=1)] = 64
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] = 100
+    keep_checkpoints: Annotated[int, Field(ge=1)] = 3
+    seed: int = 0
+    timeout_minutes: Annotated[int, Field(ge=1)] = 120
+
+    @property
+    def replicas(self) -> int:
+        return self.num_workers * max(1, self.gpus_per_worker)
+
+
+class Threshold(_Section):
+    lower: float | None = None
+    upper: float | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Threshold:
+        if self.lower is None and self.upper is None:
+            raise ValueError("give 'lower', 'upper' or both")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise ValueError(f"lower ({self.lower}) is above upper ({self.upper})")
+        return self
+
+
+class ValidationSpec(_Section):
+    thresholds: dict[str, Threshold] = Field(default_factory=dict)
+
+
+class ExportSpec(_Section):
+    model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    root: str | None = None
+    """Default: ``<artifact_root>/models``."""
+
+    @field_validator("root")
+    @classmethod
+    def _local_root(cls, value: str | None) -> str | None:
+        return None if value is None else _local_path(value)
+
+
+class Spec(_Section):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=200)]
+    """Becomes the dag_id."""
+    description: str = ""
+    schedule: str | None = "@daily"
+    start_date: dt.datetime
+    catchup: bool = False
+    tags: list[str] = Field(default_factory=list)
+    artifact_root: str = Field(default_factory=default_artifact_root)
+    data: DataSpec
+    model: ModelSpec
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    validation: ValidationSpec = Field(default_factory=ValidationSpec)
+    export: ExportSpec
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _local_artifact_root(cls, value: str) -> str:
+        return _local_path(value)
+
+    @field_validator("start_date")
+    @classmethod
+    def _utc(cls, value: dt.datetime) -> dt.datetime:
+        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        from croniter import croniter  # Airflow's own dependency; cheap
+
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"not a valid cron expression or preset (e.g. '0 2 * * *', '@daily'), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        t, d, m = self.training, self.data, self.model
+        if t.global_batch_size % t.replicas:
+            raise ValueError(
+                f"training.global_batch_size: must be a multiple of the {t.replicas} replicas "
+                f"(num_workers × max(1, gpus_per_worker)), got {t.global_batch_size}"
+            )
+        if d.num_shards < t.num_workers:
+            raise ValueError(
+                f"data.num_shards: must be ≥ training.num_workers ({t.num_workers}) so every worker "
+                f"reads its own shards, got {d.num_shards}"
+            )
+        known = {"loss", *m.metrics}
+        for metric in self.validation.thresholds:
+            if metric not in known:
+                raise ValueError(
+                    f"validation.thresholds.{metric}: unknown metric; this model reports {', '.join(sorted(known))} "
+                    "(add it to model.metrics)"
+                )
+        if isinstance(m, CNNModel) and math.prod(m.image_shape) != d.input_size:
+            raise ValueError(
+                f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
+                f"hold {d.input_size}"
+            )
+        return self
+
+    @property
+    def export_root(self) -> str:
+        return self.export.root or os.path.join(self.artifact_root, "models")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """Stable hash of the resolved spec."""
+        canonical = json.dumps(self.to_json_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _field_path(loc: tuple, data: Any, missing: bool) -> str:
+    """Dotted path of an error location, skipping segments that are not keys of the input (union tags);
+    a missing field's own name is kept."""
+    parts, node = [], data
+    for segment in loc[:-1] if missing else loc:
+        if isinstance(node, dict) and segment in node or isinstance(node, list) and isinstance(segment, int):
+            node = node[segment]
+            parts.append(f"[{segment}]" if isinstance(segment, int) else str(segment))
+    if missing:
+        parts.append(str(loc[-1]))
+    return ".".join(parts).replace(".[", "[")
+
+
+def _problems(error: ValidationError, data: Any) -> list[str]:
+    problems = []
+    for e in error.errors():
+        path = _field_path(e["loc"], data, missing=e["type"] == "missing")
+        message = e["msg"].removeprefix("Value error, ")
+        if message.startswith(tuple(f"{section}." for section in Spec.model_fields)):
+            problems.append(message)  # cross-field checks name their own field
+            continue
+        if e["type"] not in ("value_error", "missing", "union_tag_invalid", "union_tag_not_found"):
+            message += f" (got {e['input']!r})"
+        if e["type"] == "missing":
+            message = "required field is missing"
+        problems.append(f"{path or '<spec>'}: {message}")
+    return problems
+
+
+def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None) -> Spec:
+    """Validate a spec given as a dict, a YAML/JSON file path or an existing Spec; raise SpecError."""
+    if isinstance(source, Spec):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        origin = origin or f"spec file {path}"
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise SpecError([f"<file>: cannot read YAML: {exc}"], origin) from exc
+    else:
+        data = source
+    origin = origin or "spec"
+    if not isinstance(data, dict):
+        raise SpecError([f"<spec>: must be a mapping of fields, got {type(data).__name__}"], origin)
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_problems(exc, data), origin) from None
+
+
+def json_schema() -> dict[str, Any]:
+    return Spec.model_json_schema()

@@ -1,0 +1,89 @@
+"""Shared fixtures: the digits partitions (scikit-learn's data set, no download) and a small spec."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+import os
+
+import pytest
+
+from operators.demo import write_digits_partitions
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAY = dt.date(2026, 11, 20)
+
+SMALL_SPEC = {
+    "name": "digits_test",
+    "schedule": "@daily",
+    "start_date": "2026-11-01",
+    "data": {
+        "source": "{artifact_root}/raw/digits/{date}/*.csv",
+        "format": "csv",
+        "features": [{"name": "pixel", "shape": [64]}],
+        "label": {"name": "label", "num_classes": 10},
+        "num_shards": 4,
+    },
+    "model": {"family": "mlp", "hidden_units": [64], "learning_rate": 0.003},
+    "training": {"num_workers": 2, "epochs": 4, "global_batch_size": 64, "checkpoint_every_steps": 20},
+    "validation": {"thresholds": {"accuracy": {"lower": 0.9}}},
+    "export": {"model_name": "digits"},
+}
+
+
+def make_spec(root: str, **sections) -> dict:
+    """SMALL_SPEC with artifact root ``root``; each keyword updates one section (``model`` is replaced
+    when it names another family) or sets a top-level field."""
+    spec = copy.deepcopy(SMALL_SPEC)
+    spec["artifact_root"] = root
+    for key, value in sections.items():
+        if isinstance(value, dict) and value.get("family", spec.get(key, {}).get("family")) == spec[key].get("family"):
+            spec[key].update(value)
+        else:
+            spec[key] = value
+    return spec
+
+
+@pytest.fixture(scope="session", autouse=True)
+def airflow_home(tmp_path_factory) -> str:
+    """A private AIRFLOW_HOME for the whole session (its SQLite DB is created by the tests that need one)."""
+    home = str(tmp_path_factory.mktemp("airflow_home"))
+    os.environ.update({
+        "AIRFLOW_HOME": home,
+        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    })
+    return home
+
+
+@pytest.fixture(scope="session")
+def digits_root(tmp_path_factory) -> str:
+    """An artifact root holding three daily digits partitions ending at DAY."""
+    root = str(tmp_path_factory.mktemp("artifacts"))
+    write_digits_partitions(os.path.join(root, "raw", "digits"), DAY, 3)
+    return root
+
+
+class Lines(logging.Handler):
+    """Collects formatted log lines; ``on_line`` may react to each one."""
+
+    def __init__(self, on_line=None):
+        super().__init__()
+        self.lines: list[str] = []
+        self.on_line = on_line
+
+    def emit(self, record):
+        line = record.getMessage()
+        self.lines.append(line)
+        if self.on_line:
+            self.on_line(line)
+
+
+def collecting_logger(name: str, on_line=None) -> tuple[logging.Logger, Lines]:
+    logger = logging.getLogger(f"tfdist.test.{name}")
+    logger.setLevel(logging.INFO)
+    handler = Lines(on_line)
+    logger.handlers = [handler]
+    return logger, handler

@@ -1,0 +1,79 @@
+"""The whole DAG through real Airflow 3.3 (``airflow dags test``: real task runner, XCom, task logs)
+on the digits data: prepare → 2-worker training → evaluate → export, and the gate stopping a bad model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from operators.demo import airflow_dags_test
+from operators.plan import run_key
+from tests.conftest import DAY, REPO, make_spec
+from trainer.artifacts import read_json
+
+RUN_DATE = DAY + dt.timedelta(days=1)  # a run at RUN_DATE trains on the partition of DAY
+
+
+def task_states(dag_id: str, run_id: str) -> dict[str, str]:
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    out = subprocess.run([airflow, "tasks", "states-for-dag-run", dag_id, run_id, "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    return {row["task_id"]: row["state"] for row in json.loads(out[out.index("["):])}
+
+
+def serving_accuracy(export_path: str, data_dir: str) -> float:
+    """Load the SavedModel and call its serving signature on the held-out (eval) digits."""
+    import tensorflow as tf
+
+    from trainer.data import eval_dataset
+
+    signature = tf.saved_model.load(export_path).signatures["serving_default"]
+    correct = total = 0
+    for features, labels in eval_dataset(tf, data_dir, read_json(os.path.join(data_dir, "manifest.json"))):
+        predicted = np.argmax(signature(pixel=features["pixel"])["probabilities"].numpy(), axis=1)
+        correct += int((predicted == labels.numpy()).sum())
+        total += len(predicted)
+    return correct / total
+
+
+def test_example_dag_exports_a_model_with_accuracy_above_09(digits_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", digits_root)
+    outcome = airflow_dags_test("digits_nightly", RUN_DATE, str(tmp_path / "dags-test.log"), echo=False)
+    log = open(outcome.log_path).read()
+    assert outcome.state == "success", log[-5000:]
+    assert task_states("digits_nightly", outcome.run_id) == dict.fromkeys(
+        ["prepare_data", "train", "evaluate", "export"], "success")
+    for worker in ("worker-0", "worker-1"):
+        assert f"[{worker}] {worker}: step " in log, f"no progress lines from {worker} in the task log"
+
+    model_dir = os.path.join(digits_root, "models", "digits")
+    (version,) = os.listdir(model_dir)
+    assert version == "20261121000000"
+    export_path = os.path.join(model_dir, version)
+    metadata = read_json(os.path.join(export_path, "metadata.json"))
+    assert metadata["run_id"] == outcome.run_id and metadata["metrics"]["accuracy"] >= 0.9
+    run_dir = os.path.join(digits_root, "digits_nightly", "runs", run_key(outcome.run_id))
+    data_dir = os.path.join(run_dir, "data")
+    assert serving_accuracy(export_path, data_dir) >= 0.9
+    assert read_json(os.path.join(run_dir, "spec.json"))["name"] == "digits_nightly"
+
+
+def test_model_below_threshold_fails_evaluate_and_is_not_exported(digits_root, tmp_path, monkeypatch):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    spec = make_spec(digits_root, name="digits_strict", validation={"thresholds": {"accuracy": {"lower": 0.9999}}},
+                     training={"epochs": 1}, export={"model_name": "digits_strict"})
+    (dags / "strict.py").write_text(f"# Airflow DAG\nfrom operators import build_dag\ndag = build_dag({spec!r})\n")
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    outcome = airflow_dags_test("digits_strict", RUN_DATE, str(tmp_path / "dags-test.log"), echo=False)
+    log = open(outcome.log_path).read()
+    assert outcome.state == "failed"
+    states = task_states("digits_strict", outcome.run_id)
+    assert states["train"] == "success" and states["evaluate"] == "failed" and states["export"] == "upstream_failed"
+    assert "model not blessed: accuracy = 0." in log and "is below the lower bound 0.9999 by" in log
+    assert not os.path.exists(os.path.join(digits_root, "models", "digits_strict"))

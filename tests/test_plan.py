@@ -1,0 +1,77 @@
+"""The plan: pure data, argv lists, run-scoped paths, TF_CONFIG per worker, the printed plan."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import yaml
+
+from operators.plan import RunContext, Stage, build_plan, tf_config, version_base
+from operators.spec import load_spec
+from tests.conftest import REPO, make_spec
+
+UTC = dt.timezone.utc
+CTX = RunContext("digits_test", "scheduled__2026-11-20T00:00:00+00:00",
+                 dt.datetime(2026, 11, 20, tzinfo=UTC), dt.datetime(2026, 11, 21, tzinfo=UTC))
+
+
+def test_stages_and_run_scoped_paths(tmp_path):
+    plan = build_plan(load_spec(make_spec(str(tmp_path))), CTX, python="python")
+    assert [s.task_id for s in plan.stages] == ["prepare_data", "train", "evaluate", "export"]
+    assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/scheduled__2026-11-20T00_00_00_00_00"
+    for stage in plan.stages:
+        for process in stage.processes:
+            assert isinstance(process.argv, tuple) and all(isinstance(a, str) for a in process.argv)
+            assert process.argv[:2] == ("python", "-m")
+            assert plan.layout.spec_file in process.argv
+    prepare = plan.stage("prepare_data").processes[0].argv
+    assert prepare[prepare.index("--source") + 1] == f"{tmp_path}/raw/digits/2026-11-20/*.csv"
+    export = plan.stage("export").processes[0].argv
+    assert export[export.index("--version-base") + 1] == "20261121000000" == str(version_base(CTX))
+
+
+def test_window_days_lists_each_partition(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), data={"window_days": 3}))
+    argv = build_plan(spec, CTX).stage("prepare_data").processes[0].argv
+    sources = [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
+    assert [s.split("/")[-2] for s in sources] == ["2026-11-18", "2026-11-19", "2026-11-20"]
+
+
+def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), training={"num_workers": 3, "global_batch_size": 96,
+                                                         "gpus_per_worker": 2}))
+    stage: Stage = build_plan(spec, CTX).stage("train")
+    assert stage.tf_cluster and [p.name for p in stage.processes] == ["worker-0", "worker-1", "worker-2"]
+    assert all(p.gpus == 2 for p in stage.processes)
+    addresses = {p.name: f"127.0.0.1:{9000 + p.index}" for p in stage.processes}
+    configs = [json.loads(tf_config(stage, addresses, p)) for p in stage.processes]
+    assert configs[2] == {"cluster": {"worker": ["127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9002"]},
+                          "task": {"type": "worker", "index": 2}}
+
+
+def test_run_key_is_safe_for_paths():
+    ctx = RunContext("d", "manual__2026-11-22T03:19:01.713668+00:00", CTX.interval_start, CTX.interval_end)
+    assert ctx.run_key == "manual__2026-11-22T03_19_01.713668_00_00"
+
+
+def test_plan_command_prints_every_process_without_running_anything(tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path))))
+    out = subprocess.run([sys.executable, "-m", "operators.cli", "plan", str(spec_path), "--logical-date",
+                          "2026-11-20"], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert "data interval 2026-11-20T00:00:00+00:00 → 2026-11-21T00:00:00+00:00" in out
+    assert '[worker-1] env TF_CONFIG={"cluster": {"worker": ["127.0.0.1:<free port>", "127.0.0.1:<free port>"]}' in out
+    assert "task export: 1 process(es)" in out
+    assert not (tmp_path / "digits_test").exists()
+
+
+def test_validate_command_reports_field_errors(tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path), training={"num_workers": 0})))
+    result = subprocess.run([sys.executable, "-m", "operators.cli", "validate", str(spec_path)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert "training.num_workers: Input should be greater than or equal to 1 (got 0)" in result.stderr

@@ -1,0 +1,95 @@
+"""The spec model: field-named errors, unknown keys rejected, defaults resolved, round trip."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from operators.spec import Spec, SpecError, load_spec
+from tests.conftest import make_spec
+
+
+def problems(spec: dict) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    return err.value.problems
+
+
+def test_valid_spec_round_trips(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path)))
+    again = load_spec(spec.to_json_dict())
+    assert again == spec
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec.to_json_dict()))
+    assert load_spec(path) == spec
+
+
+def test_defaults_are_filled(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path)))
+    assert spec.training.backend == "tf" and spec.training.launcher == "local"
+    assert spec.export_root == str(tmp_path / "models")
+    assert spec.start_date.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
+        ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' (got 'spark')"),
+        ({"data": {"format": "parquet"}}, "data.format: Input should be 'csv' or 'npz' (got 'parquet')"),
+        ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
+        ({"model": {"hidden_units": [64, 0]}},
+         "model.hidden_units[1]: Input should be greater than or equal to 1 (got 0)"),
+        ({"model": {"family": "transformer"}}, "model: Input tag 'transformer' found using 'family' does not match"),
+        ({"model": {"family": "custom", "factory": "not a path"}}, "model.factory: String should match pattern"),
+        ({"schedule": "every night"}, "schedule: not a valid cron expression"),
+        ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
+        ({"data": {"source": "/raw/{day}/*.csv"}}, "data.source: unknown placeholder {day}"),
+        ({"validation": {"thresholds": {"accuracy": {}}}}, "validation.thresholds.accuracy: give 'lower', 'upper'"),
+    ],
+)
+def test_invalid_field_is_named(tmp_path, sections, expected):
+    found = problems(make_spec(str(tmp_path), **sections))
+    assert any(p.startswith(expected) for p in found), found
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"training": {"global_batch_size": 63}}, "training.global_batch_size: must be a multiple of the 2 replicas"),
+        ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ training.num_workers (8)"),
+        ({"validation": {"thresholds": {"auc": {"lower": 0.5}}}}, "validation.thresholds.auc: unknown metric"),
+        ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
+    ],
+)
+def test_inconsistent_fields_are_named(tmp_path, sections, expected):
+    found = problems(make_spec(str(tmp_path), **sections))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
+    spec = make_spec(str(tmp_path), training={"num_worker": 2})
+    assert problems(spec) == [
+        "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
+        "num_workers, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, checkpoint_every_steps, "
+        "keep_checkpoints, seed, timeout_minutes"
+    ]
+    spec = make_spec(str(tmp_path), colour="blue")
+    assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
+
+
+def test_missing_required_fields(tmp_path):
+    spec = make_spec(str(tmp_path))
+    del spec["export"], spec["data"]["format"]
+    assert sorted(problems(spec)) == ["data.format: required field is missing", "export: required field is missing"]
+
+
+def test_error_message_names_the_origin(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\n")
+    with pytest.raises(SpecError, match=f"Invalid pipeline spec file {path}"):
+        load_spec(path)
+
+
+def test_json_schema_is_available():
+    assert "training" in Spec.model_json_schema()["properties"]

@@ -1,0 +1,167 @@
+"""Real 2-worker TF-cluster training through the local launcher: separate processes on 127.0.0.1,
+MultiWorkerMirroredStrategy, checkpoints by the chief; a failing worker stops the rest at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from operators.launchers import StageFailed
+from operators.launchers.local import LocalLauncher
+from operators.plan import RunContext, build_plan
+from operators.spec import load_spec
+from tests.conftest import DAY, collecting_logger, make_spec
+from trainer.artifacts import read_json, write_json_atomic
+
+START = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+
+
+def plan_for(root: str, run_id: str, **sections):
+    spec = load_spec(make_spec(root, **sections))
+    plan = build_plan(spec, RunContext(spec.name, run_id, START, START + dt.timedelta(days=1)))
+    write_json_atomic(plan.layout.spec_file, spec.to_json_dict())
+    return plan
+
+
+def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:
+    logger, lines = collecting_logger(task_id)
+    launcher = LocalLauncher()
+    launcher.run(plan.stage(task_id), logger)
+    return launcher, lines.lines
+
+
+def assert_all_stopped(launcher: LocalLauncher) -> None:
+    for name, proc in launcher.processes.items():
+        assert proc.poll() is not None, f"{name} still running"
+        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_two_workers_train_with_checkpoints(digits_root):
+    plan = plan_for(digits_root, "train_ok")
+    run(plan, "prepare_data")
+    launcher, lines = run(plan, "train")
+    assert_all_stopped(launcher)
+    result = read_json(plan.layout.train_result)
+    manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
+    steps_per_epoch = manifest["train"]["examples"] // 64
+    assert result["final_step"] == 4 * steps_per_epoch and result["workers"] == 2
+    assert result["metrics"]["accuracy"] > 0.8 and result["examples_per_sec"] > 0
+    checkpoints = sorted(f for f in os.listdir(plan.layout.checkpoint_dir) if f.endswith(".index"))
+    assert f"ckpt-{result['final_step']}.index" in checkpoints and len(checkpoints) == 3  # keep_checkpoints
+    assert result["checkpoint"].endswith(f"ckpt-{result['final_step']}")
+    for worker in ("worker-0", "worker-1"):
+        assert any(line.startswith(f"[{worker}] {worker}: step ") and "examples/s" in line for line in lines)
+
+    # a second run of the same task finds the finished checkpoint and does not train again
+    _, again = run(plan, "train")
+    assert any("already trained" in line for line in again)
+    assert read_json(plan.layout.train_result) == result
+
+
+def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
+    plan = plan_for(digits_root, "train_killed", training={"epochs": 400})
+    run(plan, "prepare_data")
+    killed = {}
+
+    def kill_worker_1(line: str) -> None:
+        if line.startswith("[worker-1] worker-1: step") and not killed:
+            killed["at"] = time.monotonic()
+            os.kill(launcher.processes["worker-1"].pid, signal.SIGKILL)
+
+    logger, _ = collecting_logger("killed", kill_worker_1)
+    launcher = LocalLauncher()
+    with pytest.raises(StageFailed) as failure:
+        launcher.run(plan.stage("train"), logger)
+    assert failure.value.process == "worker-1" and failure.value.returncode == -signal.SIGKILL
+    assert "worker-1 was killed by signal 9" in str(failure.value)
+    assert time.monotonic() - killed["at"] < 10, "the surviving worker was not stopped at once"
+    assert_all_stopped(launcher)
+
+
+def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
+    plan = plan_for(digits_root, "train_corrupt")
+    run(plan, "prepare_data")
+    manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
+    worker_1_shard = os.path.join(plan.layout.data_dir, manifest["train"]["shards"][1]["file"])
+    with open(worker_1_shard, "r+b") as f:  # worker 1 reads shards 1 and 3: cut one in the middle of a record
+        f.truncate(os.path.getsize(worker_1_shard) // 2)
+    started = time.monotonic()
+    with pytest.raises(StageFailed) as failure:
+        run(plan, "train")
+    assert failure.value.process == "worker-1" and failure.value.returncode == 1
+    assert "DataLossError" in str(failure.value) or "truncated record" in str(failure.value)
+    assert time.monotonic() - started < 60
+    assert not os.path.exists(plan.layout.train_result)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_on_kill_stops_every_worker(digits_root):
+    """The operator's on_kill (what Airflow calls when the task is stopped) ends all worker processes."""
+    import threading
+
+    from operators.train import DistributedTrainOperator
+
+    plan = plan_for(digits_root, "train_on_kill", training={"epochs": 400})
+    run(plan, "prepare_data")
+    operator = DistributedTrainOperator(task_id="train", spec=make_spec(digits_root, training={"epochs": 400}),
+                                        data_interval_start=START.isoformat(),
+                                        data_interval_end=(START + dt.timedelta(days=1)).isoformat())
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(_execute(operator, "train_on_kill")))
+    thread.start()
+    wait_for(lambda: operator._launcher is not None and len(operator._launcher.processes) == 2, 60, "workers")
+    pids = [p.pid for p in operator._launcher.processes.values()]
+    time.sleep(3)
+    operator.on_kill()
+    thread.join(30)
+    assert not thread.is_alive() and isinstance(errors[0], RuntimeError)
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+
+
+def _execute(operator, run_id: str):
+    try:
+        operator.execute({"run_id": run_id})
+    except Exception as exc:  # noqa: BLE001 - handed to the test thread
+        return exc
+
+
+def test_workers_die_with_a_killed_launcher_process(digits_root):
+    """Even when the Airflow task process is SIGKILLed (no on_kill), its workers do not outlive it."""
+    import subprocess
+    import sys
+
+    plan = plan_for(digits_root, "train_orphans", training={"epochs": 400})
+    run(plan, "prepare_data")
+    script = f"""
+import logging, sys
+from operators.launchers.local import LocalLauncher
+from operators.plan import Stage, Process
+stage = Stage("train", tuple(Process("worker", i, {list(plan.stage("train").processes[0].argv)!r}) for i in range(2)), True)
+launcher = LocalLauncher()
+class Pids(logging.Handler):
+    def emit(self, record):
+        print([p.pid for p in launcher.processes.values()], record.getMessage(), flush=True)
+log = logging.getLogger("x"); log.addHandler(Pids()); log.setLevel(logging.INFO)
+launcher.run(stage, log)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    for line in parent.stdout:
+        if "worker-1: step" in line:
+            pids = json.loads(line[: line.index("]") + 1])
+            break
+    parent.kill()
+    parent.wait()
+    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in pids), 15, "workers to exit after their launcher was killed")
