@@ -58,23 +58,26 @@ class StageOperator(BaseOperator):
         """This operator's templated replacements for spec defaults (see build_plan)."""
         return {}
 
-    def record_spec(self, plan: Plan) -> str:
-        """Write the run's effective spec once; refuse to run over a run directory made from another spec."""
-        path = plan.layout.spec_file
+    def record_run(self, plan: Plan) -> None:
+        """Write the run's effective spec and identity once; refuse a run directory made from another spec."""
         spec = self.spec.to_json_dict()
-        if os.path.exists(path):
-            if read_json(path) != spec:
+        if os.path.exists(plan.layout.spec_file):
+            if read_json(plan.layout.spec_file) != spec:
                 raise ValueError(
-                    f"{plan.layout.run_dir} was produced from a different spec (see {path}); "
+                    f"{plan.layout.run_dir} was produced from a different spec (see {plan.layout.spec_file}); "
                     "use a new run, or move that directory away to redo this run"
                 )
-        else:
-            write_json_atomic(path, spec)
-        return path
+            return
+        ctx = plan.context
+        write_json_atomic(plan.layout.run_file, {
+            "dag_id": ctx.dag_id, "run_id": ctx.run_id,
+            "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
+        })
+        write_json_atomic(plan.layout.spec_file, spec)
 
     def execute(self, context: Any) -> Any:
         plan = self.plan(context)
-        self.record_spec(plan)
+        self.record_run(plan)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
         self._launcher = get_launcher(self.spec.training.launcher)

@@ -3,6 +3,7 @@
     tfdist validate SPEC.yaml
     tfdist plan SPEC.yaml [--logical-date 2026-11-20]
     tfdist models MODEL_DIR            (the published versions of one model)
+    tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see operators.demo)
 """
 
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--logical-date", type=dt.datetime.fromisoformat, default=None,
                       help="start of the run's data interval (default: the spec's start_date)")
     sub.add_parser("models", help="list a model's published versions, newest first").add_argument("model_dir")
+    sub.add_parser("runs", help="summarize a pipeline's runs from the artifact root").add_argument("dag_id")
     demo = sub.add_parser("demo", help="write digits partitions, run the example DAG once, show its export")
     demo.add_argument("--logs", default=".demo", help="where the full Airflow log goes")
     args = parser.parse_args(argv)
@@ -81,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.spec}: valid (pipeline {spec.name})")
         elif args.command == "plan":
             print_plan(args.spec, args.logical_date)
+        elif args.command == "runs":
+            from operators.report import list_runs
+
+            print(json.dumps(list_runs(default_artifact_root(), args.dag_id), indent=2))
         elif args.command == "models":
             list_models(args.model_dir)
         else:

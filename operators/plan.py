@@ -52,6 +52,7 @@ class RunLayout:
         return cls(os.path.join(spec.artifact_root, ctx.dag_id, "runs", ctx.run_key))
 
     spec_file = property(lambda self: os.path.join(self.run_dir, "spec.json"))
+    run_file = property(lambda self: os.path.join(self.run_dir, "run.json"))
     data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
     checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
     train_result = property(lambda self: os.path.join(self.run_dir, "train", "result.json"))

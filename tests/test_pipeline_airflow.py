@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from operators.demo import airflow_dags_test
 from operators.plan import run_key
@@ -41,9 +42,17 @@ def serving_accuracy(export_path: str, data_dir: str) -> float:
     return correct / total
 
 
-def test_example_dag_exports_a_model_with_accuracy_above_09(digits_root, tmp_path, monkeypatch):
-    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", digits_root)
-    outcome = airflow_dags_test("digits_nightly", RUN_DATE, str(tmp_path / "dags-test.log"), echo=False)
+@pytest.fixture(scope="module")
+def nightly_run(digits_root, tmp_path_factory):
+    """One run of the example DAG (digits_nightly) through Airflow, on the digits partition of DAY."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TFDIST_ARTIFACT_ROOT", digits_root)
+        yield airflow_dags_test("digits_nightly", RUN_DATE, str(tmp_path_factory.mktemp("log") / "dags-test.log"),
+                                echo=False)
+
+
+def test_example_dag_exports_a_model_with_accuracy_above_09(nightly_run, digits_root):
+    outcome = nightly_run
     log = open(outcome.log_path).read()
     assert outcome.state == "success", log[-5000:]
     assert task_states("digits_nightly", outcome.run_id) == dict.fromkeys(
@@ -77,3 +86,20 @@ def test_model_below_threshold_fails_evaluate_and_is_not_exported(digits_root, t
     assert states["train"] == "success" and states["evaluate"] == "failed" and states["export"] == "upstream_failed"
     assert "model not blessed: accuracy = 0." in log and "is below the lower bound 0.9999 by" in log
     assert not os.path.exists(os.path.join(digits_root, "models", "digits_strict"))
+
+
+def test_plugin_is_loaded_by_airflow_and_lists_runs(nightly_run, digits_root, monkeypatch):
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    out = subprocess.run([airflow, "plugins", "-o", "json"], capture_output=True, text=True, check=True).stdout
+    plugins = {p["name"]: p for p in json.loads(out[out.index("["):])}
+    assert plugins["tfdist"]["fastapi_apps"][0]["url_prefix"] == "/tfdist"
+
+    from fastapi.testclient import TestClient
+
+    sys.path.insert(0, os.path.join(REPO, "plugins"))
+    from tfdist_plugin import app
+
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", digits_root)
+    runs = TestClient(app).get("/runs/digits_nightly").json()
+    assert runs[0]["blessed"] is True and runs[0]["export_version"] == 20261121000000
+    assert runs[0]["data_interval_start"] == "2026-11-20T00:00:00+00:00"

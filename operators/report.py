@@ -1,0 +1,35 @@
+"""What each run of a pipeline produced, read from its run directories: window, training, gate, export."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainer.artifacts import read_json
+
+
+def _maybe(path: str) -> Any:
+    return read_json(path) if os.path.exists(path) else None
+
+
+def list_runs(artifact_root: str, dag_id: str) -> list[dict[str, Any]]:
+    """One summary per run directory of ``dag_id``, newest data interval first."""
+    runs_dir = os.path.join(artifact_root, dag_id, "runs")
+    runs = []
+    for key in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        run_dir = os.path.join(runs_dir, key)
+        run = _maybe(os.path.join(run_dir, "run.json")) or {"run_id": key}
+        train = _maybe(os.path.join(run_dir, "train", "result.json")) or {}
+        blessing = _maybe(os.path.join(run_dir, "eval", "blessing.json")) or {}
+        export = _maybe(os.path.join(run_dir, "export", "result.json")) or {}
+        runs.append({
+            **run,
+            "run_dir": run_dir,
+            "final_step": train.get("final_step"),
+            "train_examples_per_sec": train.get("examples_per_sec"),
+            "metrics": blessing.get("metrics"),
+            "blessed": blessing.get("blessed"),
+            "failures": blessing.get("failures"),
+            "export_version": export.get("version"),
+        })
+    return sorted(runs, key=lambda r: (r.get("data_interval_end") or "", r["run_id"]), reverse=True)
