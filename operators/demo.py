@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 
 DEMO_DAG = "digits_nightly"
-_SHOWN = re.compile(r"\[(worker|prepare|evaluate|export)-\d+\]|DagRun Finished|Traceback|Error")
+_SHOWN = re.compile(r"(\[(?:worker|chief|ps|rank|prepare|evaluate|export)-\d+\].*?|ERROR.*?|\w+Error.*?)"
+                    r"(?:\s+\[airflow[.\w]*\] loc=\S+)?$")
 _NOISE = re.compile(r"oneDNN|absl::|cpu_feature_guard|\] [IW]0000 ")
 _FINISHED = re.compile(r"DagRun Finished: .*?run_id=(?P<run_id>[^,]+), .*?state=(?P<state>\w+)")
 
@@ -62,8 +63,9 @@ def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: b
     ) as proc:
         for line in proc.stdout:
             log.write(line)
-            if echo and _SHOWN.search(line) and not _NOISE.search(line):
-                print(line.rstrip()[:400], flush=True)
+            shown = _SHOWN.search(line.rstrip())
+            if echo and shown and not _NOISE.search(line):
+                print(shown[1][:400], flush=True)
             if finished := _FINISHED.search(line):
                 run_id, state = finished["run_id"], finished["state"]
     return DagTestOutcome(run_id, state, log_path)
