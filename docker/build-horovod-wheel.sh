@@ -29,5 +29,6 @@ export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
        MAKEFLAGS="-j$(nproc)"
 "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$src" >&2
 mkdir -p "$CACHE"
-cp "$work"/dist/horovod-*.whl "$CACHE/"
-ls "$CACHE"/horovod-*.whl
+built=$(ls "$work"/dist/horovod-*.whl)
+cp "$built" "$CACHE/.partial.whl" && mv "$CACHE/.partial.whl" "$CACHE/$(basename "$built")"  # never a half wheel
+echo "$CACHE/$(basename "$built")"

@@ -81,6 +81,11 @@ class Stage:
     processes: tuple[Process, ...]
     tf_cluster: bool = False
     """The processes form a TF cluster: the launcher gives each an address and its TF_CONFIG."""
+    servers: tuple[str, ...] = ()
+    """Roles that serve until stopped (parameter-server ``ps`` and ``worker``): the stage is done when
+    every other process has succeeded, then the launcher stops them."""
+    rank_tagged: bool = False
+    """The process is mpirun/horovodrun: its output lines carry rank tags, relayed as ``[rank-N]``."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,9 @@ def version_base(ctx: RunContext) -> int:
     return int(ctx.interval_end.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M")) * 100
 
 
-def worker_threads(spec: Spec) -> int:
-    return spec.training.cpus_per_worker or max(1, (os.cpu_count() or 1) // spec.training.num_workers)
+def threads_per_process(spec: Spec, processes: int) -> dict[str, str]:
+    """Environment giving each of ``processes`` training processes its share of this machine's cores."""
+    return {"TFDIST_THREADS": str(spec.training.cpus_per_worker or max(1, (os.cpu_count() or 1) // processes))}
 
 
 def build_plan(
@@ -129,6 +135,8 @@ def build_plan(
     layout = RunLayout(run_dir) if run_dir else RunLayout.for_run(spec, ctx)
     module = [python, "-m"]
     common = ["--spec", layout.spec_file]
+    train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
+             "--result", layout.train_result)
     sources = [
         (source or spec.data.source).format(date=day.isoformat(), artifact_root=spec.artifact_root)
         for day in ctx.window_dates(spec.data.window_days)
@@ -142,14 +150,14 @@ def build_plan(
     export = [*module, "trainer.export", *common, "--data", layout.data_dir, "--eval", layout.eval_dir,
               "--model-dir", model_dir, "--version-base", str(version_base(ctx)), "--run-id", ctx.run_id,
               "--result", layout.export_result]
-    single = {"TFDIST_THREADS": str(os.cpu_count() or 1)}
+    single = threads_per_process(spec, 1)
     return Plan(
         layout=layout,
         context=ctx,
         model_dir=model_dir,
         stages=(
             Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
-            train_stage(spec, layout, module, worker_threads(spec)),
+            train_stage(spec, train),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
             Stage("export", (Process("export", 0, tuple(export), single),)),
         ),

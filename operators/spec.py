@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -23,6 +24,8 @@ NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FACTORY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 SOURCE_PLACEHOLDERS = ("date", "artifact_root")
+MPI_ARG_PATTERN = r"^[^\x00\n]+$"
+RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--hostfile", "--tag-output")
 
 
 def default_artifact_root() -> str:
@@ -152,11 +155,38 @@ class CustomModel(_ModelBase):
 ModelSpec = Annotated[Union[MLPModel, CNNModel, CustomModel], Field(discriminator="family")]
 
 
+class MPISpec(_Section):
+    """Horovod over OpenMPI (``mpirun``) or Gloo (``horovodrun --gloo``)."""
+
+    controller: Literal["mpi", "gloo"] = Field(default_factory=lambda: "mpi" if shutil.which("mpirun") else "gloo")
+    """Default: ``mpi`` where OpenMPI's ``mpirun`` is installed, else ``gloo``."""
+    slots_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
+    """Ranks per worker machine (one per GPU when ``gpus_per_worker`` > 0)."""
+    extra_args: list[Annotated[str, Field(pattern=MPI_ARG_PATTERN)]] = Field(default_factory=list)
+    """Extra ``mpirun`` arguments, one list item each (passed as argv, never through a shell)."""
+    scale_learning_rate: bool = True
+    """Multiply ``model.learning_rate`` by the number of ranks (Horovod's convention)."""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_ours(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if arg.split("=")[0] in RESERVED_MPI_ARGS:
+                raise ValueError(f"{arg!r} is set by the launcher from num_workers and slots_per_worker")
+        return value
+
+
 class TrainingSpec(_Section):
-    backend: Literal["tf"] = "tf"
-    strategy: Literal["multi_worker_mirrored"] = "multi_worker_mirrored"
+    backend: Literal["tf", "mpi"] = "tf"
+    """``tf``: a TF cluster from TF_CONFIG; ``mpi``: Horovod ranks."""
+    strategy: Literal["multi_worker_mirrored", "parameter_server"] = "multi_worker_mirrored"
+    """With backend ``tf``: synchronous all-reduce, or a chief with parameter servers and workers."""
     launcher: Literal["local"] = "local"
     num_workers: Annotated[int, Field(ge=1, le=64)] = 2
+    num_ps: Annotated[int, Field(ge=0, le=64)] = 0
+    """Parameter-server tasks (strategy ``parameter_server`` only)."""
+    mpi: MPISpec | None = None
+    """Horovod settings (backend ``mpi`` only; defaults apply when omitted)."""
     gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
     cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
     """Threads per worker; default: the machine's cores shared evenly (local launcher)."""
@@ -167,8 +197,45 @@ class TrainingSpec(_Section):
     seed: int = 0
     timeout_minutes: Annotated[int, Field(ge=1)] = 120
 
+    @model_validator(mode="after")
+    def _mode(self) -> TrainingSpec:
+        if self.backend == "mpi":
+            if self.strategy != "multi_worker_mirrored":
+                raise ValueError("training.strategy: 'parameter_server' needs backend 'tf' (Horovod is all-reduce)")
+            if self.num_ps:
+                raise ValueError(f"training.num_ps: parameter servers need backend 'tf' and strategy "
+                                 f"'parameter_server', got {self.num_ps} with backend 'mpi'")
+            mpi = self.mpi_settings
+            if self.gpus_per_worker and mpi.slots_per_worker != self.gpus_per_worker:
+                raise ValueError(f"training.mpi.slots_per_worker: must equal gpus_per_worker "
+                                 f"({self.gpus_per_worker}), one rank per GPU, got {mpi.slots_per_worker}")
+            if mpi.extra_args and mpi.controller != "mpi":
+                raise ValueError("training.mpi.extra_args: mpirun arguments need controller 'mpi'")
+        elif self.mpi is not None:
+            raise ValueError("training.mpi: Horovod settings need backend 'mpi'")
+        elif self.strategy == "parameter_server" and not self.num_ps:
+            raise ValueError("training.num_ps: strategy 'parameter_server' needs at least 1 parameter server, got 0")
+        elif self.strategy == "multi_worker_mirrored" and self.num_ps:
+            raise ValueError(f"training.num_ps: parameter servers need strategy 'parameter_server', got "
+                             f"{self.num_ps} with 'multi_worker_mirrored'")
+        return self
+
+    @property
+    def mpi_settings(self) -> MPISpec:
+        return self.mpi or MPISpec()
+
+    @property
+    def data_readers(self) -> int:
+        """Processes that each read their own train shards."""
+        return self.num_workers * self.mpi_settings.slots_per_worker if self.backend == "mpi" else self.num_workers
+
     @property
     def replicas(self) -> int:
+        """Model replicas a global batch is split across in one step."""
+        if self.backend == "mpi":
+            return self.data_readers
+        if self.strategy == "parameter_server":
+            return max(1, self.gpus_per_worker)  # each step runs on one worker
         return self.num_workers * max(1, self.gpus_per_worker)
 
 
@@ -240,11 +307,11 @@ class Spec(_Section):
         if t.global_batch_size % t.replicas:
             raise ValueError(
                 f"training.global_batch_size: must be a multiple of the {t.replicas} replicas "
-                f"(num_workers × max(1, gpus_per_worker)), got {t.global_batch_size}"
+                f"it is split across, got {t.global_batch_size}"
             )
-        if d.num_shards < t.num_workers:
+        if d.num_shards < t.data_readers:
             raise ValueError(
-                f"data.num_shards: must be ≥ training.num_workers ({t.num_workers}) so every worker "
+                f"data.num_shards: must be ≥ the {t.data_readers} training processes so every one "
                 f"reads its own shards, got {d.num_shards}"
             )
         known = {"loss", *m.metrics}

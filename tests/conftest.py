@@ -6,10 +6,16 @@ import copy
 import datetime as dt
 import logging
 import os
+import time
 
+import psutil
 import pytest
 
 from operators.demo import write_digits_partitions
+from operators.launchers.local import LocalLauncher
+from operators.plan import RunContext, build_plan
+from operators.spec import load_spec
+from trainer.artifacts import write_json_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -87,3 +93,42 @@ def collecting_logger(name: str, on_line=None) -> tuple[logging.Logger, Lines]:
     handler = Lines(on_line)
     logger.handlers = [handler]
     return logger, handler
+
+
+START = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+
+
+def plan_for(root: str, run_id: str, **sections):
+    spec = load_spec(make_spec(root, **sections))
+    plan = build_plan(spec, RunContext(spec.name, run_id, START, START + dt.timedelta(days=1)))
+    write_json_atomic(plan.layout.spec_file, spec.to_json_dict())
+    return plan
+
+
+def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:
+    logger, lines = collecting_logger(task_id)
+    launcher = LocalLauncher()
+    launcher.run(plan.stage(task_id), logger)
+    return launcher, lines.lines
+
+
+def assert_all_stopped(launcher: LocalLauncher) -> None:
+    for name, proc in launcher.processes.items():
+        assert proc.poll() is not None, f"{name} still running"
+        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def assert_no_process_of(plan) -> None:
+    """No process anywhere (orphans included) still works on this run."""
+    left = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and plan.layout.run_dir in " ".join(proc.info["cmdline"] or []):
+            left.append(proc)
+    assert not left, f"processes left behind: {left}"
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

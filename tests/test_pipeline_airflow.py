@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -25,6 +26,15 @@ def task_states(dag_id: str, run_id: str) -> dict[str, str]:
     out = subprocess.run([airflow, "tasks", "states-for-dag-run", dag_id, run_id, "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
     return {row["task_id"]: row["state"] for row in json.loads(out[out.index("["):])}
+
+
+def run_dag_from_spec(spec: dict, tmp_path, monkeypatch):
+    """Write a one-spec DAG folder and run that DAG once through Airflow."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "pipeline.py").write_text(f"# Airflow DAG\nfrom operators import build_dag\ndag = build_dag({spec!r})\n")
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    return airflow_dags_test(spec["name"], RUN_DATE, str(tmp_path / "dags-test.log"), echo=False)
 
 
 def serving_accuracy(export_path: str, data_dir: str) -> float:
@@ -73,13 +83,9 @@ def test_example_dag_exports_a_model_with_accuracy_above_09(nightly_run, digits_
 
 
 def test_model_below_threshold_fails_evaluate_and_is_not_exported(digits_root, tmp_path, monkeypatch):
-    dags = tmp_path / "dags"
-    dags.mkdir()
     spec = make_spec(digits_root, name="digits_strict", validation={"thresholds": {"accuracy": {"lower": 0.9999}}},
                      training={"epochs": 1}, export={"model_name": "digits_strict"})
-    (dags / "strict.py").write_text(f"# Airflow DAG\nfrom operators import build_dag\ndag = build_dag({spec!r})\n")
-    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
-    outcome = airflow_dags_test("digits_strict", RUN_DATE, str(tmp_path / "dags-test.log"), echo=False)
+    outcome = run_dag_from_spec(spec, tmp_path, monkeypatch)
     log = open(outcome.log_path).read()
     assert outcome.state == "failed"
     states = task_states("digits_strict", outcome.run_id)
@@ -103,3 +109,18 @@ def test_plugin_is_loaded_by_airflow_and_lists_runs(nightly_run, digits_root, mo
     runs = TestClient(app).get("/runs/digits_nightly").json()
     assert runs[0]["blessed"] is True and runs[0]["export_version"] == 20261121000000
     assert runs[0]["data_interval_start"] == "2026-11-20T00:00:00+00:00"
+
+
+def test_example_dag_on_horovod_reaches_a_validated_export(digits_root, tmp_path, monkeypatch):
+    """The example pipeline switched to Horovod by one spec line: prepare, evaluate and export unchanged."""
+    spec = runpy.run_path(os.path.join(REPO, "dags", "digits_nightly.py"))["SPEC"]
+    spec = {**spec, "name": "digits_nightly_mpi", "artifact_root": digits_root,
+            "training": {**spec["training"], "backend": "mpi"}, "export": {"model_name": "digits_mpi"}}
+    outcome = run_dag_from_spec(spec, tmp_path, monkeypatch)
+    log = open(outcome.log_path).read()
+    assert outcome.state == "success", log[-5000:]
+    assert "[rank-0] rank-0: step " in log and "[rank-1] rank-1: step " in log
+    model_dir = os.path.join(digits_root, "models", "digits_mpi")
+    (version,) = os.listdir(model_dir)
+    data_dir = os.path.join(digits_root, "digits_nightly_mpi", "runs", run_key(outcome.run_id), "data")
+    assert serving_accuracy(os.path.join(model_dir, version), data_dir) >= 0.9

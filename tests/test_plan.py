@@ -75,3 +75,37 @@ def test_validate_command_reports_field_errors(tmp_path):
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2
     assert "training.num_workers: Input should be greater than or equal to 1 (got 0)" in result.stderr
+
+
+def test_horovod_gloo_runs_every_rank_through_horovodrun(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"controller": "gloo",
+                                                                                  "slots_per_worker": 2}}))
+    stage = build_plan(spec, CTX, python="/venv/bin/python").stage("train")
+    (process,) = stage.processes
+    assert stage.rank_tagged and not stage.tf_cluster
+    assert process.argv[:7] == ("/venv/bin/horovodrun", "-np", "4", "-H", "localhost:4", "--gloo",
+                                "/venv/bin/python")
+    assert process.argv[7:9] == ("-m", "trainer.train")
+
+
+def test_horovod_mpi_passes_extra_args_as_separate_argv_items(tmp_path):
+    extra = ["--mca", "btl_tcp_if_include", "lo", "-x", "NCCL_DEBUG=INFO"]
+    spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"controller": "mpi",
+                                                                                  "extra_args": extra}}))
+    (process,) = build_plan(spec, CTX, python="python").stage("train").processes
+    argv = list(process.argv)
+    assert argv[:5] == ["mpirun", "-np", "2", "-H", "localhost:2"] and "--tag-output" in argv
+    start = argv.index("--mca")
+    assert argv[start:start + len(extra)] == extra and argv[start + len(extra):][:3] == ["python", "-m", "trainer.train"]
+
+
+def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1,
+                                                         "gpus_per_worker": 1}))
+    stage = build_plan(spec, CTX).stage("train")
+    assert [p.name for p in stage.processes] == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    assert stage.servers == ("ps", "worker") and [p.gpus for p in stage.processes] == [0, 0, 1, 1]
+    addresses = {p.name: f"h:{n}" for n, p in enumerate(stage.processes)}
+    config = json.loads(tf_config(stage, addresses, stage.processes[1]))
+    assert config == {"cluster": {"chief": ["h:0"], "ps": ["h:1"], "worker": ["h:2", "h:3"]},
+                      "task": {"type": "ps", "index": 0}}

@@ -35,7 +35,7 @@ def test_defaults_are_filled(tmp_path):
     "sections, expected",
     [
         ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
-        ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' (got 'spark')"),
+        ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' or 'mpi' (got 'spark')"),
         ({"data": {"format": "parquet"}}, "data.format: Input should be 'csv' or 'npz' (got 'parquet')"),
         ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
         ({"model": {"hidden_units": [64, 0]}},
@@ -57,7 +57,7 @@ def test_invalid_field_is_named(tmp_path, sections, expected):
     "sections, expected",
     [
         ({"training": {"global_batch_size": 63}}, "training.global_batch_size: must be a multiple of the 2 replicas"),
-        ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ training.num_workers (8)"),
+        ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ the 8 training processes"),
         ({"validation": {"thresholds": {"auc": {"lower": 0.5}}}}, "validation.thresholds.auc: unknown metric"),
         ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
     ],
@@ -71,8 +71,8 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
     spec = make_spec(str(tmp_path), training={"num_worker": 2})
     assert problems(spec) == [
         "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
-        "num_workers, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, checkpoint_every_steps, "
-        "keep_checkpoints, seed, timeout_minutes"
+        "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
+        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes"
     ]
     spec = make_spec(str(tmp_path), colour="blue")
     assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
@@ -93,3 +93,38 @@ def test_error_message_names_the_origin(tmp_path):
 
 def test_json_schema_is_available():
     assert "training" in Spec.model_json_schema()["properties"]
+
+
+@pytest.mark.parametrize(
+    "training, expected",
+    [
+        ({"backend": "mpi", "strategy": "parameter_server"}, "training.strategy: 'parameter_server' needs backend 'tf'"),
+        ({"backend": "mpi", "num_ps": 1}, "training.num_ps: parameter servers need backend 'tf'"),
+        ({"num_ps": 1}, "training.num_ps: parameter servers need strategy 'parameter_server'"),
+        ({"strategy": "parameter_server"}, "training.num_ps: strategy 'parameter_server' needs at least 1"),
+        ({"mpi": {"controller": "gloo"}}, "training.mpi: Horovod settings need backend 'mpi'"),
+        ({"backend": "mpi", "mpi": {"controller": "tcp"}}, "training.mpi.controller: Input should be 'mpi' or 'gloo'"),
+        ({"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["-np", "4"]}},
+         "training.mpi.extra_args: '-np' is set by the launcher"),
+        ({"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--mca btl\nx"]}},
+         "training.mpi.extra_args[0]: String should match pattern"),
+        ({"backend": "mpi", "mpi": {"controller": "gloo", "extra_args": ["--bind-to", "core"]}},
+         "training.mpi.extra_args: mpirun arguments need controller 'mpi'"),
+        ({"backend": "mpi", "gpus_per_worker": 2, "mpi": {"slots_per_worker": 1}},
+         "training.mpi.slots_per_worker: must equal gpus_per_worker (2)"),
+        ({"backend": "mpi", "num_workers": 2, "global_batch_size": 60, "mpi": {"slots_per_worker": 3}},
+         "data.num_shards: must be ≥ the 6 training processes"),
+    ],
+)
+def test_distribution_mode_combinations(tmp_path, training, expected):
+    found = problems(make_spec(str(tmp_path), training=training))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_valid_distribution_modes(tmp_path):
+    ps = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1})).training
+    assert ps.replicas == 1 and ps.data_readers == 2
+    mpi = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"slots_per_worker": 2}})).training
+    assert mpi.replicas == 4 and mpi.mpi_settings.scale_learning_rate
+    default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
+    assert default.mpi_settings.controller in ("mpi", "gloo")

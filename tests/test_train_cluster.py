@@ -14,32 +14,8 @@ import pytest
 
 from operators.launchers import StageFailed
 from operators.launchers.local import LocalLauncher
-from operators.plan import RunContext, build_plan
-from operators.spec import load_spec
-from tests.conftest import DAY, collecting_logger, make_spec
-from trainer.artifacts import read_json, write_json_atomic
-
-START = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
-
-
-def plan_for(root: str, run_id: str, **sections):
-    spec = load_spec(make_spec(root, **sections))
-    plan = build_plan(spec, RunContext(spec.name, run_id, START, START + dt.timedelta(days=1)))
-    write_json_atomic(plan.layout.spec_file, spec.to_json_dict())
-    return plan
-
-
-def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:
-    logger, lines = collecting_logger(task_id)
-    launcher = LocalLauncher()
-    launcher.run(plan.stage(task_id), logger)
-    return launcher, lines.lines
-
-
-def assert_all_stopped(launcher: LocalLauncher) -> None:
-    for name, proc in launcher.processes.items():
-        assert proc.poll() is not None, f"{name} still running"
-        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+from tests.conftest import START, assert_all_stopped, assert_no_process_of, collecting_logger, make_spec, plan_for, run, wait_for
+from trainer.artifacts import read_json
 
 
 def test_two_workers_train_with_checkpoints(digits_root):
@@ -98,13 +74,6 @@ def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
     assert "DataLossError" in str(failure.value) or "truncated record" in str(failure.value)
     assert time.monotonic() - started < 60
     assert not os.path.exists(plan.layout.train_result)
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_on_kill_stops_every_worker(digits_root):

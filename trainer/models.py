@@ -62,11 +62,12 @@ def build_model(spec: dict[str, Any], manifest: dict[str, Any]):
     return keras.Model(inputs, outputs, name=m["family"])
 
 
-def build_optimizer(spec: dict[str, Any]):
+def build_optimizer(spec: dict[str, Any], scale: float = 1):
+    """The spec's optimizer, its learning rate multiplied by ``scale``."""
     import keras
 
     m = spec["model"]
-    return getattr(keras.optimizers, OPTIMIZERS[m["optimizer"]])(learning_rate=m["learning_rate"])
+    return getattr(keras.optimizers, OPTIMIZERS[m["optimizer"]])(learning_rate=m["learning_rate"] * scale)
 
 
 def restore_model(tf, spec: dict[str, Any], manifest: dict[str, Any], checkpoint_path: str):

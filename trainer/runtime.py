@@ -37,7 +37,9 @@ def import_tensorflow():
 
 
 def say(message: str) -> None:
-    print(message, flush=True)
+    """One line, in one write: mpirun tags each write with its rank, so a line must not be split."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
 
 
 def fail(message: str) -> None:

@@ -1,15 +1,20 @@
-"""Stage train: one custom training loop; how gradients are synchronized depends on the mode.
+"""Stage train: one custom training loop; the gradient sync is chosen by the mode.
 
-Mode ``multi_worker_mirrored``: one process per worker, cluster from TF_CONFIG,
-MultiWorkerMirroredStrategy; the optimizer all-reduces gradients across workers.
-(Keras 3 ``model.fit`` fails across workers under this strategy, the custom loop does not.)
+- ``multi_worker_mirrored`` (backend tf): one process per worker, cluster from TF_CONFIG; the optimizer
+  all-reduces gradients across workers. Keras 3 ``model.fit`` fails across workers here, this loop does not.
+- ``parameter_server`` (backend tf): the chief coordinates (ClusterCoordinator.schedule), variables live
+  on the ps tasks, workers run the scheduled steps; ps and worker processes only serve.
+- Horovod (backend mpi): one rank per process; initial weights broadcast from rank 0, gradients summed
+  with ``hvd.grouped_allreduce`` (``DistributedGradientTape`` breaks on Keras 3 variables).
 
-Each worker reads its own train shards; the chief (worker 0) writes checkpoints into the
-run's checkpoint directory, the others into a temp directory (every worker must take part in
-saving). A restarted run resumes from the latest checkpoint."""
+Each worker or rank reads its own train shards. The chief (worker 0, the PS chief, rank 0) writes
+checkpoints into the run's checkpoint directory; a restarted run resumes from the latest one."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -25,80 +30,196 @@ PROGRESS_SECONDS = 2.0
 
 
 class Mirrored:
-    """Gradient sync by MultiWorkerMirroredStrategy over the TF_CONFIG cluster."""
+    """MultiWorkerMirroredStrategy over the TF_CONFIG cluster; every worker takes part in saving."""
+
+    every_worker_saves = True
+    learning_rate_scale = 1
 
     def __init__(self, tf):
         self.tf = tf
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         resolver = self.strategy.cluster_resolver
-        self.role = resolver.task_type or "worker"
-        self.index = resolver.task_id or 0
-        self.num_workers = max(1, len(resolver.cluster_spec().as_dict().get("worker", [])))
-        self.is_chief = self.index == 0
+        self.name = f"{resolver.task_type or 'worker'}-{resolver.task_id or 0}"
+        self.workers = max(1, len(resolver.cluster_spec().as_dict().get("worker", [])))
+        self.is_chief = not resolver.task_id
 
     def scope(self):
         return self.strategy.scope()
 
-    def worker_dataset(self, dataset_fn):
-        """``dataset_fn(pipeline_index, num_pipelines, per_replica_batch)`` → this worker's distributed dataset."""
-        return self.strategy.distribute_datasets_from_function(
-            lambda ctx: dataset_fn(ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.get_per_replica_batch_size)
-        )
+    def start(self, model, optimizer) -> None:
+        """Called once the checkpoint, if any, is restored."""
 
-    def run(self, replica_step, batch):
-        """One synchronized step; returns the sums of the replicas' outputs."""
-        outputs = self.strategy.run(replica_step, args=(batch,))
-        return [self.strategy.reduce("SUM", o, axis=None) for o in outputs]
+    def sync_gradients(self, gradients):
+        return gradients  # the optimizer all-reduces them under the strategy
+
+    def _chunk(self, replica_step):
+        """tf.function running ``steps`` steps from ``iterator``: the sums of loss and correct over replicas."""
+        strategy = self.strategy
+
+        def one_step(iterator):
+            return [strategy.reduce("SUM", v, axis=None) for v in strategy.run(replica_step, args=(next(iterator),))]
+
+        return self.tf.function(lambda iterator, steps: _repeat(self.tf, lambda: one_step(iterator), steps))
+
+    @staticmethod
+    def _from_context(dataset_fn):
+        return lambda ctx: dataset_fn(ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.get_per_replica_batch_size)
+
+    def step_runner(self, replica_step, dataset_fn):
+        """``run(steps)`` → [loss sum, correct sum] over all replicas and ``steps`` steps."""
+        iterator = iter(self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn)))
+        chunk = self._chunk(replica_step)
+        return lambda steps: [float(v) for v in chunk(iterator, self.tf.constant(steps))]
+
+
+class ParameterServer(Mirrored):
+    """ParameterServerStrategy: this process is the chief; steps are scheduled onto the workers."""
+
+    every_worker_saves = False
+
+    def __init__(self, tf, resolver):
+        self.tf = tf
+        self.strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+        self.name, self.is_chief = "chief-0", True
+        self.workers = len(resolver.cluster_spec().as_dict()["worker"])
+
+    def step_runner(self, replica_step, dataset_fn):
+        iterator = iter(self.coordinator.create_per_worker_dataset(
+            lambda: self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn))))
+        chunk = self._chunk(replica_step)
+
+        def run(steps):
+            shares = [steps // self.workers + (i < steps % self.workers) for i in range(self.workers)]
+            results = [self.coordinator.schedule(chunk, args=(iterator, self.tf.constant(n))) for n in shares if n]
+            self.coordinator.join()
+            return [sum(float(r.fetch()[i]) for r in results) for i in range(2)]
+
+        return run
+
+
+class Horovod:
+    """Horovod ranks (mpirun or horovodrun); rank 0 alone writes checkpoints."""
+
+    every_worker_saves = False
+
+    def __init__(self, tf, spec):
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+        self.tf, self.hvd = tf, hvd
+        self.name, self.workers, self.is_chief = f"rank-{hvd.rank()}", hvd.size(), hvd.rank() == 0
+        mpi = spec["training"]["mpi"]
+        self.learning_rate_scale = hvd.size() if mpi is None or mpi["scale_learning_rate"] else 1
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def start(self, model, optimizer) -> None:
+        for i, variable in enumerate([*model.variables, *optimizer.variables]):
+            variable.assign(self.hvd.broadcast(self.tf.convert_to_tensor(variable), root_rank=0, name=f"init_{i}"))
+
+    def sync_gradients(self, gradients):
+        return self.hvd.grouped_allreduce(gradients, op=self.hvd.Sum)
+
+    def step_runner(self, replica_step, dataset_fn):
+        tf, hvd = self.tf, self.hvd
+        iterator = iter(dataset_fn(hvd.rank(), hvd.size(), lambda global_batch: global_batch // hvd.size()))
+
+        @tf.function
+        def chunk(steps):
+            sums = _repeat(tf, lambda: replica_step(next(iterator)), steps)
+            return [hvd.allreduce(v, op=hvd.Sum, name=f"metric_{i}") for i, v in enumerate(sums)]
+
+        return lambda steps: [float(v) for v in chunk(tf.constant(steps))]
+
+
+def _repeat(tf, step, steps):
+    """Run ``step`` ``steps`` times (inside a tf.function); return the sums of its two outputs."""
+    sums = [tf.constant(0.0), tf.constant(0.0)]
+    for _ in tf.range(steps):
+        sums = [total + value for total, value in zip(sums, step())]
+    return sums
+
+
+def serve(tf, resolver) -> None:
+    """A parameter-server cluster's ps or worker task: serve until the launcher stops this process."""
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                  task_index=resolver.task_id, protocol="grpc", start=True)
+    say(f"{resolver.task_type}-{resolver.task_id}: serving at {server.target}")
+    server.join()
+
+
+def weights_digest(model) -> str:
+    h = hashlib.sha256()
+    for weight in model.weights:
+        h.update(weight.numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def main() -> None:
     args = parse_args(__doc__, "data", "checkpoints", "result")
     spec = load_spec(args.spec)
     tf = import_tensorflow()
+    import keras
+
     t = spec["training"]
+    if t["backend"] == "mpi":
+        sync = Horovod(tf, spec)
+    elif t["strategy"] == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if resolver.task_type in ("ps", "worker"):
+            return serve(tf, resolver)
+        sync = ParameterServer(tf, resolver)
+    else:
+        sync = Mirrored(tf)
     manifest = read_json(os.path.join(args.data, "manifest.json"))
-    sync = Mirrored(tf)
-    name = f"{sync.role}-{sync.index}"
     global_batch = t["global_batch_size"]
     steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
     total_steps = t["epochs"] * steps_per_epoch
-    import keras
-
     keras.utils.set_random_seed(t["seed"])
 
     with sync.scope():
         model = build_model(spec, manifest)
-        optimizer = build_optimizer(spec)
+        optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
         optimizer.build(model.trainable_variables)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
+        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter)
     latest = tf.train.latest_checkpoint(args.checkpoints)
     if latest:
         checkpoint.restore(latest).assert_existing_objects_matched()
-    start_step = int(optimizer.iterations.numpy())
+    sync.start(model, optimizer)
+    start_step = int(step_counter.numpy())
     if start_step >= total_steps and os.path.exists(args.result):
-        say(f"{name}: already trained to step {start_step} ({latest}); nothing to do")
+        say(f"{sync.name}: already trained to step {start_step} ({latest}); nothing to do")
         return
-    say(f"{name}: {'resuming from ' + latest if latest else 'starting fresh'} at step {start_step} of "
-        f"{total_steps} ({steps_per_epoch} steps/epoch, global batch {global_batch}, {sync.num_workers} workers)")
-    checkpoint_dir = args.checkpoints if sync.is_chief else tempfile.mkdtemp(prefix="tfdist-ckpt-")
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=t["keep_checkpoints"])
+    say(f"{sync.name}: {'resuming from ' + latest if latest else 'starting fresh'} at step {start_step} of "
+        f"{total_steps} ({steps_per_epoch} steps/epoch, global batch {global_batch}, {sync.workers} workers)")
+    manager = None
+    if sync.is_chief or sync.every_worker_saves:
+        directory = args.checkpoints if sync.is_chief else tempfile.mkdtemp(prefix="tfdist-ckpt-")
+        manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=t["keep_checkpoints"])
 
     files = data.shard_paths(args.data, manifest, "train")
     parse = data.parse_fn(tf, manifest)
 
-    def dataset_fn(pipeline, num_pipelines, per_replica_batch):
-        own = files[pipeline::num_pipelines]
+    def dataset_fn(reader, readers, per_replica_batch):
+        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched."""
+        own = files[reader::readers]
         return (
             tf.data.TFRecordDataset(own, num_parallel_reads=min(len(own), data.READ_PARALLELISM))
-            .shuffle(4096, seed=t["seed"] + pipeline, reshuffle_each_iteration=True)
+            .shuffle(4096, seed=t["seed"] + reader, reshuffle_each_iteration=True)
             .repeat()
             .batch(per_replica_batch(global_batch), drop_remainder=True)
-            .skip(start_step)
+            .skip(start_step // (readers if isinstance(sync, ParameterServer) else 1))
             .map(parse, num_parallel_calls=data.READ_PARALLELISM)
             .prefetch(2)
         )
 
-    iterator = iter(sync.worker_dataset(dataset_fn))
     loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
 
     def replica_step(batch):
@@ -106,56 +227,53 @@ def main() -> None:
         with tf.GradientTape() as tape:
             probabilities = model(features, training=True)
             loss = tf.nn.compute_average_loss(loss_fn(labels, probabilities), global_batch_size=global_batch)
-        gradients = tape.gradient(loss, model.trainable_variables)
+        gradients = sync.sync_gradients(tape.gradient(loss, model.trainable_variables))
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
         return loss, correct
 
-    @tf.function
-    def train_steps(iterator, steps):
-        loss_sum, correct_sum = tf.constant(0.0), tf.constant(0.0)
-        for _ in tf.range(steps):
-            loss, correct = sync.run(replica_step, next(iterator))
-            loss_sum += loss
-            correct_sum += correct
-        return loss_sum, correct_sum
-
+    run_steps = sync.step_runner(replica_step, dataset_fn)
     every = t["checkpoint_every_steps"]
-    step, epoch_loss, epoch_correct, epoch_steps = start_step, 0.0, 0.0, 0
+    step, epoch_loss, epoch_correct, epoch_steps, history = start_step, 0.0, 0.0, 0, []
     started = last_report = time.monotonic()
     while step < total_steps:
         steps = min(STEPS_PER_CALL, total_steps - step, every - step % every, steps_per_epoch - step % steps_per_epoch)
-        loss_sum, correct_sum = train_steps(iterator, tf.constant(steps))
+        loss_sum, correct_sum = run_steps(steps)
         step += steps
-        epoch_loss, epoch_correct, epoch_steps = (
-            epoch_loss + float(loss_sum), epoch_correct + float(correct_sum), epoch_steps + steps
-        )
+        epoch_loss, epoch_correct, epoch_steps = epoch_loss + loss_sum, epoch_correct + correct_sum, epoch_steps + steps
         metrics = {"loss": epoch_loss / epoch_steps, "accuracy": epoch_correct / (epoch_steps * global_batch)}
-        now = time.monotonic()
-        if step % every == 0 or step == total_steps:
+        if manager and (step % every == 0 or step == total_steps):
+            step_counter.assign(step)
             manager.save(checkpoint_number=step)
+            if sync.is_chief:
+                say(f"{sync.name}: saved checkpoint {manager.latest_checkpoint}")
+        now = time.monotonic()
         if now - last_report >= PROGRESS_SECONDS or step == total_steps:
             rate = (step - start_step) * global_batch / (now - started)
-            say(f"{name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
+            say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
                 f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f} examples/s {rate:,.0f}")
             last_report = now
         if step % steps_per_epoch == 0:
-            final_metrics, epoch_loss, epoch_correct, epoch_steps = metrics, 0.0, 0.0, 0
+            history.append(metrics)
+            epoch_loss, epoch_correct, epoch_steps = 0.0, 0.0, 0
     elapsed = time.monotonic() - started
+    say(f"{sync.name}: done at step {step}; weights sha256 {weights_digest(model)}")
     if not sync.is_chief:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        if manager:
+            shutil.rmtree(manager.directory, ignore_errors=True)
         return
     write_json_atomic(args.result, {
         "checkpoint": manager.latest_checkpoint,
         "checkpoint_dir": args.checkpoints,
         "final_step": step,
         "resumed_from_step": start_step,
-        "metrics": final_metrics if step > start_step else {},
+        "metrics": history[-1] if history else {},
+        "loss_per_epoch": [round(m["loss"], 5) for m in history],
         "examples_per_sec": round((step - start_step) * global_batch / elapsed, 1) if step > start_step else None,
-        "workers": sync.num_workers,
+        "workers": sync.workers,
         "train_seconds": round(elapsed, 2),
     })
-    say(f"{name}: done at step {step}; checkpoint {manager.latest_checkpoint}")
+    say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from operators.backends import tf
-from operators.plan import RunLayout, Stage
+from operators.backends import mpi, tf
+from operators.plan import Stage
 from operators.spec import Spec
 
-BACKENDS = {"tf": tf.train_stage}
+BACKENDS = {"tf": tf.train_stage, "mpi": mpi.train_stage}
 
 
-def train_stage(spec: Spec, layout: RunLayout, module: list[str], threads: int) -> Stage:
-    return BACKENDS[spec.training.backend](spec, layout, module, threads)
+def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
+    """``command`` is one training process's argv (``python -m trainer.train ...``)."""
+    return BACKENDS[spec.training.backend](spec, command)

@@ -1,16 +1,24 @@
-"""TF cluster backend: one process per worker, each with its TF_CONFIG (MultiWorkerMirroredStrategy)."""
+"""TF cluster backend: one process per cluster member, each with its TF_CONFIG.
+
+``multi_worker_mirrored``: N workers. ``parameter_server``: a chief (the coordinator), P parameter
+servers and N workers; ps and workers serve until the launcher stops them after the chief is done."""
 
 from __future__ import annotations
 
-from operators.plan import Process, RunLayout, Stage
+from operators.plan import Process, Stage, threads_per_process
 from operators.spec import Spec
 
 
-def train_stage(spec: Spec, layout: RunLayout, module: list[str], threads: int) -> Stage:
-    argv = (*module, "trainer.train", "--spec", layout.spec_file, "--data", layout.data_dir,
-            "--checkpoints", layout.checkpoint_dir, "--result", layout.train_result)
-    env = {"TFDIST_THREADS": str(threads)}
-    workers = tuple(
-        Process("worker", i, argv, env, gpus=spec.training.gpus_per_worker) for i in range(spec.training.num_workers)
+def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
+    t = spec.training
+    roles = [("worker", t.num_workers)]
+    if t.strategy == "parameter_server":
+        roles = [("chief", 1), ("ps", t.num_ps), *roles]
+    env = threads_per_process(spec, sum(count for _, count in roles))
+    processes = tuple(
+        Process(role, i, command, env, gpus=t.gpus_per_worker if role == "worker" else 0)
+        for role, count in roles
+        for i in range(count)
     )
-    return Stage("train", workers, tf_cluster=True)
+    servers = ("ps", "worker") if t.strategy == "parameter_server" else ()
+    return Stage("train", processes, tf_cluster=True, servers=servers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators.launchers.base import Launcher, StageFailed
+from operators.launchers.base import Launcher, StageFailed, StageStopped
 
 
 def get_launcher(name: str) -> Launcher:
@@ -13,4 +13,4 @@ def get_launcher(name: str) -> Launcher:
     raise ValueError(f"unknown launcher {name!r}")
 
 
-__all__ = ["Launcher", "StageFailed", "get_launcher"]
+__all__ = ["Launcher", "StageFailed", "StageStopped", "get_launcher"]

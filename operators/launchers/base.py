@@ -9,21 +9,36 @@ from operators.plan import Stage
 
 
 class StageFailed(RuntimeError):
-    """A process of the stage failed; carries its name, exit code and last output lines."""
+    """A process of the stage failed. ``tails`` holds the last output lines of every source that printed
+    (each process, or each rank of an mpirun/horovodrun process), the failed one first."""
 
-    def __init__(self, process: str, returncode: int, tail: list[str]):
-        self.process, self.returncode, self.tail = process, returncode, tail
-        how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
-        super().__init__(f"{process} {how}; its last lines:\n" + "\n".join(f"  {line}" for line in tail))
+    def __init__(self, process: str, returncode: int | None, tails: dict[str, list[str]]):
+        self.process, self.returncode, self.tails = process, returncode, tails
+        if returncode is None:
+            how = "stopped serving before the stage was done"
+        elif returncode < 0:
+            how = f"was killed by signal {-returncode}"
+        else:
+            how = f"exited with code {returncode}"
+        blocks = [f"[{name}] last lines:\n" + "\n".join(f"  {line}" for line in lines) for name, lines in tails.items()]
+        super().__init__(f"{process} {how}\n" + "\n".join(blocks))
+
+    @property
+    def tail(self) -> list[str]:
+        return self.tails.get(self.process, [])
+
+
+class StageStopped(RuntimeError):
+    """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 
 
 class Launcher(abc.ABC):
     @abc.abstractmethod
     def run(self, stage: Stage, log: logging.Logger) -> None:
-        """Start every process of the stage, relay their output to ``log``, return when all succeeded.
-
-        Raise StageFailed as soon as one fails, after stopping the others."""
+        """Start every process of the stage, relay their output to ``log`` prefixed ``[name]``, return
+        when all succeeded (and stop serving processes then). Raise StageFailed as soon as one fails,
+        after stopping the others."""
 
     @abc.abstractmethod
     def stop(self) -> None:
-        """Stop every process this launcher started (idempotent; safe from another thread)."""
+        """Stop every process this launcher started and their descendants (idempotent; any thread)."""

@@ -7,18 +7,22 @@ import ctypes
 import logging
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
 import threading
 import time
 
-from operators.launchers.base import Launcher, StageFailed
+import psutil
+
+from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.plan import Process, Stage, tf_config
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output, horovodrun
 
 
 def free_ports(count: int) -> list[int]:
@@ -46,6 +50,7 @@ class LocalLauncher(Launcher):
     def __init__(self) -> None:
         self.processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self._stop_requested = threading.Event()
 
     def environments(self, stage: Stage) -> dict[str, dict[str, str]]:
         """Extra environment of each process: its own, GPU visibility, and TF_CONFIG for cluster members."""
@@ -59,7 +64,7 @@ class LocalLauncher(Launcher):
 
     def run(self, stage: Stage, log: logging.Logger) -> None:
         lines: queue.Queue = queue.Queue()
-        tails = {p.name: collections.deque(maxlen=TAIL_LINES) for p in stage.processes}
+        tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         envs = self.environments(stage)
         try:
             for p in stage.processes:
@@ -71,22 +76,33 @@ class LocalLauncher(Launcher):
                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
                     )
             pumps = [
-                threading.Thread(target=self._pump, args=(name, proc, lines), daemon=True)
+                threading.Thread(target=self._pump, args=(name, proc, stage.rank_tagged, lines), daemon=True)
                 for name, proc in self.processes.items()
             ]
             for t in pumps:
                 t.start()
-            self._wait(lines, tails, log)
+            self._wait(stage, lines, tails, log)
+            self._terminate()  # servers, once everything else is done
             for t in pumps:
                 t.join()
             self._relay(lines, tails, log)
         finally:
-            self.stop()
+            self._terminate()
 
     @staticmethod
-    def _pump(name: str, proc: subprocess.Popen, lines: queue.Queue) -> None:
+    def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:
         for raw in proc.stdout:
-            lines.put((name, raw.decode(errors="replace").rstrip()))
+            line = raw.decode(errors="replace").rstrip()
+            if not rank_tagged:
+                lines.put((name, line))
+                continue
+            # mpirun tags each write, not each line: a line may hold several tagged pieces
+            untagged, *pieces = _RANK_TAG.split(line)
+            if untagged.strip():
+                lines.put((name, untagged))
+            for rank, text in zip(pieces[::2], pieces[1::2]):
+                if text.strip():
+                    lines.put((f"rank-{rank}", text))
 
     @staticmethod
     def _relay(lines: queue.Queue, tails: dict, log: logging.Logger, timeout: float | None = None) -> None:
@@ -100,32 +116,56 @@ class LocalLauncher(Launcher):
         except queue.Empty:
             pass
 
-    def _wait(self, lines: queue.Queue, tails: dict, log: logging.Logger) -> None:
+    def _wait(self, stage: Stage, lines: queue.Queue, tails: dict, log: logging.Logger) -> None:
+        roles = {p.name: p.role for p in stage.processes}
         while True:
             self._relay(lines, tails, log, timeout=0.2)
+            if self._stop_requested.is_set():
+                raise StageStopped(f"{stage.task_id}: stopped on request; every process was ended")
             codes = {name: proc.poll() for name, proc in self.processes.items()}
-            failed = [name for name, code in codes.items() if code not in (None, 0)]
+            failed = [name for name, code in codes.items()
+                      if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)]
             if failed:
                 name = failed[0]
-                self.stop()
-                time.sleep(0.2)  # let the pump threads deliver the failed process's last lines
+                self._terminate()
+                time.sleep(0.2)  # let the pump threads deliver the last lines
                 self._relay(lines, tails, log)
-                raise StageFailed(name, codes[name], list(tails[name]))
-            if all(code == 0 for code in codes.values()):
+                code = codes[name] if codes[name] else None
+                ordered = {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
+                raise StageFailed(name, code, ordered)
+            if all(codes[name] == 0 for name, role in roles.items() if role not in stage.servers):
                 return
 
     def stop(self) -> None:
+        self._stop_requested.set()
+        self._terminate()
+
+    def _terminate(self) -> None:
         with self._lock:
-            running = [p for p in self.processes.values() if p.poll() is None]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for proc in running:
+            started = list(self.processes.values())
+        victims = []
+        for proc in started:
+            try:
+                victims += [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        for proc in started:
+            if proc.poll() is None:
                 try:
-                    os.killpg(proc.pid, sig)
+                    os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while running and time.monotonic() < deadline:
-                running = [p for p in running if p.poll() is None]
-                time.sleep(0.05)
-            if not running:
-                return
+        for victim in victims:
+            try:
+                victim.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(victims, timeout=STOP_GRACE_SECONDS)
+        for victim in alive:
+            try:
+                victim.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=STOP_GRACE_SECONDS)
+        for proc in started:
+            proc.poll()

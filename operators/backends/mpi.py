@@ -1,0 +1,26 @@
+"""Horovod backend: one ``mpirun`` (controller ``mpi``) or ``horovodrun --gloo`` (controller ``gloo``)
+process starting every rank on this machine; its output is tagged per rank."""
+
+from __future__ import annotations
+
+import os
+
+from operators.plan import Process, Stage, threads_per_process
+from operators.spec import Spec
+
+
+def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
+    t = spec.training
+    mpi = t.mpi_settings
+    ranks = t.data_readers
+    hosts = ["-np", str(ranks), "-H", f"localhost:{ranks}"]
+    if mpi.controller == "gloo":
+        horovodrun = os.path.join(os.path.dirname(command[0]), "horovodrun")
+        argv = (horovodrun, *hosts, "--gloo", *command)
+    else:
+        as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        argv = ("mpirun", *hosts, "--bind-to", "none", "--map-by", "slot", "--tag-output", *as_root,
+                *mpi.extra_args, *command)
+    gpus = ranks if t.gpus_per_worker else 0  # the local launcher runs every rank on this machine
+    process = Process(os.path.basename(argv[0]), 0, argv, threads_per_process(spec, ranks), gpus=gpus)
+    return Stage("train", (process,), rank_tagged=True)
