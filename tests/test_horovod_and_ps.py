@@ -82,3 +82,23 @@ def test_parameter_server_cluster_trains_and_resumes_after_a_restart(digits_root
     assert result["metrics"]["accuracy"] > 0.8
     assert_all_stopped(launcher)  # ps and workers never exit by themselves: the launcher stopped them
     assert_no_process_of(plan)
+
+
+def test_stopping_horovodrun_ends_every_rank(digits_root):
+    """on_kill's path for Horovod: horovodrun starts its ranks in sessions of their own, the launcher
+    still ends them all."""
+    plan = plan_for(digits_root, "hvd_stop", training={"backend": "mpi", "epochs": 400, "mpi": {"controller": "gloo"}})
+    run(plan, "prepare_data")
+
+    def stop_once_both_ranks_train(line: str) -> None:
+        seen.add(line.split("]")[0])
+        if {"[rank-0", "[rank-1"} <= seen:
+            launcher.stop()
+
+    seen: set[str] = set()
+    logger, _ = collecting_logger("hvd_stop", lambda line: "step" in line and stop_once_both_ranks_train(line))
+    launcher = LocalLauncher()
+    with pytest.raises(StageStopped):
+        launcher.run(plan.stage("train"), logger)
+    assert_all_stopped(launcher)
+    assert_no_process_of(plan)
