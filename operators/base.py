@@ -14,6 +14,21 @@ from operators.spec import Spec, load_spec
 from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow
 
 
+def record_run(spec: Spec, plan: Plan) -> None:
+    """Write the run's effective spec and identity once; refuse a run directory made from another spec."""
+    layout, ctx = plan.layout, plan.context
+    if os.path.exists(layout.spec_file):
+        if read_json(layout.spec_file) != spec.to_json_dict():
+            raise ValueError(f"{layout.run_dir} was produced from a different spec (see {layout.spec_file}); "
+                             "use a new run, or move that directory away to redo this run")
+        return
+    write_json_atomic(layout.run_file, {
+        "dag_id": ctx.dag_id, "run_id": ctx.run_id,
+        "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
+    })
+    write_json_atomic(layout.spec_file, spec.to_json_dict())
+
+
 def _as_datetime(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
@@ -58,26 +73,9 @@ class StageOperator(BaseOperator):
         """This operator's templated replacements for spec defaults (see build_plan)."""
         return {}
 
-    def record_run(self, plan: Plan) -> None:
-        """Write the run's effective spec and identity once; refuse a run directory made from another spec."""
-        spec = self.spec.to_json_dict()
-        if os.path.exists(plan.layout.spec_file):
-            if read_json(plan.layout.spec_file) != spec:
-                raise ValueError(
-                    f"{plan.layout.run_dir} was produced from a different spec (see {plan.layout.spec_file}); "
-                    "use a new run, or move that directory away to redo this run"
-                )
-            return
-        ctx = plan.context
-        write_json_atomic(plan.layout.run_file, {
-            "dag_id": ctx.dag_id, "run_id": ctx.run_id,
-            "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
-        })
-        write_json_atomic(plan.layout.spec_file, spec)
-
     def execute(self, context: Any) -> Any:
         plan = self.plan(context)
-        self.record_run(plan)
+        record_run(self.spec, plan)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
         self._launcher = get_launcher(self.spec.training.launcher)
@@ -85,9 +83,9 @@ class StageOperator(BaseOperator):
             self._launcher.run(plan.stage(self.stage), self.log)
         except StageFailed as exc:
             raise RuntimeError(f"{self.task_id} failed: {exc}") from None
-        return self.result(plan)
+        return self.result(plan, context)
 
-    def result(self, plan: Plan) -> Any:
+    def result(self, plan: Plan, context: Any) -> Any:
         """The stage's small XCom result, read from what its processes wrote."""
         raise NotImplementedError
 

@@ -1,25 +1,31 @@
-"""EvaluateOperator: checkpoint validation and the metric gate."""
+"""EvaluateOperator: checkpoint validation and the gate; its decision is explicit, never silent."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
 from operators.base import StageOperator, read_json
 from operators.plan import Plan
 
 
-class ModelNotBlessed(RuntimeError):
-    """The checkpoint failed validation: export must not run."""
-
-
 class EvaluateOperator(StageOperator):
-    """Restores the latest checkpoint, checks it, evaluates it on the eval shards and applies the thresholds."""
+    """Validates the trained checkpoint (integrity, metrics on the eval split, value thresholds, change
+    thresholds against the baseline) and writes the blessing record ``eval/blessing.json``.
+
+    Not blessed: the task fails (``validation.on_failure: fail``), or is skipped together with export
+    (``skip``); the reason is in the log either way. XCom: the blessing record."""
 
     stage = "evaluate"
 
-    def result(self, plan: Plan) -> dict[str, Any]:
+    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
         blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
         if not blessing["blessed"]:
-            raise ModelNotBlessed("model not blessed: " + "; ".join(blessing["failures"]))
-        return blessing
+            reason = "model not blessed: " + "; ".join(blessing["failures"])
+            self.log.warning("%s", reason)
+            if self.spec.validation.on_failure == "skip":
+                raise AirflowSkipException(f"{reason} (validation.on_failure: skip, so export is skipped)")
+            raise AirflowFailException(reason)  # no retry: a retry would reach the same decision
+        return {k: v for k, v in blessing.items() if k != "report"}

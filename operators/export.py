@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import Asset
+
 from operators.base import StageOperator, read_json
 from operators.plan import Plan
 
 
 class ExportModelOperator(StageOperator):
-    """Writes ``<export root>/<model name>/<version>/``; ``export_root`` (templated) replaces the spec's."""
+    """Publishes the blessed checkpoint as ``<export root>/<model name>/<version>/`` and emits an event
+    for the Asset ``model://<model name>`` (extra: version, path), so other DAGs can be scheduled on
+    new models. ``export_root`` (templated) replaces the spec's."""
 
     stage = "export"
     template_fields = (*StageOperator.template_fields, "export_root")
@@ -18,9 +22,13 @@ class ExportModelOperator(StageOperator):
     def __init__(self, *, export_root: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.export_root = export_root
+        self.model_asset = Asset(f"model://{self.spec.export.model_name}")
+        self.outlets = [*self.outlets, self.model_asset]
 
     def plan_overrides(self) -> dict[str, Any]:
         return {"export_root": self.export_root or None}
 
-    def result(self, plan: Plan) -> dict[str, Any]:
-        return read_json(plan.layout.export_result)
+    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
+        published = read_json(plan.layout.export_result)
+        context["outlet_events"][self.model_asset].extra = {"version": published["version"], "path": published["path"]}
+        return published

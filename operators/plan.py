@@ -144,12 +144,12 @@ def build_plan(
     prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir]
     for pattern in dict.fromkeys(sources):
         prepare += ["--source", pattern]
-    evaluate = [*module, "trainer.evaluate", *common, "--data", layout.data_dir, "--train-result",
-                layout.train_result, "--out", layout.eval_dir]
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
-    export = [*module, "trainer.export", *common, "--data", layout.data_dir, "--eval", layout.eval_dir,
-              "--model-dir", model_dir, "--version-base", str(version_base(ctx)), "--run-id", ctx.run_id,
-              "--result", layout.export_result]
+    published = ["--run", layout.run_file, "--data", layout.data_dir, "--model-dir", model_dir]
+    evaluate = [*module, "trainer.evaluate", *common, *published, "--checkpoints", layout.checkpoint_dir,
+                "--train-result", layout.train_result, "--out", layout.eval_dir]
+    export = [*module, "trainer.export", *common, *published, "--eval", layout.eval_dir,
+              "--version-base", str(version_base(ctx)), "--result", layout.export_result]
     single = threads_per_process(spec, 1)
     return Plan(
         layout=layout,

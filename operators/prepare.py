@@ -22,7 +22,7 @@ class PrepareDataOperator(StageOperator):
     def plan_overrides(self) -> dict[str, Any]:
         return {"source": self.source or None}
 
-    def result(self, plan: Plan) -> dict[str, Any]:
+    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
         manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
         return {
             "data_dir": plan.layout.data_dir,

@@ -252,14 +252,41 @@ class Threshold(_Section):
         return self
 
 
+Direction = Literal["higher_is_better", "lower_is_better"]
+
+
+class ChangeThreshold(_Section):
+    """How much worse than the baseline (the newest model published as of the run's data interval)
+    a metric may be; both tolerances, when given, must hold."""
+
+    direction: Direction
+    absolute: Annotated[float, Field(ge=0)] | None = 0.0
+    """Largest allowed loss in metric units (0: no worse than the baseline)."""
+    relative: Annotated[float, Field(ge=0)] | None = None
+    """Largest allowed loss as a fraction of the baseline's value."""
+
+
+class CheckpointSelection(_Section):
+    mode: Literal["latest", "best"] = "latest"
+    """``best``: validate every retained checkpoint and keep the best by ``metric``."""
+    metric: str = "accuracy"
+    direction: Direction = "higher_is_better"
+
+
 class ValidationSpec(_Section):
     thresholds: dict[str, Threshold] = Field(default_factory=dict)
+    change_thresholds: dict[str, ChangeThreshold] = Field(default_factory=dict)
+    checkpoint: CheckpointSelection = Field(default_factory=CheckpointSelection)
+    on_failure: Literal["fail", "skip"] = "fail"
+    """Not blessed: fail the evaluate task, or skip it and everything downstream (export)."""
 
 
 class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
     root: str | None = None
     """Default: ``<artifact_root>/models``."""
+    keep_versions: Annotated[int, Field(ge=1)] | None = None
+    """Keep the newest N versions (and always the baseline); default: keep all."""
 
     @field_validator("root")
     @classmethod
@@ -315,12 +342,16 @@ class Spec(_Section):
                 f"reads its own shards, got {d.num_shards}"
             )
         known = {"loss", *m.metrics}
-        for metric in self.validation.thresholds:
-            if metric not in known:
-                raise ValueError(
-                    f"validation.thresholds.{metric}: unknown metric; this model reports {', '.join(sorted(known))} "
-                    "(add it to model.metrics)"
-                )
+        v = self.validation
+        for field, metrics in (("thresholds", v.thresholds), ("change_thresholds", v.change_thresholds),
+                               ("checkpoint.metric", [v.checkpoint.metric])):
+            for metric in metrics:
+                if metric not in known:
+                    path = field if field.endswith("metric") else f"{field}.{metric}"
+                    raise ValueError(
+                        f"validation.{path}: unknown metric {metric!r}; this model reports "
+                        f"{', '.join(sorted(known))} (add it to model.metrics)"
+                    )
         if isinstance(m, CNNModel) and math.prod(m.image_shape) != d.input_size:
             raise ValueError(
                 f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "

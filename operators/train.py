@@ -14,5 +14,5 @@ class DistributedTrainOperator(StageOperator):
     stage = "train"
     ui_color = "#ffcc80"
 
-    def result(self, plan: Plan) -> dict[str, Any]:
+    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
         return read_json(plan.layout.train_result)

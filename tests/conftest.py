@@ -15,7 +15,7 @@ from operators.demo import write_digits_partitions
 from operators.launchers.local import LocalLauncher
 from operators.plan import RunContext, build_plan
 from operators.spec import load_spec
-from trainer.artifacts import write_json_atomic
+from operators.base import record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -98,10 +98,12 @@ def collecting_logger(name: str, on_line=None) -> tuple[logging.Logger, Lines]:
 START = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
 
 
-def plan_for(root: str, run_id: str, **sections):
+def plan_for(root: str, run_id: str, day: dt.date = DAY, **sections):
+    """The plan of a run of SMALL_SPEC on the daily partition of ``day``, its run directory recorded."""
     spec = load_spec(make_spec(root, **sections))
-    plan = build_plan(spec, RunContext(spec.name, run_id, START, START + dt.timedelta(days=1)))
-    write_json_atomic(plan.layout.spec_file, spec.to_json_dict())
+    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
+    record_run(spec, plan)
     return plan
 
 

@@ -124,3 +124,27 @@ def test_example_dag_on_horovod_reaches_a_validated_export(digits_root, tmp_path
     (version,) = os.listdir(model_dir)
     data_dir = os.path.join(digits_root, "digits_nightly_mpi", "runs", run_key(outcome.run_id), "data")
     assert serving_accuracy(os.path.join(model_dir, version), data_dir) >= 0.9
+
+
+def test_export_emits_a_model_asset_event(nightly_run):
+    out = subprocess.run([sys.executable, "-c", """
+import json
+from airflow.models.asset import AssetEvent, AssetModel
+from airflow.utils.session import create_session
+with create_session() as session:
+    events = session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+    print(json.dumps([[e.asset.uri, e.source_task_id, e.extra] for e in events]))
+"""], capture_output=True, text=True, check=True).stdout
+    events = json.loads(out.strip().splitlines()[-1])
+    assert ["model://digits/", "export", {"version": 20261121000000, "path": events[0][2]["path"]}] in events
+
+
+def test_skip_mode_skips_evaluate_and_export_with_the_reason(digits_root, tmp_path, monkeypatch):
+    spec = make_spec(digits_root, name="digits_skip", training={"epochs": 1}, export={"model_name": "digits_skip"},
+                     validation={"thresholds": {"accuracy": {"lower": 0.9999}}, "on_failure": "skip"})
+    outcome = run_dag_from_spec(spec, tmp_path, monkeypatch)
+    log = open(outcome.log_path).read()
+    assert task_states("digits_skip", outcome.run_id) == {
+        "prepare_data": "success", "train": "success", "evaluate": "skipped", "export": "skipped"}
+    assert "model not blessed: accuracy = 0." in log and "(validation.on_failure: skip, so export is skipped)" in log
+    assert not os.path.exists(os.path.join(digits_root, "models", "digits_skip"))

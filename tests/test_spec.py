@@ -46,6 +46,10 @@ def test_defaults_are_filled(tmp_path):
         ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
         ({"data": {"source": "/raw/{day}/*.csv"}}, "data.source: unknown placeholder {day}"),
         ({"validation": {"thresholds": {"accuracy": {}}}}, "validation.thresholds.accuracy: give 'lower', 'upper'"),
+        ({"validation": {"change_thresholds": {"loss": {"direction": "down"}}}},
+         "validation.change_thresholds.loss.direction: Input should be 'higher_is_better' or 'lower_is_better'"),
+        ({"validation": {"on_failure": "ignore"}}, "validation.on_failure: Input should be 'fail' or 'skip'"),
+        ({"export": {"model_name": "m", "keep_versions": 0}}, "export.keep_versions: Input should be greater"),
     ],
 )
 def test_invalid_field_is_named(tmp_path, sections, expected):
@@ -59,6 +63,10 @@ def test_invalid_field_is_named(tmp_path, sections, expected):
         ({"training": {"global_batch_size": 63}}, "training.global_batch_size: must be a multiple of the 2 replicas"),
         ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ the 8 training processes"),
         ({"validation": {"thresholds": {"auc": {"lower": 0.5}}}}, "validation.thresholds.auc: unknown metric"),
+        ({"validation": {"change_thresholds": {"top_5_accuracy": {"direction": "higher_is_better"}}}},
+         "validation.change_thresholds.top_5_accuracy: unknown metric"),
+        ({"validation": {"checkpoint": {"mode": "best", "metric": "f1"}}},
+         "validation.checkpoint.metric: unknown metric 'f1'"),
         ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
     ],
 )

@@ -1,5 +1,13 @@
-"""Stage evaluate: restore the trained checkpoint, check its integrity, evaluate it on every eval shard,
-apply the spec's thresholds and write ``metrics.json`` and ``blessing.json`` (the gate's decision)."""
+"""Stage evaluate: checkpoint validation and the gate, written as ``blessing.json`` (and ``metrics.json``).
+
+1. Integrity of each candidate checkpoint (the latest, or every retained one): it restores into the
+   spec's model, every weight is finite, its step is the one training reported, and the data
+   manifest it was trained on is this run's.
+2. Metrics on every eval example (not a sample) and accuracy per label value.
+3. Value thresholds, and change thresholds against the baseline: the newest model published as of
+   this run's data interval, scored on this run's eval data.
+
+Exit code 0 with a decision either way; 1 when a candidate fails an integrity check."""
 
 from __future__ import annotations
 
@@ -8,16 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from trainer import data
-from trainer.artifacts import read_json, write_json_atomic
+from trainer import data, registry
+from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import restore_model
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
 
-def predict(tf, model, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+class IntegrityError(Exception):
+    def __init__(self, check: str, checkpoint: str, detail: str):
+        self.check = check
+        super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
+
+
+def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, labels) of every eval example, ``predict`` mapping a feature dict to probabilities."""
     probabilities, labels = [], []
     for features, batch_labels in data.eval_dataset(tf, data_dir, manifest):
-        probabilities.append(model(features, training=False).numpy())
+        probabilities.append(np.asarray(predict(features)))
         labels.append(batch_labels.numpy())
     return np.concatenate(probabilities), np.concatenate(labels)
 
@@ -33,7 +48,7 @@ def compute_metrics(probabilities: np.ndarray, labels: np.ndarray, names: list[s
     return metrics
 
 
-def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, dict[str, float]]:
+def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, dict[str, Any]]:
     predicted = probabilities.argmax(axis=1)
     return {
         str(c): {"examples": int((labels == c).sum()),
@@ -42,8 +57,7 @@ def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -
     }
 
 
-def gate(metrics: dict[str, float], thresholds: dict[str, dict]) -> list[str]:
-    """One line per violated threshold, naming metric, value, bound and margin."""
+def value_failures(metrics: dict[str, float], thresholds: dict[str, dict]) -> list[str]:
     failures = []
     for metric, bound in thresholds.items():
         value = metrics[metric]
@@ -56,43 +70,136 @@ def gate(metrics: dict[str, float], thresholds: dict[str, dict]) -> list[str]:
     return failures
 
 
-def main() -> None:
-    args = parse_args(__doc__, "data", "train-result", "out")
-    spec = load_spec(args.spec)
-    manifest = read_json(os.path.join(args.data, "manifest.json"))
-    if not os.path.exists(args.train_result):
-        fail(f"no training result at {args.train_result}: run the train task first")
-    checkpoint = read_json(args.train_result)["checkpoint"]
-    tf = import_tensorflow()
+def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    return {
+        k: {"absolute": metrics[k] - baseline[k],
+            "relative": (metrics[k] - baseline[k]) / abs(baseline[k]) if baseline[k] else None}
+        for k in metrics if k in baseline
+    }
+
+
+def change_failures(metrics: dict, baseline: dict, thresholds: dict[str, dict], version: int) -> list[str]:
+    """One line per metric that is worse than the baseline by more than its tolerance."""
+    failures = []
+    for metric, rule in thresholds.items():
+        value, base = metrics[metric], baseline[metric]
+        loss = base - value if rule["direction"] == "higher_is_better" else value - base
+        allowed = [a for a in (rule["absolute"],
+                               None if rule["relative"] is None else rule["relative"] * abs(base)) if a is not None]
+        if allowed and loss > min(allowed) + 1e-12:
+            failures.append(f"{metric} = {value:.4f} is worse than the baseline (version {version}: {base:.4f}) "
+                            f"by {loss:.4f}, more than the allowed {min(allowed):.4f}")
+    return failures
+
+
+def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
+    """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
     try:
-        model = restore_model(tf, spec, manifest, checkpoint)
-    except (tf.errors.OpError, AssertionError, ValueError) as exc:
-        fail(f"checkpoint {checkpoint} does not restore into the spec's model: {exc}")
+        model, step = restore_model(tf, spec, manifest, path)
+    except Exception as exc:  # noqa: BLE001 - a truncated file raises IndexError, a mismatch AssertionError, ...
+        raise IntegrityError("restores", path, f"does not restore into the spec's model: "
+                             f"{type(exc).__name__}: {exc}") from None
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
     if non_finite:
-        fail(f"checkpoint {checkpoint} has non-finite values in {non_finite[:5]}")
-    say(f"restored {checkpoint}: {len(model.weights)} weights, all finite")
+        raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
+    named_step = int(path.rsplit("-", 1)[1])
+    if step != named_step or (path == train_result["checkpoint"] and step != train_result["final_step"]):
+        raise IntegrityError("step", path, f"holds step {step}; training reported step "
+                             f"{train_result['final_step']} for {train_result['checkpoint']}")
+    if train_result["data_manifest_sha256"] != manifest_sha:
+        raise IntegrityError("data_manifest", path, "was trained on another data manifest than this run's "
+                             f"({train_result['data_manifest_sha256'][:12]} ≠ {manifest_sha[:12]})")
+    return model, step
 
-    probabilities, labels = predict(tf, model, args.data, manifest)
-    metrics = compute_metrics(probabilities, labels, spec["model"]["metrics"])
-    thresholds = spec["validation"]["thresholds"]
-    failures = gate(metrics, thresholds)
-    report = [f"evaluated {checkpoint} on {len(labels)} eval examples"]
+
+def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: list[str]) -> dict[str, float]:
+    """The baseline SavedModel's metrics on this run's eval data."""
+    signature = tf.saved_model.load(baseline["path"]).signatures["serving_default"]
+    probabilities, labels = score(tf, lambda features: signature(**features)["probabilities"], data_dir, manifest)
+    return compute_metrics(probabilities, labels, names)
+
+
+def main() -> None:
+    args = parse_args(__doc__, "run", "data", "model-dir", "checkpoints", "train-result", "out")
+    spec, run = load_spec(args.spec), read_json(args.run)
+    validation = spec["validation"]
+    manifest_path = os.path.join(args.data, "manifest.json")
+    manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
+    if not os.path.exists(args.train_result):
+        fail(f"no training result at {args.train_result}: run the train task first")
+    train_result = read_json(args.train_result)
+    tf = import_tensorflow()
+    selection = validation["checkpoint"]
+    candidates = [train_result["checkpoint"]]
+    if selection["mode"] == "best":
+        candidates = list(tf.train.get_checkpoint_state(args.checkpoints).all_model_checkpoint_paths)
+    names = spec["model"]["metrics"]
+    scored = []
+    for path in candidates:
+        try:
+            model, step = check_candidate(tf, spec, manifest, manifest_sha, path, train_result)
+        except IntegrityError as exc:
+            write_json_atomic(os.path.join(args.out, "blessing.json"), {
+                "blessed": False, "checkpoint": path, "integrity": {"failed": exc.check}, "failures": [str(exc)],
+                "report": [str(exc)], "run_id": run["run_id"]})
+            fail(str(exc))
+        probabilities, labels = score(tf, lambda features: model(features, training=False), args.data, manifest)
+        scored.append({"checkpoint": path, "step": step, "examples": len(labels),
+                       "metrics": compute_metrics(probabilities, labels, names),
+                       "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"])})
+        say(f"{path} (step {step}): restores, weights finite, data manifest matches; "
+            + ", ".join(f"{k} {v:.4f}" for k, v in scored[-1]["metrics"].items()))
+    sign = 1 if selection["direction"] == "higher_is_better" else -1
+    chosen = max(scored, key=lambda c: sign * c["metrics"][selection["metric"]]) if len(scored) > 1 else scored[0]
+    metrics = chosen["metrics"]
+
+    report = [f"validated {chosen['checkpoint']} on {chosen['examples']} eval examples"]
+    if len(scored) > 1:
+        report.append(f"  chosen among {len(scored)} retained checkpoints by {selection['metric']}")
     report += [f"  {k} = {v:.4f}" for k, v in metrics.items()]
-    report += [f"  threshold {k}: {b}" for k, b in thresholds.items()] or ["  no thresholds in the spec"]
-    report.append("BLESSED" if not failures else "NOT BLESSED: " + "; ".join(failures))
-    result = {
-        "blessed": not failures,
-        "checkpoint": checkpoint,
-        "eval_examples": len(labels),
+    failures = value_failures(metrics, validation["thresholds"])
+    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    baseline_record, changes = None, {}
+    if baseline is None:
+        if validation["change_thresholds"]:
+            report.append("  change thresholds: no baseline (nothing published as of this data interval); "
+                          "only value thresholds apply")
+    else:
+        try:
+            base = baseline_metrics(tf, baseline, args.data, manifest, names)
+        except Exception as exc:  # noqa: BLE001 - any failure to score makes the baseline incomparable
+            baseline_record = {"version": baseline["version"], "path": baseline["path"], "error": str(exc)}
+            report.append(f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
+                          "only value thresholds apply")
+        else:
+            changes = deltas(metrics, base)
+            baseline_record = {"version": baseline["version"], "path": baseline["path"],
+                               "run_id": baseline["run_id"], "metrics": base}
+            report += [f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} "
+                       f"({d['absolute']:+.4f})" for k, d in changes.items()]
+            failures += change_failures(metrics, base, validation["change_thresholds"], baseline["version"])
+    blessed = not failures
+    report.append("BLESSED" if blessed else "NOT BLESSED: " + "; ".join(failures))
+    blessing = {
+        "blessed": blessed,
+        "run_id": run["run_id"],
+        "data_interval_end": run["data_interval_end"],
+        "checkpoint": chosen["checkpoint"],
+        "step": chosen["step"],
+        "integrity": {"checks": ["restores", "finite_weights", "step", "data_manifest"], "failed": None},
+        "eval_examples": chosen["examples"],
         "metrics": metrics,
-        "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"]),
-        "thresholds": thresholds,
+        "per_class": chosen["per_class"],
+        "candidates": [{k: c[k] for k in ("checkpoint", "step", "metrics")} for c in scored],
+        "thresholds": validation["thresholds"],
+        "change_thresholds": validation["change_thresholds"],
+        "baseline": baseline_record,
+        "deltas": changes,
         "failures": failures,
         "report": report,
     }
-    write_json_atomic(os.path.join(args.out, "metrics.json"), {"metrics": metrics, "per_class": result["per_class"]})
-    write_json_atomic(os.path.join(args.out, "blessing.json"), result)
+    write_json_atomic(os.path.join(args.out, "metrics.json"), {"metrics": metrics, "per_class": chosen["per_class"]})
+    write_json_atomic(os.path.join(args.out, "blessing.json"), blessing)
     for line in report:
         say(line)
 

@@ -1,20 +1,27 @@
-"""Stage export: the blessed checkpoint → ``<model dir>/<version>/`` (a SavedModel whose ``serving_default``
-signature takes the raw features by name and returns ``probabilities``), plus ``metadata.json``.
-Written to a temp directory, reloaded and checked, then renamed into place.
+"""Stage export: publish the blessed checkpoint as ``<model dir>/<version>/``, a SavedModel whose
+``serving_default`` signature takes the raw features by name and returns ``probabilities``, with
+``metadata.json`` beside it.
 
-The version is the first free one from ``--version-base`` (derived from the run's data interval);
-a rerun of the same run finds and reuses its own version instead of publishing another."""
+Only a blessed checkpoint is exported. The SavedModel is written to a hidden temp directory in the
+model directory, reloaded, its signature run on every eval example, and only then renamed into
+place: a crash midway leaves no visible version. The version is the first free one from
+``--version-base`` (derived from the run's data interval); a rerun of the same run finds and reuses
+its own version. Afterwards only the newest ``export.keep_versions`` are kept, never the baseline."""
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 
 import numpy as np
 
-from trainer import data
+from trainer import data, registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from trainer.models import restore_model
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+
+MAX_VERSIONS_PER_INTERVAL = 100
 
 
 def serving_module(tf, model, features: list[dict]):
@@ -44,9 +51,6 @@ def serving_accuracy(tf, path: str, data_dir: str, manifest: dict) -> float:
     return correct / total
 
 
-MAX_VERSIONS_PER_INTERVAL = 100
-
-
 def choose_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
     """(version, already exported by this run from this checkpoint)."""
     for version in range(base, base + MAX_VERSIONS_PER_INTERVAL):
@@ -61,23 +65,35 @@ def choose_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> t
 
 
 def main() -> None:
-    args = parse_args(__doc__, "data", "eval", "model-dir", "version-base", "run-id", "result")
-    spec = load_spec(args.spec)
+    args = parse_args(__doc__, "run", "data", "model-dir", "eval", "version-base", "result")
+    spec, run = load_spec(args.spec), read_json(args.run)
     blessing = read_json(os.path.join(args.eval, "blessing.json"))
-    if not blessing["blessed"]:
-        fail(f"refusing to export: the checkpoint was not blessed ({'; '.join(blessing['failures'])})")
-    version, done = choose_version(args.model_dir, int(args.version_base), args.run_id, blessing["checkpoint"])
+    if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
+        fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})")
+    version, done = choose_version(args.model_dir, int(args.version_base), run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
               "metrics": blessing["metrics"]}
     if done:
         say(f"{out} already holds this run's export; nothing to do")
-        write_json_atomic(args.result, result)
-        return
+    else:
+        for stale in glob.glob(os.path.join(args.model_dir, f".tmp-{version}-*")):
+            shutil.rmtree(stale, ignore_errors=True)  # left by an export of this version that was killed
+        publish(args, spec, run, blessing, out, version)
+    write_json_atomic(args.result, result)
+    keep = spec["export"]["keep_versions"]
+    if keep:
+        baseline = blessing["baseline"]
+        protected = {version} | ({baseline["version"]} if baseline else set())
+        for deleted in registry.prune(args.model_dir, keep, protected):
+            say(f"deleted version {deleted} (export.keep_versions = {keep})")
+
+
+def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int) -> None:
     manifest_path = os.path.join(args.data, "manifest.json")
     manifest = read_json(manifest_path)
     tf = import_tensorflow()
-    model = restore_model(tf, spec, manifest, blessing["checkpoint"])
+    model, _ = restore_model(tf, spec, manifest, blessing["checkpoint"])
     with publish_dir(out) as tmp:
         module = serving_module(tf, model, manifest["features"])
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
@@ -86,20 +102,23 @@ def main() -> None:
         if expected is not None and abs(accuracy - expected) > 1e-3:
             fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}")
         write_json_atomic(os.path.join(tmp, "metadata.json"), {
-            "model_name": result["model_name"],
+            "model_name": os.path.basename(args.model_dir),
             "version": version,
-            "run_id": args.run_id,
+            "run_id": run["run_id"],
+            "data_interval_start": run["data_interval_start"],
+            "data_interval_end": run["data_interval_end"],
             "spec_sha256": digest_json(spec),
             "data_manifest_sha256": sha256_file(manifest_path),
             "input_fingerprint": manifest["input_fingerprint"],
             "metrics": blessing["metrics"],
+            "blessing": {k: blessing[k] for k in ("blessed", "metrics", "baseline", "deltas", "thresholds",
+                                                  "change_thresholds", "step")},
             "serving_eval_accuracy": accuracy,
             "source_checkpoint": blessing["checkpoint"],
-            "signature": {"inputs": manifest["features"], "outputs": {"probabilities": [
-                None, manifest["label"]["num_classes"]]}},
+            "signature": {"inputs": manifest["features"],
+                          "outputs": {"probabilities": [None, manifest["label"]["num_classes"]]}},
             "tensorflow_version": tf.__version__,
         })
-    write_json_atomic(args.result, result)
     say(f"exported {out} (serving accuracy on the eval split {accuracy:.4f})")
 
 

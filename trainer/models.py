@@ -71,9 +71,11 @@ def build_optimizer(spec: dict[str, Any], scale: float = 1):
 
 
 def restore_model(tf, spec: dict[str, Any], manifest: dict[str, Any], checkpoint_path: str):
-    """The spec's model with the checkpoint's weights; fails if the checkpoint lacks any of them."""
+    """(the spec's model with the checkpoint's weights, the checkpoint's training step); fails if the
+    checkpoint lacks any of the model's weights."""
     model = build_model(spec, manifest)
-    status = tf.train.Checkpoint(model=model).restore(checkpoint_path)
+    step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    status = tf.train.Checkpoint(model=model, step=step).read(checkpoint_path)
     status.assert_existing_objects_matched()
     status.expect_partial()  # the optimizer's slots are not needed
-    return model
+    return model, int(step.numpy())

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from trainer import data
-from trainer.artifacts import read_json, write_json_atomic
+from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import build_model, build_optimizer
 from trainer.runtime import import_tensorflow, load_spec, parse_args, say
 
@@ -176,7 +176,8 @@ def main() -> None:
         sync = ParameterServer(tf, resolver)
     else:
         sync = Mirrored(tf)
-    manifest = read_json(os.path.join(args.data, "manifest.json"))
+    manifest_path = os.path.join(args.data, "manifest.json")
+    manifest = read_json(manifest_path)
     global_batch = t["global_batch_size"]
     steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
     total_steps = t["epochs"] * steps_per_epoch
@@ -267,6 +268,7 @@ def main() -> None:
         "checkpoint_dir": args.checkpoints,
         "final_step": step,
         "resumed_from_step": start_step,
+        "data_manifest_sha256": sha256_file(manifest_path),
         "metrics": history[-1] if history else {},
         "loss_per_epoch": [round(m["loss"], 5) for m in history],
         "examples_per_sec": round((step - start_step) * global_batch / elapsed, 1) if step > start_step else None,
