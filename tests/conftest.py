@@ -34,7 +34,7 @@ SMALL_SPEC = {
     "model": {"family": "mlp", "hidden_units": [64], "learning_rate": 0.003},
     "training": {"num_workers": 2, "epochs": 4, "global_batch_size": 64, "checkpoint_every_steps": 20},
     "validation": {"thresholds": {"accuracy": {"lower": 0.9}}},
-    "export": {"model_name": "digits"},
+    "export": {"model_name": "digits_small"},
 }
 
 
