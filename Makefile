@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev cmake
+DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev cmake chromium
 
 export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow

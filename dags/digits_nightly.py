@@ -12,6 +12,8 @@ SPEC = {
     "schedule": "@daily",
     "start_date": "2026-11-01",
     "tags": ["example"],
+    # fields a run may change: the trigger form's fields, --conf and backfill --dag-run-conf
+    "overridable": ["training.epochs", "model.learning_rate", "training.num_workers", "training.backend"],
     "data": {
         "source": "{artifact_root}/raw/digits/{date}/*.csv",
         "format": "csv",

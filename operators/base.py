@@ -9,13 +9,16 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from operators.launchers import StageFailed, get_launcher
-from operators.plan import Plan, RunContext, build_plan
-from operators.spec import Spec, load_spec
+from airflow.sdk.exceptions import AirflowFailException
+
+from operators.plan import Plan, RunContext, build_plan, manual_interval
+from operators.spec import Spec, SpecError, field_value, load_spec
 from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow
 
 
-def record_run(spec: Spec, plan: Plan) -> None:
-    """Write the run's effective spec and identity once; refuse a run directory made from another spec."""
+def record_run(spec: Spec, plan: Plan, overrides: dict[str, Any] | None = None) -> None:
+    """Write the run's identity (window, overrides) and effective spec once; refuse a run directory
+    that was made from another spec."""
     layout, ctx = plan.layout, plan.context
     if os.path.exists(layout.spec_file):
         if read_json(layout.spec_file) != spec.to_json_dict():
@@ -23,7 +26,7 @@ def record_run(spec: Spec, plan: Plan) -> None:
                              "use a new run, or move that directory away to redo this run")
         return
     write_json_atomic(layout.run_file, {
-        "dag_id": ctx.dag_id, "run_id": ctx.run_id,
+        "dag_id": ctx.dag_id, "run_id": ctx.run_id, "overrides": overrides or {},
         "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
     })
     write_json_atomic(layout.spec_file, spec.to_json_dict())
@@ -60,25 +63,45 @@ class StageOperator(BaseOperator):
         self.data_interval_end = data_interval_end
         self._launcher = None
 
-    def plan(self, context: Any) -> Plan:
-        ctx = RunContext(
-            dag_id=self.dag_id,
-            run_id=context["run_id"],
-            interval_start=_as_datetime(self.data_interval_start or context["data_interval_start"]),
-            interval_end=_as_datetime(self.data_interval_end or context["data_interval_end"]),
-        )
-        return build_plan(self.spec, ctx, run_dir=self.run_dir or None, **self.plan_overrides())
+    def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
+        """(the spec after the run's overrides, the overrides that change it). Overrides come from the
+        DAG's Params (trigger form) and the run's conf; anything not overridable is refused."""
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        params = context.get("params") or {}
+        requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
+        changed = {k: v for k, v in requested.items()
+                   if k not in self.spec.overridable or field_value(self.spec, k) != v}
+        if not changed:
+            return self.spec, {}
+        try:
+            return self.spec.with_overrides(changed), changed
+        except SpecError as exc:
+            raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
+
+    def run_context(self, spec: Spec, context: Any) -> RunContext:
+        start = self.data_interval_start or context.get("data_interval_start")
+        end = self.data_interval_end or context.get("data_interval_end")
+        if start is None or end is None:
+            run_after = context["dag_run"].run_after
+            start, end = manual_interval(spec.schedule, run_after)
+            self.log.info("run triggered without a logical date at %s: training on the window %s → %s",
+                          run_after, start, end)
+        return RunContext(self.dag_id, context["run_id"], _as_datetime(start), _as_datetime(end))
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""
         return {}
 
     def execute(self, context: Any) -> Any:
-        plan = self.plan(context)
-        record_run(self.spec, plan)
+        spec, overrides = self.effective_spec(context)
+        if overrides:
+            self.log.info("this run overrides %s", overrides)
+        plan = build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None,
+                          **self.plan_overrides())
+        record_run(spec, plan, overrides)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
-        self._launcher = get_launcher(self.spec.training.launcher)
+        self._launcher = get_launcher(spec.training.launcher)
         try:
             self._launcher.run(plan.stage(self.stage), self.log)
         except StageFailed as exc:

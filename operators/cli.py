@@ -15,23 +15,14 @@ import json
 import os
 import sys
 
-from operators.plan import RunContext, build_plan, tf_config, version_base
+from operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
 from operators.spec import SpecError, default_artifact_root, load_spec
-
-
-def interval_for(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    """The data interval of a scheduled run at ``logical_date`` (start of the interval)."""
-    if schedule is None:
-        return logical_date, logical_date + dt.timedelta(days=1)
-    from croniter import croniter
-
-    return logical_date, croniter(schedule, logical_date).get_next(dt.datetime)
 
 
 def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
     spec = load_spec(spec_path)
     start = logical_date or spec.start_date
-    start, end = interval_for(spec.schedule, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
+    start, end = scheduled_interval(spec.schedule, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
     ctx = RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
     plan = build_plan(spec, ctx)
     print(f"pipeline {spec.name}: run {ctx.run_id}, data interval {start.isoformat()} → {end.isoformat()}")
@@ -73,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--logical-date", type=dt.datetime.fromisoformat, default=None,
                       help="start of the run's data interval (default: the spec's start_date)")
     sub.add_parser("models", help="list a model's published versions, newest first").add_argument("model_dir")
-    sub.add_parser("runs", help="summarize a pipeline's runs from the artifact root").add_argument("dag_id")
+    runs = sub.add_parser("runs", help="compare a pipeline's runs side by side (from the artifact root)")
+    runs.add_argument("dag_id")
+    runs.add_argument("--json", action="store_true", help="print the full summaries as JSON")
     demo = sub.add_parser("demo", help="write digits partitions, run the example DAG once, show its export")
     demo.add_argument("--logs", default=".demo", help="where the full Airflow log goes")
     args = parser.parse_args(argv)
@@ -84,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plan":
             print_plan(args.spec, args.logical_date)
         elif args.command == "runs":
-            from operators.report import list_runs
+            from operators.report import format_runs, list_runs
 
-            print(json.dumps(list_runs(default_artifact_root(), args.dag_id), indent=2))
+            found = list_runs(default_artifact_root(), args.dag_id)
+            print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
             list_models(args.model_dir)
         else:

@@ -10,6 +10,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from operators.evaluate import EvaluateOperator
 from operators.export import ExportModelOperator
+from operators.params import dag_params
 from operators.prepare import PrepareDataOperator
 from operators.spec import Spec, SpecError, load_spec
 from operators.train import DistributedTrainOperator
@@ -25,13 +26,16 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
         schedule=schedule,
         start_date=spec.start_date,
         catchup=spec.catchup,
-        max_active_runs=1,
+        max_active_runs=spec.max_active_runs,
+        params=dag_params(spec),
         tags=["tfdist", *spec.tags],
         **dag_kwargs,
     ) as dag:
+        t = spec.training
+        pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
         (
             PrepareDataOperator(task_id="prepare_data", spec=spec)
-            >> DistributedTrainOperator(task_id="train", spec=spec)
+            >> DistributedTrainOperator(task_id="train", spec=spec, **pool)
             >> EvaluateOperator(task_id="evaluate", spec=spec)
             >> ExportModelOperator(task_id="export", spec=spec)
         )

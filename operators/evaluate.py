@@ -25,7 +25,7 @@ class EvaluateOperator(StageOperator):
         if not blessing["blessed"]:
             reason = "model not blessed: " + "; ".join(blessing["failures"])
             self.log.warning("%s", reason)
-            if self.spec.validation.on_failure == "skip":
+            if plan.spec.validation.on_failure == "skip":
                 raise AirflowSkipException(f"{reason} (validation.on_failure: skip, so export is skipped)")
             raise AirflowFailException(reason)  # no retry: a retry would reach the same decision
         return {k: v for k, v in blessing.items() if k != "report"}

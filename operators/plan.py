@@ -9,9 +9,28 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from croniter import croniter
+
 from operators.spec import Spec
 
 STAGES = ("prepare_data", "train", "evaluate", "export")
+
+
+def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
+    if schedule is None:
+        return logical_date, logical_date + dt.timedelta(days=1)
+    return logical_date, croniter(schedule, logical_date).get_next(dt.datetime)
+
+
+def manual_interval(schedule: str | None, run_after: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The window of a run triggered without a logical date: the last complete interval before
+    ``run_after``, as Airflow's data-interval timetables infer it (daily without a schedule)."""
+    if schedule is None:
+        end = dt.datetime.combine(run_after.date(), dt.time(), run_after.tzinfo)
+        return end - dt.timedelta(days=1), end
+    end = run_after if croniter.match(schedule, run_after) else croniter(schedule, run_after).get_prev(dt.datetime)
+    return croniter(schedule, end).get_prev(dt.datetime), end
 
 
 def run_key(run_id: str) -> str:
@@ -90,6 +109,8 @@ class Stage:
 
 @dataclass(frozen=True)
 class Plan:
+    spec: Spec
+    """The run's effective spec (after its overrides)."""
     layout: RunLayout
     context: RunContext
     model_dir: str
@@ -152,6 +173,7 @@ def build_plan(
               "--version-base", str(version_base(ctx)), "--result", layout.export_result]
     single = threads_per_process(spec, 1)
     return Plan(
+        spec=spec,
         layout=layout,
         context=ctx,
         model_dir=model_dir,

@@ -33,3 +33,19 @@ def list_runs(artifact_root: str, dag_id: str) -> list[dict[str, Any]]:
             "export_version": export.get("version"),
         })
     return sorted(runs, key=lambda r: (r.get("data_interval_end") or "", r["run_id"]), reverse=True)
+
+
+def format_runs(runs: list[dict[str, Any]]) -> str:
+    """A side-by-side table: window, overrides, metrics, gate decision, exported version."""
+    header = ("run", "window", "overrides", "accuracy", "loss", "gate", "version")
+    rows = [header]
+    for r in runs:
+        metrics = r["metrics"] or {}
+        gate = {True: "blessed", False: "NOT blessed", None: "-"}[r["blessed"]]
+        window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
+        overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
+        rows.append((r["run_id"], window, overrides, *(f"{metrics[k]:.4f}" if k in metrics else "-"
+                                                       for k in ("accuracy", "loss")),
+                     gate, str(r["export_version"] or "-")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,7 +1,7 @@
 """The pipeline spec: one validated pydantic model, the only way in.
 
 Errors name the field path and what is allowed, e.g.
-``training.num_workers: Input should be greater than or equal to 1 (got 0)``.
+'training.num_workers: Input should be greater than or equal to 1 (got 0)'.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--
 
 
 def default_artifact_root() -> str:
-    """``$TFDIST_ARTIFACT_ROOT``, else ``~/tfdist``."""
+    """'$TFDIST_ARTIFACT_ROOT', else '~/tfdist'."""
     return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
 
 
 class SpecError(ValueError):
-    """An invalid spec; ``problems`` holds one ``field.path: message`` line per problem."""
+    """An invalid spec; 'problems' holds one 'field.path: message' line per problem."""
 
     def __init__(self, problems: list[str], origin: str = "spec"):
         self.problems = problems
@@ -42,7 +42,7 @@ class SpecError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -58,7 +58,7 @@ class _Section(BaseModel):
 
 
 def _local_path(value: str) -> str:
-    """Expand ``~`` and ``$VARS``; only absolute local paths are supported so far."""
+    """Expand '~' and '$VARS'; only absolute local paths are supported so far."""
     if "://" in value:
         raise ValueError(f"only local paths are supported so far, got {value!r}")
     expanded = os.path.expanduser(os.path.expandvars(value))
@@ -68,7 +68,7 @@ def _local_path(value: str) -> str:
 
 
 class Feature(_Section):
-    """One raw input feature: a scalar, or a fixed-size vector (CSV columns ``<name>_0 .. <name>_<n-1>``)."""
+    """One raw input feature: a scalar, or a fixed-size vector (CSV columns '<name>_0 .. <name>_<n-1>')."""
 
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=3)
@@ -85,7 +85,7 @@ class Label(_Section):
 
 class DataSpec(_Section):
     source: Annotated[str, Field(min_length=1)]
-    """Path or glob; ``{date}`` becomes each day (YYYY-MM-DD) of the run's window, ``{artifact_root}`` the root."""
+    """Path or glob; '{date}' becomes each day (YYYY-MM-DD) of the run's window, '{artifact_root}' the root."""
     format: Literal["csv", "npz"]
     features: Annotated[list[Feature], Field(min_length=1)]
     label: Label
@@ -117,7 +117,9 @@ class DataSpec(_Section):
 
 class _ModelBase(_Section):
     optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    """Keras optimizer."""
     learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    """Optimizer learning rate."""
     loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
     metrics: list[Literal["accuracy", "top_5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
 
@@ -146,8 +148,8 @@ class CNNModel(_ModelBase):
 class CustomModel(_ModelBase):
     family: Literal["custom"]
     factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
-    """``package.module:function``, called as ``function(features, num_classes, **kwargs)``;
-    ``features`` maps each feature name to its shape; returns a Keras model taking a dict of
+    """'package.module:function', called as 'function(features, num_classes, **kwargs)';
+    'features' maps each feature name to its shape; returns a Keras model taking a dict of
     those inputs and returning class probabilities."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -156,16 +158,16 @@ ModelSpec = Annotated[Union[MLPModel, CNNModel, CustomModel], Field(discriminato
 
 
 class MPISpec(_Section):
-    """Horovod over OpenMPI (``mpirun``) or Gloo (``horovodrun --gloo``)."""
+    """Horovod over OpenMPI ('mpirun') or Gloo ('horovodrun --gloo')."""
 
     controller: Literal["mpi", "gloo"] = Field(default_factory=lambda: "mpi" if shutil.which("mpirun") else "gloo")
-    """Default: ``mpi`` where OpenMPI's ``mpirun`` is installed, else ``gloo``."""
+    """Default: 'mpi' where OpenMPI's 'mpirun' is installed, else 'gloo'."""
     slots_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
-    """Ranks per worker machine (one per GPU when ``gpus_per_worker`` > 0)."""
+    """Ranks per worker machine (one per GPU when 'gpus_per_worker' > 0)."""
     extra_args: list[Annotated[str, Field(pattern=MPI_ARG_PATTERN)]] = Field(default_factory=list)
-    """Extra ``mpirun`` arguments, one list item each (passed as argv, never through a shell)."""
+    """Extra 'mpirun' arguments, one list item each (passed as argv, never through a shell)."""
     scale_learning_rate: bool = True
-    """Multiply ``model.learning_rate`` by the number of ranks (Horovod's convention)."""
+    """Multiply 'model.learning_rate' by the number of ranks (Horovod's convention)."""
 
     @field_validator("extra_args")
     @classmethod
@@ -178,24 +180,37 @@ class MPISpec(_Section):
 
 class TrainingSpec(_Section):
     backend: Literal["tf", "mpi"] = "tf"
-    """``tf``: a TF cluster from TF_CONFIG; ``mpi``: Horovod ranks."""
+    """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
     strategy: Literal["multi_worker_mirrored", "parameter_server"] = "multi_worker_mirrored"
-    """With backend ``tf``: synchronous all-reduce, or a chief with parameter servers and workers."""
+    """With backend 'tf': synchronous all-reduce, or a chief with parameter servers and workers."""
     launcher: Literal["local"] = "local"
+    """Where the training processes run: 'local' (this machine)."""
     num_workers: Annotated[int, Field(ge=1, le=64)] = 2
+    """Training workers (with Horovod: worker machines, each running 'slots_per_worker' ranks)."""
     num_ps: Annotated[int, Field(ge=0, le=64)] = 0
-    """Parameter-server tasks (strategy ``parameter_server`` only)."""
+    """Parameter-server tasks (strategy 'parameter_server' only)."""
     mpi: MPISpec | None = None
-    """Horovod settings (backend ``mpi`` only; defaults apply when omitted)."""
+    """Horovod settings (backend 'mpi' only; defaults apply when omitted)."""
     gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
+    """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally)."""
     cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
     """Threads per worker; default: the machine's cores shared evenly (local launcher)."""
     epochs: Annotated[int, Field(ge=1)] = 5
+    """Passes over the training shards."""
     global_batch_size: Annotated[int, Field(ge=1)] = 64
+    """Examples per training step, split evenly across the replicas."""
     checkpoint_every_steps: Annotated[int, Field(ge=1)] = 100
+    """The chief writes a checkpoint every this many steps (and at the end)."""
     keep_checkpoints: Annotated[int, Field(ge=1)] = 3
+    """Checkpoints kept in the run's checkpoint directory."""
     seed: int = 0
+    """Seed for weight initialization and shuffling."""
     timeout_minutes: Annotated[int, Field(ge=1)] = 120
+    """Each task's execution timeout."""
+    pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
+    pool_slots: Annotated[int, Field(ge=1)] | None = None
+    """Slots one training run takes in the pool; default: its number of processes."""
 
     @model_validator(mode="after")
     def _mode(self) -> TrainingSpec:
@@ -228,6 +243,13 @@ class TrainingSpec(_Section):
     def data_readers(self) -> int:
         """Processes that each read their own train shards."""
         return self.num_workers * self.mpi_settings.slots_per_worker if self.backend == "mpi" else self.num_workers
+
+    @property
+    def processes(self) -> int:
+        """Training processes one run starts (its default pool slots)."""
+        if self.strategy == "parameter_server":
+            return 1 + self.num_ps + self.num_workers
+        return self.data_readers
 
     @property
     def replicas(self) -> int:
@@ -268,7 +290,7 @@ class ChangeThreshold(_Section):
 
 class CheckpointSelection(_Section):
     mode: Literal["latest", "best"] = "latest"
-    """``best``: validate every retained checkpoint and keep the best by ``metric``."""
+    """'best': validate every retained checkpoint and keep the best by 'metric'."""
     metric: str = "accuracy"
     direction: Direction = "higher_is_better"
 
@@ -284,7 +306,7 @@ class ValidationSpec(_Section):
 class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
     root: str | None = None
-    """Default: ``<artifact_root>/models``."""
+    """Default: '<artifact_root>/models'."""
     keep_versions: Annotated[int, Field(ge=1)] | None = None
     """Keep the newest N versions (and always the baseline); default: keep all."""
 
@@ -301,7 +323,12 @@ class Spec(_Section):
     schedule: str | None = "@daily"
     start_date: dt.datetime
     catchup: bool = False
+    max_active_runs: Annotated[int, Field(ge=1)] = 1
+    """Runs of this pipeline at once (a backfill included)."""
     tags: list[str] = Field(default_factory=list)
+    overridable: list[str] = Field(default_factory=list)
+    """Fields a run may override (trigger form, '--conf', backfill '--dag-run-conf'), as dotted
+    paths, e.g. 'training.epochs'; they become the DAG's typed Params."""
     artifact_root: str = Field(default_factory=default_artifact_root)
     data: DataSpec
     model: ModelSpec
@@ -359,6 +386,34 @@ class Spec(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _overridable_fields(self) -> Spec:
+        for path in self.overridable:
+            try:
+                value = field_value(self, path)
+            except (AttributeError, KeyError):
+                value = self
+            if isinstance(value, (BaseModel, dict)):
+                raise ValueError(f"overridable: {path!r} is not a field; give a dotted path to a single "
+                                 f"value such as 'training.epochs' or 'model.learning_rate'")
+        return self
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Spec:
+        """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused."""
+        refused = sorted(set(overrides) - set(self.overridable))
+        if refused:
+            raise SpecError([f"{path}: not overridable in this pipeline; overridable: "
+                             f"{', '.join(self.overridable) or 'nothing (see the spec field overridable)'}"
+                             for path in refused], "run overrides")
+        data = self.to_json_dict()
+        for path, value in overrides.items():
+            *parents, leaf = path.split(".")
+            node = data
+            for part in parents:
+                node = node[part] if node.get(part) is not None else node.setdefault(part, {})
+            node[leaf] = value
+        return load_spec(data, "spec after the run's overrides")
+
     @property
     def export_root(self) -> str:
         return self.export.root or os.path.join(self.artifact_root, "models")
@@ -370,6 +425,14 @@ class Spec(_Section):
         """Stable hash of the resolved spec."""
         canonical = json.dumps(self.to_json_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def field_value(spec: Spec, path: str) -> Any:
+    """The value at a dotted path of the spec ('training.epochs')."""
+    node: Any = spec
+    for part in path.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
 
 
 def _field_path(loc: tuple, data: Any, missing: bool) -> str:
@@ -390,7 +453,7 @@ def _problems(error: ValidationError, data: Any) -> list[str]:
     for e in error.errors():
         path = _field_path(e["loc"], data, missing=e["type"] == "missing")
         message = e["msg"].removeprefix("Value error, ")
-        if message.startswith(tuple(f"{section}." for section in Spec.model_fields)):
+        if message.startswith(tuple(f"{field}{sep}" for field in Spec.model_fields for sep in ".:")):
             problems.append(message)  # cross-field checks name their own field
             continue
         if e["type"] not in ("value_error", "missing", "union_tag_invalid", "union_tag_not_found"):

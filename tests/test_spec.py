@@ -80,7 +80,7 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
     assert problems(spec) == [
         "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
         "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
-        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes"
+        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, pool, pool_slots"
     ]
     spec = make_spec(str(tmp_path), colour="blue")
     assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
@@ -136,3 +136,25 @@ def test_valid_distribution_modes(tmp_path):
     assert mpi.replicas == 4 and mpi.mpi_settings.scale_learning_rate
     default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
     assert default.mpi_settings.controller in ("mpi", "gloo")
+
+
+def test_overrides_are_validated_against_the_same_model(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), overridable=["training.epochs", "model.learning_rate",
+                                                           "training.backend"]))
+    changed = spec.with_overrides({"training.epochs": 2, "model.learning_rate": 0.01, "training.backend": "mpi"})
+    assert (changed.training.epochs, changed.model.learning_rate, changed.training.backend) == (2, 0.01, "mpi")
+    assert spec.training.epochs == 4  # the DAG's own spec is untouched
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.epochs": 0})
+    assert err.value.problems == ["training.epochs: Input should be greater than or equal to 1 (got 0)"]
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.num_workers": 3})
+    assert err.value.problems[0].startswith("training.num_workers: not overridable in this pipeline; overridable: "
+                                            "training.epochs, model.learning_rate, training.backend")
+
+
+def test_overridable_must_name_single_fields(tmp_path):
+    assert problems(make_spec(str(tmp_path), overridable=["training"]))[0].startswith(
+        "overridable: 'training' is not a field")
+    assert problems(make_spec(str(tmp_path), overridable=["training.epoch"]))[0].startswith(
+        "overridable: 'training.epoch' is not a field")

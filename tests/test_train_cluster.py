@@ -134,3 +134,20 @@ launcher.run(stage, log)
     parent.wait()
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                              for p in pids), 15, "workers to exit after their launcher was killed")
+
+
+def test_a_retry_stops_workers_left_by_an_earlier_attempt(digits_root):
+    """Workers of an earlier attempt that are still alive are stopped before the retry starts its own."""
+    import subprocess
+
+    plan = plan_for(digits_root, "train_retry", training={"epochs": 2})
+    run(plan, "prepare_data")
+    stage = plan.stage("train")
+    stale = [subprocess.Popen(p.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                                                          "task": {"type": "worker", "index": p.index}})})
+             for p in stage.processes]
+    _, lines = run(plan, "train")
+    assert any("stopping 2 process(es) left by an earlier attempt" in line for line in lines)
+    assert all(proc.poll() is not None for proc in stale)
+    assert read_json(plan.layout.train_result)["final_step"] > 0

@@ -22,5 +22,5 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
         argv = ("mpirun", *hosts, "--bind-to", "none", "--map-by", "slot", "--tag-output", *as_root,
                 *mpi.extra_args, *command)
     gpus = ranks if t.gpus_per_worker else 0  # the local launcher runs every rank on this machine
-    process = Process(os.path.basename(argv[0]), 0, argv, threads_per_process(spec, ranks), gpus=gpus)
+    process = Process(os.path.basename(argv[0]), 0, argv, threads_per_process(spec, t.processes), gpus=gpus)
     return Stage("train", (process,), rank_tagged=True)

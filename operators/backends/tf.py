@@ -14,7 +14,7 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
     roles = [("worker", t.num_workers)]
     if t.strategy == "parameter_server":
         roles = [("chief", 1), ("ps", t.num_ps), *roles]
-    env = threads_per_process(spec, sum(count for _, count in roles))
+    env = threads_per_process(spec, t.processes)
     processes = tuple(
         Process(role, i, command, env, gpus=t.gpus_per_worker if role == "worker" else 0)
         for role, count in roles

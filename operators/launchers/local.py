@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
 import os
@@ -62,7 +63,23 @@ class LocalLauncher(Launcher):
                 envs[p.name]["TF_CONFIG"] = tf_config(stage, addresses, p)
         return envs
 
+    def stop_leftovers(self, stage: Stage, log: logging.Logger) -> None:
+        """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
+        spec), so a retry never runs a second set of workers beside the first."""
+        signatures = set()
+        for p in stage.processes:
+            module = p.argv[p.argv.index("-m") + 1]
+            signatures.add(f"-m {module} --spec {p.argv[p.argv.index('--spec') + 1]} ")
+        ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+        leftovers = [proc for proc in psutil.process_iter(["pid", "cmdline"])
+                     if proc.pid not in ours and any(s in " ".join(proc.info["cmdline"] or []) + " " for s in signatures)]
+        if leftovers:
+            log.warning("stopping %d process(es) left by an earlier attempt: %s", len(leftovers),
+                        ", ".join(str(p.pid) for p in leftovers))
+            _terminate_all(leftovers)
+
     def run(self, stage: Stage, log: logging.Logger) -> None:
+        self.stop_leftovers(stage, log)
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         envs = self.environments(stage)
@@ -149,23 +166,21 @@ class LocalLauncher(Launcher):
                 victims += [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 pass
-        for proc in started:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for victim in victims:
-            try:
-                victim.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(victims, timeout=STOP_GRACE_SECONDS)
-        for victim in alive:
-            try:
-                victim.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=STOP_GRACE_SECONDS)
+        _terminate_all(victims)
         for proc in started:
             proc.poll()
+
+
+def _terminate_all(victims: list[psutil.Process]) -> None:
+    """SIGTERM, then SIGKILL whatever is still alive after the grace period."""
+    for victim in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.terminate()
+    _, alive = psutil.wait_procs(victims, timeout=STOP_GRACE_SECONDS)
+    for victim in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.kill()
+    psutil.wait_procs(alive, timeout=STOP_GRACE_SECONDS)
