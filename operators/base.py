@@ -7,10 +7,9 @@ import os
 from typing import Any
 
 from airflow.sdk import BaseOperator
-
-from operators.launchers import StageFailed, get_launcher
 from airflow.sdk.exceptions import AirflowFailException
 
+from operators.launchers import StageFailed, get_launcher
 from operators.plan import Plan, RunContext, build_plan, manual_interval
 from operators.spec import Spec, SpecError, field_value, load_spec
 from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow

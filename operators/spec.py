@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import hashlib
-import json
 import math
 import os
 import shutil
@@ -421,10 +419,6 @@ class Spec(_Section):
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
-    def digest(self) -> str:
-        """Stable hash of the resolved spec."""
-        canonical = json.dumps(self.to_json_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def field_value(spec: Spec, path: str) -> Any:
@@ -484,7 +478,3 @@ def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None
         return Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_problems(exc, data), origin) from None
-
-
-def json_schema() -> dict[str, Any]:
-    return Spec.model_json_schema()

@@ -58,6 +58,7 @@ def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
     assert "worker-1 was killed by signal 9" in str(failure.value)
     assert time.monotonic() - killed["at"] < 10, "the surviving worker was not stopped at once"
     assert_all_stopped(launcher)
+    assert_no_process_of(plan)
 
 
 def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
