@@ -112,10 +112,15 @@ def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_resu
     return model, step
 
 
+def serving_predict(tf, path: str):
+    """A SavedModel's serving signature as a feature dict → probabilities function."""
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    return lambda features: signature(**features)["probabilities"]
+
+
 def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: list[str]) -> dict[str, float]:
     """The baseline SavedModel's metrics on this run's eval data."""
-    signature = tf.saved_model.load(baseline["path"]).signatures["serving_default"]
-    probabilities, labels = score(tf, lambda features: signature(**features)["probabilities"], data_dir, manifest)
+    probabilities, labels = score(tf, serving_predict(tf, baseline["path"]), data_dir, manifest)
     return compute_metrics(probabilities, labels, names)
 
 

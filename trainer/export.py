@@ -16,8 +16,9 @@ import shutil
 
 import numpy as np
 
-from trainer import data, registry
+from trainer import registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
+from trainer.evaluate import score, serving_predict
 from trainer.models import restore_model
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
@@ -40,15 +41,10 @@ def serving_module(tf, model, features: list[dict]):
 
 def serving_accuracy(tf, path: str, data_dir: str, manifest: dict) -> float:
     """Reload the SavedModel and run its signature on every eval example."""
-    signature = tf.saved_model.load(path).signatures["serving_default"]
-    correct = total = 0
-    for features, labels in data.eval_dataset(tf, data_dir, manifest):
-        probabilities = signature(**features)["probabilities"].numpy()
-        if not np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-3):
-            raise ValueError("the serving signature does not return probabilities")
-        correct += int((probabilities.argmax(axis=1) == labels.numpy()).sum())
-        total += len(probabilities)
-    return correct / total
+    probabilities, labels = score(tf, serving_predict(tf, path), data_dir, manifest)
+    if not np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-3):
+        raise ValueError("the serving signature does not return probabilities")
+    return float((probabilities.argmax(axis=1) == labels).mean())
 
 
 def choose_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
