@@ -17,6 +17,7 @@ import sys
 
 from operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
 from operators.spec import SpecError, default_artifact_root, load_spec
+from trainer import registry  # file formats only: no TensorFlow
 
 
 def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
@@ -43,16 +44,12 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
 
 
 def list_models(model_dir: str) -> None:
-    versions = sorted((int(v) for v in os.listdir(model_dir) if v.isdigit()), reverse=True) if os.path.isdir(
-        model_dir) else []
-    if not versions:
+    published = registry.versions(model_dir)
+    if not published:
         raise SystemExit(f"no versions published in {model_dir}")
-    for version in versions:
-        path = os.path.join(model_dir, str(version))
-        with open(os.path.join(path, "metadata.json")) as f:
-            meta = json.load(f)
+    for meta in reversed(published):
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
-        print(f"{path}  run {meta['run_id']}  {metrics}")
+        print(f"{meta['path']}  run {meta['run_id']}  {metrics}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,13 @@ Used by ``make demo`` (``tfdist demo``) and by the end-to-end tests."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from trainer import registry  # file formats only: no TensorFlow
 
 DEMO_DAG = "digits_nightly"
 _SHOWN = re.compile(r"(\[(?:worker|chief|ps|rank|prepare|evaluate|export)-\d+\].*?|ERROR.*?|\w+Error.*?)"
@@ -80,12 +81,10 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
         print(f"\nthe DAG run did not succeed (state {outcome.state}); full log: {outcome.log_path}")
         return 1
     model_dir = os.path.join(artifact_root, "models", "digits")
-    for version in sorted(os.listdir(model_dir), reverse=True):
-        with open(os.path.join(model_dir, version, "metadata.json")) as f:
-            metadata = json.load(f)
+    for metadata in registry.versions(model_dir):
         if metadata["run_id"] == outcome.run_id:
             print(f"\nrun {outcome.run_id} succeeded; full log: {outcome.log_path}")
-            print(f"exported model: {os.path.join(model_dir, version)}")
+            print(f"exported model: {metadata['path']}")
             print(f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
                   f"(serving signature on the held-out split: {metadata['serving_eval_accuracy']:.4f})")
             return 0

@@ -23,10 +23,6 @@ class StageFailed(RuntimeError):
         blocks = [f"[{name}] last lines:\n" + "\n".join(f"  {line}" for line in lines) for name, lines in tails.items()]
         super().__init__(f"{process} {how}\n" + "\n".join(blocks))
 
-    @property
-    def tail(self) -> list[str]:
-        return self.tails.get(self.process, [])
-
 
 class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
