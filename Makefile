@@ -14,11 +14,12 @@ export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo test clean
+.PHONY: help setup demo test bench clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make test   set up, then run the test suite"
+	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
 
 setup: $(STAMP)
 
@@ -43,6 +44,11 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+BENCH_BUDGET ?= full
+BENCH_OUT ?= $(CURDIR)/bench/results
+bench: setup
+	$(BIN)/python -m bench.run --budget $(BENCH_BUDGET) --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .airflow .demo

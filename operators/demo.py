@@ -4,11 +4,15 @@ Used by ``make demo`` (``tfdist demo``) and by the end-to-end tests."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 
 from trainer import registry  # file formats only: no TensorFlow
@@ -50,18 +54,36 @@ class DagTestOutcome:
     run_id: str | None
     state: str | None
     log_path: str
+    peak_rss_mb: float
+    """Peak resident memory of the ``airflow dags test`` process, which runs the tasks in-process
+    (their worker processes excluded)."""
 
 
-def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: bool = True) -> DagTestOutcome:
-    """``airflow db migrate`` then ``airflow dags test``: one real DAG run; its whole output goes to ``log_path``."""
+def _sample_peak_rss(pid: int, peak: list[float]) -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        proc = psutil.Process(pid)
+        while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            peak[0] = max(peak[0], proc.memory_info().rss / 2**20)
+            time.sleep(0.1)
+
+
+def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: bool = True,
+                      conf: dict | None = None) -> DagTestOutcome:
+    """``airflow db migrate`` then ``airflow dags test`` (with the run conf ``conf``): one real DAG run;
+    its whole output goes to ``log_path``."""
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     run_id = state = None
+    argv = [airflow, "dags", "test", dag_id, logical_date.isoformat(), *(["--conf", json.dumps(conf)] if conf else [])]
+    peak = [0.0]
     with open(log_path, "w") as log, subprocess.Popen(
-        [airflow, "dags", "test", dag_id, logical_date.isoformat()],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     ) as proc:
+        sampler = threading.Thread(target=_sample_peak_rss, args=(proc.pid, peak), daemon=True)
+        sampler.start()
         for line in proc.stdout:
             log.write(line)
             shown = _SHOWN.search(line.rstrip())
@@ -69,7 +91,8 @@ def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: b
                 print(shown[1][:400], flush=True)
             if finished := _FINISHED.search(line):
                 run_id, state = finished["run_id"], finished["state"]
-    return DagTestOutcome(run_id, state, log_path)
+    sampler.join()
+    return DagTestOutcome(run_id, state, log_path, round(peak[0], 1))
 
 
 def run_demo(artifact_root: str, logs_dir: str) -> int:
@@ -84,6 +107,7 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
     for metadata in registry.versions(model_dir):
         if metadata["run_id"] == outcome.run_id:
             print(f"\nrun {outcome.run_id} succeeded; full log: {outcome.log_path}")
+            print(f"Airflow process peak memory: {outcome.peak_rss_mb:.0f} MB (tasks run in it; workers excluded)")
             print(f"exported model: {metadata['path']}")
             print(f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
                   f"(serving signature on the held-out split: {metadata['serving_eval_accuracy']:.4f})")

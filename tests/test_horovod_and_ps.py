@@ -16,7 +16,7 @@ from operators.launchers.local import LocalLauncher
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, plan_for, run
 from trainer.artifacts import read_json
 
-DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+)$")
+DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+);")
 
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])

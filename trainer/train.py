@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -53,13 +54,21 @@ class Mirrored:
         return gradients  # the optimizer all-reduces them under the strategy
 
     def _chunk(self, replica_step):
-        """tf.function running ``steps`` steps from ``iterator``: the sums of loss and correct over replicas."""
-        strategy = self.strategy
+        """tf.function running ``steps`` steps from ``iterator``: the sums of loss and correct over replicas.
+        Each replica keeps its own sums; they are reduced across workers once per call, not per step."""
+        strategy, tf = self.strategy, self.tf
 
-        def one_step(iterator):
-            return [strategy.reduce("SUM", v, axis=None) for v in strategy.run(replica_step, args=(next(iterator),))]
+        def accumulate(batch, sums):
+            return [total + value for total, value in zip(sums, replica_step(batch))]
 
-        return self.tf.function(lambda iterator, steps: _repeat(self.tf, lambda: one_step(iterator), steps))
+        @tf.function
+        def chunk(iterator, steps):
+            sums = strategy.run(lambda: [tf.constant(0.0), tf.constant(0.0)])
+            for _ in tf.range(steps):
+                sums = strategy.run(accumulate, args=(next(iterator), sums))
+            return [strategy.reduce("SUM", total, axis=None) for total in sums]
+
+        return chunk
 
     @staticmethod
     def _from_context(dataset_fn):
@@ -153,6 +162,13 @@ def serve(tf, resolver) -> None:
     server.join()
 
 
+def steady_rate(step: int, now: float, warm: tuple[float, int] | None, global_batch: int) -> float | None:
+    """Examples/s since the first step call (tracing excluded); None before a second call."""
+    if warm is None or step == warm[1] or now <= warm[0]:
+        return None
+    return round((step - warm[1]) * global_batch / (now - warm[0]), 1)
+
+
 def weights_digest(model) -> str:
     h = hashlib.sha256()
     for weight in model.weights:
@@ -210,9 +226,8 @@ def main() -> None:
 
     def dataset_fn(reader, readers, per_replica_batch):
         """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched."""
-        own = files[reader::readers]
-        return (
-            tf.data.TFRecordDataset(own, num_parallel_reads=min(len(own), data.READ_PARALLELISM))
+        return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
+            tf.data.TFRecordDataset(files[reader::readers])
             .shuffle(4096, seed=t["seed"] + reader, reshuffle_each_iteration=True)
             .repeat()
             .batch(per_replica_batch(global_batch), drop_remainder=True)
@@ -237,10 +252,14 @@ def main() -> None:
     every = t["checkpoint_every_steps"]
     step, epoch_loss, epoch_correct, epoch_steps, history = start_step, 0.0, 0.0, 0, []
     started = last_report = time.monotonic()
+    warm = None  # (time, step) after the first call, which includes tracing: throughput counts from there
     while step < total_steps:
         steps = min(STEPS_PER_CALL, total_steps - step, every - step % every, steps_per_epoch - step % steps_per_epoch)
         loss_sum, correct_sum = run_steps(steps)
         step += steps
+        if warm is None:
+            warm = (time.monotonic(), step)
+            say(f"{sync.name}: first {steps} steps done in {warm[0] - started:.2f}s (tracing included)")
         epoch_loss, epoch_correct, epoch_steps = epoch_loss + loss_sum, epoch_correct + correct_sum, epoch_steps + steps
         metrics = {"loss": epoch_loss / epoch_steps, "accuracy": epoch_correct / (epoch_steps * global_batch)}
         if manager and (step % every == 0 or step == total_steps):
@@ -250,15 +269,17 @@ def main() -> None:
                 say(f"{sync.name}: saved checkpoint {manager.latest_checkpoint}")
         now = time.monotonic()
         if now - last_report >= PROGRESS_SECONDS or step == total_steps:
-            rate = (step - start_step) * global_batch / (now - started)
+            rate = steady_rate(step, now, warm, global_batch)
             say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
-                f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f} examples/s {rate:,.0f}")
+                f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f}"
+                + (f" examples/s {rate:,.0f}" if rate else ""))
             last_report = now
         if step % steps_per_epoch == 0:
             history.append(metrics)
             epoch_loss, epoch_correct, epoch_steps = 0.0, 0.0, 0
-    elapsed = time.monotonic() - started
-    say(f"{sync.name}: done at step {step}; weights sha256 {weights_digest(model)}")
+    finished = time.monotonic()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    say(f"{sync.name}: done at step {step}; weights sha256 {weights_digest(model)}; peak RSS {peak_mb:.0f} MB")
     if not sync.is_chief:
         if manager:
             shutil.rmtree(manager.directory, ignore_errors=True)
@@ -271,9 +292,9 @@ def main() -> None:
         "data_manifest_sha256": sha256_file(manifest_path),
         "metrics": history[-1] if history else {},
         "loss_per_epoch": [round(m["loss"], 5) for m in history],
-        "examples_per_sec": round((step - start_step) * global_batch / elapsed, 1) if step > start_step else None,
+        "examples_per_sec": steady_rate(step, finished, warm, global_batch),
         "workers": sync.workers,
-        "train_seconds": round(elapsed, 2),
+        "train_seconds": round(finished - started, 2),
     })
     say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
 

@@ -1,0 +1,128 @@
+"""A plain hand-written training script, the benchmark's yardstick: what a user writes from the TensorFlow
+and Horovod tutorials, without the plugin. Same model, same shards, same global batch as the train stage.
+
+    python -m bench.handwritten single   --spec S --data D --steps N [--steps-per-call K]   one process, all cores
+    python -m bench.handwritten mirrored ...   one process per worker, TF_CONFIG cluster (MultiWorkerMirroredStrategy)
+    python -m bench.handwritten ps ...         chief + ps + workers from TF_CONFIG (ParameterServerStrategy)
+    python -m bench.handwritten horovod ...    one rank per process under horovodrun
+
+TensorFlow's default threading (every process uses every core), one step per tf.function call unless
+``--steps-per-call`` says otherwise. The chief prints ``examples/s <rate>`` counted after the first call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=["single", "mirrored", "ps", "horovod"])
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--steps-per-call", type=int, default=1)
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+
+    from trainer import data
+    from trainer.models import build_model, build_optimizer
+
+    with open(args.spec) as f:
+        spec = json.load(f)
+    with open(os.path.join(args.data, "manifest.json")) as f:
+        manifest = json.load(f)
+    global_batch = spec["training"]["global_batch_size"]
+    files = data.shard_paths(args.data, manifest, "train")
+    parse = data.parse_fn(tf, manifest)
+
+    def dataset(ctx):
+        own = files[ctx.input_pipeline_id::ctx.num_input_pipelines]
+        return (tf.data.TFRecordDataset(own).shuffle(4096).repeat()
+                .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+                .map(parse, num_parallel_calls=2).prefetch(2))
+
+    hvd = coordinator = None
+    is_chief = True
+    if args.mode == "horovod":
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        strategy, is_chief = tf.distribute.get_strategy(), hvd.rank() == 0
+    elif args.mode == "mirrored":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        is_chief = not strategy.cluster_resolver.task_id
+    elif args.mode == "ps":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if resolver.task_type in ("ps", "worker"):
+            tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                 task_index=resolver.task_id, protocol="grpc", start=True).join()
+            return
+        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    else:
+        strategy = tf.distribute.get_strategy()
+
+    with strategy.scope():
+        model = build_model(spec, manifest)
+        optimizer = build_optimizer(spec, scale=hvd.size() if hvd else 1)
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+
+    if hvd:
+        for variable in [*model.variables, *optimizer.variables]:
+            variable.assign(hvd.broadcast(tf.convert_to_tensor(variable), root_rank=0))
+        ctx = tf.distribute.InputContext(hvd.size(), hvd.rank(), hvd.size())
+        iterator = iter(dataset(ctx))
+    elif coordinator:
+        iterator = iter(coordinator.create_per_worker_dataset(
+            lambda: strategy.distribute_datasets_from_function(dataset)))
+    else:
+        iterator = iter(strategy.distribute_datasets_from_function(dataset))
+
+    def step(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)),
+                                              global_batch_size=global_batch)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        if hvd:
+            gradients = hvd.grouped_allreduce(gradients, op=hvd.Sum)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_steps(iterator):
+        loss = tf.constant(0.0)
+        for _ in tf.range(args.steps_per_call):
+            loss = step(next(iterator)) if hvd else strategy.reduce("SUM", strategy.run(step, args=(next(iterator),)),
+                                                                    axis=None)
+        return loss
+
+    def call():
+        if coordinator:
+            return coordinator.schedule(train_steps, args=(iterator,))
+        return train_steps(iterator)
+
+    calls = max(2, args.steps // args.steps_per_call)
+    call()
+    if coordinator:
+        coordinator.join()
+    started = time.monotonic()
+    for _ in range(calls - 1):
+        loss = call()
+    if coordinator:
+        coordinator.join()
+        loss = loss.fetch()
+    float(loss)
+    rate = (calls - 1) * args.steps_per_call * global_batch / (time.monotonic() - started)
+    if is_chief:
+        print(f"examples/s {rate:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

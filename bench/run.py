@@ -1,0 +1,324 @@
+"""``make bench``: what the plugin costs and where it stands against the limit on this machine.
+
+Every figure is a ratio of two things measured side by side in the same run, each repetition in the
+opposite order of the one before; the table gives the median and the spread (min–max). Writes
+``latest.md``, ``latest.json`` and ``throughput.png`` to ``--out``. Not a test: CI runs only the tiny
+budget, to check the suite still runs."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import logging
+import os
+import re
+import runpy
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from operators.base import record_run
+from operators.demo import airflow_dags_test, write_digits_partitions
+from operators.launchers.local import LocalLauncher
+from operators.plan import Process, RunContext, Stage, build_plan
+from operators.spec import load_spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAY = dt.date(2026, 11, 20)
+MODES = {
+    "mirrored": {"backend": "tf"},
+    "parameter_server": {"backend": "tf", "strategy": "parameter_server", "num_ps": 1},
+    "horovod": {"backend": "mpi"},
+}
+LIMIT_STEPS_PER_CALL = 10  # the limit runs as many steps per tf.function call as the train stage
+
+
+@dataclass(frozen=True)
+class Budget:
+    repetitions: int
+    epochs: int
+    worker_counts: tuple[int, ...]
+    shard_sizes: tuple[int, ...]
+    parse_repetitions: int
+
+
+BUDGETS = {
+    "tiny": Budget(repetitions=1, epochs=2, worker_counts=(2,), shard_sizes=(2_000, 4_000), parse_repetitions=1),
+    "full": Budget(repetitions=3, epochs=20, worker_counts=(1, 2), shard_sizes=(20_000, 200_000), parse_repetitions=7),
+}
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def alternating(cases: list, repetition: int) -> list:
+    return cases if repetition % 2 == 0 else cases[::-1]
+
+
+class Lines(logging.Handler):
+    """Each relayed output line with the time it arrived."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record):
+        self.lines.append((time.monotonic(), record.getMessage()))
+
+
+def run_stage(stage: Stage) -> tuple[float, list[tuple[float, str]]]:
+    """(the time the launcher started, the stage's output lines)."""
+    log = logging.getLogger(f"tfdist.bench.{stage.task_id}")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    log.handlers = [Lines()]
+    started = time.monotonic()
+    LocalLauncher().run(stage, log)
+    return started, log.handlers[0].lines
+
+
+class Training:
+    """The example pipeline's train stage (and its yardsticks) on shards prepared once by the prepare stage."""
+
+    def __init__(self, work: str, budget: Budget):
+        self.work, self.budget = work, budget
+        self.spec = copy.deepcopy(runpy.run_path(os.path.join(REPO, "dags", "digits_nightly.py"))["SPEC"])
+        self.spec.update(artifact_root=work)
+        self.spec["data"]["window_days"] = 3
+        self.spec["training"].update(epochs=budget.epochs, checkpoint_every_steps=10**6)
+        write_digits_partitions(os.path.join(work, "raw", "digits"), DAY, 3)
+        prepared = self.plan("prepare", {})
+        run_stage(prepared.stage("prepare_data"))
+        self.data, self.spec_file = prepared.layout.data_dir, prepared.layout.spec_file
+        with open(os.path.join(self.data, "manifest.json")) as f:
+            examples = json.load(f)["train"]["examples"]
+        self.steps = budget.epochs * (examples // self.spec["training"]["global_batch_size"])
+
+    def plan(self, run_id: str, training: dict):
+        spec = copy.deepcopy(self.spec)
+        spec["training"].update(training)
+        spec = load_spec(spec)
+        start = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+        plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
+        record_run(spec, plan)
+        return plan
+
+    def ours(self, run_id: str, mode: str, workers: int) -> dict:
+        plan = self.plan(run_id, {**MODES[mode], "num_workers": workers})
+        os.symlink(self.data, plan.layout.data_dir)
+        started, lines = run_stage(plan.stage("train"))
+        with open(plan.layout.train_result) as f:
+            rate = json.load(f)["examples_per_sec"]
+        first_step = min(t for t, line in lines if re.search(r": first \d+ steps done", line))
+        peaks = [float(m[1]) for _, line in lines if (m := re.search(r"peak RSS (\d+) MB", line))]
+        return {"examples_per_sec": rate, "first_step_seconds": first_step - started, "peak_rss_mb": max(peaks)}
+
+    def handwritten(self, mode: str, workers: int) -> float:
+        command = (sys.executable, "-m", "bench.handwritten", mode, "--spec", self.spec_file, "--data", self.data,
+                   "--steps", str(self.steps))
+        if mode == "single":
+            stage = Stage("single", (Process("single", 0, (*command, "--steps-per-call", str(LIMIT_STEPS_PER_CALL))),))
+        elif mode == "horovod":
+            horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+            argv = (horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", *command)
+            stage = Stage("horovod", (Process("horovodrun", 0, argv),), rank_tagged=True)
+        else:
+            roles = [("chief", 1), ("ps", 1)] if mode == "ps" else []
+            processes = tuple(Process(role, i, command) for role, n in [*roles, ("worker", workers)] for i in range(n))
+            stage = Stage(mode, processes, tf_cluster=True, servers=("ps", "worker") if mode == "ps" else ())
+        _, lines = run_stage(stage)
+        return next(float(m[1]) for _, line in lines if (m := re.search(r"examples/s ([\d.]+)$", line)))
+
+
+def import_tensorflow_seconds() -> float:
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import tensorflow"], check=True, stderr=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
+def throughput_and_startup(work: str, budget: Budget) -> dict:
+    training = Training(work, budget)
+    cases = [("limit", lambda r: training.handwritten("single", 1)), ("import", lambda r: import_tensorflow_seconds())]
+    for mode in MODES:
+        for n in budget.worker_counts:
+            cases.append((f"ours/{mode}/{n}", lambda r, mode=mode, n=n: training.ours(f"{mode}-{n}-r{r}", mode, n)))
+        anchor = {"mirrored": "mirrored", "parameter_server": "ps", "horovod": "horovod"}[mode]
+        cases.append((f"handwritten/{mode}/2", lambda r, anchor=anchor: training.handwritten(anchor, 2)))
+    samples: dict[str, list] = {name: [] for name, _ in cases}
+    for repetition in range(budget.repetitions):
+        for name, measure in alternating(cases, repetition):
+            samples[name].append(measure(repetition))
+            print(f"  {name}: {samples[name][-1]}", flush=True)
+    return {"samples": samples, "steps": training.steps}
+
+
+PARSE_PROBE = """
+import json, runpy, sys, time
+import airflow.sdk  # the dag-processor has Airflow imported before it parses a file
+started = time.perf_counter(); runpy.run_path(sys.argv[1]); cold = time.perf_counter() - started
+started = time.perf_counter(); runpy.run_path(sys.argv[1]); warm = time.perf_counter() - started
+print(json.dumps({"cold": cold, "warm": warm, "tensorflow": sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[:3]}))
+"""
+DAG_FILES = {"empty": os.path.join(REPO, "bench", "empty_dag.py"),
+             "digits_nightly": os.path.join(REPO, "dags", "digits_nightly.py"),
+             "yaml_specs": os.path.join(REPO, "dags", "yaml_specs.py")}
+
+
+def parse_times(work: str, budget: Budget) -> dict:
+    """Parse of each DAG file in a fresh process with Airflow imported: the first (cold) and a second (warm)."""
+    env = {**os.environ, "AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": work}
+    samples: dict[str, list] = {name: [] for name in DAG_FILES}
+    for repetition in range(budget.parse_repetitions):
+        for name, path in alternating(list(DAG_FILES.items()), repetition):
+            out = subprocess.run([sys.executable, "-c", PARSE_PROBE, path], env=env, check=True, cwd=REPO,
+                                 capture_output=True, text=True).stdout
+            samples[name].append(json.loads(out.strip().splitlines()[-1]))
+    return samples
+
+
+def airflow_run(work: str, budget: Budget) -> dict:
+    """One real run of the example DAG (``airflow dags test``): the Airflow task process's peak memory."""
+    env = {"AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": os.path.join(work, "dag_run"),
+           "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    os.environ.update(env)
+    write_digits_partitions(os.path.join(env["TFDIST_ARTIFACT_ROOT"], "raw", "digits"), DAY - dt.timedelta(days=1), 1)
+    outcome = airflow_dags_test("digits_nightly", DAY, os.path.join(work, "dags-test.log"), echo=False,
+                                conf={"training.epochs": budget.epochs})
+    if outcome.state != "success":
+        raise RuntimeError(f"the example DAG run ended {outcome.state}: see {outcome.log_path}")
+    return {"peak_rss_mb": outcome.peak_rss_mb}
+
+
+def ratio_row(figure: str, numerators: list[float], denominators: list[float], goal: str, test) -> dict:
+    ratios = [a / b for a, b in zip(numerators, denominators)]
+    s = summary(ratios)
+    return {"figure": figure, **s, "goal": goal, "met": test(s["median"])}
+
+
+def table(results: dict, budget: Budget) -> list[dict]:
+    t = results["training"]["samples"]
+    rate = {name: [v["examples_per_sec"] if isinstance(v, dict) else v for v in values]
+            for name, values in t.items() if name != "import"}
+    rows = []
+    for mode in MODES:
+        for n in budget.worker_counts:
+            rows.append(ratio_row(f"throughput {mode}, {n} worker(s) / one process (limit)", rate[f"ours/{mode}/{n}"],
+                                  rate["limit"], "≥ 0.9" if n == 2 else "", lambda m, n=n: m >= 0.9 if n == 2 else None))
+        rows.append(ratio_row(f"throughput hand-written {mode}, 2 workers / limit", rate[f"handwritten/{mode}/2"],
+                              rate["limit"], "", lambda m: None))
+        rows.append(ratio_row(f"plugin tax {mode}: ours / hand-written, 2 workers", rate[f"ours/{mode}/2"],
+                              rate[f"handwritten/{mode}/2"], "≥ 0.95", lambda m: m >= 0.95))
+    for mode in MODES:
+        rows.append(ratio_row(f"train start → first steps, {mode} 2 workers / bare import tensorflow",
+                              [v["first_step_seconds"] for v in t[f"ours/{mode}/2"]], t["import"], "≤ 1.5",
+                              lambda m: m <= 1.5))
+    p = results["parse"]
+    for name in ("digits_nightly", "yaml_specs"):
+        for phase in ("cold", "warm"):
+            rows.append(ratio_row(f"DAG file parse, {phase}: {name} / empty DAG", [s[phase] for s in p[name]],
+                                  [s[phase] for s in p["empty"]], "≤ 1.2", lambda m: m <= 1.2))
+    for s in results["shards"]:
+        rows.append({"figure": f"shard writing, {s['size']:,} rows: ours / bare TFRecordWriter loop (per core)",
+                     "median": s["ratio"], "min": s["ratio_min"], "max": s["ratio_max"], "n": budget.repetitions,
+                     "goal": "≥ 0.8", "met": s["ratio"] >= 0.8})
+    return rows
+
+
+def absolutes(results: dict) -> list[tuple[str, str]]:
+    t = results["training"]["samples"]
+    out = [("limit: one hand-written process, all cores", f"{statistics.median(t['limit']):,.0f} examples/s"),
+           ("bare import tensorflow", f"{statistics.median(t['import']):.2f} s")]
+    for name, values in t.items():
+        if name.startswith("ours/"):
+            out.append((f"{name}: throughput", f"{statistics.median(v['examples_per_sec'] for v in values):,.0f} examples/s"))
+            out.append((f"{name}: start → first steps", f"{statistics.median(v['first_step_seconds'] for v in values):.2f} s"))
+            out.append((f"{name}: peak RSS per worker (largest)", f"{max(v['peak_rss_mb'] for v in values):,.0f} MB"))
+        elif name.startswith("handwritten/"):
+            out.append((f"{name}: throughput", f"{statistics.median(values):,.0f} examples/s"))
+    for s in results["shards"]:
+        out.append((f"shards, {s['size']:,} rows: ours", f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s"))
+        out.append((f"shards, {s['size']:,} rows: bare loop", f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s"))
+    tensorflow = sorted({m for samples in results["parse"].values() for s in samples for m in s["tensorflow"]})
+    out.append(("TensorFlow modules imported by parsing the DAG files", ", ".join(tensorflow) or "none"))
+    out.append(("Airflow task process peak RSS (airflow dags test, workers excluded)", f"{results['airflow']['peak_rss_mb']:,.0f} MB"))
+    return out
+
+
+def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
+    lines = [header, "", "| figure | median | spread | goal | met |", "|---|---|---|---|---|"]
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: ""}[r["met"]]
+        lines.append(f"| {r['figure']} | {r['median']:.2f} | {r['min']:.2f}–{r['max']:.2f} (n={r['n']}) | {r['goal']} | {met} |")
+    lines += ["", "| measured | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in absolute)]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict, budget: Budget, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = results["training"]["samples"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / (len(budget.worker_counts) + 1)
+    for i, mode in enumerate(MODES):
+        bars = [(f"ours, {n} worker(s)", [v["examples_per_sec"] for v in t[f"ours/{mode}/{n}"]]) for n in budget.worker_counts]
+        bars.append(("hand-written, 2 workers", t[f"handwritten/{mode}/2"]))
+        for j, (label, values) in enumerate(bars):
+            ax.bar(i + j * width, statistics.median(values), width, color=f"C{j}", label=label if i == 0 else None,
+                   yerr=[[statistics.median(values) - min(values)], [max(values) - statistics.median(values)]])
+    ax.axhline(statistics.median(t["limit"]), color="k", linestyle="--", label="limit: one process, all cores")
+    ax.set_xticks([i + width * len(budget.worker_counts) / 2 for i in range(len(MODES))], list(MODES))
+    ax.set_ylabel("examples/s (median, min–max)")
+    ax.set_title(f"Digits CNN training throughput on {os.cpu_count()} cores")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    args = parser.parse_args()
+    budget = BUDGETS[args.budget]
+    os.chdir(REPO)  # worker processes run "python -m bench.handwritten"
+    from bench import shards
+
+    work = tempfile.mkdtemp(prefix="tfdist-bench-")
+    try:
+        print("training throughput and start-up", flush=True)
+        results = {"training": throughput_and_startup(work, budget)}
+        print("DAG file parse", flush=True)
+        results["parse"] = parse_times(work, budget)
+        print("shard writing", flush=True)
+        results["shards"] = shards.measure(os.path.join(work, "shards"), budget.shard_sizes, budget.repetitions)
+        print("one example DAG run on Airflow", flush=True)
+        results["airflow"] = airflow_run(work, budget)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows, absolute = table(results, budget), absolutes(results)
+    header = (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d} with `make bench` (budget {args.budget}: "
+              f"{budget.repetitions} repetition(s), {results['training']['steps']} training steps per run) "
+              f"on {os.cpu_count()} cores.")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
+        json.dump({"budget": args.budget, "rows": rows, "absolute": absolute, "results": results}, f, indent=1)
+    text = markdown(rows, absolute, header)
+    with open(os.path.join(args.out, "latest.md"), "w") as f:
+        f.write(text)
+    chart(results, budget, os.path.join(args.out, "throughput.png"))
+    print("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
