@@ -275,11 +275,13 @@ def chart(results: dict, budget: Budget, path: str) -> None:
         for j, (label, values) in enumerate(bars):
             ax.bar(i + j * width, statistics.median(values), width, color=f"C{j}", label=label if i == 0 else None,
                    yerr=[[statistics.median(values) - min(values)], [max(values) - statistics.median(values)]])
-    ax.axhline(statistics.median(t["limit"]), color="k", linestyle="--", label="limit: one process, all cores")
+    limit = statistics.median(t["limit"])
+    ax.axhline(limit, color="k", linestyle="--", label="limit: one process, all cores")
+    ax.set_ylim(0, limit * 1.4)
     ax.set_xticks([i + width * len(budget.worker_counts) / 2 for i in range(len(MODES))], list(MODES))
     ax.set_ylabel("examples/s (median, min–max)")
     ax.set_title(f"Digits CNN training throughput on {os.cpu_count()} cores")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
