@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
         ours, bare = [], []
         for repetition in range(repetitions):
             out = os.path.join(workdir, f"out-{size}-{repetition}")
+            shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
             runs = [(ours, [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--source", source]),
                     (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"])]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
@@ -79,7 +81,8 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
 
 
 def bare(source: str, out: str) -> None:
-    """The yardstick, written independently of trainer.data: load, build each Example, write."""
+    """The yardstick, written independently of trainer.data: load, build each Example (rows as Python lists,
+    the fast way into protobuf), write."""
     import numpy as np
     import tensorflow as tf
 
@@ -89,8 +92,8 @@ def bare(source: str, out: str) -> None:
     with tf.io.TFRecordWriter(out) as writer:
         for pixel, label in zip(pixels, labels):
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "pixel": tf.train.Feature(float_list=tf.train.FloatList(value=pixel)),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                "pixel": tf.train.Feature(float_list=tf.train.FloatList(value=pixel.tolist())),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
             })).SerializeToString())
     seconds = time.monotonic() - started
     megabytes = os.path.getsize(out) / 1e6

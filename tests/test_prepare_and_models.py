@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -62,6 +63,25 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
     refused = prepare(npz_spec(str(tmp_path)), out, npz_input)
     assert refused.returncode == 1 and "holds data prepared from other input" in refused.stderr
     assert read_json(os.path.join(out, "manifest.json")) == manifest  # nothing already produced is lost
+
+
+def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path, npz_input):
+    import tensorflow as tf
+
+    from trainer.data import parse_fn, shard_paths
+
+    out = str(tmp_path / "run" / "data")
+    result = prepare(npz_spec(str(tmp_path)), out, npz_input)
+    assert result.returncode == 0, result.stderr
+    line = r"^throughput: 300 records, [\d.]+ MB in [\d.]+s: \d+ records/s, [\d.]+ MB/s$"
+    assert re.search(line, result.stdout, re.M)
+    manifest = read_json(os.path.join(out, "manifest.json"))
+    files = shard_paths(out, manifest, "train") + shard_paths(out, manifest, "eval")
+    features, labels = parse_fn(tf, manifest)(tf.data.TFRecordDataset(files).batch(1000).get_single_element())
+    written = np.column_stack([features["image"].numpy().reshape(-1, 16), features["size"], labels])
+    with np.load(npz_input) as raw:
+        given = np.column_stack([raw["image"].reshape(-1, 16), raw["size"].astype(np.float32), raw["label"]])
+    assert np.array_equal(written[np.lexsort(written.T)], given[np.lexsort(given.T)])
 
 
 def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):

@@ -77,11 +77,17 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def write_shard(tf, path: str, features: dict[str, np.ndarray], labels: np.ndarray, label_name: str) -> None:
+    """One tf.train.Example per row. One message is refilled per row from Python lists (protobuf takes
+    lists ~2x faster than numpy rows; refilling beats building a message per row ~1.5x); keys sorted."""
+    example = tf.train.Example()
+    values = {n: example.features.feature[n].float_list.value for n in features}
+    label = example.features.feature[label_name].int64_list.value
     with tf.io.TFRecordWriter(path) as writer:
-        for i in range(len(labels)):
-            feature = {n: tf.train.Feature(float_list=tf.train.FloatList(value=v[i])) for n, v in features.items()}
-            feature[label_name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[labels[i]]))
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        for i, y in enumerate(labels.tolist()):
+            for n, v in features.items():
+                values[n][:] = v[i].tolist()
+            label[:] = [y]
+            writer.write(example.SerializeToString(deterministic=True))
 
 
 def parse_fn(tf, manifest: dict[str, Any]):
