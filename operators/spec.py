@@ -6,13 +6,13 @@ Errors name the field path and what is allowed, e.g.
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import difflib
 import functools
 import inspect
 import math
 import os
+import re
 import shutil
 import string
 from pathlib import Path
@@ -426,15 +426,23 @@ class Spec(_Section):
 
 @functools.cache
 def _attribute_docs() -> dict[tuple[str, str], str]:
-    """(class, field) → the docstring below the field in this module. Read on demand, in one parse:
-    pydantic's use_attribute_docstrings re-reads the source per class, 3x the cost of parsing a DAG file."""
-    docs = {}
-    for node in ast.parse(Path(__file__).read_text()).body:
-        if isinstance(node, ast.ClassDef):
-            for field, doc in zip(node.body, node.body[1:]):
-                if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(doc, ast.Expr)
-                        and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
-                    docs[node.name, field.target.id] = inspect.cleandoc(doc.value.value)
+    """(class, field) → the docstring below the field in this module, read on demand in one pass over its
+    lines (pydantic's use_attribute_docstrings re-parses the module per class: 45 ms per DAG parse)."""
+    docs, section, field = {}, None, None
+    lines = iter(Path(__file__).read_text().splitlines())
+    for line in lines:
+        if match := re.match(r"class (\w+)\(", line):
+            section, field = match[1], None
+        elif match := re.match(r"    (\w+): ", line):
+            field = match[1]
+        elif field and line.startswith('    """'):
+            text = line.strip()[3:]
+            while not text.endswith('"""'):
+                text += "\n" + next(lines).strip()
+            docs[section, field] = inspect.cleandoc(text[:-3])
+            field = None
+        else:
+            field = None
     return docs
 
 

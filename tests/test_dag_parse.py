@@ -55,3 +55,16 @@ def test_invalid_yaml_spec_is_an_import_error_naming_file_and_field(tmp_path):
         print(list(bag.import_errors.values()))
     """)
     assert "broken.yaml: training.num_workers: Input should be greater than or equal to 1 (got 0)" in out
+
+
+def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
+    from operators.dag import build_dag
+    from operators.spec import load_spec
+
+    spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
+    params = build_dag(spec).params
+    epochs, backend = params.get_param("training.epochs"), params.get_param("training.backend")
+    assert (epochs.value, epochs.schema["type"], epochs.schema["minimum"]) == (4, "integer", 1)
+    assert epochs.description == "Passes over the training shards."
+    assert backend.schema["enum"] == ["tf", "mpi"]
+    assert backend.description == "'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."
