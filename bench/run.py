@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from operators.backends import train_stage
 from operators.base import record_run
 from operators.demo import airflow_dags_test, write_digits_partitions
 from operators.launchers.local import LocalLauncher
@@ -36,6 +37,7 @@ MODES = {
     "parameter_server": {"backend": "tf", "strategy": "parameter_server", "num_ps": 1},
     "horovod": {"backend": "mpi"},
 }
+SYNC_MODES = ("mirrored", "horovod")  # all-reduce modes: bench/collectives.py measures their sync alone
 LIMIT_STEPS_PER_CALL = 10  # the limit runs as many steps per tf.function call as the train stage
 
 
@@ -120,6 +122,16 @@ class Training:
         peaks = [float(m[1]) for _, line in lines if (m := re.search(r"peak RSS (\d+) MB", line))]
         return {"examples_per_sec": rate, "first_step_seconds": first_step - started, "peak_rss_mb": max(peaks)}
 
+    def sync_ms(self, mode: str) -> float:
+        """Milliseconds per step of 2 processes doing only the gradient sync and update (bench/collectives.py),
+        launched as the train stage launches them."""
+        spec = copy.deepcopy(self.spec)
+        spec["training"].update(MODES[mode], num_workers=2)
+        command = (sys.executable, "-m", "bench.collectives", mode, "--spec", self.spec_file, "--data", self.data,
+                   "--steps", str(self.steps))
+        _, lines = run_stage(train_stage(load_spec(spec), command))
+        return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
+
     def handwritten(self, mode: str, workers: int) -> float:
         command = (sys.executable, "-m", "bench.handwritten", mode, "--spec", self.spec_file, "--data", self.data,
                    "--steps", str(self.steps))
@@ -151,12 +163,14 @@ def throughput_and_startup(work: str, budget: Budget) -> dict:
             cases.append((f"ours/{mode}/{n}", lambda r, mode=mode, n=n: training.ours(f"{mode}-{n}-r{r}", mode, n)))
         anchor = {"mirrored": "mirrored", "parameter_server": "ps", "horovod": "horovod"}[mode]
         cases.append((f"handwritten/{mode}/2", lambda r, anchor=anchor: training.handwritten(anchor, 2)))
+        if mode in SYNC_MODES:
+            cases.append((f"sync/{mode}/2", lambda r, mode=mode: training.sync_ms(mode)))
     samples: dict[str, list] = {name: [] for name, _ in cases}
     for repetition in range(budget.repetitions):
         for name, measure in alternating(cases, repetition):
             samples[name].append(measure(repetition))
             print(f"  {name}: {samples[name][-1]}", flush=True)
-    return {"samples": samples, "steps": training.steps}
+    return {"samples": samples, "steps": training.steps, "global_batch": training.spec["training"]["global_batch_size"]}
 
 
 PARSE_PROBE = """
@@ -172,8 +186,12 @@ DAG_FILES = {"empty": os.path.join(REPO, "bench", "empty_dag.py"),
 
 
 def parse_times(work: str, budget: Budget) -> dict:
-    """Parse of each DAG file in a fresh process with Airflow imported: the first (cold) and a second (warm)."""
+    """Parse of each DAG file in a fresh process with Airflow imported, as the dag-processor forks one per
+    parse: the first (cold) and a second in the same process (warm)."""
     env = {**os.environ, "AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": work}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a deployment parses with bytecode caches
+    for path in DAG_FILES.values():  # writes them
+        subprocess.run([sys.executable, "-c", PARSE_PROBE, path], env=env, check=True, cwd=REPO, capture_output=True)
     samples: dict[str, list] = {name: [] for name in DAG_FILES}
     for repetition in range(budget.parse_repetitions):
         for name, path in alternating(list(DAG_FILES.items()), repetition):
@@ -205,7 +223,8 @@ def ratio_row(figure: str, numerators: list[float], denominators: list[float], g
 def table(results: dict, budget: Budget) -> list[dict]:
     t = results["training"]["samples"]
     rate = {name: [v["examples_per_sec"] if isinstance(v, dict) else v for v in values]
-            for name, values in t.items() if name != "import"}
+            for name, values in t.items() if name.startswith(("ours/", "handwritten/", "limit"))}
+    batch = results["training"]["global_batch"]
     rows = []
     for mode in MODES:
         for n in budget.worker_counts:
@@ -215,6 +234,10 @@ def table(results: dict, budget: Budget) -> list[dict]:
                               rate["limit"], "", lambda m: None))
         rows.append(ratio_row(f"plugin tax {mode}: ours / hand-written, 2 workers", rate[f"ours/{mode}/2"],
                               rate[f"handwritten/{mode}/2"], "≥ 0.95", lambda m: m >= 0.95))
+        if mode in SYNC_MODES:  # the best 2 workers could do if compute split perfectly: limit step + sync
+            step_ms = [1000 * batch / r for r in rate["limit"]]
+            rows.append(ratio_row(f"ceiling {mode}, 2 workers: limit step / (limit step + sync alone)", step_ms,
+                                  [s + sync for s, sync in zip(step_ms, t[f"sync/{mode}/2"])], "", lambda m: None))
     for mode in MODES:
         rows.append(ratio_row(f"train start → first steps, {mode} 2 workers / bare import tensorflow",
                               [v["first_step_seconds"] for v in t[f"ours/{mode}/2"]], t["import"], "≤ 1.5",
@@ -242,6 +265,8 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
             out.append((f"{name}: peak RSS per worker (largest)", f"{max(v['peak_rss_mb'] for v in values):,.0f} MB"))
         elif name.startswith("handwritten/"):
             out.append((f"{name}: throughput", f"{statistics.median(values):,.0f} examples/s"))
+        elif name.startswith("sync/"):
+            out.append((f"{name}: gradient sync + update alone", f"{statistics.median(values):.3f} ms per step"))
     for s in results["shards"]:
         out.append((f"shards, {s['size']:,} rows: ours", f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s"))
         out.append((f"shards, {s['size']:,} rows: bare loop", f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s"))

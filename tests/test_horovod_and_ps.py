@@ -28,8 +28,12 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert sorted(digests) == ["rank-0", "rank-1"], lines[-20:]
     assert len(set(digests.values())) == 1, f"ranks diverged: {digests}"
-    for rank in ("rank-0", "rank-1"):
-        assert any(line.startswith(f"[{rank}] {rank}: step ") for line in lines)
+    (process,) = plan.stage("train").processes
+    blocks = process.env["TFDIST_CORES"].split(";")
+    for rank in (0, 1):
+        assert any(line.startswith(f"[rank-{rank}] rank-{rank}: step ") for line in lines)
+        cores = blocks[rank] if blocks[0] else ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        assert any(line.startswith(f"[rank-{rank}]") and f"cores {cores})" in line for line in lines), cores
     result = read_json(plan.layout.train_result)
     assert result["workers"] == 2 and result["loss_per_epoch"][-1] < result["loss_per_epoch"][0] / 2
     assert f"ckpt-{result['final_step']}.index" in os.listdir(plan.layout.checkpoint_dir)  # written by rank 0

@@ -9,6 +9,7 @@ import sys
 
 import yaml
 
+from operators import plan as plan_module
 from operators.plan import RunContext, Stage, build_plan, tf_config, version_base
 from operators.spec import load_spec
 from tests.conftest import REPO, make_spec
@@ -109,3 +110,17 @@ def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
     config = json.loads(tf_config(stage, addresses, stage.processes[1]))
     assert config == {"cluster": {"chief": ["h:0"], "ps": ["h:1"], "worker": ["h:2", "h:3"]},
                       "task": {"type": "ps", "index": 0}}
+
+
+def test_training_processes_get_their_own_cores_only_when_they_share_the_machine_evenly(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan_module, "available_cores", lambda: [0, 1, 2, 3])
+
+    def cores(**training):
+        stage = build_plan(load_spec(make_spec(str(tmp_path), training=training)), CTX).stage("train")
+        return [p.env["TFDIST_CORES"] for p in stage.processes]
+
+    assert cores() == ["0,1", "2,3"]
+    assert cores(strategy="parameter_server", num_ps=1) == ["0", "1", "2", "3"]  # chief, ps, 2 workers
+    assert cores(backend="mpi") == ["0,1;2,3"]  # one mpirun: a block per local rank
+    assert cores(cpus_per_worker=1) == ["", ""]  # the user sized the workers: not pinned
+    assert cores(strategy="parameter_server", num_ps=2) == [""] * 5  # more processes than cores

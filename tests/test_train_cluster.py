@@ -33,6 +33,9 @@ def test_two_workers_train_with_checkpoints(digits_root):
     assert result["checkpoint"].endswith(f"ckpt-{result['final_step']}")
     for worker in ("worker-0", "worker-1"):
         assert any(line.startswith(f"[{worker}] {worker}: step ") and "examples/s" in line for line in lines)
+    for process in plan.stage("train").processes:  # pinned as planned (on a machine of 2+ cores), else any core
+        cores = process.env["TFDIST_CORES"] or ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        assert any(line.startswith(f"[{process.name}]") and f"cores {cores})" in line for line in lines), cores
 
     # a second run of the same task finds the finished checkpoint and does not train again
     _, again = run(plan, "train")

@@ -24,9 +24,21 @@ def load_spec(path: str) -> dict[str, Any]:
     return read_json(path)
 
 
+def pin_to_own_cores() -> None:
+    """Pin this process to its cores (TFDIST_CORES: '0' or '2,3'; for Horovod ranks one block per local rank,
+    ';'-separated). Called before TensorFlow starts its threads, which inherit the main thread's cores."""
+    blocks = os.environ.get("TFDIST_CORES", "").split(";")
+    local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or os.environ.get("HOROVOD_LOCAL_RANK") or 0)
+    own = blocks[local_rank] if local_rank < len(blocks) else ""
+    if own:
+        os.sched_setaffinity(0, [int(core) for core in own.split(",")])
+
+
 def import_tensorflow():
-    """Import TensorFlow with this process's thread budget (TFDIST_THREADS) applied before any op runs."""
+    """Import TensorFlow on this process's cores (TFDIST_CORES) with its thread budget (TFDIST_THREADS)
+    applied before any op runs."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    pin_to_own_cores()
     import tensorflow as tf
 
     threads = int(os.environ.get("TFDIST_THREADS", "0"))

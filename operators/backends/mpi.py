@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from operators.plan import Process, Stage, threads_per_process
+from operators.plan import Process, Stage, own_cores, threads_per_process
 from operators.spec import Spec
 
 # Ranks sharing one machine's cores with their TensorFlow threads (README, "Performance"): Horovod's
@@ -28,6 +28,7 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
         argv = ("mpirun", *hosts, "--bind-to", "none", "--map-by", "slot", "--tag-output", *as_root,
                 *mpi.extra_args, *command)
     gpus = ranks if t.gpus_per_worker else 0  # the local launcher runs every rank on this machine
-    env = {**threads_per_process(spec, t.processes), **ONE_HOST_TUNING}
+    cores = ";".join(own_cores(spec, ranks))  # one block per local rank: each rank pins itself to its own
+    env = {**threads_per_process(spec, t.processes), **ONE_HOST_TUNING, "TFDIST_CORES": cores}
     process = Process(os.path.basename(argv[0]), 0, argv, env, gpus=gpus)
     return Stage("train", (process,), rank_tagged=True)

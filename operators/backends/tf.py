@@ -5,7 +5,7 @@ servers and N workers; ps and workers serve until the launcher stops them after 
 
 from __future__ import annotations
 
-from operators.plan import Process, Stage, threads_per_process
+from operators.plan import Process, Stage, own_cores, threads_per_process
 from operators.spec import Spec
 
 
@@ -15,10 +15,10 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
     if t.strategy == "parameter_server":
         roles = [("chief", 1), ("ps", t.num_ps), *roles]
     env = threads_per_process(spec, t.processes)
+    members = [(role, i) for role, count in roles for i in range(count)]
     processes = tuple(
-        Process(role, i, command, env, gpus=t.gpus_per_worker if role == "worker" else 0)
-        for role, count in roles
-        for i in range(count)
+        Process(role, i, command, {**env, "TFDIST_CORES": cores}, gpus=t.gpus_per_worker if role == "worker" else 0)
+        for (role, i), cores in zip(members, own_cores(spec, len(members)))
     )
     servers = ("ps", "worker") if t.strategy == "parameter_server" else ()
     return Stage("train", processes, tf_cluster=True, servers=servers)

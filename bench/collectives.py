@@ -1,0 +1,68 @@
+"""A training step without its forward and backward pass: zero gradients shaped like the spec model's
+weights, all-reduced across the processes and applied by the optimizer, as the train stage does it.
+What synchronous training with N processes on one host pays per step at the least.
+
+    python -m bench.collectives mirrored --spec S --data D --steps N   one process per worker (TF_CONFIG)
+    python -m bench.collectives horovod  --spec S --data D --steps N   one rank per process (mpirun)
+
+The first process prints ``sync_ms <milliseconds per step>``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=["mirrored", "horovod"])
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    args = parser.parse_args()
+
+    from trainer.models import build_model, build_optimizer
+    from trainer.runtime import import_tensorflow
+
+    tf = import_tensorflow()
+    hvd = strategy = None
+    if args.mode == "horovod":
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        first = hvd.rank() == 0
+    else:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        first = not strategy.cluster_resolver.task_id
+    with open(args.spec) as f:
+        spec = json.load(f)
+    with open(os.path.join(args.data, "manifest.json")) as f:
+        manifest = json.load(f)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = build_model(spec, manifest)
+        optimizer = build_optimizer(spec)
+        optimizer.build(model.trainable_variables)
+
+    def step():
+        gradients = [tf.zeros_like(v) for v in model.trainable_variables]
+        if hvd:
+            gradients = hvd.grouped_allreduce(gradients, op=hvd.Sum)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # all-reduces under the strategy
+
+    @tf.function
+    def steps(n):
+        for _ in tf.range(n):
+            strategy.run(step) if strategy else step()
+
+    steps(tf.constant(10))  # tracing, first connections
+    started = time.monotonic()
+    steps(tf.constant(args.steps))
+    if first:
+        print(f"sync_ms {1000 * (time.monotonic() - started) / args.steps:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
