@@ -270,6 +270,9 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     for s in results["shards"]:
         out.append((f"shards, {s['size']:,} rows: ours", f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s"))
         out.append((f"shards, {s['size']:,} rows: bare loop", f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s"))
+    for name, samples in results["parse"].items():
+        out.append((f"DAG file parse: {name}", f"{1000 * statistics.median(s['cold'] for s in samples):.1f} ms cold, "
+                                                f"{1000 * statistics.median(s['warm'] for s in samples):.2f} ms warm"))
     tensorflow = sorted({m for samples in results["parse"].values() for s in samples for m in s["tensorflow"]})
     out.append(("TensorFlow modules imported by parsing the DAG files", ", ".join(tensorflow) or "none"))
     out.append(("Airflow task process peak RSS (airflow dags test, workers excluded)", f"{results['airflow']['peak_rss_mb']:,.0f} MB"))

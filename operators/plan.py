@@ -149,7 +149,7 @@ def threads_per_process(spec: Spec, processes: int) -> dict[str, str]:
 def own_cores(spec: Spec, processes: int) -> list[str]:
     """Per training process, the cores it pins itself to (TFDIST_CORES, e.g. '0' or '2,3'), when the run
     shares this machine's cores evenly (``cpus_per_worker`` unset, no more processes than cores): process
-    k gets block k. Pinned, 2 workers on 2 cores train 28% (mirrored) to 24% (Horovod) faster. Empty
+    k gets block k. Pinned, 2 workers on 2 cores train 25-28% faster (mirrored, Horovod). Empty
     strings: not pinned."""
     cores = available_cores()
     if spec.training.cpus_per_worker or processes > len(cores):

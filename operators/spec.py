@@ -195,7 +195,8 @@ class TrainingSpec(_Section):
     gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
     """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally)."""
     cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
-    """Threads per worker; default: the machine's cores shared evenly (local launcher)."""
+    """Threads per worker; default: the machine's cores shared evenly, each process pinned to its share
+    (local launcher)."""
     epochs: Annotated[int, Field(ge=1)] = 5
     """Passes over the training shards."""
     global_batch_size: Annotated[int, Field(ge=1)] = 64
@@ -421,7 +422,6 @@ class Spec(_Section):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
 
 
 @functools.cache
