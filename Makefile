@@ -11,6 +11,7 @@ export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
+export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from operators.spec import Spec, field_doc, field_value
+from operators.spec import Spec, field_doc, field_value, section_models
 
 _KEPT = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
          "pattern", "description")
@@ -29,6 +29,14 @@ def param_schema(prop: dict[str, Any], description: str | None = None) -> dict[s
 @functools.cache
 def _properties(model: type) -> dict[str, Any]:
     return model.model_json_schema()["properties"]
+
+
+def warm_up() -> None:
+    """Build every spec section's JSON schema and read the field docs now. In a process that forks one
+    process per parse (the dag-processor, through the plugin), no parse then pays for them."""
+    for model in section_models():
+        _properties(model)
+    field_doc(Spec, "name")  # reads every section's docs
 
 
 def dag_params(spec: Spec) -> dict[str, Param]:

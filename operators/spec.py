@@ -446,6 +446,16 @@ def _attribute_docs() -> dict[tuple[str, str], str]:
     return docs
 
 
+def section_models() -> list[type[BaseModel]]:
+    """Every spec section model."""
+    found, stack = [], [_Section]
+    while stack:
+        subclasses = stack.pop().__subclasses__()
+        found += subclasses
+        stack += subclasses
+    return found
+
+
 def field_doc(model: type[BaseModel], name: str) -> str | None:
     """The docstring of field ``name`` of spec section ``model``."""
     return _attribute_docs().get((model.__name__, name))

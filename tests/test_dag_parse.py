@@ -68,3 +68,16 @@ def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
     assert epochs.description == "Passes over the training shards."
     assert backend.schema["enum"] == ["tf", "mpi"]
     assert backend.description == "'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."
+
+
+def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_but_not_tensorflow():
+    # AIRFLOW__CORE__LAZY_LOAD_PLUGINS=False (conftest, Makefile): what the dag-processor has before it forks a parse
+    out = run_python("""
+        import sys
+        import airflow.sdk
+        from operators.params import _properties
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
+        print("dag" if "operators.dag" in sys.modules else "no dag", _properties.cache_info().currsize, heavy)
+    """)
+    state, schemas, heavy = out.split(maxsplit=2)
+    assert state == "dag" and int(schemas) >= 10 and heavy.strip() == "[]", out
