@@ -7,15 +7,20 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import FastAPI
 
-import operators.dag  # noqa: F401  (see below)
-from operators.params import warm_up
 from operators.report import list_runs
 from operators.spec import default_artifact_root
 
 # With "[core] lazy_load_plugins = False", every Airflow process loads this plugin when it imports
 # Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
 # per parse (README, "Performance").
-warm_up()
+try:
+    import operators.dag  # noqa: F401
+    from operators.params import warm_up
+
+    warm_up()
+except ImportError as exc:  # Airflow is being imported by one of our own modules: it warms up nothing here
+    if "partially initialized module 'operators." not in str(exc):
+        raise
 
 app = FastAPI(title="tfdist", description="Distributed TensorFlow training pipelines")
 
