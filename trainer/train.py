@@ -142,18 +142,12 @@ class Horovod:
 
         @tf.function
         def chunk(steps):
-            sums = _repeat(tf, lambda: replica_step(next(iterator)), steps)
+            sums = [tf.constant(0.0), tf.constant(0.0)]
+            for _ in tf.range(steps):
+                sums = [total + value for total, value in zip(sums, replica_step(next(iterator)))]
             return self.grouped_allreduce(sums, op=hvd.Sum)
 
         return lambda steps: [float(v) for v in chunk(tf.constant(steps))]
-
-
-def _repeat(tf, step, steps):
-    """Run ``step`` ``steps`` times (inside a tf.function); return the sums of its two outputs."""
-    sums = [tf.constant(0.0), tf.constant(0.0)]
-    for _ in tf.range(steps):
-        sums = [total + value for total, value in zip(sums, step())]
-    return sums
 
 
 def serve(tf, resolver) -> None:
