@@ -37,6 +37,15 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def split_rank_tags(name: str, line: str) -> list[tuple[str, str]]:
+    """(source, text) pieces of one output line of mpirun --tag-output or horovodrun: ``rank-N`` for each
+    tagged piece, ``name`` for untagged text. mpirun tags each write, not each line, so a line may hold
+    several tagged pieces; empty pieces are dropped."""
+    untagged, *pieces = _RANK_TAG.split(line)
+    found = [(name, untagged)] if untagged.strip() else []
+    return found + [(f"rank-{rank}", text) for rank, text in zip(pieces[::2], pieces[1::2]) if text.strip()]
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: if the launching process dies (even by SIGKILL), the child gets SIGTERM."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -110,16 +119,8 @@ class LocalLauncher(Launcher):
     def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:
         for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
-            if not rank_tagged:
-                lines.put((name, line))
-                continue
-            # mpirun tags each write, not each line: a line may hold several tagged pieces
-            untagged, *pieces = _RANK_TAG.split(line)
-            if untagged.strip():
-                lines.put((name, untagged))
-            for rank, text in zip(pieces[::2], pieces[1::2]):
-                if text.strip():
-                    lines.put((f"rank-{rank}", text))
+            for source, text in split_rank_tags(name, line) if rank_tagged else [(name, line)]:
+                lines.put((source, text))
 
     @staticmethod
     def _relay(lines: queue.Queue, tails: dict, log: logging.Logger, timeout: float | None = None) -> None:
@@ -160,26 +161,30 @@ class LocalLauncher(Launcher):
     def _terminate(self) -> None:
         with self._lock:
             started = list(self.processes.values())
-        victims = []
+        descendants = []
         for proc in started:
-            try:
-                victims += [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
+            with contextlib.suppress(psutil.NoSuchProcess):
+                descendants += psutil.Process(proc.pid).children(recursive=True)
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        _terminate_all(victims)
-        for proc in started:
-            proc.poll()
+        _terminate_all(descendants, started)
 
 
-def _terminate_all(victims: list[psutil.Process]) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after the grace period."""
+def _terminate_all(victims: list[psutil.Process], children: list[subprocess.Popen] = ()) -> None:
+    """SIGTERM, then SIGKILL whatever is still alive after the grace period. Our own ``children`` are waited
+    for through their Popen (psutil would reap them and lose their exit status)."""
     for victim in victims:
         with contextlib.suppress(psutil.NoSuchProcess):
             victim.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
     _, alive = psutil.wait_procs(victims, timeout=STOP_GRACE_SECONDS)
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
     for victim in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             victim.kill()
