@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev cmake chromium
+DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev cmake chromium postgresql
 
 export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
@@ -43,8 +43,9 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 demo: setup
 	tfdist demo --logs $(CURDIR)/.demo
 
+# two test files at a time (pytest-xdist); the benchmark smoke run (-m bench) is CI's next step, not a test
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench"
 
 BENCH_BUDGET ?= full
 BENCH_OUT ?= $(CURDIR)/bench/results

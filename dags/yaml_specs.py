@@ -1,7 +1,8 @@
 """Airflow DAG loader: every ``specs/*.yaml`` file beside this one becomes a DAG.
 
-An invalid spec makes this file's import fail with every problem named by file and field
-(the Airflow UI shows it as an import error)."""
+A spec file that does not validate never hides the others: it shows on the DAG list as its own paused
+DAG, tagged ``invalid-spec``, whose description names the file and every problem by field; nothing of
+it is scheduled until it is fixed."""
 
 from pathlib import Path
 

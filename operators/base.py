@@ -13,6 +13,7 @@ from operators.launchers import StageFailed, get_launcher
 from operators.plan import Plan, RunContext, build_plan, manual_interval
 from operators.spec import Spec, SpecError, field_value, load_spec
 from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow
+from trainer.runtime import EXIT_REFUSED
 
 
 def record_run(spec: Spec, plan: Plan, overrides: dict[str, Any] | None = None) -> None:
@@ -56,11 +57,19 @@ class StageOperator(BaseOperator):
     ) -> None:
         self.spec = load_spec(spec)
         kwargs.setdefault("execution_timeout", dt.timedelta(minutes=self.spec.training.timeout_minutes))
+        kwargs.setdefault("retries", getattr(self.spec.retries, self.stage))
+        kwargs.setdefault("retry_delay", dt.timedelta(seconds=self.spec.retries.delay_seconds))
         super().__init__(**kwargs)
         self.run_dir = run_dir
         self.data_interval_start = data_interval_start
         self.data_interval_end = data_interval_end
+        self.artifact_root = self.spec.artifact_root
         self._launcher = None
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
+        return super().get_serialized_fields() | {"artifact_root"}
 
     def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
         """(the spec after the run's overrides, the overrides that change it). Overrides come from the
@@ -104,6 +113,8 @@ class StageOperator(BaseOperator):
         try:
             self._launcher.run(plan.stage(self.stage), self.log)
         except StageFailed as exc:
+            if exc.returncode == EXIT_REFUSED:  # a retry would be refused again
+                raise AirflowFailException(f"{self.task_id} refused: {exc}") from None
             raise RuntimeError(f"{self.task_id} failed: {exc}") from None
         return self.result(plan, context)
 

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "runs":
             from operators.report import format_runs, list_runs
 
-            found = list_runs(default_artifact_root(), args.dag_id)
+            found = list_runs(args.dag_id, [default_artifact_root()])
             print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
             list_models(args.model_dir)

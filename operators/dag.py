@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, CronDataIntervalTimetable
+import yaml
+from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable
+from airflow.sdk.exceptions import AirflowFailException
 
 from operators.evaluate import EvaluateOperator
 from operators.export import ExportModelOperator
 from operators.params import dag_params
 from operators.prepare import PrepareDataOperator
-from operators.spec import Spec, SpecError, load_spec
+from operators.spec import NAME_PATTERN, Spec, SpecError, load_spec
 from operators.train import DistributedTrainOperator
+
+log = logging.getLogger(__name__)
 
 
 def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
@@ -42,16 +48,64 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
     return dag
 
 
+class InvalidSpecOperator(BaseOperator):
+    """The one task of an invalid spec's DAG: fails with the spec's problems if anyone triggers it."""
+
+    ui_color = "#ffcdd2"
+
+    def __init__(self, *, problems: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.problems = problems
+
+    def execute(self, context: Any) -> None:
+        raise AirflowFailException(self.problems)
+
+
+def invalid_spec_dag(dag_id: str, path: Path, error: SpecError) -> DAG:
+    """A DAG that shows an invalid spec file on the DAG list (its description names the file and every
+    problem) and that nothing schedules: no schedule, paused, one task that fails with the problems."""
+    with DAG(
+        dag_id=dag_id,
+        dag_display_name=f"{dag_id} (INVALID SPEC {path.name})",
+        description=str(error),
+        doc_md=f"**Invalid pipeline spec `{path}`**: nothing of it runs until it is fixed.\n\n"
+               + "\n".join(f"- `{problem}`" for problem in error.problems),
+        schedule=None,
+        is_paused_upon_creation=True,
+        tags=["tfdist", "invalid-spec"],
+    ) as dag:
+        InvalidSpecOperator(task_id="invalid_spec", problems=str(error), retries=0)
+    return dag
+
+
+def _declared_name(path: Path) -> str | None:
+    """The spec file's ``name`` if it reads as one, whatever else is wrong with the file."""
+    try:
+        name = yaml.safe_load(path.read_text()).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return name if isinstance(name, str) and re.fullmatch(NAME_PATTERN, name) else None
+
+
 def build_dags_from_directory(directory: str | os.PathLike) -> dict[str, DAG]:
-    """One DAG per ``*.yaml``/``*.yml`` spec file; every invalid file is reported together."""
-    dags, problems = {}, []
+    """One DAG per ``*.yaml``/``*.yml`` spec file. A file that does not validate does not stop the others:
+    it becomes an invalid-spec DAG (see ``invalid_spec_dag``) under its own ``name`` when that is free,
+    else ``invalid_spec.<file stem>``, and its problems are logged."""
+    dags, origins, invalid = {}, {}, []
     for path in sorted(Path(directory).glob("*.y*ml")):
         try:
-            dag = build_dag(path)
+            spec = load_spec(path)
+            if spec.name in origins:
+                raise SpecError([f"name: {spec.name!r} is already the name of {origins[spec.name]}; give each "
+                                 "spec file its own name"], f"spec file {path}")
         except SpecError as exc:
-            problems += [f"{path.name}: {problem}" for problem in exc.problems]
+            invalid.append((path, exc))
             continue
-        dags[dag.dag_id] = dag
-    if problems:
-        raise SpecError(problems, f"specs in {directory}")
+        origins[spec.name] = path.name
+        dags[spec.name] = build_dag(spec)
+    for path, error in invalid:
+        log.error("%s", error)
+        name = _declared_name(path)
+        dag_id = name if name and name not in dags else f"invalid_spec.{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}"
+        dags[dag_id] = invalid_spec_dag(dag_id, path, error)
     return dags

@@ -15,13 +15,16 @@ class EvaluateOperator(StageOperator):
     """Validates the trained checkpoint (integrity, metrics on the eval split, value thresholds, change
     thresholds against the baseline) and writes the blessing record ``eval/blessing.json``.
 
-    Not blessed: the task fails (``validation.on_failure: fail``), or is skipped together with export
-    (``skip``); the reason is in the log either way. XCom: the blessing record."""
+    Not blessed: the task fails without a retry (``validation.on_failure: fail``), or is skipped (``skip``);
+    export does not run either way, and the reason is in the log. XCom: the blessing record."""
 
     stage = "evaluate"
 
     def result(self, plan: Plan, context: Any) -> dict[str, Any]:
         blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
+        if plan.spec.validation.allow_unvalidated:
+            self.log.warning("no gate: validation.allow_unvalidated is set, so this model is published without "
+                             "any threshold (recorded in blessing.json and the version's metadata.json)")
         if not blessing["blessed"]:
             reason = "model not blessed: " + "; ".join(blessing["failures"])
             self.log.warning("%s", reason)

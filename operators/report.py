@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Iterable
 
 from trainer.artifacts import read_json
 
@@ -12,13 +12,12 @@ def _maybe(path: str) -> Any:
     return read_json(path) if os.path.exists(path) else None
 
 
-def list_runs(artifact_root: str, dag_id: str) -> list[dict[str, Any]]:
-    """One summary per run directory of ``dag_id``, newest data interval first."""
-    runs_dir = os.path.join(artifact_root, dag_id, "runs")
+def list_runs(dag_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
+    """One summary per run directory of ``dag_id`` under any of ``artifact_roots``, newest data interval first."""
+    runs_dirs = [os.path.join(root, dag_id, "runs") for root in artifact_roots]
     runs = []
-    for key in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
-        run_dir = os.path.join(runs_dir, key)
-        run = _maybe(os.path.join(run_dir, "run.json")) or {"run_id": key}
+    for run_dir in (os.path.join(d, key) for d in runs_dirs if os.path.isdir(d) for key in sorted(os.listdir(d))):
+        run = _maybe(os.path.join(run_dir, "run.json")) or {"run_id": os.path.basename(run_dir)}
         train = _maybe(os.path.join(run_dir, "train", "result.json")) or {}
         blessing = _maybe(os.path.join(run_dir, "eval", "blessing.json")) or {}
         export = _maybe(os.path.join(run_dir, "export", "result.json")) or {}
@@ -29,6 +28,7 @@ def list_runs(artifact_root: str, dag_id: str) -> list[dict[str, Any]]:
             "train_examples_per_sec": train.get("examples_per_sec"),
             "metrics": blessing.get("metrics"),
             "blessed": blessing.get("blessed"),
+            "gate": blessing.get("gate"),
             "failures": blessing.get("failures"),
             "export_version": export.get("version"),
         })

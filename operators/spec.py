@@ -15,8 +15,10 @@ import os
 import re
 import shutil
 import string
+import types
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -32,6 +34,21 @@ RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--
 def default_artifact_root() -> str:
     """'$TFDIST_ARTIFACT_ROOT', else '~/tfdist'."""
     return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
+
+
+@dataclass(frozen=True)
+class AuthorOnly:
+    """Marks a spec field (or a whole section) that only the DAG's author sets: whoever triggers a run
+    may not override it, whatever its type. ``reason`` says why."""
+
+    reason: str
+
+
+PARSED = AuthorOnly("the DAG takes it when its file is parsed; a run cannot change it")
+"""Fields the DAG and its tasks are built from at parse time."""
+FAMILY = AuthorOnly("it chooses the model section itself, whose other fields change with it")
+FREE_FORM = ("it is not a number, a yes/no value or a fixed choice, so it could name code, a path, a command-line "
+             "argument, an image, a connection or a secret")
 
 
 class SpecError(ValueError):
@@ -82,16 +99,20 @@ class Feature(_Section):
 class Label(_Section):
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] = "label"
     num_classes: Annotated[int, Field(ge=2)]
+    """Integer classes 0 .. num_classes-1."""
 
 
 class DataSpec(_Section):
     source: Annotated[str, Field(min_length=1)]
     """Path or glob; '{date}' becomes each day (YYYY-MM-DD) of the run's window, '{artifact_root}' the root."""
     format: Literal["csv", "npz"]
+    """'csv' (a header row) or 'npz' (one array per feature and one for the label)."""
     features: Annotated[list[Feature], Field(min_length=1)]
     label: Label
-    eval_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
+    """Share of the rows held out for evaluation (by a hash of each row's content)."""
     num_shards: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Train shards (and eval shards); at least one per training process."""
     window_days: Annotated[int, Field(ge=1)] | None = None
     """Train on the last N days ending at the data interval's end; default: the data interval itself."""
 
@@ -122,32 +143,41 @@ class _ModelBase(_Section):
     learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
     """Optimizer learning rate."""
     loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
+    """Training loss."""
     metrics: list[Literal["accuracy", "top_5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
+    """Metrics reported besides the loss (and usable in validation)."""
 
 
 class MLPModel(_ModelBase):
-    family: Literal["mlp"]
+    family: Annotated[Literal["mlp"], FAMILY]
     hidden_units: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
         default_factory=lambda: [128, 64]
     )
+    """Units of each hidden layer."""
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Dropout rate after each hidden layer."""
     activation: Literal["relu", "gelu", "tanh"] = "relu"
+    """Activation of the hidden layers."""
 
 
 class CNNModel(_ModelBase):
-    family: Literal["cnn"]
+    family: Annotated[Literal["cnn"], FAMILY]
     image_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=3, max_length=3)]
     """Height, width, channels: the concatenated features are reshaped to it."""
     filters: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
         default_factory=lambda: [32, 64]
     )
+    """Filters of each convolution layer."""
     kernel_size: Annotated[int, Field(ge=1)] = 3
+    """Convolution kernel size."""
     dense_units: Annotated[int, Field(ge=1)] = 64
+    """Units of the dense layer after the convolutions."""
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Dropout rate before the output layer."""
 
 
 class CustomModel(_ModelBase):
-    family: Literal["custom"]
+    family: Annotated[Literal["custom"], FAMILY]
     factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
     """'package.module:function', called as 'function(features, num_classes, **kwargs)';
     'features' maps each feature name to its shape; returns a Keras model taking a dict of
@@ -184,7 +214,7 @@ class TrainingSpec(_Section):
     """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
     strategy: Literal["multi_worker_mirrored", "parameter_server"] = "multi_worker_mirrored"
     """With backend 'tf': synchronous all-reduce, or a chief with parameter servers and workers."""
-    launcher: Literal["local"] = "local"
+    launcher: Annotated[Literal["local"], AuthorOnly("it chooses the machines the training runs on")] = "local"
     """Where the training processes run: 'local' (this machine)."""
     num_workers: Annotated[int, Field(ge=1, le=64)] = 2
     """Training workers (with Horovod: worker machines, each running 'slots_per_worker' ranks)."""
@@ -207,11 +237,11 @@ class TrainingSpec(_Section):
     """Checkpoints kept in the run's checkpoint directory."""
     seed: int = 0
     """Seed for weight initialization and shuffling."""
-    timeout_minutes: Annotated[int, Field(ge=1)] = 120
+    timeout_minutes: Annotated[int, Field(ge=1), PARSED] = 120
     """Each task's execution timeout."""
     pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
-    pool_slots: Annotated[int, Field(ge=1)] | None = None
+    pool_slots: Annotated[Annotated[int, Field(ge=1)] | None, PARSED] = None
     """Slots one training run takes in the pool; default: its number of processes."""
 
     @model_validator(mode="after")
@@ -265,7 +295,9 @@ class TrainingSpec(_Section):
 
 class Threshold(_Section):
     lower: float | None = None
+    """The metric must be at least this."""
     upper: float | None = None
+    """The metric must be at most this."""
 
     @model_validator(mode="after")
     def _bounded(self) -> Threshold:
@@ -294,19 +326,54 @@ class CheckpointSelection(_Section):
     mode: Literal["latest", "best"] = "latest"
     """'best': validate every retained checkpoint and keep the best by 'metric'."""
     metric: str = "accuracy"
+    """The metric 'best' is chosen by."""
     direction: Direction = "higher_is_better"
+    """Whether a higher or a lower 'metric' is better."""
 
 
 class ValidationSpec(_Section):
+    """The gate: a model is published only when it passes. At least one threshold is required unless
+    'allow_unvalidated' says otherwise."""
+
     thresholds: dict[str, Threshold] = Field(default_factory=dict)
+    """Value thresholds on the eval split: {metric: {lower: x, upper: y}}."""
     change_thresholds: dict[str, ChangeThreshold] = Field(default_factory=dict)
+    """How much worse than the published baseline each metric may be."""
     checkpoint: CheckpointSelection = Field(default_factory=CheckpointSelection)
+    """Which checkpoint is validated: the latest, or the best retained one."""
     on_failure: Literal["fail", "skip"] = "fail"
-    """Not blessed: fail the evaluate task, or skip it and everything downstream (export)."""
+    """Not blessed: fail the evaluate task (no retry), or skip it; export does not run either way."""
+    allow_unvalidated: bool = False
+    """Publish every model that passes the integrity checks, with no threshold at all; recorded in
+    blessing.json and in the version's metadata.json as published without a gate."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ValidationSpec:
+        if self.allow_unvalidated and (self.thresholds or self.change_thresholds):
+            raise ValueError("validation.allow_unvalidated: only for a pipeline without thresholds; "
+                             "remove it, the thresholds given are the gate")
+        return self
+
+
+class RetrySpec(_Section):
+    """Airflow retries of each task. A retried train task resumes from its run's latest checkpoint; a
+    model the gate refused, a refused export and invalid run overrides are never retried."""
+
+    prepare_data: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of prepare_data (e.g. for a partition that lands late)."""
+    train: Annotated[int, Field(ge=0, le=10)] = 2
+    """Retries of train; each resumes from the run's latest checkpoint."""
+    evaluate: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of evaluate after a crash."""
+    export: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of export after a crash; a half-written version is never visible."""
+    delay_seconds: Annotated[int, Field(ge=0, le=86400)] = 60
+    """Wait before each retry."""
 
 
 class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    """Versions are published under '<export root>/<model_name>/'."""
     root: str | None = None
     """Default: '<artifact_root>/models'."""
     keep_versions: Annotated[int, Field(ge=1)] | None = None
@@ -324,8 +391,8 @@ class Spec(_Section):
     description: str = ""
     schedule: str | None = "@daily"
     start_date: dt.datetime
-    catchup: bool = False
-    max_active_runs: Annotated[int, Field(ge=1)] = 1
+    catchup: Annotated[bool, PARSED] = False
+    max_active_runs: Annotated[int, Field(ge=1), PARSED] = 1
     """Runs of this pipeline at once (a backfill included)."""
     tags: list[str] = Field(default_factory=list)
     overridable: list[str] = Field(default_factory=list)
@@ -335,8 +402,10 @@ class Spec(_Section):
     data: DataSpec
     model: ModelSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)
-    validation: ValidationSpec = Field(default_factory=ValidationSpec)
-    export: ExportSpec
+    validation: Annotated[ValidationSpec, AuthorOnly("the gate that decides what is published is the author's")] = (
+        Field(default_factory=ValidationSpec))
+    export: Annotated[ExportSpec, AuthorOnly("what is published and which versions are deleted is the author's")]
+    retries: Annotated[RetrySpec, PARSED] = Field(default_factory=RetrySpec)
 
     @field_validator("artifact_root")
     @classmethod
@@ -389,8 +458,24 @@ class Spec(_Section):
         return self
 
     @model_validator(mode="after")
+    def _gated(self) -> Spec:
+        v = self.validation
+        if not (v.thresholds or v.change_thresholds or v.allow_unvalidated):
+            raise ValueError(
+                "validation: no threshold is configured, so nothing would stop a bad model from being published; "
+                "add a value threshold, e.g. validation: {thresholds: {accuracy: {lower: 0.9}}}, or a change "
+                "threshold against the published baseline, e.g. validation: {change_thresholds: {accuracy: "
+                "{direction: higher_is_better}}}; or, to publish every model that restores, say so: "
+                "validation: {allow_unvalidated: true}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _overridable_fields(self) -> Spec:
         for path in self.overridable:
+            if reason := override_refusal(path):
+                raise ValueError(f"overridable: {path!r} cannot be overridden by whoever triggers a run: {reason}; "
+                                 f"only the DAG file sets it")
             try:
                 value = field_value(self, path)
             except (AttributeError, KeyError):
@@ -401,7 +486,8 @@ class Spec(_Section):
         return self
 
     def with_overrides(self, overrides: dict[str, Any]) -> Spec:
-        """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused."""
+        """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused, and
+        so is a run that would start more training processes than its pool slots (fixed at parse time)."""
         refused = sorted(set(overrides) - set(self.overridable))
         if refused:
             raise SpecError([f"{path}: not overridable in this pipeline; overridable: "
@@ -414,7 +500,13 @@ class Spec(_Section):
             for part in parents:
                 node = node[part] if node.get(part) is not None else node.setdefault(part, {})
             node[leaf] = value
-        return load_spec(data, "spec after the run's overrides")
+        changed = load_spec(data, "spec after the run's overrides")
+        t, slots = self.training, self.training.pool_slots or self.training.processes
+        if t.pool and changed.training.processes > slots:
+            raise SpecError([f"training: this run would start {changed.training.processes} training processes but "
+                             f"its train task holds {slots} slot(s) of pool {t.pool!r} (training.pool_slots, fixed "
+                             f"when the DAG file is parsed)"], "run overrides")
+        return changed
 
     @property
     def export_root(self) -> str:
@@ -435,6 +527,8 @@ def _attribute_docs() -> dict[tuple[str, str], str]:
             section, field = match[1], None
         elif match := re.match(r"    (\w+): ", line):
             field = match[1]
+        elif field and line.startswith(("        ", "    )")):
+            continue  # the field's declaration goes on over several lines
         elif field and line.startswith('    """'):
             text = line.strip()[3:]
             while not text.endswith('"""'):
@@ -457,8 +551,59 @@ def section_models() -> list[type[BaseModel]]:
 
 
 def field_doc(model: type[BaseModel], name: str) -> str | None:
-    """The docstring of field ``name`` of spec section ``model``."""
-    return _attribute_docs().get((model.__name__, name))
+    """The docstring of field ``name`` of spec section ``model`` (or of the base class declaring it)."""
+    docs = _attribute_docs()
+    return next((docs[c.__name__, name] for c in model.__mro__ if (c.__name__, name) in docs), None)
+
+
+def _plain(annotation: Any) -> bool:
+    """A number, a yes/no value or a fixed choice (or an optional value or a list of them)."""
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return True
+    if origin is Annotated:
+        return _plain(get_args(annotation)[0])
+    if origin in (Union, types.UnionType, list):
+        return all(_plain(arg) for arg in get_args(annotation))
+    return annotation in (int, float, bool, type(None))
+
+
+def _sections(annotation: Any) -> list[type[BaseModel]]:
+    """The spec section models a field holds (several for a discriminated union)."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, _Section)]
+
+
+def _policies(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, type[BaseModel], str | None]]:
+    """(dotted path, declaring section, why a run may not override it or None) for every field below
+    ``model``; a section marked author-only is one entry, its fields are not listed."""
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        marked = next((m.reason for m in info.metadata if isinstance(m, AuthorOnly)), None)
+        sections = _sections(info.annotation)
+        if sections and not marked:
+            for section in sections:
+                yield from _policies(section, f"{path}.")
+        else:
+            yield path, model, marked or (None if _plain(info.annotation) else FREE_FORM)
+
+
+@functools.cache
+def override_policy() -> dict[str, str | None]:
+    """Every field path of the spec (and every author-only section) → why a run may not override it, or
+    None where it may. A property of each field: its type (only numbers, yes/no and fixed choices) and
+    its AuthorOnly marker."""
+    policy: dict[str, str | None] = {}
+    for path, _, reason in _policies(Spec):
+        policy[path] = policy.get(path) or reason  # in a union of sections a refusal wins
+    return policy
+
+
+def override_refusal(path: str) -> str | None:
+    """Why whoever triggers a run may not override the field at ``path``, or None (also for a path that
+    is not a field: that is checked against the spec itself)."""
+    policy, parts = override_policy(), path.split(".")
+    return next((policy[p] for p in (".".join(parts[:n]) for n in range(1, len(parts) + 1)) if policy.get(p)), None)
 
 
 def field_value(spec: Spec, path: str) -> Any:
@@ -490,10 +635,17 @@ def _problems(error: ValidationError, data: Any) -> list[str]:
         if message.startswith(tuple(f"{field}{sep}" for field in Spec.model_fields for sep in ".:")):
             problems.append(message)  # cross-field checks name their own field
             continue
-        if e["type"] not in ("value_error", "missing", "union_tag_invalid", "union_tag_not_found"):
-            message += f" (got {e['input']!r})"
-        if e["type"] == "missing":
+        if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # name the tag field and its choices
+            path = f"{path}.{e['ctx']['discriminator'].strip(chr(39))}"
+            if e["type"] == "union_tag_invalid":
+                choices = " or ".join(e["ctx"]["expected_tags"].rsplit(", ", 1))
+                message = f"Input should be {choices} (got {e['ctx']['tag']!r})"
+            else:
+                message = "required field is missing"
+        elif e["type"] == "missing":
             message = "required field is missing"
+        elif e["type"] != "value_error":
+            message += f" (got {e['input']!r})"
         problems.append(f"{path or '<spec>'}: {message}")
     return problems
 

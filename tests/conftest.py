@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import logging
 import os
 import time
@@ -44,7 +45,9 @@ def make_spec(root: str, **sections) -> dict:
     spec = copy.deepcopy(SMALL_SPEC)
     spec["artifact_root"] = root
     for key, value in sections.items():
-        if isinstance(value, dict) and value.get("family", spec.get(key, {}).get("family")) == spec[key].get("family"):
+        current = spec.get(key)
+        same_family = isinstance(current, dict) and value.get("family") in (None, current.get("family"))
+        if isinstance(value, dict) and same_family:
             spec[key].update(value)
         else:
             spec[key] = value
@@ -105,6 +108,25 @@ def plan_for(root: str, run_id: str, day: dt.date = DAY, **sections):
     start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
     plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
     record_run(spec, plan)
+    return plan
+
+
+_PREPARED: dict[str, str] = {}
+
+
+def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
+    """``plan_for``, with the run's data prepared: by the prepare stage the first time this test process needs
+    that input (the day's partition and the data section), afterwards linked to that run's data (the train,
+    evaluate and export stages only read it)."""
+    plan = plan_for(root, run_id, day, **sections)
+    argv = plan.stage("prepare_data").processes[0].argv
+    sources = [a for a, flag in zip(argv[1:], argv) if flag == "--source"]
+    key = json.dumps([sources, plan.spec.data.model_dump(mode="json")])
+    if key in _PREPARED:
+        os.symlink(_PREPARED[key], plan.layout.data_dir)
+    else:
+        run(plan, "prepare_data")
+        _PREPARED[key] = plan.layout.data_dir
     return plan
 
 

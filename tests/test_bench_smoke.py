@@ -1,5 +1,5 @@
 """``make bench`` still runs end to end on the tiny budget (a smoke test: the figures it prints are not
-checked here; benchmarks are not tests)."""
+checked here; benchmarks are not tests). Not part of ``make test``: ``.ci/run`` runs it after (``-m bench``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = [pytest.mark.bench, pytest.mark.e2e]  # slow: out of the fast set too
 
 
 def test_make_bench_runs_on_a_tiny_budget(tmp_path):

@@ -12,25 +12,28 @@ import pytest
 
 from operators.launchers import StageFailed
 from operators.launchers.local import LocalLauncher
-from tests.conftest import DAY, collecting_logger, plan_for, run, wait_for
+from tests.conftest import DAY, collecting_logger, prepared_plan, run, wait_for
 from trainer import registry
 from trainer.artifacts import read_json, write_json_atomic
+from trainer.runtime import EXIT_REFUSED
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
     "change_thresholds": {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}},
 }
-GOOD = {"epochs": 6}
-POOR = {"epochs": 1}  # passes the value threshold, far below a trained baseline
+ONE_WORKER = {"num_workers": 1}  # these tests are about the gate and publishing: one training process is enough
+GOOD = {"epochs": 6, **ONE_WORKER}
+POOR = {"epochs": 1, **ONE_WORKER}  # passes the value threshold, far below a trained baseline
 
 
 def train_and_evaluate(root: str, run_id: str, day: dt.date, training: dict, **sections):
-    plan = plan_for(root, run_id, day, training=training, validation=GATE, **sections)
-    for task_id in ("prepare_data", "train", "evaluate"):
+    plan = prepared_plan(root, run_id, day, training=training, validation=GATE, **sections)
+    for task_id in ("train", "evaluate"):
         run(plan, task_id)
     return plan, read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
 
 
+@pytest.mark.e2e
 def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_root):
     root = digits_root
     first, blessing = train_and_evaluate(root, "gate_first", DAY - dt.timedelta(days=2), GOOD)
@@ -50,7 +53,7 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
         run(worse, "export")
     assert [m["version"] for m in registry.versions(model_dir)] == [v1]
 
-    better, blessing = train_and_evaluate(root, "gate_better", DAY, {"epochs": 10})
+    better, blessing = train_and_evaluate(root, "gate_better", DAY, {"epochs": 10, **ONE_WORKER})
     assert blessing["blessed"] and blessing["baseline"]["version"] == v1, blessing["report"]
     run(better, "export")
     v3 = registry.versions(model_dir)[-1]
@@ -58,8 +61,8 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
     assert registry.baseline_for(model_dir, "2026-11-22T00:00:00+00:00", "next run")["version"] == v3["version"]
 
     # a backfill of the first day, run now, compares with what was live then (v1), not with v3
-    backfill = plan_for(root, "gate_backfill", DAY - dt.timedelta(days=2), training=GOOD, validation=GATE)
-    for task_id in ("prepare_data", "train", "evaluate"):
+    backfill = prepared_plan(root, "gate_backfill", DAY - dt.timedelta(days=2), training=GOOD, validation=GATE)
+    for task_id in ("train", "evaluate"):
         run(backfill, task_id)
     blessing = read_json(os.path.join(backfill.layout.eval_dir, "blessing.json"))
     assert blessing["baseline"]["version"] == v1
@@ -69,10 +72,11 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
     assert [m["version"] for m in registry.versions(model_dir)] == [v1, v3["version"]]
 
 
+@pytest.mark.e2e
 def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(digits_root):
-    plan = plan_for(digits_root, "integrity", validation={"checkpoint": {"mode": "best", "metric": "loss",
-                                                                          "direction": "lower_is_better"}})
-    for task_id in ("prepare_data", "train", "evaluate"):
+    plan = prepared_plan(digits_root, "integrity", training=ONE_WORKER,
+                         validation={"checkpoint": {"mode": "best", "metric": "loss", "direction": "lower_is_better"}})
+    for task_id in ("train", "evaluate"):
         run(plan, task_id)
     result = read_json(plan.layout.train_result)
     blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
@@ -80,41 +84,56 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     assert blessing["metrics"]["loss"] == min(c["metrics"]["loss"] for c in blessing["candidates"])
     assert blessing["checkpoint"] in [c["checkpoint"] for c in blessing["candidates"]]
 
-    def evaluate_fails_with(check: str) -> None:
-        with pytest.raises(StageFailed, match=f"integrity check '{check}' failed"):
-            run(plan, "evaluate")
-        assert read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["integrity"]["failed"] == check
-
+    # through the stage: the failed check is named in blessing.json, and the exit code refuses (no retry)
     write_json_atomic(plan.layout.train_result, {**result, "final_step": result["final_step"] + 1})
-    evaluate_fails_with("step")
-    write_json_atomic(plan.layout.train_result, {**result, "data_manifest_sha256": "0" * 64})
-    evaluate_fails_with("data_manifest")
+    with pytest.raises(StageFailed, match="integrity check 'step' failed") as failure:
+        run(plan, "evaluate")
+    assert failure.value.returncode == EXIT_REFUSED
+    assert read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["integrity"]["failed"] == "step"
     write_json_atomic(plan.layout.train_result, result)
 
+    # the other checks, called as the stage calls them
     import numpy as np
     import tensorflow as tf
 
+    from trainer.artifacts import sha256_file
+    from trainer.evaluate import IntegrityError, check_candidate
     from trainer.models import restore_model
 
     spec = read_json(plan.layout.spec_file)
-    manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
+    manifest_path = os.path.join(plan.layout.data_dir, "manifest.json")
+    manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
+
+    def check_fails_with(check: str, train_result: dict = result) -> None:
+        with pytest.raises(IntegrityError, match=f"integrity check '{check}' failed") as failure:
+            check_candidate(tf, spec, manifest, manifest_sha, result["checkpoint"], train_result)
+        assert failure.value.check == check
+
+    check_candidate(tf, spec, manifest, manifest_sha, result["checkpoint"], result)  # intact: passes
+    check_fails_with("data_manifest", {**result, "data_manifest_sha256": "0" * 64})
     model, step = restore_model(tf, spec, manifest, result["checkpoint"])
     kernel = model.trainable_weights[0]
     kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
     tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64)).write(result["checkpoint"])
-    evaluate_fails_with("finite_weights")
-
+    check_fails_with("finite_weights")
     (data_file,) = [f for f in os.listdir(plan.layout.checkpoint_dir)
                     if f.startswith(os.path.basename(result["checkpoint"]) + ".data")]
     path = os.path.join(plan.layout.checkpoint_dir, data_file)
     os.truncate(path, os.path.getsize(path) // 2)
-    evaluate_fails_with("restores")
+    check_fails_with("restores")
 
 
-def test_export_killed_midway_leaves_no_version_and_a_rerun_publishes(digits_root):
-    plan = plan_for(digits_root, "export_killed", export={"model_name": "digits_killed"})
-    for task_id in ("prepare_data", "train", "evaluate"):
+@pytest.mark.e2e
+def test_export_killed_midway_leaves_no_version_and_a_rerun_publishes_and_prunes(digits_root):
+    plan = prepared_plan(digits_root, "export_killed", training=ONE_WORKER,
+                         export={"model_name": "digits_killed", "keep_versions": 1})
+    older = {20261110000000: "2026-11-10", 20261115000000: "2026-11-15", 20261119000000: "2026-11-19"}
+    for version, day in older.items():  # published earlier (metadata only): the newest is this run's baseline
+        write_version(plan.model_dir, version, f"run-{day}", f"{day}T00:00:00+00:00")
+    for task_id in ("train", "evaluate"):
         run(plan, task_id)
+    baseline = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["baseline"]
+    assert baseline["version"] == 20261119000000 and "error" in baseline  # it cannot score: no SavedModel
     launcher = LocalLauncher()
     logger, _ = collecting_logger("export_killed")
     failure = []
@@ -126,11 +145,15 @@ def test_export_killed_midway_leaves_no_version_and_a_rerun_publishes(digits_roo
     os.kill(launcher.processes["export-0"].pid, signal.SIGKILL)
     thread.join(30)
     assert failure and failure[0].value.returncode == -signal.SIGKILL
-    assert registry.versions(plan.model_dir) == [] and not any(d.isdigit() for d in os.listdir(plan.model_dir))
+    assert [m["version"] for m in registry.versions(plan.model_dir)] == list(older)  # nothing new, nothing pruned
 
-    run(plan, "export")
-    (published,) = registry.versions(plan.model_dir)
-    assert published["run_id"] == "export_killed" and temp_dirs() == []
+    _, lines = run(plan, "export")
+    # keep_versions = 1: the newest (this run's) is kept, and the baseline it was compared with
+    assert [m["version"] for m in registry.versions(plan.model_dir)] == [20261119000000, 20261121000000]
+    assert registry.versions(plan.model_dir)[-1]["run_id"] == "export_killed" and temp_dirs() == []
+    assert sorted(d for d in os.listdir(plan.model_dir)) == ["20261119000000", "20261121000000"]
+    for version in (20261110000000, 20261115000000):
+        assert any(f"deleted version {version} (export.keep_versions = 1)" in line for line in lines)
 
 
 def write_version(model_dir: str, version: int, run_id: str, interval_end: str) -> None:
@@ -157,3 +180,64 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
     assert registry.prune(model_dir, keep=2, protect={1}) == [2, 3]
     assert [m["version"] for m in registry.versions(model_dir)] == [1, 4, 5]
     assert sorted(os.listdir(model_dir)) == ["1", "4", "5"]
+
+
+def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
+    from trainer.evaluate import change_failures
+
+    relative = {"accuracy": {"direction": "higher_is_better", "absolute": None, "relative": 0.05}}
+    assert change_failures({"accuracy": 0.86}, {"accuracy": 0.9}, relative, 7) == []  # lost 0.04 ≤ 5% of 0.9
+    (failure,) = change_failures({"accuracy": 0.85}, {"accuracy": 0.9}, relative, 7)
+    assert failure == ("accuracy = 0.8500 is worse than the baseline (version 7: 0.9000) by 0.0500, "
+                       "more than the allowed 0.0450")
+    loss = {"loss": {"direction": "lower_is_better", "absolute": None, "relative": 0.5}}
+    assert change_failures({"loss": 0.29}, {"loss": 0.2}, loss, 7) == []  # 0.09 ≤ 50% of 0.2
+    both = {"loss": {"direction": "lower_is_better", "absolute": 0.01, "relative": 0.5}}
+    (failure,) = change_failures({"loss": 0.215}, {"loss": 0.2}, both, 7)  # the absolute 0.01 is stricter
+    assert failure.endswith("by 0.0150, more than the allowed 0.0100")
+    assert change_failures({"loss": 0.1}, {"loss": 0.2}, both, 7) == []  # better is never a failure
+
+
+def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
+    import numpy as np
+
+    from trainer.evaluate import compute_metrics
+
+    probabilities = np.array([
+        [0.30, 0.20, 0.15, 0.10, 0.09, 0.08, 0.08],  # label 4: 5th likeliest, in the top 5
+        [0.30, 0.20, 0.15, 0.10, 0.09, 0.08, 0.08],  # label 5: 6th, not
+        [0.05, 0.70, 0.05, 0.05, 0.05, 0.05, 0.05],  # label 1: the likeliest
+    ])
+    metrics = compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy", "top_5_accuracy"])
+    assert metrics["top_5_accuracy"] == 2 / 3 and metrics["accuracy"] == 1 / 3
+    assert "top_5_accuracy" not in compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy"])
+
+
+def test_the_gate_says_what_decided_it():
+    from trainer.evaluate import gate
+
+    assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
+        "none: published without a gate (validation.allow_unvalidated)")
+    change = {"accuracy": {"direction": "higher_is_better"}}
+    assert gate({"thresholds": {"accuracy": {}}, "change_thresholds": change}, True) == (
+        "value thresholds and change thresholds")
+    assert gate({"thresholds": {}, "change_thresholds": change}, False) == "change thresholds (no baseline compared)"
+
+
+@pytest.mark.parametrize("returncode, retried", [(EXIT_REFUSED, False), (1, True), (-9, True)])
+def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(tmp_path, monkeypatch, returncode,
+                                                                              retried):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators.dag import build_dag
+    from tests.conftest import START, make_spec
+
+    def fails(self, stage, log):
+        raise StageFailed("evaluate-0", returncode, {"evaluate-0": ["ERROR: integrity check 'step' failed"]})
+
+    monkeypatch.setattr(LocalLauncher, "run", fails)
+    evaluate = build_dag(make_spec(str(tmp_path))).get_task("evaluate")
+    context = {"run_id": "refused", "data_interval_start": START, "data_interval_end": START + dt.timedelta(days=1)}
+    with pytest.raises(Exception) as failure:
+        evaluate.execute(context)
+    assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)

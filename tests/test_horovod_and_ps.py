@@ -13,16 +13,18 @@ import pytest
 
 from operators.launchers import StageFailed, StageStopped
 from operators.launchers.local import LocalLauncher
-from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, plan_for, run
+from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
 from trainer.artifacts import read_json
 
 DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+);")
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
 def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, controller):
-    plan = plan_for(digits_root, f"hvd_{controller}", training={"backend": "mpi", "mpi": {"controller": controller}})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, f"hvd_{controller}",
+                         training={"backend": "mpi", "mpi": {"controller": controller}})
     launcher, lines = run(plan, "train")
     assert_no_process_of(plan)
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
@@ -40,8 +42,8 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
 
 
 def test_crashing_rank_fails_the_stage_fast_and_leaves_no_process(digits_root):
-    plan = plan_for(digits_root, "hvd_crash", training={"backend": "mpi", "epochs": 400, "mpi": {"controller": "mpi"}})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "hvd_crash",
+                         training={"backend": "mpi", "epochs": 400, "mpi": {"controller": "mpi"}})
     killed = {}
 
     def kill_rank_1(line: str) -> None:
@@ -63,9 +65,8 @@ def test_crashing_rank_fails_the_stage_fast_and_leaves_no_process(digits_root):
 
 
 def test_parameter_server_cluster_trains_and_resumes_after_a_restart(digits_root):
-    plan = plan_for(digits_root, "ps", training={"strategy": "parameter_server", "num_ps": 1, "epochs": 6,
-                                                 "checkpoint_every_steps": 30})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "ps", training={"strategy": "parameter_server", "num_ps": 1, "epochs": 6,
+                                                      "checkpoint_every_steps": 30})
 
     def stop_after_first_checkpoint(line: str) -> None:
         if "chief-0: saved checkpoint" in line:
@@ -82,7 +83,8 @@ def test_parameter_server_cluster_trains_and_resumes_after_a_restart(digits_root
     launcher, lines = run(plan, "train")
     assert any(re.match(r"\[chief-0\] chief-0: resuming from .*ckpt-30 at step 30 of", line) for line in lines)
     result = read_json(plan.layout.train_result)
-    assert result["resumed_from_step"] == 30 and result["final_step"] == 6 * (result["final_step"] // 6)
+    steps_per_epoch = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64
+    assert result["resumed_from_step"] == 30 and result["final_step"] == 6 * steps_per_epoch
     assert result["metrics"]["accuracy"] > 0.8
     assert_all_stopped(launcher)  # ps and workers never exit by themselves: the launcher stopped them
     assert_no_process_of(plan)
@@ -91,8 +93,8 @@ def test_parameter_server_cluster_trains_and_resumes_after_a_restart(digits_root
 def test_stopping_horovodrun_ends_every_rank(digits_root):
     """on_kill's path for Horovod: horovodrun starts its ranks in sessions of their own, the launcher
     still ends them all."""
-    plan = plan_for(digits_root, "hvd_stop", training={"backend": "mpi", "epochs": 400, "mpi": {"controller": "gloo"}})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "hvd_stop",
+                         training={"backend": "mpi", "epochs": 400, "mpi": {"controller": "gloo"}})
 
     def stop_once_both_ranks_train(line: str) -> None:
         seen.add(line.split("]")[0])

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from operators import plan as plan_module
@@ -124,3 +125,49 @@ def test_training_processes_get_their_own_cores_only_when_they_share_the_machine
     assert cores(backend="mpi") == ["0,1;2,3"]  # one mpirun: a block per local rank
     assert cores(cpus_per_worker=1) == ["", ""]  # the user sized the workers: not pinned
     assert cores(strategy="parameter_server", num_ps=2) == [""] * 5  # more processes than cores
+
+
+def at(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize("schedule, logical_date, interval", [
+    ("@hourly", "2026-11-20T05:00", ("2026-11-20T05:00", "2026-11-20T06:00")),
+    ("@weekly", "2026-11-15T00:00", ("2026-11-15T00:00", "2026-11-22T00:00")),  # Sunday to Sunday
+    ("0 2 * * 1-5", "2026-11-20T02:00", ("2026-11-20T02:00", "2026-11-23T02:00")),  # Friday to Monday
+    ("@daily", "2026-11-20T00:00", ("2026-11-20T00:00", "2026-11-21T00:00")),
+])
+def test_scheduled_interval_ends_at_the_next_tick(schedule, logical_date, interval):
+    assert plan_module.scheduled_interval(schedule, at(logical_date)) == (at(interval[0]), at(interval[1]))
+
+
+@pytest.mark.parametrize("schedule, run_after, interval", [
+    ("@hourly", "2026-11-20T05:30", ("2026-11-20T04:00", "2026-11-20T05:00")),
+    ("@hourly", "2026-11-20T05:00", ("2026-11-20T04:00", "2026-11-20T05:00")),
+    ("@weekly", "2026-11-18T10:00", ("2026-11-08T00:00", "2026-11-15T00:00")),  # a Wednesday
+    ("0 2 * * 1-5", "2026-11-21T12:00", ("2026-11-19T02:00", "2026-11-20T02:00")),  # a Saturday: Thu → Fri
+    ("0 2 * * 1-5", "2026-11-23T01:00", ("2026-11-19T02:00", "2026-11-20T02:00")),  # Monday before 02:00
+    (None, "2026-11-20T15:00", ("2026-11-19T00:00", "2026-11-20T00:00")),  # manual only: the last whole day
+])
+def test_manual_run_trains_on_the_last_complete_interval_as_airflow_infers_it(schedule, run_after, interval):
+    expected = (at(interval[0]), at(interval[1]))
+    assert plan_module.manual_interval(schedule, at(run_after)) == expected
+    if schedule:
+        import pendulum
+        from airflow.timetables.interval import CronDataIntervalTimetable
+
+        timetable = CronDataIntervalTimetable(schedule, timezone="UTC")
+        airflow = timetable.infer_manual_data_interval(run_after=pendulum.instance(at(run_after)))
+        assert (airflow.start, airflow.end) == expected
+
+
+def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
+    from operators.launchers.local import split_rank_tags
+
+    assert split_rank_tags("mpirun-0", "[1,0]<stdout>:rank-0: step 10/88") == [("rank-0", "rank-0: step 10/88")]
+    assert split_rank_tags("mpirun-0", "[1,1]<stderr>:warning[1,0]<stdout>:done") == [
+        ("rank-1", "warning"), ("rank-0", "done")]
+    assert split_rank_tags("horovodrun-0", "[0]<stdout>:rank-0: saved") == [("rank-0", "rank-0: saved")]
+    assert split_rank_tags("mpirun-0", "mpirun noticed that process rank 1 exited") == [
+        ("mpirun-0", "mpirun noticed that process rank 1 exited")]
+    assert split_rank_tags("mpirun-0", "[1,12]<stdout>:") == []

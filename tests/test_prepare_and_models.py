@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import REPO, make_spec
 from trainer.artifacts import read_json, write_json_atomic
+from trainer.runtime import EXIT_REFUSED
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
@@ -61,7 +62,7 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
 
     np.savez(npz_input, image=np.zeros((10, 4, 4)), size=np.zeros(10), label=np.zeros(10, int))
     refused = prepare(npz_spec(str(tmp_path)), out, npz_input)
-    assert refused.returncode == 1 and "holds data prepared from other input" in refused.stderr
+    assert refused.returncode == EXIT_REFUSED and "holds data prepared from other input" in refused.stderr
     assert read_json(os.path.join(out, "manifest.json")) == manifest  # nothing already produced is lost
 
 

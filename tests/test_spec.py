@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
-from operators.spec import Spec, SpecError, load_spec
+from operators.spec import Spec, SpecError, field_doc, load_spec
 from tests.conftest import make_spec
 
 
@@ -40,7 +42,9 @@ def test_defaults_are_filled(tmp_path):
         ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
         ({"model": {"hidden_units": [64, 0]}},
          "model.hidden_units[1]: Input should be greater than or equal to 1 (got 0)"),
-        ({"model": {"family": "transformer"}}, "model: Input tag 'transformer' found using 'family' does not match"),
+        ({"model": {"family": "transformer"}},
+         "model.family: Input should be 'mlp', 'cnn' or 'custom' (got 'transformer')"),
+        ({"model": {"family": None}}, "model.family: Input should be 'mlp', 'cnn' or 'custom'"),
         ({"model": {"family": "custom", "factory": "not a path"}}, "model.factory: String should match pattern"),
         ({"schedule": "every night"}, "schedule: not a valid cron expression"),
         ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
@@ -99,8 +103,17 @@ def test_error_message_names_the_origin(tmp_path):
         load_spec(path)
 
 
-def test_json_schema_is_available():
-    assert "training" in Spec.model_json_schema()["properties"]
+def test_json_schema_checks_what_the_model_checks(tmp_path):
+    """The published JSON schema (for editors and the trigger form) refuses what the model refuses."""
+    import jsonschema
+
+    schema = Spec.model_json_schema()
+    valid = load_spec(make_spec(str(tmp_path))).to_json_dict()
+    jsonschema.validate(valid, schema)
+    for bad in (make_spec(str(tmp_path), colour="blue"), make_spec(str(tmp_path), training={"num_workers": 0}),
+                make_spec(str(tmp_path), training={"backend": "spark"})):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**valid, **{k: v for k, v in bad.items() if k in ("colour", "training")}}, schema)
 
 
 @pytest.mark.parametrize(
@@ -134,8 +147,13 @@ def test_valid_distribution_modes(tmp_path):
     assert ps.replicas == 1 and ps.data_readers == 2
     mpi = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"slots_per_worker": 2}})).training
     assert mpi.replicas == 4 and mpi.mpi_settings.scale_learning_rate
+
+
+@pytest.mark.parametrize("mpirun, controller", [("/usr/bin/mpirun", "mpi"), (None, "gloo")])
+def test_horovod_controller_defaults_to_mpirun_where_installed(tmp_path, monkeypatch, mpirun, controller):
+    monkeypatch.setattr("operators.spec.shutil.which", lambda name: mpirun if name == "mpirun" else None)
     default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
-    assert default.mpi_settings.controller in ("mpi", "gloo")
+    assert default.mpi_settings.controller == controller
 
 
 def test_overrides_are_validated_against_the_same_model(tmp_path):
@@ -158,3 +176,78 @@ def test_overridable_must_name_single_fields(tmp_path):
         "overridable: 'training' is not a field")
     assert problems(make_spec(str(tmp_path), overridable=["training.epoch"]))[0].startswith(
         "overridable: 'training.epoch' is not a field")
+
+
+def test_a_spec_without_any_threshold_is_refused_unless_its_author_opts_out(tmp_path):
+    spec = make_spec(str(tmp_path))
+    del spec["validation"]
+    (problem,) = problems(spec)
+    assert problem.startswith("validation: no threshold is configured") and "{allow_unvalidated: true}" in problem
+    assert "validation: {thresholds: {accuracy: {lower: 0.9}}}" in problem
+    assert problems(make_spec(str(tmp_path), validation={"thresholds": {}}))[0].startswith("validation: no threshold")
+    assert load_spec(make_spec(str(tmp_path), validation={"thresholds": {}, "allow_unvalidated": True}))
+    change_only = {"thresholds": {}, "change_thresholds": {"loss": {"direction": "lower_is_better"}}}
+    assert load_spec(make_spec(str(tmp_path), validation=change_only))
+    assert problems(make_spec(str(tmp_path), validation={"allow_unvalidated": True}))[0].startswith(
+        "validation.allow_unvalidated: only for a pipeline without thresholds")
+
+
+CUSTOM = {"family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}}
+
+
+@pytest.mark.parametrize("path, sections, reason", [
+    ("model.factory", {"model": CUSTOM}, "could name code, a path"),
+    ("model.kwargs.units", {"model": CUSTOM}, "could name code, a path"),
+    ("artifact_root", {}, "could name code, a path"),
+    ("data.source", {}, "could name code, a path"),
+    ("training.mpi.extra_args", {}, "could name code, a path"),
+    ("training.pool", {}, "could name code, a path"),
+    ("training.launcher", {}, "chooses the machines"),
+    ("export.root", {}, "what is published and which versions are deleted"),
+    ("export.keep_versions", {}, "what is published and which versions are deleted"),
+    ("validation.thresholds.accuracy.lower", {}, "the gate that decides what is published"),
+    ("validation.allow_unvalidated", {}, "the gate that decides what is published"),
+    ("data.eval_fraction", {}, "held-out data the gate scores"),
+    ("training.timeout_minutes", {}, "when its file is parsed"),
+    ("retries.train", {}, "when its file is parsed"),
+    ("max_active_runs", {}, "when its file is parsed"),
+])
+def test_fields_naming_code_paths_or_arguments_are_never_overridable(tmp_path, path, sections, reason):
+    (problem,) = problems(make_spec(str(tmp_path), overridable=[path], **sections))
+    assert problem.startswith(f"overridable: {path!r} cannot be overridden by whoever triggers a run: "), problem
+    assert reason in problem and problem.endswith("only the DAG file sets it")
+
+
+def test_numbers_and_choices_stay_overridable(tmp_path):
+    paths = ["training.epochs", "model.learning_rate", "training.backend", "training.num_workers", "model.optimizer",
+             "training.seed", "model.hidden_units", "data.window_days"]
+    assert load_spec(make_spec(str(tmp_path), overridable=paths)).overridable == paths
+
+
+def test_override_policy_is_a_property_of_each_fields_type_and_marker():
+    """Whatever fields are added later: free text, lists of text, mappings and dates are never overridable;
+    every overridable field is a number, a yes/no value or a fixed choice, and has a description."""
+    from operators.spec import FREE_FORM, _policies
+
+    seen = 0
+    for path, section, reason in _policies(Spec):
+        annotation = repr(section.model_fields[path.rsplit(".", 1)[-1]].annotation)
+        if any(word in annotation for word in ("str", "Any", "dict", "datetime")) and "Literal" not in annotation:
+            assert reason, f"{path} ({annotation}) is overridable"
+        if reason is None:
+            seen += 1
+            assert field_doc(section, path.rsplit(".", 1)[-1]), f"{path} has no description for the trigger form"
+        elif reason == FREE_FORM:
+            assert "Literal" not in annotation and not re.fullmatch(r"<class '(int|float|bool)'>", annotation), path
+    assert seen >= 20
+
+
+def test_a_run_may_not_start_more_processes_than_its_pool_slots(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), overridable=["training.num_workers"],
+                               training={"pool": "training", "pool_slots": 2, "global_batch_size": 48}))
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.num_workers": 3})
+    assert err.value.problems == [
+        "training: this run would start 3 training processes but its train task holds 2 slot(s) of pool 'training' "
+        "(training.pool_slots, fixed when the DAG file is parsed)"]
+    assert spec.with_overrides({"training.num_workers": 1}).training.num_workers == 1

@@ -12,9 +12,10 @@ import time
 import psutil
 import pytest
 
-from operators.launchers import StageFailed
+from operators.launchers import StageFailed, StageStopped
 from operators.launchers.local import LocalLauncher
-from tests.conftest import START, assert_all_stopped, assert_no_process_of, collecting_logger, make_spec, plan_for, run, wait_for
+from tests.conftest import (START, assert_all_stopped, assert_no_process_of, collecting_logger, make_spec, plan_for,
+                            prepared_plan, run, wait_for)
 from trainer.artifacts import read_json
 
 
@@ -44,8 +45,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
 
 
 def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
-    plan = plan_for(digits_root, "train_killed", training={"epochs": 400})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "train_killed", training={"epochs": 400})
     killed = {}
 
     def kill_worker_1(line: str) -> None:
@@ -64,6 +64,7 @@ def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
     assert_no_process_of(plan)
 
 
+@pytest.mark.e2e
 def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
     plan = plan_for(digits_root, "train_corrupt")
     run(plan, "prepare_data")
@@ -81,42 +82,47 @@ def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
 
 
 def test_on_kill_stops_every_worker(digits_root):
-    """The operator's on_kill (what Airflow calls when the task is stopped) ends all worker processes."""
+    """The operator's on_kill (what Airflow calls when the task is stopped) ends all worker processes of the
+    run while they train: the stage ends as stopped (not failed), each worker by the launcher's signals."""
     import threading
 
-    from operators.train import DistributedTrainOperator
+    from operators.dag import build_dag
 
-    plan = plan_for(digits_root, "train_on_kill", training={"epochs": 400})
-    run(plan, "prepare_data")
-    operator = DistributedTrainOperator(task_id="train", spec=make_spec(digits_root, training={"epochs": 400}),
-                                        data_interval_start=START.isoformat(),
-                                        data_interval_end=(START + dt.timedelta(days=1)).isoformat())
+    spec = make_spec(digits_root, training={"epochs": 400})
+    plan = prepared_plan(digits_root, "train_on_kill", training={"epochs": 400})
+    operator = build_dag(spec).get_task("train")  # in its DAG: the run directory prepared above
+    context = {"run_id": "train_on_kill", "data_interval_start": START,
+               "data_interval_end": START + dt.timedelta(days=1), "params": {}}
     errors = []
-    thread = threading.Thread(target=lambda: errors.append(_execute(operator, "train_on_kill")))
+    thread = threading.Thread(target=lambda: errors.append(_execute(operator, context)))
     thread.start()
-    wait_for(lambda: operator._launcher is not None and len(operator._launcher.processes) == 2, 60, "workers")
-    pids = [p.pid for p in operator._launcher.processes.values()]
-    time.sleep(3)
+    wait_for(lambda: os.path.isdir(plan.layout.checkpoint_dir) and any(
+        f.startswith("ckpt-") for f in os.listdir(plan.layout.checkpoint_dir)), 120, "the first checkpoint")
+    workers = operator._launcher.processes
+    assert all(proc.poll() is None for proc in workers.values()), "a worker ended before on_kill"
     operator.on_kill()
     thread.join(30)
-    assert not thread.is_alive() and isinstance(errors[0], RuntimeError)
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    assert not thread.is_alive() and isinstance(errors[0], StageStopped), errors
+    # ended by the launcher's signals (TF's MultiWorkerMirrored workers ignore SIGTERM: SIGKILL after the grace)
+    assert {proc.returncode for proc in workers.values()} <= {-signal.SIGTERM, -signal.SIGKILL}, workers
+    assert_no_process_of(plan)
+    assert not os.path.exists(plan.layout.train_result)
 
 
-def _execute(operator, run_id: str):
+def _execute(operator, context: dict):
     try:
-        operator.execute({"run_id": run_id})
+        operator.execute(context)
     except Exception as exc:  # noqa: BLE001 - handed to the test thread
         return exc
 
 
+@pytest.mark.e2e
 def test_workers_die_with_a_killed_launcher_process(digits_root):
     """Even when the Airflow task process is SIGKILLed (no on_kill), its workers do not outlive it."""
     import subprocess
     import sys
 
-    plan = plan_for(digits_root, "train_orphans", training={"epochs": 400})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "train_orphans", training={"epochs": 400})
     script = f"""
 import logging, sys
 from operators.launchers.local import LocalLauncher
@@ -140,12 +146,12 @@ launcher.run(stage, log)
                              for p in pids), 15, "workers to exit after their launcher was killed")
 
 
+@pytest.mark.e2e
 def test_a_retry_stops_workers_left_by_an_earlier_attempt(digits_root):
     """Workers of an earlier attempt that are still alive are stopped before the retry starts its own."""
     import subprocess
 
-    plan = plan_for(digits_root, "train_retry", training={"epochs": 2})
-    run(plan, "prepare_data")
+    plan = prepared_plan(digits_root, "train_retry", training={"epochs": 2})
     stage = plan.stage("train")
     stale = [subprocess.Popen(p.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},

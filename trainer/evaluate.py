@@ -19,7 +19,7 @@ import numpy as np
 from trainer import data, registry
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import restore_model
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
 
 
 class IntegrityError(Exception):
@@ -92,6 +92,16 @@ def change_failures(metrics: dict, baseline: dict, thresholds: dict[str, dict], 
     return failures
 
 
+def gate(validation: dict, compared_with_baseline: bool) -> str:
+    """What the blessing was decided by, in words, for blessing.json and the version's metadata.json."""
+    if validation.get("allow_unvalidated"):
+        return "none: published without a gate (validation.allow_unvalidated)"
+    applied = ["value thresholds"] if validation["thresholds"] else []
+    if validation["change_thresholds"]:
+        applied.append("change thresholds" + ("" if compared_with_baseline else " (no baseline compared)"))
+    return " and ".join(applied)
+
+
 def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
     """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
     try:
@@ -147,7 +157,7 @@ def main() -> None:
             write_json_atomic(os.path.join(args.out, "blessing.json"), {
                 "blessed": False, "checkpoint": path, "integrity": {"failed": exc.check}, "failures": [str(exc)],
                 "report": [str(exc)], "run_id": run["run_id"]})
-            fail(str(exc))
+            fail(str(exc), EXIT_REFUSED)
         probabilities, labels = score(tf, lambda features: model(features, training=False), args.data, manifest)
         scored.append({"checkpoint": path, "step": step, "examples": len(labels),
                        "metrics": compute_metrics(probabilities, labels, names),
@@ -184,9 +194,13 @@ def main() -> None:
                        f"({d['absolute']:+.4f})" for k, d in changes.items()]
             failures += change_failures(metrics, base, validation["change_thresholds"], baseline["version"])
     blessed = not failures
-    report.append("BLESSED" if blessed else "NOT BLESSED: " + "; ".join(failures))
+    decided_by = gate(validation, bool(changes))
+    if validation.get("allow_unvalidated"):
+        report.append("  published without a gate: validation.allow_unvalidated is set, no threshold was applied")
+    report.append(("BLESSED" if blessed else "NOT BLESSED: " + "; ".join(failures)) + f" (gate: {decided_by})")
     blessing = {
         "blessed": blessed,
+        "gate": decided_by,
         "run_id": run["run_id"],
         "data_interval_end": run["data_interval_end"],
         "checkpoint": chosen["checkpoint"],

@@ -20,7 +20,7 @@ from trainer import registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from trainer.evaluate import score, serving_predict
 from trainer.models import restore_model
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -57,7 +57,7 @@ def choose_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> t
         existing = read_json(metadata_path) if os.path.exists(metadata_path) else {}
         if existing.get("run_id") == run_id and existing.get("source_checkpoint") == checkpoint:
             return version, True
-    fail(f"{model_dir} already holds {MAX_VERSIONS_PER_INTERVAL} versions for this data interval")
+    fail(f"{model_dir} already holds {MAX_VERSIONS_PER_INTERVAL} versions for this data interval", EXIT_REFUSED)
 
 
 def main() -> None:
@@ -65,7 +65,8 @@ def main() -> None:
     spec, run = load_spec(args.spec), read_json(args.run)
     blessing = read_json(os.path.join(args.eval, "blessing.json"))
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
-        fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})")
+        fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
+             EXIT_REFUSED)
     version, done = choose_version(args.model_dir, int(args.version_base), run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
@@ -96,7 +97,8 @@ def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int)
         accuracy = serving_accuracy(tf, tmp, args.data, manifest)
         expected = blessing["metrics"].get("accuracy")
         if expected is not None and abs(accuracy - expected) > 1e-3:
-            fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}")
+            fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
+                 EXIT_REFUSED)
         write_json_atomic(os.path.join(tmp, "metadata.json"), {
             "model_name": os.path.basename(args.model_dir),
             "version": version,
@@ -107,7 +109,8 @@ def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int)
             "data_manifest_sha256": sha256_file(manifest_path),
             "input_fingerprint": manifest["input_fingerprint"],
             "metrics": blessing["metrics"],
-            "blessing": {k: blessing[k] for k in ("blessed", "metrics", "baseline", "deltas", "thresholds",
+            "gate": blessing["gate"],
+            "blessing": {k: blessing[k] for k in ("blessed", "gate", "metrics", "baseline", "deltas", "thresholds",
                                                   "change_thresholds", "step")},
             "serving_eval_accuracy": accuracy,
             "source_checkpoint": blessing["checkpoint"],

@@ -11,7 +11,7 @@ import numpy as np
 
 from trainer import data
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
 
 MANIFEST_VERSION = 1
 
@@ -35,16 +35,18 @@ def main() -> None:
         if read_json(manifest_path)["input_fingerprint"] == fingerprint:
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
             return
-        fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again")
+        fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
+             EXIT_REFUSED)
     if os.path.exists(args.out):
-        fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again")
+        fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
 
     features, labels = data.read_inputs(paths, data_spec)
     say(f"read {len(labels)} rows from {len(paths)} file(s)")
     num_classes = data_spec["label"]["num_classes"]
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
-        fail(f"label values must be in [0, {num_classes}) (data.label.num_classes), found {sorted(set(labels[bad]))[:5]}")
+        fail(f"label values must be in [0, {num_classes}) (data.label.num_classes), "
+             f"found {sorted(set(labels[bad]))[:5]}", EXIT_REFUSED)
     is_eval, shard = data.split_and_shard(data.row_hashes(features, labels), data_spec["eval_fraction"],
                                           data_spec["num_shards"])
     n = data_spec["num_shards"]
