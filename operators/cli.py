@@ -1,7 +1,7 @@
 """``tfdist``: validate a spec and print its resolved plan without running anything; write demo data.
 
     tfdist validate SPEC.yaml
-    tfdist plan SPEC.yaml [--logical-date 2026-11-20]
+    tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
     tfdist models MODEL_DIR            (the published versions of one model)
     tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see operators.demo)
@@ -16,15 +16,37 @@ import os
 import sys
 
 from operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
-from operators.spec import SpecError, default_artifact_root, load_spec
+from operators.spec import Spec, SpecError, default_artifact_root, load_spec
 from trainer import registry  # file formats only: no TensorFlow
 
 
-def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
+def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:
     spec = load_spec(spec_path)
     start = logical_date or spec.start_date
     start, end = scheduled_interval(spec.schedule, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
-    ctx = RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
+    return spec, RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
+
+
+def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, kubeflow: bool) -> None:
+    """Every object a run on Kubernetes creates, stage by stage, as YAML for ``kubectl apply -f -``."""
+    import yaml
+
+    from operators.launchers.k8s_objects import stage_objects
+
+    spec, ctx = _scheduled_run(spec_path, logical_date)
+    if spec.kubernetes is None:
+        raise SpecError(["kubernetes: required to plan a run on Kubernetes (pods.image, artifact_volume, ...)"],
+                        f"spec {spec_path}")
+    plan = build_plan(spec, ctx, python="python")
+    for stage in plan.stages:
+        print(f"# task {stage.task_id} of run {ctx.run_id}")
+        print(yaml.safe_dump_all(stage_objects(spec, stage, ctx.dag_id, ctx.run_id, kubeflow=kubeflow),
+                                 sort_keys=False, explicit_start=True), end="")
+
+
+def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
+    spec, ctx = _scheduled_run(spec_path, logical_date)
+    start, end = ctx.interval_start, ctx.interval_end
     plan = build_plan(spec, ctx)
     print(f"pipeline {spec.name}: run {ctx.run_id}, data interval {start.isoformat()} → {end.isoformat()}")
     print(f"run directory {plan.layout.run_dir}")
@@ -60,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("spec")
     plan.add_argument("--logical-date", type=dt.datetime.fromisoformat, default=None,
                       help="start of the run's data interval (default: the spec's start_date)")
+    plan.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
+                      help="kubernetes: print the objects the run creates, as YAML documents")
+    plan.add_argument("--kubeflow", action="store_true", help="with kubernetes: the train stage as a TFJob or MPIJob")
     sub.add_parser("models", help="list a model's published versions, newest first").add_argument("model_dir")
     runs = sub.add_parser("runs", help="compare a pipeline's runs side by side (from the artifact root)")
     runs.add_argument("dag_id")
@@ -71,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             spec = load_spec(args.spec)
             print(f"{args.spec}: valid (pipeline {spec.name})")
+        elif args.command == "plan" and args.launcher == "kubernetes":
+            print_kubernetes_objects(args.spec, args.logical_date, args.kubeflow)
         elif args.command == "plan":
             print_plan(args.spec, args.logical_date)
         elif args.command == "runs":

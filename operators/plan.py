@@ -105,6 +105,8 @@ class Stage:
     every other process has succeeded, then the launcher stops them."""
     rank_tagged: bool = False
     """The process is mpirun/horovodrun: its output lines carry rank tags, relayed as ``[rank-N]``."""
+    rank_command: tuple[str, ...] = ()
+    """Horovod: the argv of each rank (what mpirun/horovodrun starts), for launchers that start ranks themselves."""
 
 
 @dataclass(frozen=True)

@@ -371,6 +371,84 @@ class RetrySpec(_Section):
     """Wait before each retry."""
 
 
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+KUBERNETES = AuthorOnly("where, as whom and from which image the pods run is the author's")
+ROLES = ("prepare", "chief", "ps", "worker", "evaluate", "export")
+
+
+class PodSettings(_Section):
+    """What the pods of one role get; every field may be set for all roles and per role."""
+
+    image: Annotated[str, Field(min_length=1, pattern=r"^[^\s]+$")] | None = None
+    """Container image with the trainer package (docker/Dockerfile.worker or .worker-gpu)."""
+    cpu: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
+    """CPU request and limit, e.g. '4' or '500m'; also the worker's thread count when whole."""
+    memory: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
+    """Memory request and limit, e.g. '8Gi'."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the pods must run on."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Kubernetes tolerations, as in a pod spec."""
+    affinity: dict[str, Any] | None = None
+    """Kubernetes affinity, as in a pod spec."""
+
+
+class ArtifactVolume(_Section):
+    claim_name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=253)]
+    """A ReadWriteMany PersistentVolumeClaim holding the artifact root, mounted at the artifact root's own
+    path in every pod."""
+
+
+class KubernetesSpec(_Section):
+    """Where the stages run with 'training.launcher: kubernetes'. None of it can be overridden by a trigger."""
+
+    connection_id: Annotated[str, Field(pattern=NAME_PATTERN)] = "kubernetes_default"
+    """Airflow connection of type 'kubernetes' (in-cluster, kubeconfig file or inline kubeconfig)."""
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] = "default"
+    """Namespace of every object a run creates."""
+    pods: PodSettings
+    """Settings of every pod ('image' required here)."""
+    roles: dict[Literal[ROLES], PodSettings] = Field(default_factory=dict)
+    """Per-role settings over 'pods' (roles: prepare, chief, ps, worker, evaluate, export)."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """When the kubelet pulls the image."""
+    image_pull_secrets: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]] = Field(default_factory=list)
+    """Secrets holding registry credentials."""
+    service_account: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """Service account of the pods; default: the namespace's default."""
+    priority_class: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """PriorityClass of the pods."""
+    scheduler_name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """Scheduler of the pods (e.g. a gang scheduler); default: the cluster's."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels on every object and pod."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations on every object and pod."""
+    artifact_volume: ArtifactVolume
+    """The shared volume holding the artifact root."""
+    operator: Literal["auto", "native", "kubeflow"] = "auto"
+    """'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD); 'kubeflow': TFJob /
+    MPIJob; 'auto': Kubeflow's when its CRDs are installed."""
+    startup_timeout_seconds: Annotated[int, Field(ge=10)] = 600
+    """Pods not running by then fail the stage, with the scheduler's reason."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    """Finished objects are deleted this long after they finish."""
+
+    @field_validator("pods")
+    @classmethod
+    def _image(cls, value: PodSettings) -> PodSettings:
+        if not value.image:
+            raise ValueError("kubernetes.pods.image: required: the worker image every pod runs, e.g. "
+                             "registry.example.com/tfdist-worker:2.21")
+        return value
+
+    def for_role(self, role: str) -> PodSettings:
+        """The settings of pods of ``role``: 'pods' with the role's own settings over it."""
+        own = self.roles.get(role)
+        return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
+
+
 class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
     """Versions are published under '<export root>/<model_name>/'."""
@@ -406,6 +484,8 @@ class Spec(_Section):
         Field(default_factory=ValidationSpec))
     export: Annotated[ExportSpec, AuthorOnly("what is published and which versions are deleted is the author's")]
     retries: Annotated[RetrySpec, PARSED] = Field(default_factory=RetrySpec)
+    kubernetes: Annotated[KubernetesSpec | None, KUBERNETES] = None
+    """Pods, images and volume of a run on Kubernetes (see 'tfdist plan --launcher kubernetes')."""
 
     @field_validator("artifact_root")
     @classmethod
@@ -455,6 +535,18 @@ class Spec(_Section):
                 f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
                 f"hold {d.input_size}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _on_the_volume(self) -> Spec:
+        """Pods see only the artifact volume: the input and the export root must be below the artifact root."""
+        if self.kubernetes is None:
+            return self
+        for field, path in (("data.source", self.data.source.replace("{artifact_root}", self.artifact_root)),
+                            ("export.root", self.export_root)):
+            if os.path.commonpath([self.artifact_root, os.path.normpath(path)]) != self.artifact_root:
+                raise ValueError(f"{field}: pods on Kubernetes see only the artifact volume mounted at "
+                                 f"{self.artifact_root}; put it below the artifact root (e.g. '{{artifact_root}}/...')")
         return self
 
     @model_validator(mode="after")

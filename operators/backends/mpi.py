@@ -31,4 +31,4 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
     cores = ";".join(own_cores(spec, ranks))  # one block per local rank: each rank pins itself to its own
     env = {**threads_per_process(spec, t.processes), **ONE_HOST_TUNING, "TFDIST_CORES": cores}
     process = Process(os.path.basename(argv[0]), 0, argv, env, gpus=gpus)
-    return Stage("train", (process,), rank_tagged=True)
+    return Stage("train", (process,), rank_tagged=True, rank_command=command)

@@ -1,0 +1,228 @@
+"""The Kubernetes objects of a run (``tfdist plan --launcher kubernetes``) and the training pods' entrypoint.
+
+No Kubernetes API server can be had here: the objects are checked offline against the Kubernetes API's own
+schemas in strict mode (kubernetes-validate, any misspelt or misplaced key fails) and Kubeflow's TFJob and
+MPIJob CRD schemas (tests/fixtures/k8s-schemas, additional properties refused). Not modelled: admission,
+the Job controller's behaviour (success and pod failure policies are asserted as written, not run).
+
+``trainer.pod`` runs for real: Horovod ranks of two stand-in "pods" (processes with their own host name and
+/etc/hosts, made with ``unshare``; needs root) meet through pod 0's rendezvous server, without SSH or mpirun."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from operators.cli import main as cli
+from operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
+from operators.plan import RunContext, build_plan
+from operators.spec import SpecError, load_spec, override_refusal
+from tests.conftest import REPO, make_spec
+from trainer import pod
+
+KUBERNETES = {"namespace": "ml", "pods": {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4",
+                                            "memory": "8Gi"},
+              "roles": {"worker": {"node_selector": {"gpu": "yes"}, "cpu": "8"}},
+              "artifact_volume": {"claim_name": "tfdist-artifacts"}, "service_account": "tfdist-runner",
+              "image_pull_secrets": ["registry"], "labels": {"team": "ml"}}
+MODES = {
+    "mirrored": {"num_workers": 4},
+    "parameter_server": {"strategy": "parameter_server", "num_ps": 2, "num_workers": 2, "gpus_per_worker": 1},
+    "horovod_gloo": {"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo", "slots_per_worker": 2}},
+    "horovod_mpi": {"backend": "mpi", "num_workers": 2, "gpus_per_worker": 2,
+                    "mpi": {"slots_per_worker": 2, "extra_args": ["-x", "NCCL_DEBUG=INFO"]}},
+}
+RUN_ID = "scheduled__2026-11-20T00:00:00+00:00"
+SCHEMAS = os.path.join(REPO, "tests", "fixtures", "k8s-schemas")
+
+
+def k8s_plan(tmp_path, mode: str):
+    spec = load_spec(make_spec("/mnt/tfdist", training=MODES[mode], kubernetes=KUBERNETES))
+    start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
+    return spec, build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)), python="python")
+
+
+def closed(schema: dict) -> dict:
+    """The schema with additional properties refused wherever it lists properties (the CRD schemas allow
+    them, so a misspelt key would pass)."""
+    if isinstance(schema, dict):
+        schema = {k: closed(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [closed(v) for v in schema]
+    return schema
+
+
+def crd_errors(obj: dict) -> list[str]:
+    name = {"TFJob": "tfjob-v1", "MPIJob": "mpijob-v2beta1"}[obj["kind"]]
+    with open(os.path.join(SCHEMAS, f"{name}.schema.json")) as f:
+        schema = closed(json.load(f))
+    return [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mode(tmp_path, mode):
+    spec, plan = k8s_plan(tmp_path, mode)
+    for stage in plan.stages:
+        for kubeflow in (False, True):
+            for obj in stage_objects(spec, stage, spec.name, RUN_ID, kubeflow=kubeflow):
+                if obj["kind"] in ("TFJob", "MPIJob"):
+                    assert crd_errors(obj) == [], (stage.task_id, obj["kind"])
+                else:
+                    kubernetes_validate.validate(obj, "1.33", strict=True)
+
+
+def test_strict_validation_catches_a_misspelt_key(tmp_path):
+    spec, plan = k8s_plan(tmp_path, "parameter_server")
+    service, job = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID)
+    job["spec"]["sucessPolicy"] = job["spec"].pop("successPolicy")
+    with pytest.raises(kubernetes_validate.ValidationError, match="sucessPolicy"):
+        kubernetes_validate.validate(job, "1.33", strict=True)
+    tfjob, = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID, kubeflow=True)
+    tfjob["spec"]["tfReplicaSpecs"]["PS"]["replica"] = 2
+    assert any("replica" in e for e in crd_errors(tfjob))
+
+
+def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_role(tmp_path):
+    spec, plan = k8s_plan(tmp_path, "parameter_server")
+    service, job = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID)
+    name = job["metadata"]["name"]
+    assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 5 and job["spec"]["completionMode"] == "Indexed"
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["subdomain"] == service["metadata"]["name"] == name and pod_spec["restartPolicy"] == "Never"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": name}
+    command = pod_spec["containers"][0]["command"]
+    cluster = command[command.index("--cluster") + 1]
+    roles = [json.loads(pod.tf_config(name, name, cluster, k))["task"] for k in range(5)]
+    assert roles == [{"type": "chief", "index": 0}, {"type": "ps", "index": 0}, {"type": "ps", "index": 1},
+                     {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    config = json.loads(pod.tf_config(name, name, cluster, 3))
+    assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
+    # the pod runs the same training command as a local cluster member, through trainer.pod
+    assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0]["onPodConditions"][0]["type"] == "DisruptionTarget" and rules[1]["action"] == "FailJob"
+    resources = pod_spec["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "8", "memory": "8Gi", "nvidia.com/gpu": 1}
+    assert pod_spec["nodeSelector"] == {"gpu": "yes"}
+
+
+def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
+    spec, plan = k8s_plan(tmp_path, "mirrored")
+    for task_id in ("prepare_data", "evaluate", "export"):
+        job, = stage_objects(spec, plan.stage(task_id), spec.name, RUN_ID)
+        assert job["spec"]["completions"] == 1 and "successPolicy" not in job["spec"]
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == list(plan.stage(task_id).processes[0].argv)
+        assert container["volumeMounts"] == [{"name": "artifacts", "mountPath": "/mnt/tfdist"}]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["TFDIST_THREADS"] == "4" and "TFDIST_CORES" not in env  # the pod's CPUs, not this machine's
+
+
+def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpirun(tmp_path):
+    spec, plan = k8s_plan(tmp_path, "horovod_mpi")
+    stage = plan.stage("train")
+    service, job = stage_objects(spec, stage, spec.name, RUN_ID)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["python", "-m", "trainer.pod"] and "mpirun" not in command
+    assert command[command.index("--horovod-slots") + 1] == "2" and command[command.index("--pods") + 1] == "2"
+    assert command[command.index("--") + 1:] == list(stage.rank_command)
+    assert job["spec"]["completions"] == 2 and container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert {e["name"]: e["value"] for e in container["env"]}["TFDIST_THREADS"] == "4"  # 8 CPUs, 2 ranks
+    mpijob, = stage_objects(spec, stage, spec.name, RUN_ID, kubeflow=True)
+    launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:3] == ["mpirun", "-np", "4"] and "NCCL_DEBUG=INFO" in launcher["command"]
+    assert mpijob["spec"]["slotsPerWorker"] == 2 and mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+
+
+def test_tfjob_replicas_follow_the_cluster_roles(tmp_path):
+    spec, plan = k8s_plan(tmp_path, "parameter_server")
+    tfjob, = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID, kubeflow=True)
+    replicas = tfjob["spec"]["tfReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "PS": 2, "Worker": 2}
+    assert {v["template"]["spec"]["containers"][0]["name"] for v in replicas.values()} == {"tensorflow"}
+    assert "nvidia.com/gpu" not in replicas["PS"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "All"
+
+
+def test_names_are_dns_labels_stable_per_stage_and_distinct_per_run():
+    long_dag, odd_run = "Team_A." + "x" * 200, "manual__2026-11-20T10:11:12.123456+00:00/../Ω"
+    names = {object_name(dag, run, task) for dag in (long_dag, "digits") for run in (odd_run, RUN_ID)
+             for task in ("prepare_data", "train", "evaluate", "export")}
+    assert len(names) == 16
+    for name in names:
+        assert len(name) <= NAME_MAX and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)
+        assert len(f"{name}-63") <= 63  # each pod's host name
+    assert object_name("digits", RUN_ID, "train") == object_name("digits", RUN_ID, "train")
+    for value in (long_dag, odd_run, RUN_ID, "digits"):
+        label = label_value(value)
+        assert len(label) <= 63 and re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", label)
+    assert label_value("digits") == "digits" and label_value(RUN_ID) != label_value(RUN_ID.replace("+", "-"))
+
+
+def test_kubernetes_section_is_validated_and_never_overridable():
+    with pytest.raises(SpecError, match=r"kubernetes\.pods\.image: required"):
+        load_spec(make_spec("/mnt/tfdist", kubernetes={**KUBERNETES, "pods": {"cpu": "2"}}))
+    with pytest.raises(SpecError, match=r"data\.source: pods on Kubernetes see only the artifact volume"):
+        load_spec(make_spec("/mnt/tfdist", kubernetes=KUBERNETES, data={"source": "/elsewhere/{date}.csv"}))
+    with pytest.raises(SpecError, match=r"kubernetes\.pods\.cpu: String should match pattern"):
+        load_spec(make_spec("/mnt/tfdist", kubernetes={**KUBERNETES, "pods": {"image": "x", "cpu": "four"}}))
+    assert "where, as whom and from which image" in override_refusal("kubernetes.pods.image")
+
+
+def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist", training=MODES["mirrored"], kubernetes=KUBERNETES)))
+    assert cli(["plan", str(spec_file), "--launcher", "kubernetes", "--logical-date", "2026-11-20"]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    spec, plan = k8s_plan(tmp_path, "mirrored")
+    expected = [obj for stage in plan.stages for obj in stage_objects(spec, stage, spec.name, RUN_ID)]
+    assert documents == expected and [d["kind"] for d in documents] == ["Job", "Service", "Job", "Job", "Job"]
+    spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist")))
+    assert cli(["plan", str(spec_file), "--launcher", "kubernetes"]) == 2
+    assert "kubernetes: required to plan a run on Kubernetes" in capsys.readouterr().err
+
+
+def test_a_pod_whose_peers_never_resolve_fails_naming_them():
+    with pytest.raises(SystemExit):
+        pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
+
+
+HOROVOD_CHECK = ("import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+                 "s = hvd.allreduce(tf.constant([hvd.rank() + 1.0]), op=hvd.Sum); "
+                 "print('rank', hvd.rank(), 'of', hvd.size(), 'local', hvd.local_rank(), 'sum', float(s[0]))")
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="stand-in pods need root and unshare")
+def test_horovod_pods_meet_through_pod_zeros_rendezvous_without_ssh_or_mpirun(tmp_path):
+    """Two stand-in pods of 2 ranks each: own host name (unshare -u) and own /etc/hosts (unshare -m, bind
+    mount) naming every pod as '<job>-<index>.<service>', as the headless Service does; all on loopback."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 job-{i}.svc job-{i}\n" for i in range(2)))
+    enter = ["unshare", "-mu", "sh", "-c", 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"']
+    pods = []
+    for index in range(2):
+        argv = pod.pod_argv(sys.executable, "job", "svc", (sys.executable, "-c", HOROVOD_CHECK), horovod_slots=2, pods=2)
+        env = {**os.environ, "JOB_COMPLETION_INDEX": str(index), "TFDIST_IFACE": "lo", "PYTHONPATH": REPO}
+        pods.append(subprocess.Popen([*enter, str(hosts), f"job-{index}", *argv, ], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=180)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], outputs
+    found = sorted(re.findall(r"^\[(\d)\]<stdout>:rank (\d) of (\d) local (\d) sum ([\d.]+)$", "\n".join(outputs), re.M))
+    assert found == [("0", "0", "4", "0", "10.0"), ("1", "1", "4", "1", "10.0"),
+                     ("2", "2", "4", "0", "10.0"), ("3", "3", "4", "1", "10.0")], outputs
