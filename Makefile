@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[trainer,dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[trainer,kubernetes,dev]'
 	@echo "Horovod: building the CPU wheel once per machine (a few minutes), then reusing it"
 	wheel=$$(bash docker/build-horovod-wheel.sh $(BIN)/python) && $(BIN)/python -m pip install -q -c constraints.txt "$$wheel"
 	touch $@

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -104,12 +105,13 @@ class StageOperator(BaseOperator):
         spec, overrides = self.effective_spec(context)
         if overrides:
             self.log.info("this run overrides %s", overrides)
-        plan = build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None,
+        python = "python" if spec.training.launcher == "kubernetes" else sys.executable  # pods: the image's
+        plan = build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, python=python,
                           **self.plan_overrides())
         record_run(spec, plan, overrides)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
-        self._launcher = get_launcher(spec.training.launcher)
+        self._launcher = get_launcher(spec, plan.context, context["ti"].try_number)
         try:
             self._launcher.run(plan.stage(self.stage), self.log)
         except StageFailed as exc:

@@ -214,8 +214,9 @@ class TrainingSpec(_Section):
     """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
     strategy: Literal["multi_worker_mirrored", "parameter_server"] = "multi_worker_mirrored"
     """With backend 'tf': synchronous all-reduce, or a chief with parameter servers and workers."""
-    launcher: Annotated[Literal["local"], AuthorOnly("it chooses the machines the training runs on")] = "local"
-    """Where the training processes run: 'local' (this machine)."""
+    launcher: Annotated[Literal["local", "kubernetes"], AuthorOnly("it chooses the machines the training runs on")] = (
+        "local")
+    """Where every stage runs: 'local' (processes on this machine) or 'kubernetes' (pods; see 'kubernetes')."""
     num_workers: Annotated[int, Field(ge=1, le=64)] = 2
     """Training workers (with Horovod: worker machines, each running 'slots_per_worker' ranks)."""
     num_ps: Annotated[int, Field(ge=0, le=64)] = 0
@@ -429,7 +430,7 @@ class KubernetesSpec(_Section):
     """The shared volume holding the artifact root."""
     operator: Literal["auto", "native", "kubeflow"] = "auto"
     """'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD); 'kubeflow': TFJob /
-    MPIJob; 'auto': Kubeflow's when its CRDs are installed."""
+    MPIJob (printed by 'tfdist plan', not run yet); 'auto': native for now."""
     startup_timeout_seconds: Annotated[int, Field(ge=10)] = 600
     """Pods not running by then fail the stage, with the scheduler's reason."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
@@ -535,6 +536,16 @@ class Spec(_Section):
                 f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
                 f"hold {d.input_size}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _kubernetes_section(self) -> Spec:
+        if self.training.launcher == "kubernetes" and self.kubernetes is None:
+            raise ValueError("kubernetes: required with training.launcher 'kubernetes': at least "
+                             "kubernetes: {pods: {image: ...}, artifact_volume: {claim_name: ...}}")
+        if self.training.launcher == "kubernetes" and self.kubernetes.operator == "kubeflow":
+            raise ValueError("kubernetes.operator: the launcher does not run TFJob/MPIJob yet ('tfdist plan "
+                             "--launcher kubernetes --kubeflow' prints them); use 'native' or 'auto'")
         return self
 
     @model_validator(mode="after")

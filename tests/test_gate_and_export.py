@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import signal
 import threading
+import types
 
 import pytest
 
@@ -237,7 +238,8 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(tmp
 
     monkeypatch.setattr(LocalLauncher, "run", fails)
     evaluate = build_dag(make_spec(str(tmp_path))).get_task("evaluate")
-    context = {"run_id": "refused", "data_interval_start": START, "data_interval_end": START + dt.timedelta(days=1)}
+    context = {"run_id": "refused", "data_interval_start": START, "data_interval_end": START + dt.timedelta(days=1),
+               "ti": types.SimpleNamespace(try_number=1)}
     with pytest.raises(Exception) as failure:
         evaluate.execute(context)
     assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)

@@ -5,8 +5,7 @@ schemas in strict mode (kubernetes-validate, any misspelt or misplaced key fails
 MPIJob CRD schemas (tests/fixtures/k8s-schemas, additional properties refused). Not modelled: admission,
 the Job controller's behaviour (success and pod failure policies are asserted as written, not run).
 
-``trainer.pod`` runs for real: Horovod ranks of two stand-in "pods" (processes with their own host name and
-/etc/hosts, made with ``unshare``; needs root) meet through pod 0's rendezvous server, without SSH or mpirun."""
+The objects run for real on the stand-in cluster in tests/test_kubernetes_launcher.py."""
 
 from __future__ import annotations
 
@@ -14,9 +13,6 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 
 import jsonschema
 import kubernetes_validate
@@ -200,29 +196,3 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
 def test_a_pod_whose_peers_never_resolve_fails_naming_them():
     with pytest.raises(SystemExit):
         pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
-
-
-HOROVOD_CHECK = ("import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
-                 "s = hvd.allreduce(tf.constant([hvd.rank() + 1.0]), op=hvd.Sum); "
-                 "print('rank', hvd.rank(), 'of', hvd.size(), 'local', hvd.local_rank(), 'sum', float(s[0]))")
-
-
-@pytest.mark.e2e
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="stand-in pods need root and unshare")
-def test_horovod_pods_meet_through_pod_zeros_rendezvous_without_ssh_or_mpirun(tmp_path):
-    """Two stand-in pods of 2 ranks each: own host name (unshare -u) and own /etc/hosts (unshare -m, bind
-    mount) naming every pod as '<job>-<index>.<service>', as the headless Service does; all on loopback."""
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 job-{i}.svc job-{i}\n" for i in range(2)))
-    enter = ["unshare", "-mu", "sh", "-c", 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"']
-    pods = []
-    for index in range(2):
-        argv = pod.pod_argv(sys.executable, "job", "svc", (sys.executable, "-c", HOROVOD_CHECK), horovod_slots=2, pods=2)
-        env = {**os.environ, "JOB_COMPLETION_INDEX": str(index), "TFDIST_IFACE": "lo", "PYTHONPATH": REPO}
-        pods.append(subprocess.Popen([*enter, str(hosts), f"job-{index}", *argv, ], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=180)[0] for p in pods]
-    assert [p.returncode for p in pods] == [0, 0], outputs
-    found = sorted(re.findall(r"^\[(\d)\]<stdout>:rank (\d) of (\d) local (\d) sum ([\d.]+)$", "\n".join(outputs), re.M))
-    assert found == [("0", "0", "4", "0", "10.0"), ("1", "1", "4", "1", "10.0"),
-                     ("2", "2", "4", "0", "10.0"), ("3", "3", "4", "1", "10.0")], outputs

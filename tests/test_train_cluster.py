@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+import types
 
 import psutil
 import pytest
@@ -92,7 +93,7 @@ def test_on_kill_stops_every_worker(digits_root):
     plan = prepared_plan(digits_root, "train_on_kill", training={"epochs": 400})
     operator = build_dag(spec).get_task("train")  # in its DAG: the run directory prepared above
     context = {"run_id": "train_on_kill", "data_interval_start": START,
-               "data_interval_end": START + dt.timedelta(days=1), "params": {}}
+               "data_interval_end": START + dt.timedelta(days=1), "params": {}, "ti": types.SimpleNamespace(try_number=1)}
     errors = []
     thread = threading.Thread(target=lambda: errors.append(_execute(operator, context)))
     thread.start()

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from operators.launchers.base import Launcher, StageFailed, StageStopped
+from operators.plan import RunContext
+from operators.spec import Spec
 
 
-def get_launcher(name: str) -> Launcher:
-    if name == "local":
-        from operators.launchers.local import LocalLauncher
+def get_launcher(spec: Spec, ctx: RunContext, try_number: int = 1) -> Launcher:
+    """The launcher of ``spec.training.launcher`` for one try of a stage of the run ``ctx``."""
+    if spec.training.launcher == "kubernetes":
+        from operators.launchers.kubernetes import KubernetesLauncher
 
-        return LocalLauncher()
-    raise ValueError(f"unknown launcher {name!r}")
+        return KubernetesLauncher(spec, ctx, try_number)
+    from operators.launchers.local import LocalLauncher
+
+    return LocalLauncher()
 
 
 __all__ = ["Launcher", "StageFailed", "StageStopped", "get_launcher"]
