@@ -1,5 +1,5 @@
 """A stand-in Kubernetes cluster for the tests: the Kubernetes REST API (JSON over HTTP, as the real
-``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs and events, a Job controller for Indexed
+``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions and events, a Job controller for Indexed
 Jobs, and a kubelet that runs each pod's container command as real processes. Needs root.
 
 Each pod gets what a pod has: its own network namespace with an address on a bridge (so every TF server can
@@ -54,7 +54,8 @@ class Pod:
         self.log_path, self.hosts_path = os.path.join(self.dir, "log"), os.path.join(self.dir, "hosts")
         self.netns = f"tfd{cluster.id}p{address.rsplit('.', 1)[1]}"
         self.proc: subprocess.Popen | None = None
-        self.deleted = False
+        self.disruption: str | None = None
+        """Why the pod is being disrupted (an eviction): it ends with a DisruptionTarget condition."""
 
     @property
     def hostname(self) -> str:
@@ -101,9 +102,10 @@ class Pod:
         with self.cluster.lock:
             self.obj["status"].update(phase="Succeeded" if code == 0 else "Failed",
                                       conditions=[{"type": "Ready", "status": "False"}])
-            if self.deleted:
+            if self.disruption:
                 self.obj["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
-                                                         "reason": "DeletionByAPI"})
+                                                         "reason": self.disruption,
+                                                         "message": "Eviction API: evicting"})
             container = self.obj["spec"]["containers"][0]
             self.obj["status"]["containerStatuses"] = [{
                 "name": container["name"], "image": container["image"], "imageID": "", "ready": False,
@@ -282,10 +284,18 @@ class Cluster:
             for pod_name in [n for n, p in self.pods.items() if p.obj["metadata"]["labels"]["job-name"] == name]:
                 self.delete("Pod", namespace, pod_name)
         elif obj and kind == "Pod":
-            pod = self.pods.pop(name)
-            pod.deleted = True
-            pod.stop()
+            self.pods.pop(name).stop()
         return obj
+
+    def evict(self, namespace: str, name: str) -> bool:
+        """The Eviction API: the pod is stopped and ends with a DisruptionTarget condition (kept, as the Job
+        controller must see it)."""
+        pod = self.pods.get(name)
+        if pod is None or pod.obj["metadata"]["namespace"] != namespace:
+            return False
+        pod.disruption = "EvictionByEvictionAPI"
+        threading.Thread(target=pod.stop, daemon=True).start()
+        return True
 
 
 ROUTES = [(re.compile(p), kind) for p, kind in (
@@ -293,6 +303,7 @@ ROUTES = [(re.compile(p), kind) for p, kind in (
     (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "Service"),
     (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "Pod"),
     (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$", "Log"),
+    (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(eviction)$", "Eviction"),
     (r"^/api/v1/namespaces/([^/]+)/events$", "Event"),
 )]
 
@@ -358,8 +369,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(200, "".join(line + "\n" for line in lines))
 
     def do_POST(self) -> None:
-        kind, namespace, _, _ = self._route()
+        kind, namespace, name, _ = self._route()
         obj = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if kind == "Eviction":
+            if not self.cluster.evict(namespace, name):
+                return self._status(404, "NotFound", f'pods "{name}" not found')
+            return self._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
         if kind not in ("Job", "Service"):
             return self._status(405, "MethodNotAllowed", f"cannot create at {self.path}")
         name = obj["metadata"]["name"]

@@ -102,6 +102,31 @@ def test_on_kill_deletes_every_object_and_stops_every_pod(cluster, digits_root):
     assert_nothing_left(cluster, plan)
 
 
+def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_root):
+    """A worker pod evicted mid-training (the Eviction API: a drain, a preemption) fails the Job through the
+    pod failure policy's DisruptionTarget rule, and the failure says so."""
+    from kubernetes import client
+
+    plan = k8s_plan(digits_root, "k8s_evict", num_workers=2, epochs=200)
+    logger, lines = collecting_logger("k8s.evict")
+    launcher = KubernetesLauncher(plan.spec, plan.context, 1)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(_run(launcher, plan, logger)))
+    thread.start()
+    wait_for(lambda: any("first 10 steps" in line for line in lines.lines), 120, "training to start")
+    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
+            if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
+    launcher.core.create_namespaced_pod_eviction(pod.metadata.name, "ml", client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace="ml")))
+    thread.join(60)
+    failure = errors[0]
+    assert isinstance(failure, StageFailed), errors
+    assert failure.process == f"worker-1 (pod {pod.metadata.name})", str(failure)
+    assert "was disrupted (EvictionByEvictionAPI" in str(failure) and "matching FailJob rule at index 0" in str(failure)
+    assert_nothing_left(cluster, plan)
+
+
 def _run(launcher, plan, logger):
     try:
         launcher.run(plan.stage("train"), logger)

@@ -171,7 +171,10 @@ class KubernetesLauncher(Launcher):
         member = self._member(stage, pod)
         ordered = {member: list(tails.pop(member, []))} | dict(tails)
         why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
-        return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered,
+        disrupted = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
+                         None)
+        how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
+        return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how,
                            detail=f"Job {job.metadata.name} failed: {condition.reason}: {condition.message}")
 
     def delete(self, log: logging.Logger | None = None) -> None:
