@@ -1,15 +1,16 @@
 """A stand-in Kubernetes cluster for the tests: the Kubernetes REST API (JSON over HTTP, as the real
-``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions and events, a Job controller for Indexed
-Jobs, and a kubelet that runs each pod's container command as real processes. Needs root.
+``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions and events, a Job controller
+for Indexed Jobs, and a kubelet that runs each pod's container command as real processes. Needs root.
 
 Each pod gets what a pod has: its own network namespace with an address on a bridge (so every TF server can
 listen on port 2222, as in a cluster), interface ``eth0``, its own host name, and an ``/etc/hosts`` naming
 every pod of its headless Service (``<hostname>.<subdomain>``, not-ready pods included, as
-``publishNotReadyAddresses`` does). The artifact volume is this machine's file system, mounted at the same path.
+``publishNotReadyAddresses`` does). The artifact volume is this machine's file system, at the same path.
 
 What it does not model: images (``python`` is this interpreter and the repository is on PYTHONPATH), the
-scheduler beyond node selectors and resources (every other pod is scheduled at once on one node), admission and schema checks (tests validate objects
-offline), watches, authentication, real DNS, owner references and TTLs, and kubelet restarts."""
+scheduler beyond node selectors, and resources (every other pod is scheduled at once on one node), admission
+and schema checks (tests validate objects offline), watches, authentication, real DNS, owner references and
+TTLs, and kubelet restarts."""
 
 from __future__ import annotations
 
@@ -129,7 +130,8 @@ class Cluster:
 
     def __init__(self, workdir: str):
         self.id = f"{os.getpid() % 1000}{next(_clusters)}"
-        self.workdir, self.bridge, self.subnet = workdir, f"tfd{self.id}br", f"10.{200 + os.getpid() % 50}.{self.id[-1]}"
+        self.workdir, self.bridge = workdir, f"tfd{self.id}br"
+        self.subnet = f"10.{200 + os.getpid() % 50}.{self.id[-1]}"
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.pods: dict[str, Pod] = {}
         self.events: list[dict] = []
@@ -172,8 +174,9 @@ class Cluster:
 
     def event(self, obj: dict, reason: str, message: str, type_: str = "Normal") -> None:
         meta = obj["metadata"]
-        self.events.append({"metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:8]}", "namespace": meta["namespace"]},
-                            "involvedObject": {"kind": obj["kind"], "name": meta["name"], "namespace": meta["namespace"]},
+        where = {"name": meta["name"], "namespace": meta["namespace"]}
+        self.events.append({"metadata": {**where, "name": f"{meta['name']}.{uuid.uuid4().hex[:8]}"},
+                            "involvedObject": {"kind": obj["kind"], **where},
                             "reason": reason, "message": message, "type": type_, "lastTimestamp": now()})
 
     def write_hosts(self, subdomain: str | None) -> None:

@@ -99,7 +99,8 @@ class KubernetesLauncher(Launcher):
             if self._stop_requested:
                 raise StageStopped(f"{stage.task_id} stopped: its Kubernetes objects were deleted")
             job = self.batch.read_namespaced_job_status(name, self.namespace)
-            pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items
+            pods = self.core.list_namespaced_pod(self.namespace,
+                                                 label_selector=f"batch.kubernetes.io/job-name={name}").items
             for pod in pods:
                 self._relay(stage, pod, seen, tails, log)
             outcome = _finished(job)
