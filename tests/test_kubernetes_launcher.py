@@ -61,6 +61,30 @@ def weights(lines: list[str]) -> dict[str, str]:
     return dict(re.findall(r"^\[([\w-]+)\] [\w-]+: done at step \d+; weights sha256 (\w+)", "\n".join(lines), re.M))
 
 
+def train_in_background(plan):
+    """Start the train stage in a thread and return once it trains: (launcher, its log lines so far and to
+    come, a function waiting for the stage to end that returns what it raised)."""
+    logger, lines = collecting_logger(f"k8s.{plan.context.run_id}")
+    launcher, raised = KubernetesLauncher(plan.spec, plan.context, 1), []
+
+    def run():
+        try:
+            launcher.run(plan.stage("train"), logger)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_for(lambda: any("first 10 steps" in line for line in lines.lines), 120, "training to start")
+
+    def finished():
+        thread.join(60)
+        assert not thread.is_alive(), "the stage did not end"
+        return raised[0] if raised else None
+
+    return launcher, lines.lines, finished
+
+
 def test_horovod_pods_train_over_gloo_without_ssh_and_leave_nothing(cluster, digits_root):
     """2 pods × 2 ranks meeting through pod 0's rendezvous server; every rank ends with the same weights."""
     plan = k8s_plan(digits_root, "k8s_horovod", backend="mpi", num_workers=2, mpi={"controller": "gloo",
@@ -89,16 +113,10 @@ def test_a_retry_follows_the_running_job_of_the_earlier_try(cluster, digits_root
 
 def test_on_kill_deletes_every_object_and_stops_every_pod(cluster, digits_root):
     plan = k8s_plan(digits_root, "k8s_kill", num_workers=2, epochs=200)  # MultiWorkerMirrored
-    logger, lines = collecting_logger("k8s.kill")
-    launcher = KubernetesLauncher(plan.spec, plan.context, 1)
-    errors = []
-    thread = threading.Thread(target=lambda: errors.append(_run(launcher, plan, logger)))
-    thread.start()
-    wait_for(lambda: any("first 10 steps" in line for line in lines.lines), 120, "training to start")
+    launcher, lines, finished = train_in_background(plan)
     launcher.stop()
-    thread.join(60)
-    assert isinstance(errors[0], StageStopped), errors
-    assert any(line.startswith("[worker-1] ") for line in lines.lines)
+    assert isinstance(finished(), StageStopped)
+    assert any(line.startswith("[worker-1] ") for line in lines)
     assert_nothing_left(cluster, plan)
 
 
@@ -108,30 +126,19 @@ def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_
     from kubernetes import client
 
     plan = k8s_plan(digits_root, "k8s_evict", num_workers=2, epochs=200)
-    logger, lines = collecting_logger("k8s.evict")
-    launcher = KubernetesLauncher(plan.spec, plan.context, 1)
-    errors = []
-    thread = threading.Thread(target=lambda: errors.append(_run(launcher, plan, logger)))
-    thread.start()
-    wait_for(lambda: any("first 10 steps" in line for line in lines.lines), 120, "training to start")
+    launcher, _, finished = train_in_background(plan)
     name = object_name(plan.context.dag_id, plan.context.run_id, "train")
     pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
             if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
     launcher.core.create_namespaced_pod_eviction(pod.metadata.name, "ml", client.V1Eviction(
         metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace="ml")))
-    thread.join(60)
-    failure = errors[0]
-    assert isinstance(failure, StageFailed), errors
+    failure = finished()
+    assert isinstance(failure, StageFailed), failure
     assert failure.process == f"worker-1 (pod {pod.metadata.name})", str(failure)
     assert "was disrupted (EvictionByEvictionAPI" in str(failure) and "matching FailJob rule at index 0" in str(failure)
     assert_nothing_left(cluster, plan)
 
 
-def _run(launcher, plan, logger):
-    try:
-        launcher.run(plan.stage("train"), logger)
-    except Exception as exc:  # noqa: BLE001 - handed to the test thread
-        return exc
 
 
 def test_a_failing_pod_fails_the_stage_naming_it_with_its_exit_code_and_last_lines(cluster, tmp_path):
