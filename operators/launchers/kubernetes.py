@@ -14,12 +14,15 @@ import math
 import time
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
 from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.launchers.k8s_objects import object_name, stage_objects
 from operators.launchers.local import TAIL_LINES, split_rank_tags
 from operators.plan import RunContext, Stage
 from operators.spec import Spec
-from trainer.pod import members
 
 POLL_SECONDS = 2.0
 
@@ -38,27 +41,19 @@ class KubernetesLauncher(Launcher):
         self._stop_requested = False
 
     @functools.cached_property
-    def api_client(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
+    def api_client(self) -> client.ApiClient:
         return KubernetesHook(conn_id=self.spec.kubernetes.connection_id).api_client
 
     @functools.cached_property
-    def batch(self) -> Any:
-        from kubernetes import client
-
+    def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.api_client)
 
     @functools.cached_property
-    def core(self) -> Any:
-        from kubernetes import client
-
+    def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client)
 
     def find(self, name: str) -> Any | None:
         """The Job of this run's stage left by an earlier try, or None."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
             return self.batch.read_namespaced_job_status(name, self.namespace)
         except ApiException as exc:
@@ -119,13 +114,11 @@ class KubernetesLauncher(Launcher):
                                   detail=reasons or "no warning event")
             time.sleep(POLL_SECONDS)
 
-    def _member(self, stage: Stage, pod: Any) -> str:
+    @staticmethod
+    def _member(stage: Stage, pod: Any) -> str:
+        """Which process of the stage the pod is: TF cluster members are in completion-index order."""
         index = int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])
-        if stage.tf_cluster:
-            role, i = members(",".join(f"{r}={n}" for r, n in collections.Counter(
-                p.role for p in stage.processes).items()))[index]
-            return f"{role}-{i}"
-        return f"pod-{index}" if stage.rank_command else stage.processes[0].name
+        return f"pod-{index}" if stage.rank_command else stage.processes[index].name
 
     def _relay(self, stage: Stage, pod: Any, seen: dict, tails: dict, log: logging.Logger) -> None:
         """Relay the pod's log lines after the last one seen (by their timestamps: a dropped connection or
@@ -137,8 +130,6 @@ class KubernetesLauncher(Launcher):
         if last:
             age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
             since = max(1, math.ceil(age.total_seconds()) + 1)
-        from kubernetes.client.exceptions import ApiException
-
         try:
             response = self.core.read_namespaced_pod_log(name, self.namespace, timestamps=True, since_seconds=since,
                                                          _preload_content=False)  # kubernetes#2596: never preload
@@ -179,8 +170,6 @@ class KubernetesLauncher(Launcher):
                            detail=f"Job {job.metadata.name} failed: {condition.reason}: {condition.message}")
 
     def delete(self, log: logging.Logger | None = None) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         for kind, name in reversed(self._created):
             delete = self.core.delete_namespaced_service if kind == "Service" else self.batch.delete_namespaced_job
             try:
