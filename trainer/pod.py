@@ -126,11 +126,12 @@ def _run(processes: list[tuple[int | None, list[str], dict[str, str]]]) -> int:
     for t in pumps:
         t.start()
     signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for _, proc in started])
-    code = 0
-    while any(proc.poll() is None for _, proc in started) and not code:
-        code = next((proc.returncode for _, proc in started if proc.returncode), 0)
+    def first_failure() -> int:
+        return next((proc.returncode for _, proc in started if proc.returncode), 0)
+
+    while any([proc.poll() is None for _, proc in started]) and not first_failure():  # a list: poll every one
         time.sleep(0.2)
-    code = code or next((proc.returncode for _, proc in started if proc.returncode), 0)
+    code = first_failure()
     for _, proc in started:
         if proc.poll() is None:
             proc.terminate()
