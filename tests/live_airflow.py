@@ -8,6 +8,7 @@ DAGs folder is a bundle without a team (every user may read it), a second bundle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 import psutil
 import requests
 
-from operators.launchers.local import free_ports
+from operators.launchers.local import free_ports, terminate_all
 from tests.postgres import Postgres
 
 BIN = os.path.dirname(sys.executable)
@@ -93,16 +94,10 @@ class LiveAirflow:
     def stop(self) -> None:
         victims = []
         for proc in self.processes:
-            try:
-                victims += [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
-        for victim in victims:
-            victim.terminate()
-        _, alive = psutil.wait_procs(victims, timeout=20)
-        for victim in alive:
-            victim.kill()
-        psutil.wait_procs(alive, timeout=10)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process = psutil.Process(proc.pid)
+                victims += [process, *process.children(recursive=True)]
+        terminate_all(victims, grace=20)  # as the local launcher stops: a process may end in the meantime
         self.database.stop()
 
     @staticmethod

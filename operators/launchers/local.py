@@ -85,7 +85,7 @@ class LocalLauncher(Launcher):
         if leftovers:
             log.warning("stopping %d process(es) left by an earlier attempt: %s", len(leftovers),
                         ", ".join(str(p.pid) for p in leftovers))
-            _terminate_all(leftovers)
+            terminate_all(leftovers)
 
     def run(self, stage: Stage, log: logging.Logger) -> None:
         self.stop_leftovers(stage, log)
@@ -168,17 +168,19 @@ class LocalLauncher(Launcher):
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        _terminate_all(descendants, started)
+        terminate_all(descendants, started)
 
 
-def _terminate_all(victims: list[psutil.Process], children: list[subprocess.Popen] = ()) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after the grace period. Our own ``children`` are waited
-    for through their Popen (psutil would reap them and lose their exit status)."""
+def terminate_all(victims: list[psutil.Process], children: list[subprocess.Popen] = (),
+                  grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM, then SIGKILL whatever is still alive after ``grace`` seconds (processes that end meanwhile
+    are skipped). Our own ``children`` are waited for through their Popen (psutil would reap them and lose
+    their exit status)."""
     for victim in victims:
         with contextlib.suppress(psutil.NoSuchProcess):
             victim.terminate()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    _, alive = psutil.wait_procs(victims, timeout=STOP_GRACE_SECONDS)
+    deadline = time.monotonic() + grace
+    _, alive = psutil.wait_procs(victims, timeout=grace)
     for child in children:
         try:
             child.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -188,4 +190,4 @@ def _terminate_all(victims: list[psutil.Process], children: list[subprocess.Pope
     for victim in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             victim.kill()
-    psutil.wait_procs(alive, timeout=STOP_GRACE_SECONDS)
+    psutil.wait_procs(alive, timeout=grace)
