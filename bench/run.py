@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from operators.backends import train_stage
-from operators.base import record_run
+from trainer.contract import record_run
 from operators.demo import airflow_dags_test, write_digits_partitions
 from operators.launchers.local import LocalLauncher
 from operators.plan import Process, RunContext, Stage, build_plan
@@ -117,14 +117,14 @@ class Training:
         spec = load_spec(spec)
         start = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
         plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
-        record_run(spec, plan)
+        record_run(plan.layout, spec.to_json_dict(), plan.run_record())
         return plan
 
     def ours(self, run_id: str, mode: str, workers: int) -> dict:
         plan = self.plan(run_id, {**MODES[mode], "num_workers": workers})
         os.symlink(self.data, plan.layout.data_dir)
         started, lines = run_stage(plan.stage("train"))
-        with open(plan.layout.train_result) as f:
+        with open(plan.layout.result("train")) as f:
             rate = json.load(f)["examples_per_sec"]
         first_step = min(t for t, line in lines if re.search(r": first \d+ steps done", line))
         peaks = [float(m[1]) for _, line in lines if (m := re.search(r"peak RSS (\d+) MB", line))]

@@ -67,7 +67,8 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
         for repetition in range(repetitions):
             out = os.path.join(workdir, f"out-{size}-{repetition}")
             shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-            runs = [(ours, [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--source", source]),
+            runs = [(ours, [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--result",
+                            out + ".result.json", "--source", source]),
                     (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"])]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
                 samples.append(_timed(argv))

@@ -1,9 +1,8 @@
-"""The shared shape of every stage operator: render, plan, launch, report."""
+"""The shared shape of every stage operator: render, plan, launch (or defer to a trigger), report."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 from typing import Any
 
@@ -13,24 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from operators.launchers import StageFailed, get_launcher
 from operators.plan import Plan, RunContext, build_plan, manual_interval
 from operators.spec import Spec, SpecError, field_value, load_spec
-from trainer.artifacts import read_json, write_json_atomic  # file formats only: no TensorFlow
-from trainer.runtime import EXIT_REFUSED
-
-
-def record_run(spec: Spec, plan: Plan, overrides: dict[str, Any] | None = None) -> None:
-    """Write the run's identity (window, overrides) and effective spec once; refuse a run directory
-    that was made from another spec."""
-    layout, ctx = plan.layout, plan.context
-    if os.path.exists(layout.spec_file):
-        if read_json(layout.spec_file) != spec.to_json_dict():
-            raise ValueError(f"{layout.run_dir} was produced from a different spec (see {layout.spec_file}); "
-                             "use a new run, or move that directory away to redo this run")
-        return
-    write_json_atomic(layout.run_file, {
-        "dag_id": ctx.dag_id, "run_id": ctx.run_id, "overrides": overrides or {},
-        "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
-    })
-    write_json_atomic(layout.spec_file, spec.to_json_dict())
+from trainer.contract import EXIT_REFUSED, RunMismatch, record_run
 
 
 def _as_datetime(value: Any) -> dt.datetime:
@@ -101,28 +83,47 @@ class StageOperator(BaseOperator):
         """This operator's templated replacements for spec defaults (see build_plan)."""
         return {}
 
-    def execute(self, context: Any) -> Any:
+    def plan(self, context: Any) -> Plan:
+        """The run's plan, with the spec after the run's overrides."""
         spec, overrides = self.effective_spec(context)
-        if overrides:
-            self.log.info("this run overrides %s", overrides)
         python = "python" if spec.training.launcher == "kubernetes" else sys.executable  # pods: the image's
-        plan = build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, python=python,
-                          **self.plan_overrides())
-        record_run(spec, plan, overrides)
+        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, python=python,
+                          overrides=overrides, **self.plan_overrides())
+
+    def execute(self, context: Any) -> Any:
+        plan = self.plan(context)
+        if plan.overrides:
+            self.log.info("this run overrides %s", plan.overrides)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
-        self._launcher = get_launcher(spec, plan.context, context["ti"].try_number)
+        self._launcher = get_launcher(plan, context["ti"].try_number)
+        stage = plan.stage(self.stage)
         try:
-            self._launcher.run(plan.stage(self.stage), self.log)
+            trigger = self._launcher.start_deferred(stage, self.log, context.get("task_state_store"))
+            if trigger is not None:  # the stage runs without this process: wait in the triggerer
+                self.defer(trigger=trigger, method_name="execute_complete")
+            record_run(plan.layout, plan.spec.to_json_dict(), plan.run_record())
+            record = self._launcher.run(stage, self.log)
+        except RunMismatch as exc:
+            raise AirflowFailException(str(exc)) from None
         except StageFailed as exc:
-            if exc.returncode == EXIT_REFUSED:  # a retry would be refused again
-                raise AirflowFailException(f"{self.task_id} refused: {exc}") from None
-            raise RuntimeError(f"{self.task_id} failed: {exc}") from None
-        return self.result(plan, context)
+            self.fail(exc.returncode, str(exc))
+        return self.result(record, plan, context)
 
-    def result(self, plan: Plan, context: Any) -> Any:
-        """The stage's small XCom result, read from what its processes wrote."""
-        raise NotImplementedError
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        """Resumes after the trigger: the stage's result record, or its failure."""
+        if event["status"] != "success":
+            self.fail(event["returncode"], event["message"])
+        return self.result(event["result"], self.plan(context), context)
+
+    def fail(self, returncode: int | None, message: str) -> None:
+        if returncode == EXIT_REFUSED:  # a retry would be refused again
+            raise AirflowFailException(f"{self.task_id} refused: {message}")
+        raise RuntimeError(f"{self.task_id} failed: {message}")
+
+    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> Any:
+        """The task's XCom value from the stage's result record."""
+        return record
 
     def on_kill(self) -> None:
         if self._launcher is not None:

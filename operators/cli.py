@@ -40,7 +40,7 @@ def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, k
     plan = build_plan(spec, ctx, python="python")
     for stage in plan.stages:
         print(f"# task {stage.task_id} of run {ctx.run_id}")
-        print(yaml.safe_dump_all(stage_objects(spec, stage, ctx.dag_id, ctx.run_id, kubeflow=kubeflow),
+        print(yaml.safe_dump_all(stage_objects(plan, stage, kubeflow=kubeflow),
                                  sort_keys=False, explicit_start=True), end="")
 
 

@@ -70,14 +70,14 @@ def _sample_peak_rss(pid: int, peak: list[float]) -> None:
 
 
 def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: bool = True,
-                      conf: dict | None = None) -> DagTestOutcome:
-    """``airflow db migrate`` then ``airflow dags test`` (with the run conf ``conf``): one real DAG run;
-    its whole output goes to ``log_path``."""
+                      conf: dict | None = None, wrapper: tuple[str, ...] = ()) -> DagTestOutcome:
+    """``airflow db migrate`` then ``airflow dags test`` (with the run conf ``conf``, started through the
+    argv ``wrapper`` if given): one real DAG run; its whole output goes to ``log_path``."""
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     run_id = state = None
-    argv = [airflow, "dags", "test", dag_id, logical_date.isoformat(), *(["--conf", json.dumps(conf)] if conf else [])]
+    argv = [*wrapper, airflow, "dags", "test", dag_id, logical_date.isoformat(), *(["--conf", json.dumps(conf)] if conf else [])]
     peak = [0.0]
     with open(log_path, "w") as log, subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from operators.base import StageOperator, read_json
+from operators.base import StageOperator
 from operators.plan import Plan
 
 
@@ -16,19 +15,19 @@ class EvaluateOperator(StageOperator):
     thresholds against the baseline) and writes the blessing record ``eval/blessing.json``.
 
     Not blessed: the task fails without a retry (``validation.on_failure: fail``), or is skipped (``skip``);
-    export does not run either way, and the reason is in the log. XCom: the blessing record."""
+    export does not run either way, and the reason is in the log. XCom: the decision, metrics and failures
+    (trainer.evaluate.RESULT_FIELDS; the whole record is eval/blessing.json)."""
 
     stage = "evaluate"
 
-    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
-        blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
+    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         if plan.spec.validation.allow_unvalidated:
             self.log.warning("no gate: validation.allow_unvalidated is set, so this model is published without "
                              "any threshold (recorded in blessing.json and the version's metadata.json)")
-        if not blessing["blessed"]:
-            reason = "model not blessed: " + "; ".join(blessing["failures"])
+        if not record["blessed"]:
+            reason = "model not blessed: " + "; ".join(record["failures"])
             self.log.warning("%s", reason)
             if plan.spec.validation.on_failure == "skip":
                 raise AirflowSkipException(f"{reason} (validation.on_failure: skip, so export is skipped)")
             raise AirflowFailException(reason)  # no retry: a retry would reach the same decision
-        return {k: v for k, v in blessing.items() if k != "report"}
+        return record

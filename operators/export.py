@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from operators.base import StageOperator, read_json
+from operators.base import StageOperator
 from operators.plan import Plan
 
 
@@ -28,7 +28,6 @@ class ExportModelOperator(StageOperator):
     def plan_overrides(self) -> dict[str, Any]:
         return {"export_root": self.export_root or None}
 
-    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
-        published = read_json(plan.layout.export_result)
-        context["outlet_events"][self.model_asset].extra = {"version": published["version"], "path": published["path"]}
-        return published
+    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+        context["outlet_events"][self.model_asset].extra = {"version": record["version"], "path": record["path"]}
+        return record

@@ -7,11 +7,13 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from croniter import croniter
 
 from operators.spec import Spec
+from trainer.contract import RunLayout
 
 STAGES = ("prepare_data", "train", "evaluate", "export")
 
@@ -61,25 +63,6 @@ class RunContext:
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Where one run's artifacts live: ``<artifact root>/<pipeline>/runs/<run key>/``."""
-
-    run_dir: str
-
-    @classmethod
-    def for_run(cls, spec: Spec, ctx: RunContext) -> RunLayout:
-        return cls(os.path.join(spec.artifact_root, ctx.dag_id, "runs", ctx.run_key))
-
-    spec_file = property(lambda self: os.path.join(self.run_dir, "spec.json"))
-    run_file = property(lambda self: os.path.join(self.run_dir, "run.json"))
-    data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
-    checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
-    train_result = property(lambda self: os.path.join(self.run_dir, "train", "result.json"))
-    export_result = property(lambda self: os.path.join(self.run_dir, "export", "result.json"))
-    eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
-
-
-@dataclass(frozen=True)
 class Process:
     """One process to start: argv list (never a shell string) and extra environment."""
 
@@ -107,6 +90,8 @@ class Stage:
     """The process is mpirun/horovodrun: its output lines carry rank tags, relayed as ``[rank-N]``."""
     rank_command: tuple[str, ...] = ()
     """Horovod: the argv of each rank (what mpirun/horovodrun starts), for launchers that start ranks themselves."""
+    result_file: str = ""
+    """Where the stage's processes write its result record (trainer.contract)."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +103,17 @@ class Plan:
     model_dir: str
     """``<export root>/<model name>``: versions are published below it."""
     stages: tuple[Stage, ...]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """The run's overrides of the author's spec (recorded in run.json)."""
 
     def stage(self, task_id: str) -> Stage:
         return next(s for s in self.stages if s.task_id == task_id)
+
+    def run_record(self) -> dict[str, Any]:
+        """run.json: what identifies the run and what its trigger changed."""
+        ctx = self.context
+        return {"dag_id": ctx.dag_id, "run_id": ctx.run_id, "overrides": self.overrides,
+                "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat()}
 
 
 def tf_config(stage: Stage, addresses: dict[str, str], process: Process) -> str:
@@ -168,38 +161,40 @@ def build_plan(
     run_dir: str | None = None,
     source: str | None = None,
     export_root: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Plan:
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
     from operators.backends import train_stage
 
-    layout = RunLayout(run_dir) if run_dir else RunLayout.for_run(spec, ctx)
+    layout = RunLayout(run_dir or os.path.join(spec.artifact_root, ctx.dag_id, "runs", ctx.run_key))
     module = [python, "-m"]
     common = ["--spec", layout.spec_file]
     train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
-             "--result", layout.train_result)
+             "--result", layout.result("train"))
     sources = [
         (source or spec.data.source).format(date=day.isoformat(), artifact_root=spec.artifact_root)
         for day in ctx.window_dates(spec.data.window_days)
     ]
-    prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir]
+    prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir, "--result", layout.result("prepare_data")]
     for pattern in dict.fromkeys(sources):
         prepare += ["--source", pattern]
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     published = ["--run", layout.run_file, "--data", layout.data_dir, "--model-dir", model_dir]
     evaluate = [*module, "trainer.evaluate", *common, *published, "--checkpoints", layout.checkpoint_dir,
-                "--train-result", layout.train_result, "--out", layout.eval_dir]
+                "--train-result", layout.result("train"), "--out", layout.eval_dir, "--result", layout.result("evaluate")]
     export = [*module, "trainer.export", *common, *published, "--eval", layout.eval_dir,
-              "--version-base", str(version_base(ctx)), "--result", layout.export_result]
+              "--version-base", str(version_base(ctx)), "--result", layout.result("export")]
     single = threads_per_process(spec, 1)
     return Plan(
         spec=spec,
         layout=layout,
         context=ctx,
         model_dir=model_dir,
-        stages=(
+        stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
             Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
             train_stage(spec, train),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
             Stage("export", (Process("export", 0, tuple(export), single),)),
-        ),
+        )),
+        overrides=overrides or {},
     )

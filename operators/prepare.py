@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from operators.base import StageOperator, read_json
-from operators.plan import Plan
+from operators.base import StageOperator
 
 
 class PrepareDataOperator(StageOperator):
-    """Shards the run's raw input; ``source`` (templated) replaces the spec's ``data.source``."""
+    """Shards the run's raw input; ``source`` (templated) replaces the spec's ``data.source``. XCom: the data
+    directory, example counts and the input's fingerprint."""
 
     stage = "prepare_data"
     template_fields = (*StageOperator.template_fields, "source")
@@ -21,12 +20,3 @@ class PrepareDataOperator(StageOperator):
 
     def plan_overrides(self) -> dict[str, Any]:
         return {"source": self.source or None}
-
-    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
-        manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
-        return {
-            "data_dir": plan.layout.data_dir,
-            "train_examples": manifest["train"]["examples"],
-            "eval_examples": manifest["eval"]["examples"],
-            "input_fingerprint": manifest["input_fingerprint"],
-        }

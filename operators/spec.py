@@ -429,8 +429,9 @@ class KubernetesSpec(_Section):
     artifact_volume: ArtifactVolume
     """The shared volume holding the artifact root."""
     operator: Literal["auto", "native", "kubeflow"] = "auto"
-    """'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD); 'kubeflow': TFJob /
-    MPIJob (printed by 'tfdist plan', not run yet); 'auto': native for now."""
+    """How the train stage runs: 'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD);
+    'kubeflow': a TFJob (TF cluster) or MPIJob (Horovod), refused when that CRD is not installed; 'auto':
+    kubeflow when the cluster serves its CRD, else native. The other stages are always native Jobs."""
     startup_timeout_seconds: Annotated[int, Field(ge=10)] = 600
     """Pods not running by then fail the stage, with the scheduler's reason."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
@@ -543,9 +544,6 @@ class Spec(_Section):
         if self.training.launcher == "kubernetes" and self.kubernetes is None:
             raise ValueError("kubernetes: required with training.launcher 'kubernetes': at least "
                              "kubernetes: {pods: {image: ...}, artifact_volume: {claim_name: ...}}")
-        if self.training.launcher == "kubernetes" and self.kubernetes.operator == "kubeflow":
-            raise ValueError("kubernetes.operator: the launcher does not run TFJob/MPIJob yet ('tfdist plan "
-                             "--launcher kubernetes --kubeflow' prints them); use 'native' or 'auto'")
         return self
 
     @model_validator(mode="after")

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from operators.base import StageOperator, read_json
-from operators.plan import Plan
+from operators.base import StageOperator
 
 
 class DistributedTrainOperator(StageOperator):
@@ -13,6 +10,3 @@ class DistributedTrainOperator(StageOperator):
 
     stage = "train"
     ui_color = "#ffcc80"
-
-    def result(self, plan: Plan, context: Any) -> dict[str, Any]:
-        return read_json(plan.layout.train_result)

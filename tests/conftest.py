@@ -16,7 +16,7 @@ from operators.demo import write_digits_partitions
 from operators.launchers.local import LocalLauncher
 from operators.plan import RunContext, build_plan
 from operators.spec import load_spec
-from operators.base import record_run
+from trainer.contract import record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -107,7 +107,7 @@ def plan_for(root: str, run_id: str, day: dt.date = DAY, **sections):
     spec = load_spec(make_spec(root, **sections))
     start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
     plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
-    record_run(spec, plan)
+    record_run(plan.layout, spec.to_json_dict(), plan.run_record())
     return plan
 
 

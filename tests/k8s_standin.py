@@ -1,23 +1,44 @@
 """A stand-in Kubernetes cluster for the tests: the Kubernetes REST API (JSON over HTTP, as the real
-``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions and events, a Job controller
-for Indexed Jobs, and a kubelet that runs each pod's container command as real processes. Needs root.
+``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions, events, API discovery and the
+Kubeflow custom resources its ``crds`` install; a Job controller for Indexed Jobs; a TFJob controller (as
+Kubeflow's training operator v1 reconciles TFJobs); a garbage collector following owner references; and a
+kubelet that runs each pod's container command as real processes. Needs root.
 
 Each pod gets what a pod has: its own network namespace with an address on a bridge (so every TF server can
-listen on port 2222, as in a cluster), interface ``eth0``, its own host name, and an ``/etc/hosts`` naming
-every pod of its headless Service (``<hostname>.<subdomain>``, not-ready pods included, as
-``publishNotReadyAddresses`` does). The artifact volume is this machine's file system, at the same path.
+listen on port 2222, as in a cluster), interface ``eth0``, its own host name, a ``/dev`` of its own (a tmpfs
+with the usual devices, as a container runtime makes it) where the pod's termination message file is
+bind-mounted at the container's ``terminationMessagePath``, a memory cgroup with the container's memory limit
+(the kernel OOM-kills past it; without a cgroup v1 memory controller the kubelet polls the processes' memory
+and kills them instead), and an ``/etc/hosts`` standing in for cluster DNS: the A records of every headless
+Service (``<service>.<namespace>.svc``, and ``<hostname>.<service>`` for pods whose subdomain is the Service)
+naming its ready pods (not-ready ones too with ``publishNotReadyAddresses``; never terminated ones). The
+kubelet pulls images from the cluster's registry (``images``: one it lacks leaves the pod Pending in
+``ErrImagePull``, then ``ImagePullBackOff``), and reports the termination message (``File`` or
+``FallbackToLogsOnError``) and ``OOMKilled`` as the real one does. The artifact volume is this machine's
+file system, at the same path. Deleting an object deletes its dependents unless the propagation policy is
+Orphan (for a batch/v1 Job, the API server's default). MPIJobs are stored and served but not run (that takes
+sshd and mpirun between pods): their status stays empty.
 
-What it does not model: images (``python`` is this interpreter and the repository is on PYTHONPATH), the
-scheduler beyond node selectors, and resources (every other pod is scheduled at once on one node), admission
-and schema checks (tests validate objects offline), watches, authentication, real DNS, owner references and
-TTLs, and kubelet restarts."""
+What it does not model: image contents (``python`` is this interpreter and the repository is on PYTHONPATH)
+and volumes other than the artifact root, the scheduler beyond node selectors, and resources beyond memory
+limits (every other pod is scheduled at once on one node), container restarts (a container runs once whatever
+its restartPolicy; the training operator recreates a failed OnFailure or Always replica instead, with no
+back-off and no backoffLimit), PID and IPC namespaces (a container's other processes are killed when its main
+process ends, as the runtime does), env from Secrets and ConfigMaps, label selectors beyond ``key=value``,
+admission and schema checks (tests validate objects offline), watches, updates and patches, authentication,
+real DNS, TTLs, deadlines, suspension, the training operator's webhooks, gang scheduling and dynamic workers,
+and kubelet restarts. Deleting is synchronous: the call returns once the object, its dependents and their
+processes are gone (no Terminating state, no finalizers); an evicted pod is kept, stopped."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import fractions
 import http.server
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -25,13 +46,55 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 import uuid
+from collections.abc import Callable, Iterable
+
+import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRACE_SECONDS = 5.0
 NODE_LABELS = {"kubernetes.io/hostname": "standin", "kubernetes.io/os": "linux"}
 """The one node's labels: a pod whose nodeSelector asks for others stays Pending (FailedScheduling)."""
+NODE = NODE_LABELS["kubernetes.io/hostname"]
+POD_RESYNC_SECONDS = 1.0
+"""The kubelet's next sync of a pod after a failed image pull (10 to 15 s on a node; shorter here)."""
+IMAGE_BACKOFF_SECONDS = (10.0, 300.0)
+"""The kubelet's image pull back-off: the first wait after a failed pull, doubling up to the second."""
+MEMORY_POLL_SECONDS = 0.1
+MESSAGE_MAX_BYTES, LOG_MESSAGE_LINES, LOG_MESSAGE_MAX_BYTES = 4096, 80, 2048
+"""The kubelet's termination message: the file's last 4096 bytes, or the log's last 80 lines, 2048 bytes."""
+CRDS = {"tfjobs": ("kubeflow.org", "v1", "TFJob"), "mpijobs": ("kubeflow.org", "v2beta1", "MPIJob")}
+"""The custom resources a cluster may have installed: plural → (group, version, kind)."""
+API_VERSIONS = {"Job": "batch/v1", "Service": "v1", "Pod": "v1", **{k: f"{g}/{v}" for g, v, k in CRDS.values()}}
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+TF_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
+TF_STATUS_ORDER = ("Chief", "Evaluator", "Master", "PS", "Worker")
+"""The order in which the training operator derives a TFJob's conditions from its replica types."""
+TF = "training.kubeflow.org/"
+CONTAINER_SETUP = r"""set -e
+mount -t tmpfs -o nosuid,mode=755,size=65536k tmpfs /dev
+mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5; mknod -m 666 /dev/full c 1 7
+mknod -m 666 /dev/random c 1 8; mknod -m 666 /dev/urandom c 1 9; mknod -m 666 /dev/tty c 5 0
+ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -s fd/2 /dev/stderr
+mkdir /dev/pts /dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts; ln -s pts/ptmx /dev/ptmx
+mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm /dev/shm
+mount --bind "$0" /etc/hosts
+mkdir -p "$(dirname "$3")"; [ -e "$3" ] || : > "$3"
+mount --bind "$2" "$3"
+hostname "$1"
+shift 3
+exec "$@"
+"""
+"""The container's setup in its own mount and UTS namespaces, before its command: a /dev of its own (so that
+the default terminationMessagePath exists there, the host's /dev untouched), the pod's hosts file ($0), its
+host name ($1), and the pod's termination message file ($2) bind-mounted at the container's
+terminationMessagePath ($3). A path outside /dev that does not exist is created on this machine's file system
+(the pods share its root, there being no image) and left there: an empty file, the least a bind mount needs."""
+JOIN_CGROUP = 'echo $$ > "$0" && exec "$@"'
+"""Run in the pod's cgroup (joined before ``ip netns exec``, whose fresh /sys has no cgroup file systems)."""
 _clusters = itertools.count()
 
 
@@ -44,99 +107,437 @@ def _matches(obj: dict, selector: str) -> bool:
     return all(labels.get(k) == v for k, v in (term.split("=", 1) for term in selector.split(",") if term))
 
 
+def memory_bytes(quantity: str | int) -> int:
+    """A Kubernetes quantity (``512Mi``, ``1Gi``, ``500M``, ``1e9``, ``1073741824``) in bytes, rounded up."""
+    m = re.fullmatch(r"([0-9.]+)(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?", str(quantity).strip())
+    if not m:
+        raise ValueError(f"not a quantity: {quantity!r}")
+    binary = {f"{p}i": 2 ** (10 * (n + 1)) for n, p in enumerate("KMGTPE")}
+    decimal = {p: 10 ** (3 * (n + 1)) for n, p in enumerate("kMGTPE")}
+    scale = fractions.Fraction(10) ** int(m[2]) if m[2] else {**binary, **decimal, "m": fractions.Fraction(1, 1000),
+                                                               None: 1}[m[3]]
+    return math.ceil(fractions.Fraction(m[1]) * scale)
+
+
+def image_reference(image: str) -> str:
+    """The image's fully qualified reference, as the container runtime names it (``python`` is
+    ``docker.io/library/python:latest``)."""
+    name, _, digest = image.partition("@")
+    first, _, rest = name.partition("/")
+    if not rest:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if not digest and ":" not in name.rsplit("/", 1)[1]:
+        name += ":latest"
+    return f"{name}@{digest}" if digest else name
+
+
+def _memory_cgroup() -> str | None:
+    """This process's cgroup v1 memory cgroup, under which the pods' cgroups go (nested, so that every limit
+    on this process still holds for them); None without one to write to (cgroup v2, a read-only /sys)."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if "memory" in controllers.split(","):
+                own = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+                return own if os.path.isdir(own) and os.access(own, os.W_OK) else None
+    return None
+
+
+def _together(calls: Iterable[Callable[[], object]]) -> None:
+    """Make the calls at once, each in a thread of its own (as a kubelet stops its pods), and wait for all."""
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _set_condition(conditions: list[dict], type_: str, status: str, reason: str | None = None,
+                   message: str | None = None) -> None:
+    """Set a pod's condition: its lastTransitionTime changes with its status only."""
+    current = next((c for c in conditions if c["type"] == type_), None)
+    condition = {"type": type_, "status": status, "lastTransitionTime": now(),
+                 **({"reason": reason} if reason else {}), **({"message": message} if message else {})}
+    if current is None:
+        conditions.append(condition)
+    else:
+        if current["status"] == status:
+            condition["lastTransitionTime"] = current["lastTransitionTime"]
+        current.clear()
+        current.update(condition)
+
+
+def _true(status: dict, type_: str) -> bool:
+    return any(c["type"] == type_ and c["status"] == "True" for c in status.get("conditions") or [])
+
+
+def _set_job_condition(status: dict, type_: str, reason: str, message: str) -> None:
+    """The training operator's setCondition: nothing changes once the job failed; Running and Restarting
+    replace each other; Succeeded and Failed turn Running False."""
+    conditions = status.setdefault("conditions", [])
+    current = next((c for c in conditions if c["type"] == type_), None)
+    if _true(status, "Failed") or current and (current["status"], current["reason"]) == ("True", reason):
+        return
+    stamp = now()
+    kept = [{**c, "status": "False"} if type_ in ("Succeeded", "Failed") and c["type"] == "Running" else c
+            for c in conditions if c["type"] != type_ and {c["type"], type_} != {"Running", "Restarting"}]
+    status["conditions"] = kept + [{
+        "type": type_, "status": "True", "reason": reason, "message": message, "lastUpdateTime": stamp,
+        "lastTransitionTime": current["lastTransitionTime"] if current and current["status"] == "True" else stamp}]
+
+
 class Pod:
-    """One pod: its object, and the processes and network namespace the kubelet gives it."""
+    """One pod: its object, and what the kubelet gives it (network namespace, cgroup, processes, files)."""
 
     def __init__(self, cluster: Cluster, obj: dict, address: str):
         self.cluster, self.obj, self.address = cluster, obj, address
-        name = obj["metadata"]["name"]
-        self.dir = os.path.join(cluster.workdir, "pods", name)
+        meta = obj["metadata"]
+        self.dir = os.path.join(cluster.workdir, "pods", f"{meta['namespace']}_{meta['name']}_{meta['uid']}")
         os.makedirs(self.dir)
-        self.log_path, self.hosts_path = os.path.join(self.dir, "log"), os.path.join(self.dir, "hosts")
-        self.netns = f"tfd{cluster.id}p{address.rsplit('.', 1)[1]}"
+        self.log_path, self.hosts_path, self.message_path = (os.path.join(self.dir, f) for f in
+                                                             ("log", "hosts", "termination-log"))
+        open(self.message_path, "w").close()
+        octet = address.rsplit(".", 1)[1]
+        self.netns = f"tfd{cluster.id}p{octet}"
+        self.cgroup = os.path.join(cluster.cgroup, f"p{octet}") if cluster.cgroup else None
         self.proc: subprocess.Popen | None = None
-        self.disruption: str | None = None
-        """Why the pod is being disrupted (an eviction): it ends with a DisruptionTarget condition."""
+        self.oom_killed = False
+        """Set by the kubelet's memory watch (no cgroup): it killed the container past its limit."""
+        self.stopping = threading.Event()
+        """Set when the pod is stopped or deleted: no container starts any more."""
+        self.lock = threading.Lock()
+        self.kubelet: threading.Thread | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.obj["metadata"]["namespace"]
+
+    @property
+    def labels(self) -> dict:
+        return self.obj["metadata"].get("labels") or {}
+
+    @property
+    def phase(self) -> str:
+        return self.obj["status"]["phase"]
 
     @property
     def hostname(self) -> str:
-        return self.obj["spec"]["hostname"]
+        return self.obj["spec"].get("hostname") or self.obj["metadata"]["name"][:63]
 
     @property
     def subdomain(self) -> str | None:
         return self.obj["spec"].get("subdomain")
 
-    def start(self) -> None:
-        veth = f"tfd{self.cluster.id}v{self.address.rsplit('.', 1)[1]}"
-        run = self.cluster.run
+    @property
+    def container(self) -> dict:
+        return self.obj["spec"]["containers"][0]
+
+    @property
+    def terminated(self) -> dict | None:
+        statuses = self.obj["status"].get("containerStatuses") or [{}]
+        return statuses[0].get("state", {}).get("terminated")
+
+    def serves(self, publish_not_ready: bool) -> bool:
+        """Whether a headless Service's DNS names this pod: it has an address, has not terminated, and is
+        ready (or the Service publishes not-ready addresses)."""
+        status = self.obj["status"]
+        return bool(status.get("podIP")) and self.phase not in ("Succeeded", "Failed") and (
+            publish_not_ready or _true(status, "Ready"))
+
+    def owned_by(self, owner: dict) -> bool:
+        return any(r["uid"] == owner["metadata"]["uid"] for r in self.obj["metadata"].get("ownerReferences", []))
+
+    def schedule(self) -> None:
+        """The scheduler binds the pod to the node when its nodeSelector matches the node's labels (else it
+        stays Pending: FailedScheduling); the kubelet then runs it."""
+        status = self.obj["status"]
+        if not (self.obj["spec"].get("nodeSelector") or {}).items() <= NODE_LABELS.items():
+            message = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: "
+                       "0/1 nodes are available.")
+            with self.cluster.lock:
+                _set_condition(status.setdefault("conditions", []), "PodScheduled", "False", "Unschedulable", message)
+            self.cluster.event(self.obj, "FailedScheduling", message, "Warning")
+            return
+        with self.cluster.lock:
+            self.obj["spec"]["nodeName"] = NODE
+            _set_condition(status.setdefault("conditions", []), "PodScheduled", "True")
+        self.cluster.event(self.obj, "Scheduled", f"Successfully assigned {self.namespace}/"
+                                                  f"{self.obj['metadata']['name']} to {NODE}")
+        self.kubelet = threading.Thread(target=self._sync, daemon=True)
+        self.kubelet.start()
+
+    def _sync(self) -> None:
+        """The kubelet's work for the pod: its sandbox (network namespace, address), its image, its container;
+        the sandbox is torn down once the container ended or the pod was stopped."""
+        try:
+            self._sandbox()
+            if self._pull():
+                self._run()
+        finally:
+            self.release()
+            self.cluster.write_hosts()
+            self.cluster.changed.set()
+
+    def _sandbox(self) -> None:
+        octet = self.address.rsplit(".", 1)[1]
+        veth, run = f"tfd{self.cluster.id}v{octet}", self.cluster.run
         run("ip", "netns", "add", self.netns)
         run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
         run("ip", "link", "set", veth, "master", self.cluster.bridge, "up")
         for argv in (("ip", "addr", "add", f"{self.address}/24", "dev", "eth0"), ("ip", "link", "set", "eth0", "up"),
                      ("ip", "link", "set", "lo", "up")):
             run("ip", "netns", "exec", self.netns, *argv)
-        self.obj["status"].update(phase="Running", podIP=self.address, startTime=now(),
-                                  conditions=[{"type": "Ready", "status": "True"}])
-        self.cluster.write_hosts(self.subdomain)
-        container = self.obj["spec"]["containers"][0]
-        command = [sys.executable if a == "python" else a for a in container["command"]]
-        env = {**{e["name"]: e["value"] for e in container.get("env", [])}, "PATH": os.environ["PATH"],
-               "PYTHONPATH": REPO, "JOB_COMPLETION_INDEX": self.obj["metadata"]["annotations"][
-                   "batch.kubernetes.io/job-completion-index"]}
-        enter = ["ip", "netns", "exec", self.netns, "unshare", "-mu", "sh", "-c",
-                 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"', self.hosts_path, self.hostname]
-        self.proc = subprocess.Popen([*enter, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self.cluster.event(self.obj, "Started", f"Started container {container['name']}")
-        threading.Thread(target=self._log_and_wait, daemon=True).start()
+        with self.cluster.lock:
+            status = self.obj["status"]
+            status.update(podIP=self.address, podIPs=[{"ip": self.address}], hostIP=f"{self.cluster.subnet}.1",
+                          startTime=now())
+            unready = f"containers with unready status: [{self.container['name']}]"
+            for type_ in ("Initialized", "ContainersReady", "Ready"):
+                _set_condition(status["conditions"], type_, *(("True",) if type_ == "Initialized" else
+                                                               ("False", "ContainersNotReady", unready)))
+        self.cluster.write_hosts()
 
-    def _log_and_wait(self) -> None:
+    def _pull(self) -> bool:
+        """The kubelet's image pull: the image is there when the cluster's registry has it; else the container
+        waits (ErrImagePull, then ImagePullBackOff until the next try, the back-off doubling from 10 s to
+        300 s; ErrImageNeverPull with imagePullPolicy Never). False when the pod was stopped meanwhile."""
+        image, wait = self.container["image"], IMAGE_BACKOFF_SECONDS[0]
+        policy = self.container["imagePullPolicy"]
+        while not self.stopping.is_set():
+            if self.cluster.has_image(image):
+                if policy == "Always":
+                    self.cluster.event(self.obj, "Pulling", f'Pulling image "{image}"')
+                    self.cluster.event(self.obj, "Pulled", f'Successfully pulled image "{image}" in 0s (0s including '
+                                                           "waiting). Image size: 0 bytes.")
+                else:
+                    self.cluster.event(self.obj, "Pulled", f'Container image "{image}" already present on machine')
+                return True
+            if policy == "Never":
+                message = f'Container image "{image}" is not present with pull policy of Never'
+                self._wait_for_image("ErrImageNeverPull", message, ("ErrImageNeverPull", message))
+                self.stopping.wait(POD_RESYNC_SECONDS)
+                continue
+            ref = image_reference(image)
+            error = (f'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": failed to resolve '
+                     f'reference "{ref}": {ref}: not found')
+            self.cluster.event(self.obj, "Pulling", f'Pulling image "{image}"')
+            self._wait_for_image("ErrImagePull", error, ("Failed", f'Failed to pull image "{image}": {error}'))
+            if self.stopping.wait(POD_RESYNC_SECONDS):
+                break
+            self.cluster.event(self.obj, "BackOff", f'Back-off pulling image "{image}"')
+            self._wait_for_image("ImagePullBackOff", f'Back-off pulling image "{image}"')
+            self.stopping.wait(wait - POD_RESYNC_SECONDS)
+            wait = min(2 * wait, IMAGE_BACKOFF_SECONDS[1])
+        return False
+
+    def _wait_for_image(self, reason: str, message: str, warning: tuple[str, str] | None = None) -> None:
+        if warning:
+            self.cluster.event(self.obj, *warning, "Warning")
+        self.cluster.event(self.obj, "Failed", f"Error: {reason}", "Warning")
+        with self.cluster.lock:
+            self.obj["status"]["containerStatuses"] = [self._container_status(
+                {"waiting": {"reason": reason, "message": message}}, ready=False)]
+
+    def _container_status(self, state: dict, ready: bool, container_id: str | None = None) -> dict:
+        c = self.container
+        return {"name": c["name"], "image": c["image"], "imageID": "", "ready": ready, "started": "running" in state,
+                "restartCount": 0, "state": state, "lastState": {},
+                **({"containerID": container_id} if container_id else {})}
+
+    def _environment(self) -> dict[str, str]:
+        """The container's environment: its env (values, and fields of the pod the kubelet fills in), HOSTNAME,
+        and, standing in for the image, this machine's PATH and the repository on PYTHONPATH."""
+        env = {"HOSTNAME": self.hostname}
+        meta = self.obj["metadata"]
+        fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
+                  "spec.nodeName": NODE, "status.podIP": self.address, "status.hostIP": f"{self.cluster.subnet}.1"}
+        for var in self.container.get("env", []):
+            path = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+            if m := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path or ""):
+                env[var["name"]] = (meta.get(m[1]) or {}).get(m[2], "")
+            elif path in fields:
+                env[var["name"]] = fields[path]
+            elif "value" in var:
+                env[var["name"]] = var["value"]
+        return {**env, "PATH": os.environ["PATH"], "PYTHONPATH": REPO}
+
+    def _run(self) -> None:
+        """Start the container in the pod's namespaces and cgroup, relay its output to the pod's log, and
+        report how it ended once its main process did (its other processes are then killed)."""
+        container = self.container
+        memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        limit = memory_bytes(memory) if memory else None
+        if self.cgroup:
+            os.makedirs(self.cgroup, exist_ok=True)
+            with open(os.path.join(self.cgroup, "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit or -1))
+        command = [sys.executable if a == "python" else a for a in [*container["command"], *container.get("args", [])]]
+        enter = ["ip", "netns", "exec", self.netns, "unshare", "-mu", "sh", "-c", CONTAINER_SETUP, self.hosts_path,
+                 self.hostname, self.message_path, container["terminationMessagePath"]]
+        if self.cgroup:
+            enter = ["sh", "-c", JOIN_CGROUP, os.path.join(self.cgroup, "cgroup.procs"), *enter]
+        with self.lock:
+            if self.stopping.is_set():
+                return
+            self.proc = subprocess.Popen([*enter, *command], env=self._environment(), stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        container_id, started = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}", now()
+        with self.cluster.lock:
+            status = self.obj["status"]
+            status["phase"] = "Running"
+            status["containerStatuses"] = [self._container_status({"running": {"startedAt": started}}, True,
+                                                                  container_id)]
+            for type_ in ("ContainersReady", "Ready"):
+                _set_condition(status["conditions"], type_, "True")
+        self.cluster.event(self.obj, "Created", f"Created container {container['name']}")
+        self.cluster.event(self.obj, "Started", f"Started container {container['name']}")
+        self.cluster.write_hosts()
+        self.cluster.changed.set()
+        if limit and not self.cgroup:
+            threading.Thread(target=self._watch_memory, args=(limit,), daemon=True).start()
+        log = threading.Thread(target=self._log, daemon=True)
+        log.start()
+        code = self.proc.wait()
+        self._kill_all()
+        log.join()
+        code = code if code >= 0 else 128 - code
+        oom = self.oom_killed or bool(self.cgroup and self._oom_kills())
+        terminated = {"exitCode": code, "reason": "OOMKilled" if oom else "Completed" if code == 0 else "Error",
+                      "startedAt": started, "finishedAt": now(), "containerID": container_id}
+        if message := self._termination_message(code):
+            terminated["message"] = message
+        with self.cluster.lock:
+            status = self.obj["status"]
+            status["phase"] = "Succeeded" if code == 0 else "Failed"
+            status["containerStatuses"] = [self._container_status({"terminated": terminated}, False, container_id)]
+            for type_ in ("ContainersReady", "Ready"):
+                _set_condition(status["conditions"], type_, "False", "PodCompleted")
+
+    def _log(self) -> None:
         with open(self.log_path, "a") as log:
             for raw in self.proc.stdout:
                 log.write(f"{now()} {raw.decode(errors='replace').rstrip()}\n")
                 log.flush()
-        code = self.proc.wait()
-        code = code if code >= 0 else 128 - code
-        tail = open(self.log_path).read().splitlines()[-80:]
-        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": now(),
-                      "message": "\n".join(line.split(" ", 1)[1] for line in tail)[-2048:] if code else ""}
-        with self.cluster.lock:
-            self.obj["status"].update(phase="Succeeded" if code == 0 else "Failed",
-                                      conditions=[{"type": "Ready", "status": "False"}])
-            if self.disruption:
-                self.obj["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
-                                                         "reason": self.disruption,
-                                                         "message": "Eviction API: evicting"})
-            container = self.obj["spec"]["containers"][0]
-            self.obj["status"]["containerStatuses"] = [{
-                "name": container["name"], "image": container["image"], "imageID": "", "ready": False,
-                "restartCount": 0, "state": {"terminated": terminated}}]
-        self.cluster.run("ip", "netns", "delete", self.netns, check=False)
-        self.cluster.changed.set()
+
+    def _termination_message(self, code: int) -> str:
+        """The kubelet's: the last 4096 bytes of the terminationMessagePath; with FallbackToLogsOnError, when
+        that is empty and the container failed, the last 80 lines of its log (at most their last 2048 bytes)."""
+        with open(self.message_path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - MESSAGE_MAX_BYTES))
+            data = f.read()
+        if not data and code != 0 and self.container["terminationMessagePolicy"] == "FallbackToLogsOnError":
+            with open(self.log_path, "rb") as f:
+                lines = f.read().splitlines()[-LOG_MESSAGE_LINES:]
+            data = b"".join(line.partition(b" ")[2] + b"\n" for line in lines)[-LOG_MESSAGE_MAX_BYTES:]
+        return data.decode(errors="replace")
+
+    def _oom_kills(self) -> int:
+        with open(os.path.join(self.cgroup, "memory.oom_control")) as f:
+            return next((int(v) for k, v in (line.split() for line in f) if k == "oom_kill"), 0)
+
+    def _watch_memory(self, limit: int) -> None:
+        """Without a memory cgroup the kubelet kills the container once its processes' resident memory together
+        exceeds the limit (the kernel's OOM kill, polled)."""
+        proc = self.proc
+        while proc.poll() is None:
+            used = 0
+            try:
+                main = psutil.Process(proc.pid)
+                tree = [main, *main.children(recursive=True)]
+            except psutil.Error:  # the container ended meanwhile
+                tree = []
+            for p in tree:
+                try:
+                    used += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            if used > limit:
+                self.oom_killed = True
+                self._kill_all()
+                return
+            time.sleep(MEMORY_POLL_SECONDS)
+
+    def _kill_all(self) -> None:
+        """SIGKILL every process of the container: those in its cgroup, else those of its process group."""
+        if not self.cgroup:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        deadline = time.monotonic() + GRACE_SECONDS
+        while (pids := self._cgroup_pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+
+    def _cgroup_pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
+                return [int(pid) for pid in f.read().split()]
+        except FileNotFoundError:
+            return []
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after the grace period, as the kubelet does."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        """SIGTERM, then SIGKILL after the grace period, as the kubelet does (a container not started yet never
+        starts); returns once the kubelet is done with the pod."""
+        with self.lock:
+            self.stopping.set()
+            proc = self.proc
+        if proc and proc.poll() is None:
             try:
-                self.proc.wait(GRACE_SECONDS)
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(GRACE_SECONDS)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self._kill_all()
+                proc.wait()
+        if self.kubelet and self.kubelet is not threading.current_thread():
+            self.kubelet.join(GRACE_SECONDS + 5)
+
+    def release(self) -> None:
+        """Tear down the pod's network namespace and cgroup (killing what is left in it)."""
+        self.cluster.run("ip", "netns", "delete", self.netns, check=False)
+        if self.cgroup and os.path.isdir(self.cgroup):
+            self._kill_all()
+            for _ in range(50):
+                try:
+                    os.rmdir(self.cgroup)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy while its last processes exit
+                    time.sleep(0.1)
 
 
 class Cluster:
-    """The stand-in: ``start()`` serves the API on 127.0.0.1; ``kubeconfig`` points a client at it."""
+    """The stand-in: ``start()`` serves the API on 127.0.0.1; ``kubeconfig`` points a client at it.
+    ``images``: the image names its registry has (None: every image pulls); ``crds``: the Kubeflow kinds
+    installed, by plural (``tfjobs``, ``mpijobs``)."""
 
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, images: Iterable[str] | None = None, crds: Iterable[str] = ()):
         self.id = f"{os.getpid() % 1000}{next(_clusters)}"
         self.workdir, self.bridge = workdir, f"tfd{self.id}br"
         self.subnet = f"10.{200 + os.getpid() % 50}.{self.id[-1]}"
+        self.images = None if images is None else set(images)
+        """The registry's images; a test may add one while a pod backs off pulling it."""
+        self.crds = tuple(crds)
+        if unknown := set(self.crds) - CRDS.keys():
+            raise ValueError(f"unknown CRDs {sorted(unknown)}: choose from {sorted(CRDS)}")
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.pods: dict[str, Pod] = {}
         self.events: list[dict] = []
         self.created: list[tuple[str, str]] = []
         """(kind, name) of every object created through the API, in order."""
+        self.cgroup: str | None = None
+        """The memory cgroup holding the pods' (None: the kubelet polls memory use instead)."""
         self.lock, self.changed = threading.RLock(), threading.Event()
         self.addresses = (f"{self.subnet}.{n}" for n in itertools.count(2))
         self._stopping = False
@@ -145,13 +546,20 @@ class Cluster:
         subprocess.run(argv, check=check, capture_output=True)
 
     def start(self) -> Cluster:
+        if parent := _memory_cgroup():
+            try:
+                os.makedirs(path := os.path.join(parent, f"tfd{self.id}"), exist_ok=True)
+                self.cgroup = path
+            except OSError:
+                pass
         self.run("ip", "link", "add", self.bridge, "type", "bridge")
         self.run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
         self.run("ip", "link", "set", self.bridge, "up")
         handler = type("Handler", (_Handler,), {"cluster": self})
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        threading.Thread(target=self._control, daemon=True).start()
+        self._controllers = threading.Thread(target=self._control, daemon=True)
+        self._controllers.start()
         return self
 
     @property
@@ -165,80 +573,136 @@ class Cluster:
     def close(self) -> None:
         self._stopping = True
         self.server.shutdown()
-        for pod in list(self.pods.values()):
-            pod.stop()
-        time.sleep(0.2)
-        for pod in self.pods.values():
-            self.run("ip", "netns", "delete", pod.netns, check=False)
+        self.server.server_close()
+        self.changed.set()
+        self._controllers.join()
+        pods = list(self.pods.values())
+        _together(pod.stop for pod in pods)
+        for pod in pods:
+            pod.release()
         self.run("ip", "link", "delete", self.bridge, check=False)
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup)
+            except OSError:
+                pass
+
+    def has_image(self, image: str) -> bool:
+        return self.images is None or image_reference(image) in {image_reference(i) for i in self.images}
 
     def event(self, obj: dict, reason: str, message: str, type_: str = "Normal") -> None:
-        meta = obj["metadata"]
-        where = {"name": meta["name"], "namespace": meta["namespace"]}
-        self.events.append({"metadata": {**where, "name": f"{meta['name']}.{uuid.uuid4().hex[:8]}"},
-                            "involvedObject": {"kind": obj["kind"], **where},
-                            "reason": reason, "message": message, "type": type_, "lastTimestamp": now()})
-
-    def write_hosts(self, subdomain: str | None) -> None:
-        """Rewrite in place (the pods bind-mount these files) the hosts file of every pod of ``subdomain``."""
+        """Record an event about ``obj``; a repeat of one counts up, as the event recorder aggregates them."""
+        meta, stamp = obj["metadata"], now()
         with self.lock:
-            peers = [p for p in self.pods.values() if p.subdomain == subdomain and p.obj["status"].get("podIP")]
-            for pod in (p for p in self.pods.values() if p.subdomain == subdomain):
-                lines = ["127.0.0.1 localhost"] + [
-                    f"{p.address} {p.hostname}.{subdomain} {p.hostname}" if subdomain else f"{p.address} {p.hostname}"
-                    for p in peers if subdomain or p is pod]
+            for e in self.events:
+                if (e["involvedObject"]["uid"], e["reason"], e["message"], e["type"]) == (meta["uid"], reason,
+                                                                                          message, type_):
+                    e.update(count=e["count"] + 1, lastTimestamp=stamp)
+                    return
+            self.events.append({
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                                   "namespace": meta["namespace"], "uid": meta["uid"]},
+                "reason": reason, "message": message, "type": type_, "count": 1, "firstTimestamp": stamp,
+                "lastTimestamp": stamp})
+
+    def write_hosts(self) -> None:
+        """Rewrite in place (the pods bind-mount these files) every pod's hosts file: the kubelet's (localhost,
+        the pod's own names) and, standing in for cluster DNS, the A records of the headless Services."""
+        with self.lock:
+            records = []  # (namespace, address, names relative to the namespace)
+            for (kind, ns, name), svc in self.objects.items():
+                spec = svc["spec"]
+                if kind != "Service" or spec.get("clusterIP") != "None" or not spec.get("selector"):
+                    continue
+                for pod in self.pods.values():
+                    if pod.namespace == ns and spec["selector"].items() <= pod.labels.items() and pod.serves(
+                            spec.get("publishNotReadyAddresses", False)):
+                        records.append((ns, pod.address, [name] + ([f"{pod.hostname}.{name}"]
+                                                                   if pod.subdomain == name else [])))
+            for pod in self.pods.values():
+                own = ([f"{pod.hostname}.{pod.subdomain}.{pod.namespace}.svc.cluster.local"] if pod.subdomain else [])
+                lines = ["127.0.0.1 localhost", " ".join([pod.address, *own, pod.hostname])]
+                for ns, address, names in records:
+                    qualified = [f"{n}.{ns}{suffix}" for n in names for suffix in (".svc.cluster.local", ".svc", "")]
+                    lines.append(" ".join([address, *qualified, *(names if ns == pod.namespace else [])]))
                 with open(pod.hosts_path, "w") as f:
                     f.write("\n".join(lines) + "\n")
+
+    def add_pod(self, owner: dict, name: str, labels: dict, annotations: dict, spec: dict) -> Pod | None:
+        """Create a pod controlled by ``owner`` (None once the owner is deleted or the cluster closes), with the
+        API server's defaults for its containers."""
+        meta = owner["metadata"]
+        for c in spec["containers"]:
+            tag = image_reference(c["image"]).rsplit(":", 1)[1]
+            c.setdefault("imagePullPolicy", "Always" if tag == "latest" and "@" not in c["image"] else "IfNotPresent")
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+        obj = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels, "annotations": annotations,
+                            "uid": str(uuid.uuid4()), "creationTimestamp": now(),
+                            "ownerReferences": [_owner_reference(owner)]},
+               "spec": spec, "status": {"phase": "Pending", "conditions": []}}
+        with self.lock:
+            if self._stopping or self.objects.get((owner["kind"], meta["namespace"], meta["name"])) is not owner:
+                return None
+            self.objects["Pod", meta["namespace"], name] = obj
+            self.pods[name] = Pod(self, obj, next(self.addresses))
+            return self.pods[name]
+
+    def _owned(self, owner: dict) -> list[Pod]:
+        with self.lock:
+            return [p for p in self.pods.values() if p.owned_by(owner)]
+
+    def _control(self) -> None:
+        """The controllers: each reconciles its objects on every change (a failed reconcile is logged and
+        tried again, as a controller's work queue does)."""
+        while not self._stopping:
+            self.changed.wait(0.5)
+            self.changed.clear()
+            with self.lock:
+                jobs = [(kind, o) for (kind, _, _), o in self.objects.items() if kind in ("Job", "TFJob")]
+            for kind, job in jobs:
+                try:
+                    (self._reconcile if kind == "Job" else self._reconcile_tfjob)(job)
+                except Exception:  # noqa: BLE001 - a controller keeps going
+                    traceback.print_exc()
 
     # the Job controller -------------------------------------------------------------------------------
 
     def create_pods(self, job: dict) -> None:
         meta, spec = job["metadata"], job["spec"]
         template = spec["template"]
+        pods = []
         for index in range(spec["completions"]):
             name = f"{meta['name']}-{index}-{uuid.uuid4().hex[:5]}"
             labels = {**template["metadata"].get("labels", {}), "batch.kubernetes.io/job-name": meta["name"],
                       "job-name": meta["name"], "batch.kubernetes.io/job-completion-index": str(index)}
             annotations = {**template["metadata"].get("annotations", {}),
                            "batch.kubernetes.io/job-completion-index": str(index)}
-            obj = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
-                                "annotations": annotations, "uid": str(uuid.uuid4()), "creationTimestamp": now()},
-                   "spec": {**json.loads(json.dumps(template["spec"])), "hostname": f"{meta['name']}-{index}"},
-                   "status": {"phase": "Pending"}}
-            with self.lock:
-                self.objects["Pod", meta["namespace"], name] = obj
-                self.pods[name] = Pod(self, obj, next(self.addresses))
-        for name in [n for n, p in self.pods.items() if p.obj["metadata"]["labels"]["job-name"] == meta["name"]]:
-            pod = self.pods[name]
-            selector = pod.obj["spec"].get("nodeSelector", {})
-            if selector.items() <= NODE_LABELS.items():
-                pod.start()
-            else:  # as the scheduler reports a pod that no node can take
-                self.event(pod.obj, "FailedScheduling", "0/1 nodes are available: 1 node(s) didn't match Pod's node "
-                           "affinity/selector. preemption: 0/1 nodes are available.", "Warning")
-        job["status"].update(active=spec["completions"], startTime=now())
-
-    def _control(self) -> None:
-        while not self._stopping:
-            self.changed.wait(0.5)
-            self.changed.clear()
-            with self.lock:
-                jobs = [o for (kind, _, _), o in self.objects.items() if kind == "Job"]
-            for job in jobs:
-                self._reconcile(job)
+            pod_spec = {**copy.deepcopy(template["spec"]), "hostname": f"{meta['name']}-{index}"}
+            for c in pod_spec["containers"]:
+                c["env"] = [*c.get("env", []), {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]
+            if pod := self.add_pod(job, name, labels, annotations, pod_spec):
+                pods.append(pod)
+        for pod in pods:
+            pod.schedule()
+        with self.lock:
+            job["status"].update(active=spec["completions"], startTime=now())
 
     def _reconcile(self, job: dict) -> None:
         status = job["status"]
         if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
             return
-        pods = [p for p in self.pods.values() if p.obj["metadata"]["labels"]["job-name"] == job["metadata"]["name"]]
+        pods = self._owned(job)
         done = {int(p.obj["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p
-                for p in pods if p.obj["status"]["phase"] in ("Succeeded", "Failed")}
-        succeeded = sorted(i for i, p in done.items() if p.obj["status"]["phase"] == "Succeeded")
-        failed = [p for p in done.values() if p.obj["status"]["phase"] == "Failed"]
-        status.update(succeeded=len(succeeded), failed=len(failed), active=len(pods) - len(done),
-                      completedIndexes=",".join(map(str, succeeded)))
+                for p in pods if p.phase in ("Succeeded", "Failed")}
+        succeeded = sorted(i for i, p in done.items() if p.phase == "Succeeded")
+        failed = [p for p in done.values() if p.phase == "Failed"]
+        with self.lock:
+            status.update(succeeded=len(succeeded), failed=len(failed), active=len(pods) - len(done),
+                          completedIndexes=",".join(map(str, succeeded)))
         conditions = []
         if failed:
             pod = failed[0]
@@ -246,7 +710,7 @@ class Cluster:
             for k, rule in enumerate(job["spec"].get("podFailurePolicy", {}).get("rules", [])):
                 hit = self._rule_matches(rule, pod)
                 if hit:
-                    reason, message = "PodFailurePolicy", f"{hit} for pod {pod.obj['metadata']['namespace']}/" \
+                    reason, message = "PodFailurePolicy", f"{hit} for pod {pod.namespace}/" \
                                                           f"{pod.obj['metadata']['name']} matching FailJob rule at index {k}"
                     break
             conditions = [{"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
@@ -259,11 +723,12 @@ class Cluster:
             elif len(succeeded) == job["spec"]["completions"]:
                 conditions = [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]
         if conditions:
-            for p in pods:
-                p.stop()  # lingering pods are terminated once the Job is finished
+            _together(p.stop for p in pods)  # lingering pods are terminated once the Job is finished
             for c in conditions:
                 c["lastTransitionTime"] = now()
-            status.update(conditions=conditions, completionTime=now() if conditions[-1]["type"] == "Complete" else None)
+            with self.lock:
+                status.update(conditions=conditions,
+                              completionTime=now() if conditions[-1]["type"] == "Complete" else None)
             self.event(job, conditions[-1]["reason"], conditions[-1].get("message", ""),
                        "Warning" if conditions[-1]["type"] == "Failed" else "Normal")
 
@@ -274,41 +739,294 @@ class Cluster:
             if types & {c["type"] for c in rule["onPodConditions"]}:
                 return "Pod has condition DisruptionTarget"
             return None
-        terminated = pod.obj["status"]["containerStatuses"][0]["state"]["terminated"]
+        terminated = pod.terminated
         codes, op = rule["onExitCodes"]["values"], rule["onExitCodes"]["operator"]
         if (terminated["exitCode"] in codes) == (op == "In"):
-            return f"Container {pod.obj['spec']['containers'][0]['name']} failed with exit code {terminated['exitCode']}"
+            return f"Container {pod.container['name']} failed with exit code {terminated['exitCode']}"
         return None
 
-    def delete(self, kind: str, namespace: str, name: str) -> dict | None:
+    # the TFJob controller (Kubeflow training operator v1) ------------------------------------------------
+
+    def _reconcile_tfjob(self, job: dict) -> None:
+        """The operator's ReconcileJobs: a finished job's pods are cleaned up by its cleanPodPolicy; a new
+        pod failure past runPolicy.backoffLimit fails the job and deletes all its pods and Services; else each
+        replica type's missing pods and Services are created and the job's status follows its pods."""
+        meta, status, policy = job["metadata"], job["status"], job["spec"].get("runPolicy") or {}
+        replicas, pods = _tf_replicas(job["spec"]), self._owned(job)
+        if not status.get("conditions"):
+            with self.lock:
+                _set_job_condition(status, "Created", "TFJobCreated", f"TFJob {meta['name']} is created.")
+        if _true(status, "Succeeded") or _true(status, "Failed"):
+            clean = policy.get("cleanPodPolicy") or "None"
+            self._delete_replicas(job, [p for p in pods if clean == "All" or clean == "Running" and p.phase in (
+                "Running", "Pending")])
+            if _true(status, "Succeeded"):
+                with self.lock:
+                    for counts in status.get("replicaStatuses", {}).values():
+                        if active := counts.pop("active", 0):
+                            counts["succeeded"] = counts.get("succeeded", 0) + active
+            return
+        failed = sum(p.phase == "Failed" for p in pods)
+        active = sum(p.phase not in ("Succeeded", "Failed") for p in pods)
+        known = sum(r.get("failed", 0) for r in status.get("replicaStatuses", {}).values())
+        limit = policy.get("backoffLimit")
+        if limit is not None and failed > known and active != sum(r["replicas"] for r in replicas.values()) \
+                and limit < 1:
+            message = f"Job {meta['name']} has failed because it has reached the specified backoff limit"
+            with self.lock:
+                status.setdefault("completionTime", now())
+            self._delete_replicas(job, pods)
+            self.event(job, "TFJobFailed", message)
+            with self.lock:
+                _set_job_condition(status, "Failed", "TFJobFailed", message)
+            self.changed.set()
+            return
+        for rtype, spec in replicas.items():
+            self._reconcile_replicas(job, rtype, spec, replicas, pods)
+        self._update_tfjob_status(job, replicas, self._owned(job))
+
+    def _reconcile_replicas(self, job: dict, rtype: str, spec: dict, replicas: dict, pods: list[Pod]) -> None:
+        """ReconcilePods and ReconcileServices for one replica type: create the missing pods (and headless
+        Services, one per pod), restart failed ones as the replica's restartPolicy says, count the rest."""
+        meta, status, rt = job["metadata"], job["status"], rtype.lower()
+        mine = {int(p.labels[f"{TF}replica-index"]): p for p in pods if p.labels.get(f"{TF}replica-type") == rt}
+        counts = {"active": 0, "succeeded": 0, "failed": 0}
+        created = []
+        for index in range(spec["replicas"]):
+            pod = mine.get(index)
+            if pod is None:
+                if pod := self._tf_pod(job, rtype, index, spec, replicas):
+                    self.event(job, "SuccessfulCreatePod", f"Created pod: {pod.obj['metadata']['name']}")
+                    created.append(pod)
+                continue
+            code = (pod.terminated or {}).get("exitCode")
+            restart = spec["restartPolicy"] in ("OnFailure", "Always") or (
+                spec["restartPolicy"] == "ExitCode" and code is not None and code >= 128)
+            if pod.phase == "Failed" and restart:
+                self._delete_replicas(job, [pod], services=False)
+                message = f"job {meta['name']} is restarting because {rtype} replica(s) failed."
+                self.event(job, "TFJobRestarting", message, "Warning")
+                with self.lock:
+                    _set_job_condition(status, "Restarting", "TFJobRestarting", message)
+            elif pod.phase == "Failed" and spec["restartPolicy"] == "ExitCode":
+                message = f'job "{meta["name"]}" is failing because "{rtype}" replica(s) failed.'
+                self.event(job, "TFJobFailed", message, "Warning")
+                with self.lock:
+                    _set_job_condition(status, "Failed", "TFJobFailed", message)
+            key = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}.get(pod.phase)
+            if key:
+                counts[key] += 1
+        with self.lock:
+            status.setdefault("replicaStatuses", {})[rtype] = {k: v for k, v in counts.items() if v}
+        for index in range(spec["replicas"]):
+            name = f"{meta['name']}-{rt}-{index}"
+            with self.lock:
+                if ("Service", meta["namespace"], name) in self.objects or \
+                        self.objects.get(("TFJob", meta["namespace"], meta["name"])) is not job:
+                    continue
+                labels = _tf_labels(meta["name"], rt, index)
+                ports = [{"name": p["name"], "port": p["containerPort"]} for p in _tf_container(spec).get("ports", [])
+                         if p.get("name")]
+                self.objects["Service", meta["namespace"], name] = {
+                    "apiVersion": "v1", "kind": "Service", "metadata": {
+                        "name": name, "namespace": meta["namespace"], "labels": labels, "uid": str(uuid.uuid4()),
+                        "creationTimestamp": now(), "ownerReferences": [_owner_reference(job)]},
+                    "spec": {"clusterIP": "None", "selector": labels, "ports": ports}, "status": {"loadBalancer": {}}}
+            self.event(job, "SuccessfulCreateService", f"Created service: {name}")
+        for pod in created:
+            pod.schedule()
+        self.write_hosts()
+
+    def _tf_pod(self, job: dict, rtype: str, index: int, spec: dict, replicas: dict) -> Pod | None:
+        """The replica's pod, as the operator makes it from the replica's template: named
+        ``<job>-<type>-<index>``, labelled, its restartPolicy the replica's, TF_CONFIG added to the
+        ``tensorflow`` container when the job has more than one replica."""
+        meta, rt = job["metadata"], rtype.lower()
+        template = copy.deepcopy(spec["template"])
+        labels = {**(template.get("metadata") or {}).get("labels", {}), **_tf_labels(meta["name"], rt, index)}
+        has_chief = bool({"Chief", "Master"} & replicas.keys())
+        if rtype in ("Chief", "Master") if has_chief else (rtype, index) == ("Worker", 0):
+            labels[f"{TF}job-role"] = "master"
+        pod_spec = template["spec"]
+        if pod_spec.get("restartPolicy"):
+            self.event(job, "SetPodTemplateRestartPolicy", "Restart policy in pod template will be overwritten by "
+                                                           "restart policy in replica spec", "Warning")
+        pod_spec["restartPolicy"] = "Never" if spec["restartPolicy"] == "ExitCode" else spec["restartPolicy"]
+        if sum(r["replicas"] for r in replicas.values()) != 1:
+            cluster = {t.lower(): [f"{meta['name']}-{t.lower()}-{i}.{meta['namespace']}.svc:{_tf_port(r)}"
+                                   for i in range(r["replicas"])] for t, r in sorted(replicas.items(),
+                                                                                     key=lambda kv: kv[0].lower())}
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": rt, "index": index}, "environment": "cloud"},
+                                   separators=(",", ":"))
+            for c in pod_spec["containers"]:
+                if c["name"] == "tensorflow":
+                    c["env"] = [*c.get("env", []), {"name": "TF_CONFIG", "value": tf_config}]
+        annotations = (template.get("metadata") or {}).get("annotations", {})
+        return self.add_pod(job, f"{meta['name']}-{rt}-{index}", labels, annotations, pod_spec)
+
+    def _update_tfjob_status(self, job: dict, replicas: dict, pods: list[Pod]) -> None:
+        """UpdateJobStatus: Running while the chief (else a worker) runs; Succeeded once the chief did (else
+        worker 0, or every worker with successPolicy AllWorkers); Failed once a replica failed, unless the job
+        is restarting it."""
+        meta, status = job["metadata"], job["status"]
+        ref = f"{meta['namespace']}/{meta['name']}"
+        restarting = next((c for c in status.get("conditions", []) if c["type"] == "Restarting"), None)
+        worker0 = "Worker" not in replicas or any(
+            p.labels.get(f"{TF}replica-type") == "worker" and p.labels.get(f"{TF}replica-index") == "0"
+            and p.phase == "Succeeded" and p.terminated["exitCode"] == 0 for p in pods)
+        has_chief = bool({"Chief", "Master"} & replicas.keys())
+        with self.lock:
+            status.setdefault("startTime", now())
+        for rtype in (t for t in TF_STATUS_ORDER if t in replicas):
+            counts = status["replicaStatuses"][rtype]
+            expected = replicas[rtype]["replicas"] - counts.get("succeeded", 0)
+            running, failed = counts.get("active", 0), counts.get("failed", 0)
+            succeeded = is_running = False
+            if has_chief and rtype in ("Chief", "Master"):
+                succeeded, is_running = expected == 0, running > 0
+            elif not has_chief and rtype == "Worker":
+                succeeded = expected == 0 or worker0 and job["spec"].get("successPolicy") != "AllWorkers"
+                is_running = not succeeded and running > 0
+            with self.lock:
+                if is_running:
+                    _set_job_condition(status, "Running", "TFJobRunning", f"TFJob {ref} is running.")
+                if succeeded:
+                    status.setdefault("completionTime", now())
+                    _set_job_condition(status, "Succeeded", "TFJobSucceeded", f"TFJob {ref} successfully completed.")
+            if succeeded:
+                self.event(job, "TFJobSucceeded", f"TFJob {ref} successfully completed.")
+            if failed and restarting:
+                with self.lock:
+                    _set_job_condition(status, "Restarting", restarting["reason"], restarting["message"])
+            elif failed:
+                message = f"TFJob {ref} has failed because {failed} {rtype} replica(s) failed."
+                self.event(job, "TFJobFailed", message)
+                with self.lock:
+                    status.setdefault("completionTime", now())
+                    _set_job_condition(status, "Failed", "TFJobFailed", message)
+        if _true(status, "Succeeded") or _true(status, "Failed"):
+            self.changed.set()  # the status update brings the next reconcile: the clean-up
+
+    def _delete_replicas(self, job: dict, pods: list[Pod], services: bool = True) -> None:
+        """DeletePodsAndServices: each pod, and its Service (same name)."""
+        def delete(pod: Pod) -> None:
+            name = pod.obj["metadata"]["name"]
+            if self.delete("Pod", pod.namespace, name):
+                self.event(job, "SuccessfulDeletePod", f"Deleted pod: {name}")
+            if services and self.delete("Service", pod.namespace, name):
+                self.event(job, "SuccessfulDeleteService", f"Deleted service: {name}")
+        _together(lambda p=p: delete(p) for p in pods)
+
+    # the API server and the garbage collector ------------------------------------------------------------
+
+    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> dict | None:
+        """Delete the object, and, unless the propagation policy is Orphan (for batch/v1 Jobs the default,
+        as the API server's), its dependents: the objects whose owner references name it."""
         with self.lock:
             obj = self.objects.pop((kind, namespace, name), None)
-        if obj and kind == "Job":
-            for pod_name in [n for n, p in self.pods.items() if p.obj["metadata"]["labels"]["job-name"] == name]:
-                self.delete("Pod", namespace, pod_name)
-        elif obj and kind == "Pod":
-            self.pods.pop(name).stop()
+            pod = self.pods.pop(name, None) if obj and kind == "Pod" else None
+            if obj is None:
+                return None
+            uid = obj["metadata"]["uid"]
+            dependents = [(key, o) for key, o in self.objects.items()
+                          if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))]
+            if (propagation or ("Orphan" if kind == "Job" else "Background")) == "Orphan":
+                for _, o in dependents:
+                    o["metadata"]["ownerReferences"] = [r for r in o["metadata"]["ownerReferences"] if r["uid"] != uid]
+                dependents = []
+        _together(lambda k=k: self.delete(*k) for k, _ in dependents)
+        if pod:
+            pod.stop()
+        if kind in ("Pod", "Service"):
+            self.write_hosts()
+        self.changed.set()
         return obj
 
     def evict(self, namespace: str, name: str) -> bool:
-        """The Eviction API: the pod is stopped and ends with a DisruptionTarget condition (kept, as the Job
+        """The Eviction API: the pod gets a DisruptionTarget condition and is stopped (kept, as the Job
         controller must see it)."""
         pod = self.pods.get(name)
-        if pod is None or pod.obj["metadata"]["namespace"] != namespace:
+        if pod is None or pod.namespace != namespace:
             return False
-        pod.disruption = "EvictionByEvictionAPI"
+        with self.lock:
+            _set_condition(pod.obj["status"].setdefault("conditions", []), "DisruptionTarget", "True",
+                           "EvictionByEvictionAPI", "Eviction API: evicting")
         threading.Thread(target=pod.stop, daemon=True).start()
         return True
+
+    def served(self, group: str, version: str, plural: str) -> str | None:
+        """The kind of an installed custom resource, or None."""
+        return CRDS[plural][2] if plural in self.crds and CRDS[plural][:2] == (group, version) else None
+
+    def api_groups(self) -> dict:
+        """The APIGroupList: batch, and kubeflow.org with the versions of its installed CRDs (GA first)."""
+        kubeflow = [v for v in ("v1", "v2beta1") if any(CRDS[p][1] == v for p in self.crds)]
+        groups = [("batch", ["v1"])] + ([("kubeflow.org", kubeflow)] if kubeflow else [])
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
+             "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]}}
+            for g, versions in groups]}
+
+    def api_resources(self, group: str, version: str) -> dict | None:
+        """The APIResourceList of a group version (None when none is served): each resource and its status."""
+        served = [("jobs", "Job")] if (group, version) == ("batch", "v1") else [
+            (p, CRDS[p][2]) for p in self.crds if CRDS[p][:2] == (group, version)]
+        if not served:
+            return None
+        resources = []
+        for plural, kind in served:
+            resources += [{"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
+                           "verbs": VERBS},
+                          {"name": f"{plural}/status", "singularName": "", "namespaced": True, "kind": kind,
+                           "verbs": ["get", "patch", "update"]}]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                "resources": resources}
+
+
+def _tf_replicas(spec: dict) -> dict[str, dict]:
+    """spec.tfReplicaSpecs with the operator's defaults: type names in camel case, one replica, restartPolicy
+    Never, and the ``tfjob-port`` (2222) on the ``tensorflow`` container."""
+    replicas = {}
+    for key, replica in spec["tfReplicaSpecs"].items():
+        replica = {"replicas": 1, "restartPolicy": "Never", **copy.deepcopy(replica)}
+        container = _tf_container(replica)
+        if not any(p.get("name") == "tfjob-port" for p in container.get("ports", [])):
+            container["ports"] = [*container.get("ports", []), {"name": "tfjob-port", "containerPort": 2222}]
+        replicas[next((t for t in TF_TYPES if t.lower() == key.lower()), key)] = replica
+    return replicas
+
+
+def _tf_container(replica: dict) -> dict:
+    """The replica's ``tensorflow`` container (else its first, as the operator's defaulting picks)."""
+    containers = replica["template"]["spec"]["containers"]
+    return next((c for c in containers if c["name"] == "tensorflow"), containers[0])
+
+
+def _tf_port(replica: dict) -> int:
+    container = next((c for c in replica["template"]["spec"]["containers"] if c["name"] == "tensorflow"), {})
+    return next((p["containerPort"] for p in container.get("ports", []) if p.get("name") == "tfjob-port"), 2222)
+
+
+def _tf_labels(job: str, rt: str, index: int) -> dict[str, str]:
+    return {f"{TF}operator-name": "tfjob-controller", f"{TF}job-name": job, f"{TF}replica-type": rt,
+            f"{TF}replica-index": str(index)}
+
+
+def _owner_reference(owner: dict) -> dict:
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
 ROUTES = [(re.compile(p), kind) for p, kind in (
     (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(?:/status)?$", "Job"),
     (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "Service"),
-    (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "Pod"),
+    (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/status)?$", "Pod"),
     (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$", "Log"),
     (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(eviction)$", "Eviction"),
     (r"^/api/v1/namespaces/([^/]+)/events$", "Event"),
 )]
+CUSTOM_ROUTE = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/status)?)?$")
+DISCOVERY_ROUTE = re.compile(r"^/apis(?:/([^/]+)/([^/]+))?/?$")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -324,6 +1042,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for pattern, kind in ROUTES:
             if m := pattern.match(url.path):
                 return kind, m.group(1), m.group(2) if m.lastindex and m.lastindex >= 2 else None, query
+        if m := CUSTOM_ROUTE.match(url.path):
+            return self.cluster.served(m[1], m[2], m[4]), m[3], m[5], query
         return None, "", None, query
 
     def _send(self, code: int, body: dict | str) -> None:
@@ -338,30 +1058,45 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
                           "reason": reason, "code": code})
 
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length)) if length else {}
+
     def do_GET(self) -> None:
-        kind, namespace, name, query = self._route()
         c = self.cluster
+        if m := DISCOVERY_ROUTE.match(urllib.parse.urlsplit(self.path).path):
+            found = c.api_resources(m[1], m[2]) if m[1] else c.api_groups()
+            return self._send(200, found) if found else self._status(404, "NotFound", "the server could not find "
+                                                                                      "the requested resource")
+        kind, namespace, name, query = self._route()
         if kind == "Log":
             return self._log(namespace, name, query)
         if kind == "Event":
             wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
-            items = [e for e in c.events if e["metadata"]["namespace"] == namespace
-                     and (not wanted or e["involvedObject"]["name"] == wanted)]
+            with c.lock:
+                items = copy.deepcopy([e for e in c.events if e["metadata"]["namespace"] == namespace
+                                       and (not wanted or e["involvedObject"]["name"] == wanted)])
             return self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items})
         if kind is None:
-            return self._status(404, "NotFound", f"no route {self.path}")
-        with c.lock:
-            if name:
-                obj = c.objects.get((kind, namespace, name))
-                return self._send(200, obj) if obj else self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-            items = [o for (k, ns, _), o in c.objects.items() if k == kind and ns == namespace
-                     and _matches(o, query.get("labelSelector", ""))]
-            self._send(200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items})
+            return self._status(404, "NotFound", "the server could not find the requested resource")
+        with c.lock:  # a copy, as the controllers change objects meanwhile
+            obj = copy.deepcopy(c.objects.get((kind, namespace, name))) if name else None
+            items = [] if name else copy.deepcopy([o for (k, ns, _), o in c.objects.items() if k == kind and ns ==
+                                                   namespace and _matches(o, query.get("labelSelector", ""))])
+        if name:
+            return self._send(200, obj) if obj else self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+        self._send(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind], "metadata": {}, "items": items})
 
     def _log(self, namespace: str, name: str, query: dict) -> None:
         pod = self.cluster.pods.get(name)
-        if pod is None or pod.obj["metadata"]["namespace"] != namespace:
+        if pod is None or pod.namespace != namespace:
             return self._status(404, "NotFound", f'pods "{name}" not found')
+        waiting = ((pod.obj["status"].get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting")
+        if waiting:  # as the kubelet answers for a container that never started
+            why = "trying and failing to pull image" if waiting["reason"] in ("ErrImagePull", "ImagePullBackOff") \
+                else waiting["reason"]
+            return self._status(400, "BadRequest", f'container "{pod.container["name"]}" in pod "{name}" is waiting '
+                                                   f"to start: {why}")
         lines = open(pod.log_path).read().splitlines() if os.path.exists(pod.log_path) else []
         if "sinceSeconds" in query:
             since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=int(query["sinceSeconds"]))
@@ -373,32 +1108,42 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         kind, namespace, name, _ = self._route()
-        obj = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        obj = self._body()
         if kind == "Eviction":
             if not self.cluster.evict(namespace, name):
                 return self._status(404, "NotFound", f'pods "{name}" not found')
             return self._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
-        if kind not in ("Job", "Service"):
+        if kind is None:
+            return self._status(404, "NotFound", "the server could not find the requested resource")
+        if kind in ("Pod", "Log", "Event") or name:
             return self._status(405, "MethodNotAllowed", f"cannot create at {self.path}")
         name = obj["metadata"]["name"]
         c = self.cluster
         with c.lock:
-            if (kind, namespace, name) in c.objects:
-                return self._status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
-            obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
-            obj["status"] = {}
-            c.objects[kind, namespace, name] = obj
-            c.created.append((kind, name))
-        self._send(201, obj)
+            exists = (kind, namespace, name) in c.objects
+            if not exists:
+                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
+                obj["status"] = {}
+                c.objects[kind, namespace, name] = obj
+                c.created.append((kind, name))
+                created = copy.deepcopy(obj)
+        if exists:
+            return self._status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
+        self._send(201, created)
         if kind == "Job":
             c.create_pods(obj)
+        elif kind == "Service":
+            c.write_hosts()
+        c.changed.set()
 
     def do_DELETE(self) -> None:
-        kind, namespace, name, _ = self._route()
-        if self.headers.get("Content-Length"):
-            self.rfile.read(int(self.headers["Content-Length"]))
-        obj = self.cluster.delete(kind, namespace, name) if kind and name else None
+        kind, namespace, name, query = self._route()
+        options = self._body()
+        propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or (
+            "Orphan" if options.get("orphanDependents") else None)
+        obj = self.cluster.delete(kind, namespace, name, propagation) if kind and name else None
         if obj is None:
             return self._status(404, "NotFound", f'{(kind or "object").lower()}s "{name}" not found')
-        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name}})
-        self.cluster.changed.set()
+        group = API_VERSIONS[kind].rpartition("/")[0]
+        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {
+            "name": name, "group": group, "kind": f"{kind.lower()}s", "uid": obj["metadata"]["uid"]}})

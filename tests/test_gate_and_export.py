@@ -16,7 +16,7 @@ from operators.launchers.local import LocalLauncher
 from tests.conftest import DAY, collecting_logger, prepared_plan, run, wait_for
 from trainer import registry
 from trainer.artifacts import read_json, write_json_atomic
-from trainer.runtime import EXIT_REFUSED
+from trainer.contract import EXIT_REFUSED
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
@@ -79,19 +79,19 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
                          validation={"checkpoint": {"mode": "best", "metric": "loss", "direction": "lower_is_better"}})
     for task_id in ("train", "evaluate"):
         run(plan, task_id)
-    result = read_json(plan.layout.train_result)
+    result = read_json(plan.layout.result("train"))
     blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
     assert [c["step"] for c in blessing["candidates"]] == [40, 60, 76]  # keep_checkpoints = 3, every 20 steps
     assert blessing["metrics"]["loss"] == min(c["metrics"]["loss"] for c in blessing["candidates"])
     assert blessing["checkpoint"] in [c["checkpoint"] for c in blessing["candidates"]]
 
     # through the stage: the failed check is named in blessing.json, and the exit code refuses (no retry)
-    write_json_atomic(plan.layout.train_result, {**result, "final_step": result["final_step"] + 1})
+    write_json_atomic(plan.layout.result("train"), {**result, "final_step": result["final_step"] + 1})
     with pytest.raises(StageFailed, match="integrity check 'step' failed") as failure:
         run(plan, "evaluate")
     assert failure.value.returncode == EXIT_REFUSED
     assert read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["integrity"]["failed"] == "step"
-    write_json_atomic(plan.layout.train_result, result)
+    write_json_atomic(plan.layout.result("train"), result)
 
     # the other checks, called as the stage calls them
     import numpy as np

@@ -36,7 +36,7 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
         assert any(line.startswith(f"[rank-{rank}] rank-{rank}: step ") for line in lines)
         cores = blocks[rank] if blocks[0] else ",".join(map(str, sorted(os.sched_getaffinity(0))))
         assert any(line.startswith(f"[rank-{rank}]") and f"cores {cores})" in line for line in lines), cores
-    result = read_json(plan.layout.train_result)
+    result = read_json(plan.layout.result("train"))
     assert result["workers"] == 2 and result["loss_per_epoch"][-1] < result["loss_per_epoch"][0] / 2
     assert f"ckpt-{result['final_step']}.index" in os.listdir(plan.layout.checkpoint_dir)  # written by rank 0
 
@@ -78,11 +78,11 @@ def test_parameter_server_cluster_trains_and_resumes_after_a_restart(digits_root
         launcher.run(plan.stage("train"), logger)
     assert {line.split("]")[0] + "]" for line in first.lines if "serving at" in line} == {"[ps-0]", "[worker-0]", "[worker-1]"}
     assert_no_process_of(plan)
-    assert not os.path.exists(plan.layout.train_result)
+    assert not os.path.exists(plan.layout.result("train"))
 
     launcher, lines = run(plan, "train")
     assert any(re.match(r"\[chief-0\] chief-0: resuming from .*ckpt-30 at step 30 of", line) for line in lines)
-    result = read_json(plan.layout.train_result)
+    result = read_json(plan.layout.result("train"))
     steps_per_epoch = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64
     assert result["resumed_from_step"] == 30 and result["final_step"] == 6 * steps_per_epoch
     assert result["metrics"]["accuracy"] > 0.8

@@ -87,7 +87,7 @@ def test_the_role_allows_creating_following_and_deleting_everything_a_run_create
     start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
     plan = build_plan(spec, RunContext(spec.name, "r", start, start + dt.timedelta(days=1)), python="python")
     kinds = {o["kind"] for s in plan.stages for kubeflow in (False, True)
-             for o in stage_objects(spec, s, spec.name, "r", kubeflow=kubeflow)}
+             for o in stage_objects(plan, s, kubeflow=kubeflow)}
     for kind in kinds:
         group, resource = RESOURCES[kind]
         assert {(group, resource, v) for v in ("create", "get", "list", "delete")} <= allowed, kind

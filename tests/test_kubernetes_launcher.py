@@ -5,6 +5,7 @@ listed in its docstring; needs root (network namespaces)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,11 +15,13 @@ import threading
 
 import pytest
 
-from operators.launchers import StageFailed, StageStopped
-from operators.launchers.k8s_objects import object_name, stage_objects
-from operators.launchers.kubernetes import KubernetesLauncher
+from operators.launchers import StageFailed
+from operators.launchers.k8s_objects import object_name
+from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
 from tests.conftest import assert_no_process_of, collecting_logger, plan_for, prepared_plan, wait_for
 from tests.k8s_standin import Cluster
+from trainer.artifacts import read_json
+from trainer.contract import EXIT_REFUSED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]
@@ -41,11 +44,18 @@ def k8s_plan(root: str, run_id: str, **training):
                          kubernetes=KUBERNETES)
 
 
+class Store(dict):
+    """The task state store's interface (``context["task_state_store"]``), kept in memory."""
+
+    def set(self, key: str, value, **_) -> None:
+        assert value == json.loads(json.dumps(value)), "not JSON values"
+        self[key] = value
+
+
 def launch(plan, task_id: str, try_number: int = 1):
+    """Run the stage through the launcher in this process: (its result record, its log lines)."""
     logger, lines = collecting_logger(f"k8s.{task_id}")
-    launcher = KubernetesLauncher(plan.spec, plan.context, try_number)
-    launcher.run(plan.stage(task_id), logger)
-    return launcher, lines.lines
+    return KubernetesLauncher(plan, try_number).run(plan.stage(task_id), logger), lines.lines
 
 
 def assert_nothing_left(cluster: Cluster, plan) -> None:
@@ -65,7 +75,7 @@ def train_in_background(plan):
     """Start the train stage in a thread and return once it trains: (launcher, its log lines so far and to
     come, a function waiting for the stage to end that returns what it raised)."""
     logger, lines = collecting_logger(f"k8s.{plan.context.run_id}")
-    launcher, raised = KubernetesLauncher(plan.spec, plan.context, 1), []
+    launcher, raised = KubernetesLauncher(plan, 1), []
 
     def run():
         try:
@@ -85,38 +95,43 @@ def train_in_background(plan):
     return launcher, lines.lines, finished
 
 
-def test_horovod_pods_train_over_gloo_without_ssh_and_leave_nothing(cluster, digits_root):
-    """2 pods × 2 ranks meeting through pod 0's rendezvous server; every rank ends with the same weights."""
-    plan = k8s_plan(digits_root, "k8s_horovod", backend="mpi", num_workers=2, mpi={"controller": "gloo",
-                                                                                   "slots_per_worker": 2})
-    _, lines = launch(plan, "train")
-    found = weights(lines)
-    assert set(found) == {f"rank-{r}" for r in range(4)} and len(set(found.values())) == 1, lines[-20:]
-    assert os.path.exists(plan.layout.train_result)
-    assert sum(1 for line in lines if "done at step" in line) == 4  # each line relayed once
-    assert_nothing_left(cluster, plan)
-
-
 def test_a_retry_follows_the_running_job_of_the_earlier_try(cluster, digits_root):
-    """The parameter-server Job of try 1 is created (its task process then 'dies'); try 2 finds it by the
-    run's identity, follows it to the chief's success instead of creating a second one."""
+    """Try 1 creates the parameter-server Job and keeps its identity in the task's state store, then its
+    process 'dies'; try 2 finds the Job by that identity (or by its labels when the store has nothing) and
+    follows it to the chief's success instead of creating a second one."""
     plan = k8s_plan(digits_root, "k8s_retry", strategy="parameter_server", num_ps=1, num_workers=1)
-    stage = plan.stage("train")
-    first = KubernetesLauncher(plan.spec, plan.context, 1)
-    first.submit(stage_objects(plan.spec, stage, plan.context.dag_id, plan.context.run_id, 1), collecting_logger("t1")[0])
+    stage, store = plan.stage("train"), Store()
+    watch = KubernetesLauncher(plan, 1).start(stage, collecting_logger("k8s.try1")[0], store)
+    assert store[STORE_KEY]["name"] == watch.name
     before = list(cluster.created)
-    _, lines = launch(plan, "train", try_number=2)
+    assert KubernetesLauncher(plan, 2).find(stage, watch, Store()) == watch  # by labels
+    logger, lines = collecting_logger("k8s.try2")
+    second = KubernetesLauncher(plan, 2)
+    result = asyncio.run(follow(second.start(stage, logger, store), logger))
     assert cluster.created == before, "try 2 created objects of its own"
-    assert any("following Job" in line for line in lines) and "chief-0" in weights(lines)
+    assert any("following Job" in line for line in lines.lines) and "chief-0" in weights(lines.lines)
+    assert result["final_step"] == read_json(plan.layout.result("train"))["final_step"]
     assert_nothing_left(cluster, plan)
 
 
-def test_on_kill_deletes_every_object_and_stops_every_pod(cluster, digits_root):
+def test_killing_the_deferred_task_deletes_every_object_and_stops_every_pod(cluster, digits_root):
+    """The triggerer cancels the trigger of a task a user killed and calls its on_kill."""
     plan = k8s_plan(digits_root, "k8s_kill", num_workers=2, epochs=200)  # MultiWorkerMirrored
-    launcher, lines, finished = train_in_background(plan)
-    launcher.stop()
-    assert isinstance(finished(), StageStopped)
-    assert any(line.startswith("[worker-1] ") for line in lines)
+    trigger = KubernetesLauncher(plan, 1).start_deferred(plan.stage("train"), collecting_logger("k8s.kill")[0],
+                                                         Store())
+    assert isinstance(trigger, StageTrigger)
+    trigger._log, lines = collecting_logger("k8s.trigger")  # what the triggerer writes to the task log
+
+    async def kill_once_training() -> None:
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        while not any("first 10 steps" in line for line in lines.lines):
+            assert not waiting.done(), waiting.result()
+            await asyncio.sleep(0.5)
+        waiting.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(asyncio.wait_for(kill_once_training(), 180))
+    assert any(line.startswith("[worker-1] ") for line in lines.lines)
     assert_nothing_left(cluster, plan)
 
 
@@ -158,3 +173,45 @@ def test_an_unschedulable_pod_fails_the_stage_with_the_schedulers_reason(cluster
                                           r"FailedScheduling: 0/1 nodes are available: 1 node\(s\) didn't match"):
         launch(plan, "prepare_data")
     assert not [k for k in cluster.objects if "prepare-data" in k[2] and "k8s" in k[2]]
+
+
+def test_an_oom_killed_pod_and_an_unpullable_image_are_named_with_their_reason(cluster, digits_root, tmp_path):
+    """The kernel kills a pod past its memory limit (the stand-in's kubelet puts each pod in a memory
+    cgroup: here TensorFlow's import outgrows 100Mi); an image the registry does not have keeps its pod
+    Pending in ImagePullBackOff."""
+    plan = plan_for(digits_root, "k8s_oom", kubernetes={**KUBERNETES, "roles": {"prepare": {"memory": "100Mi"}}})
+    with pytest.raises(StageFailed) as failure:
+        launch(plan, "prepare_data")
+    assert failure.value.returncode == 137, str(failure.value)
+    assert ", OOMKilled: it used more than its memory limit 100Mi" in str(failure.value)
+    missing = {**KUBERNETES, "roles": {"prepare": {"image": "registry.example.com/nowhere:1"}}}
+    cluster.images = {KUBERNETES["pods"]["image"]}
+    try:
+        with pytest.raises(StageFailed, match=r"was not running after 10 s .*(ErrImagePull|ImagePullBackOff): .*"
+                                              r"registry.example.com/nowhere:1"):
+            launch(plan_for(str(tmp_path), "k8s_pull", kubernetes=missing), "prepare_data")
+    finally:
+        cluster.images = None
+
+
+def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tmp_path):
+    """operator 'auto' finds the TFJob CRD through API discovery and runs MultiWorkerMirrored as a TFJob;
+    'kubeflow' on a cluster without it is refused (no retry), before anything is created."""
+    kubeflow = Cluster(str(tmp_path / "kubeflow"), crds=("tfjobs",)).start()
+    os.environ["AIRFLOW_CONN_K8S_KUBEFLOW"] = json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}})
+    try:
+        plan = prepared_plan(digits_root, "k8s_tfjob", training={"epochs": 1, "launcher": "kubernetes"},
+                             kubernetes={**KUBERNETES, "connection_id": "k8s_kubeflow"})
+        result, lines = launch(plan, "train")
+        name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+        assert kubeflow.created == [("TFJob", name)] and result["workers"] == 2
+        assert set(weights(lines)) == {"worker-0", "worker-1"} and len(set(weights(lines).values())) == 1
+        wait_for(lambda: not kubeflow.objects, 30, "the TFJob, its pods and Services to be deleted")
+    finally:
+        kubeflow.close()
+    plan = plan_for(str(tmp_path), "k8s_refused", training={"launcher": "kubernetes"},
+                    kubernetes={**KUBERNETES, "operator": "kubeflow"})
+    with pytest.raises(StageFailed, match="does not serve tfjobs.kubeflow.org/v1") as refused:
+        launch(plan, "train")
+    assert refused.value.returncode == EXIT_REFUSED

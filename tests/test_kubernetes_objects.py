@@ -13,6 +13,8 @@ import datetime as dt
 import json
 import os
 import re
+import subprocess
+import sys
 
 import jsonschema
 import kubernetes_validate
@@ -24,7 +26,8 @@ from operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, 
 from operators.plan import RunContext, build_plan
 from operators.spec import SpecError, load_spec, override_refusal
 from tests.conftest import REPO, make_spec
-from trainer import pod
+from trainer import contract, pod
+from trainer.artifacts import read_json
 
 KUBERNETES = {"namespace": "ml", "pods": {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4",
                                             "memory": "8Gi"},
@@ -68,31 +71,37 @@ def crd_errors(obj: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mode(tmp_path, mode):
-    spec, plan = k8s_plan(tmp_path, mode)
+@pytest.mark.parametrize("workers", [1, 8])
+def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mode(tmp_path, mode, workers):
+    """For Kubernetes 1.31 (the oldest with every feature used GA) and the newest schemas bundled."""
+    spec = load_spec(make_spec("/mnt/tfdist", training={**MODES[mode], "num_workers": workers}, kubernetes=KUBERNETES,
+                               data={"num_shards": 16}))
+    start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
+    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)), python="python")
     for stage in plan.stages:
         for kubeflow in (False, True):
-            for obj in stage_objects(spec, stage, spec.name, RUN_ID, kubeflow=kubeflow):
+            for obj in stage_objects(plan, stage, kubeflow=kubeflow):
                 if obj["kind"] in ("TFJob", "MPIJob"):
                     assert crd_errors(obj) == [], (stage.task_id, obj["kind"])
-                else:
-                    kubernetes_validate.validate(obj, "1.33", strict=True)
+                    continue
+                for version in ("1.31", kubernetes_validate.latest_version()):
+                    kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
     spec, plan = k8s_plan(tmp_path, "parameter_server")
-    service, job = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID)
+    service, job = stage_objects(plan, plan.stage("train"))
     job["spec"]["sucessPolicy"] = job["spec"].pop("successPolicy")
     with pytest.raises(kubernetes_validate.ValidationError, match="sucessPolicy"):
         kubernetes_validate.validate(job, "1.33", strict=True)
-    tfjob, = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID, kubeflow=True)
+    tfjob, = stage_objects(plan, plan.stage("train"), kubeflow=True)
     tfjob["spec"]["tfReplicaSpecs"]["PS"]["replica"] = 2
     assert any("replica" in e for e in crd_errors(tfjob))
 
 
 def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_role(tmp_path):
     spec, plan = k8s_plan(tmp_path, "parameter_server")
-    service, job = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID)
+    service, job = stage_objects(plan, plan.stage("train"))
     name = job["metadata"]["name"]
     assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 5 and job["spec"]["completionMode"] == "Indexed"
@@ -102,10 +111,10 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
     assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": name}
     command = pod_spec["containers"][0]["command"]
     cluster = command[command.index("--cluster") + 1]
-    roles = [json.loads(pod.tf_config(name, name, cluster, k))["task"] for k in range(5)]
+    roles = [json.loads(pod.tf_config(name, cluster, k))["task"] for k in range(5)]
     assert roles == [{"type": "chief", "index": 0}, {"type": "ps", "index": 0}, {"type": "ps", "index": 1},
                      {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
-    config = json.loads(pod.tf_config(name, name, cluster, 3))
+    config = json.loads(pod.tf_config(name, cluster, 3))
     assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
     # the pod runs the same training command as a local cluster member, through trainer.pod
     assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)
@@ -117,21 +126,29 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
 
 
 def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
+    """Each pod records the run itself (spec and run record from its environment) and hands its result
+    record back as the termination message: the Airflow side never touches the volume."""
     spec, plan = k8s_plan(tmp_path, "mirrored")
     for task_id in ("prepare_data", "evaluate", "export"):
-        job, = stage_objects(spec, plan.stage(task_id), spec.name, RUN_ID)
+        stage = plan.stage(task_id)
+        job, = stage_objects(plan, stage)
         assert job["spec"]["completions"] == 1 and "successPolicy" not in job["spec"]
         container = job["spec"]["template"]["spec"]["containers"][0]
-        assert container["command"] == list(plan.stage(task_id).processes[0].argv)
+        assert container["command"] == ["python", "-m", "trainer.pod", "--run-dir", plan.layout.run_dir,
+                                        "--result", stage.result_file, "--", *stage.processes[0].argv]
+        assert stage.result_file == plan.layout.result(task_id)
+        assert container["terminationMessagePath"] == "/dev/termination-log"
         assert container["volumeMounts"] == [{"name": "artifacts", "mountPath": "/mnt/tfdist"}]
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["TFDIST_THREADS"] == "4" and "TFDIST_CORES" not in env  # the pod's CPUs, not this machine's
+        assert json.loads(env["TFDIST_SPEC"]) == spec.to_json_dict()
+        assert json.loads(env["TFDIST_RUN"]) == plan.run_record()
 
 
 def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpirun(tmp_path):
     spec, plan = k8s_plan(tmp_path, "horovod_mpi")
     stage = plan.stage("train")
-    service, job = stage_objects(spec, stage, spec.name, RUN_ID)
+    service, job = stage_objects(plan, stage)
     container = job["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[:3] == ["python", "-m", "trainer.pod"] and "mpirun" not in command
@@ -139,20 +156,22 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     assert command[command.index("--") + 1:] == list(stage.rank_command)
     assert job["spec"]["completions"] == 2 and container["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert {e["name"]: e["value"] for e in container["env"]}["TFDIST_THREADS"] == "4"  # 8 CPUs, 2 ranks
-    mpijob, = stage_objects(spec, stage, spec.name, RUN_ID, kubeflow=True)
+    mpijob, = stage_objects(plan, stage, kubeflow=True)
     launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][:3] == ["mpirun", "-np", "4"] and "NCCL_DEBUG=INFO" in launcher["command"]
+    mpirun = launcher["command"][launcher["command"].index("--") + 1:]
+    assert mpirun[:3] == ["mpirun", "-np", "4"] and "NCCL_DEBUG=INFO" in mpirun
     assert mpijob["spec"]["slotsPerWorker"] == 2 and mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
 def test_tfjob_replicas_follow_the_cluster_roles(tmp_path):
     spec, plan = k8s_plan(tmp_path, "parameter_server")
-    tfjob, = stage_objects(spec, plan.stage("train"), spec.name, RUN_ID, kubeflow=True)
+    tfjob, = stage_objects(plan, plan.stage("train"), kubeflow=True)
     replicas = tfjob["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "PS": 2, "Worker": 2}
     assert {v["template"]["spec"]["containers"][0]["name"] for v in replicas.values()} == {"tensorflow"}
     assert "nvidia.com/gpu" not in replicas["PS"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "All"
+    # finished pods stay until the stage is followed to its end: the chief's holds the result record
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
 
 
 def test_names_are_dns_labels_stable_per_stage_and_distinct_per_run():
@@ -186,7 +205,7 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
     assert cli(["plan", str(spec_file), "--launcher", "kubernetes", "--logical-date", "2026-11-20"]) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
     spec, plan = k8s_plan(tmp_path, "mirrored")
-    expected = [obj for stage in plan.stages for obj in stage_objects(spec, stage, spec.name, RUN_ID)]
+    expected = [obj for stage in plan.stages for obj in stage_objects(plan, stage)]
     assert documents == expected and [d["kind"] for d in documents] == ["Job", "Service", "Job", "Job", "Job"]
     spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist")))
     assert cli(["plan", str(spec_file), "--launcher", "kubernetes"]) == 2
@@ -196,3 +215,25 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
 def test_a_pod_whose_peers_never_resolve_fails_naming_them():
     with pytest.raises(SystemExit):
         pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
+
+
+def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp_path):
+    """trainer.pod writes spec.json and run.json from its environment, runs the command, and writes the
+    stage's result record as the termination message; a run directory of another spec is refused."""
+    spec, plan = k8s_plan(tmp_path, "mirrored")
+    run_dir, message = str(tmp_path / "run"), tmp_path / "termination-log"
+    result = os.path.join(run_dir, "train", "result.json")
+    write = f"import json, os; os.makedirs({os.path.dirname(result)!r}); json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
+    env = {**os.environ, "PYTHONPATH": REPO, "TFDIST_SPEC": json.dumps(spec.to_json_dict()),
+           "TFDIST_RUN": json.dumps(plan.run_record())}
+    argv = contract.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
+    done = subprocess.run([*argv[:3], "--message", str(message), *argv[3:]], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(message.read_text()) == {"final_step": 7}
+    assert read_json(os.path.join(run_dir, "spec.json")) == spec.to_json_dict()
+    assert read_json(os.path.join(run_dir, "run.json")) == plan.run_record()
+    other = {**env, "TFDIST_SPEC": json.dumps({**spec.to_json_dict(), "name": "other"})}
+    refused = subprocess.run(argv, env=other, capture_output=True, text=True)
+    assert refused.returncode == contract.EXIT_REFUSED and "produced from a different spec" in refused.stderr
+    with pytest.raises(ValueError, match="exceeds 4096"):
+        contract.encode_result({"x": "y" * 5000})

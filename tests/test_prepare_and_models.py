@@ -12,13 +12,14 @@ import pytest
 
 from tests.conftest import REPO, make_spec
 from trainer.artifacts import read_json, write_json_atomic
-from trainer.runtime import EXIT_REFUSED
+from trainer.contract import EXIT_REFUSED
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
     spec_file = os.path.join(os.path.dirname(out), "spec.json")
     write_json_atomic(spec_file, spec)
-    argv = [sys.executable, "-m", "trainer.prepare", "--spec", spec_file, "--out", out]
+    argv = [sys.executable, "-m", "trainer.prepare", "--spec", spec_file, "--out", out,
+            "--result", os.path.join(os.path.dirname(out), "prepare_data", "result.json")]
     for source in sources:
         argv += ["--source", source]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -25,7 +25,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     run(plan, "prepare_data")
     launcher, lines = run(plan, "train")
     assert_all_stopped(launcher)
-    result = read_json(plan.layout.train_result)
+    result = read_json(plan.layout.result("train"))
     manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
     steps_per_epoch = manifest["train"]["examples"] // 64
     assert result["final_step"] == 4 * steps_per_epoch and result["workers"] == 2
@@ -42,7 +42,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     # a second run of the same task finds the finished checkpoint and does not train again
     _, again = run(plan, "train")
     assert any("already trained" in line for line in again)
-    assert read_json(plan.layout.train_result) == result
+    assert read_json(plan.layout.result("train")) == result
 
 
 def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
@@ -79,7 +79,7 @@ def test_worker_error_reaches_the_failure_with_its_last_lines(digits_root):
     assert failure.value.process == "worker-1" and failure.value.returncode == 1
     assert "DataLossError" in str(failure.value) or "truncated record" in str(failure.value)
     assert time.monotonic() - started < 60
-    assert not os.path.exists(plan.layout.train_result)
+    assert not os.path.exists(plan.layout.result("train"))
 
 
 def test_on_kill_stops_every_worker(digits_root):
@@ -107,7 +107,7 @@ def test_on_kill_stops_every_worker(digits_root):
     # ended by the launcher's signals (TF's MultiWorkerMirrored workers ignore SIGTERM: SIGKILL after the grace)
     assert {proc.returncode for proc in workers.values()} <= {-signal.SIGTERM, -signal.SIGKILL}, workers
     assert_no_process_of(plan)
-    assert not os.path.exists(plan.layout.train_result)
+    assert not os.path.exists(plan.layout.result("train"))
 
 
 def _execute(operator, context: dict):
@@ -161,4 +161,4 @@ def test_a_retry_stops_workers_left_by_an_earlier_attempt(digits_root):
     _, lines = run(plan, "train")
     assert any("stopping 2 process(es) left by an earlier attempt" in line for line in lines)
     assert all(proc.poll() is not None for proc in stale)
-    assert read_json(plan.layout.train_result)["final_step"] > 0
+    assert read_json(plan.layout.result("train"))["final_step"] > 0

@@ -19,7 +19,8 @@ import numpy as np
 from trainer import data, registry
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import restore_model
-from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
+from trainer.contract import EXIT_REFUSED
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
 
 class IntegrityError(Exception):
@@ -134,8 +135,12 @@ def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: l
     return compute_metrics(probabilities, labels, names)
 
 
+RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_examples", "metrics", "deltas", "failures")
+"""What of the blessing record the task's XCom holds (the whole record is eval/blessing.json)."""
+
+
 def main() -> None:
-    args = parse_args(__doc__, "run", "data", "model-dir", "checkpoints", "train-result", "out")
+    args = parse_args(__doc__, "run", "data", "model-dir", "checkpoints", "train-result", "out", "result")
     spec, run = load_spec(args.spec), read_json(args.run)
     validation = spec["validation"]
     manifest_path = os.path.join(args.data, "manifest.json")
@@ -219,6 +224,8 @@ def main() -> None:
     }
     write_json_atomic(os.path.join(args.out, "metrics.json"), {"metrics": metrics, "per_class": chosen["per_class"]})
     write_json_atomic(os.path.join(args.out, "blessing.json"), blessing)
+    write_json_atomic(args.result, {k: blessing[k] for k in RESULT_FIELDS} | {
+        "baseline_version": baseline_record and baseline_record["version"]})
     for line in report:
         say(line)
 

@@ -20,7 +20,8 @@ from trainer import registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from trainer.evaluate import score, serving_predict
 from trainer.models import restore_model
-from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
+from trainer.contract import EXIT_REFUSED
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
 

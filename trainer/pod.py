@@ -1,14 +1,18 @@
-"""The entrypoint of every training pod on Kubernetes: from the pod's completion index (an Indexed Job's
-``JOB_COMPLETION_INDEX``) it finds its place in the cluster, waits until every peer's name resolves, then runs
-the training command: as one TF cluster member with its ``TF_CONFIG``, or as this pod's Horovod ranks over
-Gloo, pod 0 serving Horovod's rendezvous (no SSH, no mpirun).
+"""The entrypoint of every pod on Kubernetes. It records the run (spec.json, run.json from the pod's
+environment), starts the stage's command, and, once the command succeeded, hands the stage's result record
+back as the container's termination message, so the Airflow side needs no access to the artifact volume.
 
-    python -m trainer.pod --job J --service S (--cluster chief=1,ps=1,worker=2 | --horovod-slots 2 --pods 3) \\
-        -- python -m trainer.train ...
+TF cluster and Horovod pods first find their place from their completion index (an Indexed Job's
+``JOB_COMPLETION_INDEX``) and wait until every peer's name resolves: a TF cluster member gets its
+``TF_CONFIG`` (unless Kubeflow's TFJob set one), a Horovod pod starts its ranks over Gloo, pod 0 serving
+Horovod's rendezvous (no SSH, no mpirun).
 
-Peers are ``<job>-<index>.<service>``: an Indexed Job's pod hostnames under its headless Service. The
-Airflow side builds this argv with ``pod_argv`` below, so both sides share one definition of it. Imports no
-Airflow and no TensorFlow (Horovod only in the Horovod pods)."""
+    python -m trainer.pod --run-dir D --result F [--job J (--cluster chief=1,ps=1,worker=2 |
+        --horovod-slots 2 --pods 3)] -- python -m trainer.train ...
+
+Peers are ``<job>-<index>.<job>``: an Indexed Job's pod hostnames under its headless Service. The Airflow
+side builds this argv with ``trainer.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
+in the Horovod pods)."""
 
 from __future__ import annotations
 
@@ -22,26 +26,18 @@ import sys
 import threading
 import time
 
-TF_PORT = 2222
-RENDEZVOUS_PORT = 2223
+from trainer.artifacts import read_json
+from trainer.contract import (EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, RunLayout,
+                              RunMismatch, encode_result, record_run)
+
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
 """Horovod's Gloo rendezvous waits this long for every rank: pods of one Job may start minutes apart."""
 
 
-def pod_argv(python: str, job: str, service: str, command: tuple[str, ...], *,
-             cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0) -> list[str]:
-    """The argv of a training pod: this module, its place in the cluster, then the training command."""
-    argv = [python, "-m", "trainer.pod", "--job", job, "--service", service]
-    if cluster:
-        argv += ["--cluster", ",".join(f"{role}={count}" for role, count in cluster.items())]
-    else:
-        argv += ["--horovod-slots", str(horovod_slots), "--pods", str(pods)]
-    return [*argv, "--", *command]
-
-
-def peer(job: str, service: str, index: int) -> str:
-    return f"{job}-{index}.{service}"
+def peer(job: str, index: int) -> str:
+    """The name of the Job's pod ``index``: its host name under the Job's headless Service (named as the Job)."""
+    return f"{job}-{index}.{job}"
 
 
 def members(cluster: str) -> list[tuple[str, int]]:
@@ -54,11 +50,11 @@ def members(cluster: str) -> list[tuple[str, int]]:
     return out
 
 
-def tf_config(job: str, service: str, cluster: str, index: int, port: int = TF_PORT) -> str:
+def tf_config(job: str, cluster: str, index: int, port: int = TF_PORT) -> str:
     """TF_CONFIG of the pod with completion index ``index``."""
     spec: dict[str, list[str]] = {}
     for k, (role, _) in enumerate(members(cluster)):
-        spec.setdefault(role, []).append(f"{peer(job, service, k)}:{port}")
+        spec.setdefault(role, []).append(f"{peer(job, k)}:{port}")
     role, i = members(cluster)[index]
     return json.dumps({"cluster": spec, "task": {"type": role, "index": i}})
 
@@ -85,12 +81,12 @@ def _resolves(host: str) -> bool:
         return False
 
 
-def run_tf_member(args: argparse.Namespace, index: int) -> int:
+def run_command(args: argparse.Namespace, index: int) -> int:
+    """The stage's one process; a TF cluster member gets its TF_CONFIG first (unless a TFJob set it)."""
     env = dict(os.environ)
-    if "TF_CONFIG" not in env:  # Kubeflow's TFJob sets it itself
-        env["TF_CONFIG"] = tf_config(args.job, args.service, args.cluster, index)
-        wait_for_peers([peer(args.job, args.service, k) for k in range(len(members(args.cluster)))],
-                       args.peer_timeout)
+    if args.cluster and "TF_CONFIG" not in env:
+        env["TF_CONFIG"] = tf_config(args.job, args.cluster, index)
+        wait_for_peers([peer(args.job, k) for k in range(len(members(args.cluster)))], args.peer_timeout)
     return _run([(None, args.command, env)])
 
 
@@ -99,7 +95,7 @@ def run_horovod_ranks(args: argparse.Namespace, index: int) -> int:
     from horovod.runner.gloo_run import create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
-    hosts = [peer(args.job, args.service, k) for k in range(args.pods)]
+    hosts = [peer(args.job, k) for k in range(args.pods)]
     wait_for_peers(hosts, args.peer_timeout)
     plan = get_host_assignments(parse_hosts(",".join(f"{h}:{args.horovod_slots}" for h in hosts)),
                                 args.pods * args.horovod_slots)
@@ -150,8 +146,10 @@ def _relay(rank: int | None, proc: subprocess.Popen) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--service", required=True)
+    parser.add_argument("--run-dir", required=True, help="the run's directory: spec.json and run.json go there")
+    parser.add_argument("--result", required=True, help="the stage's result record, relayed as termination message")
+    parser.add_argument("--message", default=TERMINATION_LOG, help="the container's terminationMessagePath")
+    parser.add_argument("--job", help="the Job (and its headless Service): peers are <job>-<index>.<job>")
     parser.add_argument("--cluster", help="TF cluster roles in completion-index order: chief=1,ps=1,worker=2")
     parser.add_argument("--horovod-slots", type=int, default=0, help="Horovod ranks per pod")
     parser.add_argument("--pods", type=int, default=0, help="Horovod: pods of the Job")
@@ -161,10 +159,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not args.command or bool(args.cluster) == bool(args.horovod_slots):
-        parser.error("give a command after '--' and either --cluster or --horovod-slots with --pods")
+    if not args.command or (args.cluster and args.horovod_slots) or bool(args.cluster or args.horovod_slots) != bool(
+            args.job):
+        parser.error("give a command after '--', and --job with either --cluster or --horovod-slots and --pods")
+    try:
+        record_run(RunLayout(args.run_dir), json.loads(os.environ[SPEC_ENV]), json.loads(os.environ[RUN_ENV]))
+    except KeyError as exc:
+        return _error(f"the pod's environment lacks {exc}: the run's spec and record come from there")
+    except RunMismatch as exc:
+        return _error(str(exc), EXIT_REFUSED)
     index = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
-    return run_tf_member(args, index) if args.cluster else run_horovod_ranks(args, index)
+    code = run_horovod_ranks(args, index) if args.horovod_slots else run_command(args, index)
+    if code == 0 and os.path.exists(args.result):
+        try:
+            message = encode_result(read_json(args.result))
+        except ValueError as exc:
+            return _error(str(exc))
+        with open(args.message, "w") as f:
+            f.write(message)
+    return code
+
+
+def _error(message: str, code: int = 1) -> int:
+    print(f"ERROR: {message}", file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import numpy as np
 
 from trainer import data
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
-from trainer.runtime import EXIT_REFUSED, fail, import_tensorflow, load_spec, parse_args, say
+from trainer.contract import EXIT_REFUSED
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
 MANIFEST_VERSION = 1
 
@@ -21,9 +22,16 @@ def input_fingerprint(paths: list[str], data_spec: dict) -> tuple[str, list[dict
     return digest_json({"inputs": inputs, "data": data_spec, "version": MANIFEST_VERSION}), inputs
 
 
+def write_result(path: str, data_dir: str, manifest: dict) -> None:
+    """The stage's result record (the task's XCom)."""
+    write_json_atomic(path, {"data_dir": data_dir, "train_examples": manifest["train"]["examples"],
+                             "eval_examples": manifest["eval"]["examples"],
+                             "input_fingerprint": manifest["input_fingerprint"]})
+
+
 def main() -> None:
     started = time.monotonic()
-    args = parse_args(__doc__, "out", extra=[("source", {"action": "append", "required": True})])
+    args = parse_args(__doc__, "out", "result", extra=[("source", {"action": "append", "required": True})])
     spec = load_spec(args.spec)
     data_spec = spec["data"]
     paths = data.expand_sources(args.source)
@@ -34,6 +42,7 @@ def main() -> None:
     if os.path.exists(manifest_path):
         if read_json(manifest_path)["input_fingerprint"] == fingerprint:
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
+            write_result(args.result, args.out, read_json(manifest_path))
             return
         fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
              EXIT_REFUSED)
@@ -81,6 +90,7 @@ def main() -> None:
                 shards.append({"file": name, "examples": int(mask.sum()), "sha256": sha256_file(path)})
             manifest[split] = {"examples": int(rows.sum()), "shards": shards}
         write_json_atomic(os.path.join(tmp, "manifest.json"), manifest)
+    write_result(args.result, args.out, manifest)
     say(f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
         f"in {n}+{n} shards to {args.out}")
     seconds = time.monotonic() - started

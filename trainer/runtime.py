@@ -54,11 +54,6 @@ def say(message: str) -> None:
     sys.stdout.flush()
 
 
-EXIT_REFUSED = 3
-"""Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
-model that was not blessed, data prepared from other input): the task fails without a retry."""
-
-
 def fail(message: str, code: int = 1) -> None:
     print(f"ERROR: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)

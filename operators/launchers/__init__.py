@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from operators.launchers.base import Launcher, StageFailed, StageStopped
-from operators.plan import RunContext
-from operators.spec import Spec
+from operators.plan import Plan
 
 
-def get_launcher(spec: Spec, ctx: RunContext, try_number: int = 1) -> Launcher:
-    """The launcher of ``spec.training.launcher`` for one try of a stage of the run ``ctx``."""
-    if spec.training.launcher == "kubernetes":
+def get_launcher(plan: Plan, try_number: int = 1) -> Launcher:
+    """The launcher of the run's ``training.launcher``, for one try of a stage of the run."""
+    if plan.spec.training.launcher == "kubernetes":
         from operators.launchers.kubernetes import KubernetesLauncher
 
-        return KubernetesLauncher(spec, ctx, try_number)
+        return KubernetesLauncher(plan, try_number)
     from operators.launchers.local import LocalLauncher
 
     return LocalLauncher()

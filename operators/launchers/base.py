@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from typing import Any
 
 from operators.plan import Stage
 
@@ -29,11 +30,17 @@ class StageStopped(RuntimeError):
 
 
 class Launcher(abc.ABC):
+    def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> Any | None:
+        """Start the stage (or find the one an earlier try of the task started, by the identity kept in the
+        task's state ``store``) and return the trigger that follows it to its end; None when the stage's
+        processes live and die with the task process (then call ``run``)."""
+        return None
+
     @abc.abstractmethod
-    def run(self, stage: Stage, log: logging.Logger) -> None:
-        """Start every process of the stage, relay their output to ``log`` prefixed ``[name]``, return
-        when all succeeded (and stop serving processes then). Raise StageFailed as soon as one fails,
-        after stopping the others."""
+    def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
+        """Start every process of the stage, relay their output to ``log`` prefixed ``[name]``, return the
+        stage's result record when all succeeded (and stop serving processes then). Raise StageFailed as
+        soon as one fails, after stopping the others."""
 
     @abc.abstractmethod
     def stop(self) -> None:

@@ -10,13 +10,14 @@ functions of the spec, the stage and the run's identity. No client, no cluster, 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
 from typing import Any
 
-from operators.plan import Stage
+from operators.plan import Plan, Stage
 from operators.spec import KubernetesSpec, Spec
-from trainer.pod import RENDEZVOUS_PORT, TF_PORT, pod_argv
+from trainer.contract import RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, pod_argv
 
 NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
@@ -71,6 +72,7 @@ def _container(spec: Spec, role: str, name: str, argv: list[str], env: dict[str,
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "resources": {k: v for k, v in resources.items() if v},
         "volumeMounts": [{"name": "artifacts", "mountPath": spec.artifact_root}],
+        "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
@@ -95,13 +97,16 @@ def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotati
             "spec": {k: v for k, v in pod.items() if v is not None}}
 
 
-def _env(spec: Spec, role: str, env: dict[str, str], per_pod: int = 1) -> dict[str, str]:
+def _env(plan: Plan, role: str, env: dict[str, str], per_pod: int = 1) -> dict[str, str]:
     """The process's environment in a pod: threads from the role's whole CPUs (shared by the pod's
-    ``per_pod`` processes), never this machine's core pinning."""
-    cpu = _settings(spec).for_role(role).cpu
+    ``per_pod`` processes), never this machine's core pinning; the run's spec and record for
+    ``trainer.pod`` to write in the run directory."""
+    cpu = _settings(plan.spec).for_role(role).cpu
     threads = {"TFDIST_THREADS": str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
     kept = {k: v for k, v in env.items() if k not in ("TFDIST_CORES", "TFDIST_THREADS", "CUDA_VISIBLE_DEVICES")}
-    return {"PYTHONUNBUFFERED": "1", **kept, **threads}
+    record = {SPEC_ENV: json.dumps(plan.spec.to_json_dict(), sort_keys=True),
+              RUN_ENV: json.dumps(plan.run_record(), sort_keys=True)}
+    return {"PYTHONUNBUFFERED": "1", **kept, **threads, **record}
 
 
 def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
@@ -109,23 +114,28 @@ def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
             "annotations": dict(annotations)}
 
 
-def native_objects(spec: Spec, stage: Stage, name: str, labels: dict, annotations: dict,
+def _entrypoint(plan: Plan, stage: Stage, python: str, command: tuple[str, ...], **place) -> list[str]:
+    return pod_argv(python, plan.layout.run_dir, stage.result_file, command, **place)
+
+
+def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
                    python: str = "python") -> list[dict]:
     """A headless Service (TF cluster and Horovod stages) and one Indexed Job."""
-    t, first = spec.training, stage.processes[0]
+    spec, first = plan.spec, stage.processes[0]
+    t = spec.training
     if stage.rank_command:  # Horovod: each pod runs its slots' ranks; pod 0 serves the rendezvous
         slots = t.mpi_settings.slots_per_worker
-        argv = pod_argv(python, name, name, stage.rank_command, horovod_slots=slots, pods=t.num_workers)
-        role, count, env = "worker", t.num_workers, _env(spec, "worker", first.env, slots)
+        argv = _entrypoint(plan, stage, python, stage.rank_command, job=name, horovod_slots=slots, pods=t.num_workers)
+        role, count, env = "worker", t.num_workers, _env(plan, "worker", first.env, slots)
         gpus = t.gpus_per_worker
     elif stage.tf_cluster:
         cluster = Counter(p.role for p in stage.processes)  # roles in completion-index order
-        argv = pod_argv(python, name, name, first.argv, cluster=cluster)
+        argv = _entrypoint(plan, stage, python, first.argv, job=name, cluster=cluster)
         # one pod template for every member (roles differ by index): chief and ps get the workers' settings
-        role, count, env, gpus = "worker", len(stage.processes), _env(spec, "worker", first.env), t.gpus_per_worker
+        role, count, env, gpus = "worker", len(stage.processes), _env(plan, "worker", first.env), t.gpus_per_worker
     else:
-        role, count, env, gpus = first.role, 1, _env(spec, first.role, first.env), 0
-        argv = list(first.argv)
+        role, count, env, gpus = first.role, 1, _env(plan, first.role, first.env), 0
+        argv = _entrypoint(plan, stage, python, first.argv)
     clustered = stage.tf_cluster or bool(stage.rank_command)
     template = _pod_template(spec, role, _container(spec, role, "trainer", argv, env, gpus), labels, annotations,
                              **({"subdomain": name} if clustered else {}))
@@ -155,17 +165,20 @@ def native_objects(spec: Spec, stage: Stage, name: str, labels: dict, annotation
     return [service, job]
 
 
-def kubeflow_objects(spec: Spec, stage: Stage, name: str, labels: dict, annotations: dict) -> list[dict]:
+def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
+                     python: str = "python") -> list[dict]:
     """The train stage as a TFJob (the operator sets each pod's TF_CONFIG) or an MPIJob (mpirun in the
     launcher pod reaching the worker pods over SSH, as the MPI operator sets up)."""
+    spec = plan.spec
     k8s, t = _settings(spec), spec.training
-    run_policy = {"cleanPodPolicy": "All", "backoffLimit": 0, "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished}
+    run_policy = {"cleanPodPolicy": "Running", "backoffLimit": 0, "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished}
     metadata = _metadata(spec, name, labels, annotations)
     if stage.tf_cluster:
         replicas: dict[str, dict] = {}
         for p in stage.processes:
             gpus = p.gpus if p.role == "worker" else 0
-            container = _container(spec, p.role, "tensorflow", list(p.argv), _env(spec, p.role, p.env), gpus)
+            argv = _entrypoint(plan, stage, python, p.argv)
+            container = _container(spec, p.role, "tensorflow", argv, _env(plan, p.role, p.env), gpus)
             container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
             replica = replicas.setdefault(TF_REPLICA_TYPES[p.role], {
                 "replicas": 0, "restartPolicy": "Never",
@@ -174,12 +187,13 @@ def kubeflow_objects(spec: Spec, stage: Stage, name: str, labels: dict, annotati
         return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata,
                  "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas}}]
     slots, ranks = t.mpi_settings.slots_per_worker, t.data_readers
-    mpirun = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output",
-              *t.mpi_settings.extra_args, *stage.rank_command]
-    launcher = _container(spec, "worker", "launcher", mpirun, _env(spec, "worker", {}), 0)
+    mpirun = ("mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output",
+              *t.mpi_settings.extra_args, *stage.rank_command)
+    launcher = _container(spec, "worker", "launcher", _entrypoint(plan, stage, python, mpirun),
+                          _env(plan, "worker", {}), 0)
     launcher.pop("resources", None)  # mpirun only starts and relays the ranks
     worker = _container(spec, "worker", "worker", ["/usr/sbin/sshd", "-De"],
-                        _env(spec, "worker", stage.processes[0].env, slots), t.gpus_per_worker)
+                        _env(plan, "worker", stage.processes[0].env, slots), t.gpus_per_worker)
     return [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": metadata, "spec": {
         "slotsPerWorker": slots, "runPolicy": run_policy, "mpiImplementation": "OpenMPI",
         "mpiReplicaSpecs": {
@@ -190,12 +204,13 @@ def kubeflow_objects(spec: Spec, stage: Stage, name: str, labels: dict, annotati
         }}}]
 
 
-def stage_objects(spec: Spec, stage: Stage, dag_id: str, run_id: str, try_number: int = 1, *,
-                  kubeflow: bool = False, python: str = "python") -> list[dict]:
+def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bool = False,
+                  python: str = "python") -> list[dict]:
     """Every object the stage creates, in the order to create them; ``kubeflow`` (train stage only):
     a TFJob or MPIJob instead of native Jobs."""
+    dag_id, run_id = plan.context.dag_id, plan.context.run_id
     name = object_name(dag_id, run_id, stage.task_id)
-    labels, annotations = identity(spec, dag_id, run_id, stage.task_id, try_number)
+    labels, annotations = identity(plan.spec, dag_id, run_id, stage.task_id, try_number)
     if kubeflow and (stage.tf_cluster or stage.rank_command):
-        return kubeflow_objects(spec, stage, name, labels, annotations)
-    return native_objects(spec, stage, name, labels, annotations, python)
+        return kubeflow_objects(plan, stage, name, labels, annotations, python)
+    return native_objects(plan, stage, name, labels, annotations, python)

@@ -1,48 +1,103 @@
-"""Kubernetes launcher: a stage runs as the objects of ``k8s_objects`` (native Indexed Jobs), named from
-the run's identity so that a retry of the task finds the Job of an earlier try and follows it instead of
-starting a second one. Clients come from the cncf provider's ``KubernetesHook`` (the spec's
-``kubernetes.connection_id``). Every pod's log reaches the task log as ``[member]`` lines, resumed from
-the last line seen after each poll; ``stop`` (the task's on_kill) deletes everything the stage created."""
+"""Kubernetes launcher: a stage runs as the objects of ``k8s_objects`` (native Indexed Jobs, or for the train
+stage a Kubeflow TFJob / MPIJob when ``kubernetes.operator`` and the cluster's CRDs say so), named from the
+run's identity. ``start`` creates them, or finds those of an earlier try (by the identity kept in the
+task's state store, else by labels) and follows them instead of starting a second set. ``follow`` polls
+them through the cncf provider's async hook, relays every pod's log as ``[member]`` lines (resumed after
+the last line seen, by timestamp), and returns the stage's result record from the result pod's
+termination message; it runs in the task process (``run``) or in the triggerer (``StageTrigger``), so a
+multi-hour stage holds no worker slot. The stage's objects are deleted when it ends, fails, or is killed
+(the task's ``on_kill``, or the trigger's ``on_kill`` when a user kills the deferred task)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as dt
 import functools
+import json
 import logging
 import math
+import threading
 import time
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
-from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from operators.launchers.base import Launcher, StageFailed, StageStopped
-from operators.launchers.k8s_objects import object_name, stage_objects
+from operators.launchers.k8s_objects import identity, label_value, stage_objects
 from operators.launchers.local import TAIL_LINES, split_rank_tags
-from operators.plan import RunContext, Stage
-from operators.spec import Spec
+from operators.plan import Plan, Stage
+from trainer.contract import EXIT_REFUSED
 
 POLL_SECONDS = 2.0
+STORE_KEY = "kubernetes_objects"
+"""The task's state-store key naming the objects a try created: every later try of the task reads it."""
+KUBEFLOW = {"TFJob": ("kubeflow.org", "v1", "tfjobs"), "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs")}
+DONE = {"Complete": "success", "Succeeded": "success", "Failed": "failed"}
+"""The conditions ending a Job (Complete, Failed) or a Kubeflow job (Succeeded, Failed)."""
 
 
-def _finished(job: Any) -> str | None:
-    """'Complete' or 'Failed' once the Job has that condition, else None."""
-    return next((c.type for c in job.status.conditions or [] if c.type in ("Complete", "Failed") and c.status == "True"),
-                None)
+@dataclass(frozen=True)
+class Watch:
+    """What following a started stage needs; plain data, so that a trigger carries it."""
+
+    connection_id: str
+    namespace: str
+    task_id: str
+    kind: str
+    """Job, TFJob or MPIJob: the object whose conditions end the stage."""
+    name: str
+    objects: tuple[tuple[str, str], ...]
+    """(kind, name) of every object of the stage, in creation order."""
+    members: tuple[str, ...]
+    """Job: the stage's process at each completion index."""
+    rank_tagged: bool
+    """Horovod pods (and an MPIJob's launcher) print rank-tagged lines."""
+    result_member: str
+    """The member whose termination message is the stage's result record."""
+    startup_timeout_seconds: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON values (what the task state store and a trigger's kwargs hold)."""
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Watch:
+        return cls(**{**data, "objects": tuple(map(tuple, data["objects"])), "members": tuple(data["members"])})
+
+    @property
+    def selector(self) -> str:
+        key = "batch.kubernetes.io/job-name" if self.kind == "Job" else "training.kubeflow.org/job-name"
+        return f"{key}={self.name}"
+
+    def member(self, pod: Any) -> str:
+        """Which process of the stage the pod is (``pod-N`` for a Horovod pod running several ranks)."""
+        if self.kind == "Job":
+            index = int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])
+            return f"pod-{index}" if self.rank_tagged else self.members[index]
+        labels = pod.metadata.labels
+        return f"{labels['training.kubeflow.org/replica-type'].lower()}-{labels['training.kubeflow.org/replica-index']}"
+
+    def tagged(self, member: str) -> bool:
+        return self.rank_tagged and (self.kind == "Job" or member.startswith("launcher"))
 
 
 class KubernetesLauncher(Launcher):
-    def __init__(self, spec: Spec, ctx: RunContext, try_number: int = 1) -> None:
-        self.spec, self.ctx, self.try_number = spec, ctx, try_number
-        self.namespace = spec.kubernetes.namespace
-        self._created: list[tuple[str, str]] = []
+    def __init__(self, plan: Plan, try_number: int = 1) -> None:
+        self.plan, self.try_number = plan, try_number
+        self.settings = plan.spec.kubernetes
+        self.watch: Watch | None = None
         self._stop_requested = False
 
     @functools.cached_property
     def api_client(self) -> client.ApiClient:
-        return KubernetesHook(conn_id=self.spec.kubernetes.connection_id).api_client
+        return KubernetesHook(conn_id=self.settings.connection_id).api_client
 
     @functools.cached_property
     def batch(self) -> client.BatchV1Api:
@@ -52,135 +107,313 @@ class KubernetesLauncher(Launcher):
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client)
 
-    def find(self, name: str) -> Any | None:
-        """The Job of this run's stage left by an earlier try, or None."""
+    @functools.cached_property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def installed(self, kind: str) -> bool:
+        """Whether the cluster serves the Kubeflow kind (API discovery: its CRD is installed)."""
+        group, version, plural = KUBEFLOW[kind]
         try:
-            return self.batch.read_namespaced_job_status(name, self.namespace)
+            return any(r.name == plural for r in self.custom.get_api_resources(group, version).resources)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def kubeflow_kind(self, stage: Stage) -> str | None:
+        """TFJob or MPIJob when the train stage runs as one (``kubernetes.operator``), else None."""
+        if self.settings.operator == "native" or not (stage.tf_cluster or stage.rank_command):
+            return None
+        kind = "TFJob" if stage.tf_cluster else "MPIJob"
+        if self.installed(kind):
+            return kind
+        if self.settings.operator == "kubeflow":
+            group, version, plural = KUBEFLOW[kind]
+            raise StageFailed(f"{stage.task_id}", EXIT_REFUSED, {}, how=f"cannot run as a {kind}", detail=(
+                f"kubernetes.operator is 'kubeflow' but the cluster does not serve {plural}.{group}/{version} "
+                "(install Kubeflow's training operator, or use operator 'auto' or 'native')"))
+        return None
+
+    def watch_for(self, stage: Stage, kind: str, objects: list[dict]) -> Watch:
+        members = tuple(p.name for p in stage.processes)
+        if kind == "TFJob":
+            result = "chief-0" if any(p.role == "chief" for p in stage.processes) else "worker-0"
+        else:
+            result = "launcher-0" if kind == "MPIJob" else ("pod-0" if stage.rank_command else members[0])
+        return Watch(self.settings.connection_id, self.settings.namespace, stage.task_id, kind,
+                     objects[-1]["metadata"]["name"], tuple((o["kind"], o["metadata"]["name"]) for o in objects),
+                     members, bool(stage.rank_command), result, self.settings.startup_timeout_seconds)
+
+    def read(self, kind: str, name: str) -> Any | None:
+        """The object as the cluster has it, or None."""
+        try:
+            if kind == "Job":
+                return self.batch.read_namespaced_job_status(name, self.settings.namespace).to_dict()["status"]
+            group, version, plural = KUBEFLOW[kind]
+            return self.custom.get_namespaced_custom_object(group, version, self.settings.namespace, plural,
+                                                            name).get("status", {})
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
+    def find(self, stage: Stage, watch: Watch, store: Any) -> Watch | None:
+        """The stage's objects made by an earlier try: those named in the task's state store, else the
+        ones carrying this run's and stage's labels."""
+        known = store.get(STORE_KEY) if store is not None else None
+        if known:
+            earlier = Watch.from_dict(known)
+            return earlier if self.read(earlier.kind, earlier.name) is not None else None
+        ctx = self.plan.context
+        labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
+        selector = ",".join(f"{k}={label_value(labels[k])}" for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
+        if watch.kind == "Job":
+            found = [j.metadata.name for j in self.batch.list_namespaced_job(watch.namespace,
+                                                                             label_selector=selector).items]
+        else:
+            group, version, plural = KUBEFLOW[watch.kind]
+            found = [o["metadata"]["name"] for o in self.custom.list_namespaced_custom_object(
+                group, version, watch.namespace, plural, label_selector=selector)["items"]]
+        return watch if watch.name in found else None
+
     def submit(self, objects: list[dict], log: logging.Logger) -> None:
         """Create the stage's objects, in order."""
+        ns = self.settings.namespace
         for obj in objects:
-            create = self.core.create_namespaced_service if obj["kind"] == "Service" else self.batch.create_namespaced_job
-            create(self.namespace, obj)
-            log.info("created %s %s/%s", obj["kind"], self.namespace, obj["metadata"]["name"])
-
-    def run(self, stage: Stage, log: logging.Logger) -> None:
-        name = object_name(self.ctx.dag_id, self.ctx.run_id, stage.task_id)
-        objects = stage_objects(self.spec, stage, self.ctx.dag_id, self.ctx.run_id, self.try_number)
-        self._created = [(o["kind"], o["metadata"]["name"]) for o in objects]
-        earlier = self.find(name)
-        if earlier is not None and _finished(earlier) != "Complete":
-            if _finished(earlier) == "Failed":
-                log.warning("Job %s of an earlier try failed: deleting it and starting again", name)
-                self.delete(log)
-                earlier = None
+            if obj["kind"] == "Service":
+                self.core.create_namespaced_service(ns, obj)
+            elif obj["kind"] == "Job":
+                self.batch.create_namespaced_job(ns, obj)
             else:
-                log.info("following Job %s started by an earlier try", name)
+                group, version, plural = KUBEFLOW[obj["kind"]]
+                self.custom.create_namespaced_custom_object(group, version, ns, plural, obj)
+            log.info("created %s %s/%s", obj["kind"], ns, obj["metadata"]["name"])
+
+    def wait_gone(self, watch: Watch, timeout: float = 120) -> None:
+        """Return once the deleted object is gone (a foreground deletion waits for its pods), so that its
+        name is free again."""
+        deadline = time.monotonic() + timeout
+        while self.read(watch.kind, watch.name) is not None:
+            if time.monotonic() > deadline:
+                raise StageFailed(f"{watch.kind} {watch.name}", None, {}, how=f"was not deleted within {timeout:.0f} s")
+            time.sleep(1)
+
+    def start(self, stage: Stage, log: logging.Logger, store: Any = None) -> Watch:
+        """Create the stage's objects, or find those of an earlier try still running (a failed or finished
+        one is deleted and the stage starts again: training resumes from the run's latest checkpoint)."""
+        kind = self.kubeflow_kind(stage) or "Job"
+        objects = stage_objects(self.plan, stage, self.try_number, kubeflow=kind != "Job")
+        watch = self.watch_for(stage, kind, objects)
+        earlier = self.find(stage, watch, store)
+        if earlier is not None:
+            status = self.read(earlier.kind, earlier.name) or {}
+            ended = [c["type"] for c in status.get("conditions") or [] if c["type"] in DONE and c["status"] == "True"]
+            if not ended:
+                log.info("following %s %s started by an earlier try", earlier.kind, earlier.name)
+                self.watch = earlier
+                return earlier
+            log.warning("%s %s of an earlier try is %s: deleting it and starting again", earlier.kind, earlier.name,
+                        ended[0])
+            run_in_thread(delete_objects(earlier, log))
+            self.wait_gone(earlier)
         if self._stop_requested:
             raise StageStopped(f"{stage.task_id} stopped before its Kubernetes objects were created")
-        if earlier is None:
-            self.submit(objects, log)
-        self._follow(stage, name, log)
+        self.watch = watch
+        self.submit(objects, log)
+        if store is not None:
+            store.set(STORE_KEY, watch.to_dict())
+        return watch
 
-    def _follow(self, stage: Stage, name: str, log: logging.Logger) -> None:
-        seen: dict[str, str] = {}  # pod → timestamp of the last log line relayed
-        tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
-        started = time.monotonic()
-        while True:
-            if self._stop_requested:
-                raise StageStopped(f"{stage.task_id} stopped: its Kubernetes objects were deleted")
-            job = self.batch.read_namespaced_job_status(name, self.namespace)
-            pods = self.core.list_namespaced_pod(self.namespace,
-                                                 label_selector=f"batch.kubernetes.io/job-name={name}").items
-            for pod in pods:
-                self._relay(stage, pod, seen, tails, log)
-            outcome = _finished(job)
-            if outcome == "Complete":
-                self.delete(log)
-                return
-            if outcome == "Failed":
-                self.delete(log)
-                raise self._failure(stage, job, pods, tails)
-            pending = [p.metadata.name for p in pods if p.status.phase == "Pending"]
-            if pending and time.monotonic() - started > self.spec.kubernetes.startup_timeout_seconds:
-                reasons = self._events(pending[0])
-                self.delete(log)
-                raise StageFailed(f"pod {pending[0]}", None, dict(tails), how=f"was not running after "
-                                  f"{self.spec.kubernetes.startup_timeout_seconds} s (kubernetes.startup_timeout_seconds)",
-                                  detail=reasons or "no warning event")
-            time.sleep(POLL_SECONDS)
+    def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> StageTrigger:
+        return StageTrigger(self.start(stage, log, store).to_dict())
 
-    @staticmethod
-    def _member(stage: Stage, pod: Any) -> str:
-        """Which process of the stage the pod is: TF cluster members are in completion-index order."""
-        index = int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])
-        return f"pod-{index}" if stage.rank_command else stage.processes[index].name
+    def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
+        watch = self.start(stage, log)
+        return asyncio.run(follow(watch, log, lambda: self._stop_requested))
 
-    def _relay(self, stage: Stage, pod: Any, seen: dict, tails: dict, log: logging.Logger) -> None:
-        """Relay the pod's log lines after the last one seen (by their timestamps: a dropped connection or
-        a new poll neither loses nor repeats a line)."""
-        name, last = pod.metadata.name, seen.get(pod.metadata.name)
-        if pod.status.phase == "Pending":
+    def stop(self) -> None:
+        self._stop_requested = True
+        if self.watch is not None:
+            run_in_thread(delete_objects(self.watch))
+
+
+def run_in_thread(coroutine: Any) -> None:
+    """Run a coroutine to its end from synchronous code, even code called inside a running event loop."""
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: failure.extend(_outcome(coroutine)))
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def _outcome(coroutine: Any) -> list[BaseException]:
+    try:
+        asyncio.run(coroutine)
+    except Exception as exc:  # noqa: BLE001 - handed back to the calling thread
+        return [exc]
+    return []
+
+
+async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Relay the stage's pod logs until it ends; its result record, or StageFailed naming the pod and why.
+    The stage's objects are deleted when it ends either way."""
+    hook = AsyncKubernetesHook(conn_id=watch.connection_id)
+    seen: dict[str, str] = {}  # pod → timestamp of the last log line relayed
+    tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
+    while True:
+        if stopped():
+            raise StageStopped(f"{watch.task_id} stopped: its Kubernetes objects were deleted")
+        async with hook.get_conn() as api:
+            conditions = await _conditions(api, watch)
+            pods = (await async_client.CoreV1Api(api).list_namespaced_pod(watch.namespace,
+                                                                         label_selector=watch.selector)).items
+        for pod in pods:
+            await _relay(hook, watch, pod, seen, tails, log)
+        ended = next((c for c in conditions if c["type"] in DONE and c["status"] == "True"), None)
+        if ended and DONE[ended["type"]] == "success":
+            result = _result(watch, pods, tails)
+            await delete_objects(watch, log)
+            return result
+        if ended:
+            await delete_objects(watch, log)
+            raise _failure(watch, ended, pods, tails)
+        if late := _not_started(watch, pods):
+            events = (await hook.get_pod_events(late.metadata.name, watch.namespace)).items
+            await delete_objects(watch, log)
+            waiting = [f"{s.state.waiting.reason}: {s.state.waiting.message}" for s in late.status.container_statuses or []
+                       if s.state and s.state.waiting and s.state.waiting.reason]
+            reasons = "; ".join(dict.fromkeys(waiting + [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]))
+            raise StageFailed(f"{watch.member(late)} (pod {late.metadata.name})", None, dict(tails),
+                              how=f"was not running after {watch.startup_timeout_seconds} s "
+                                  "(kubernetes.startup_timeout_seconds)", detail=reasons or "no warning event")
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def _conditions(api: Any, watch: Watch) -> list[dict[str, Any]]:
+    if watch.kind == "Job":
+        job = await async_client.BatchV1Api(api).read_namespaced_job_status(watch.name, watch.namespace)
+        return [c.to_dict() for c in job.status.conditions or []]
+    group, version, plural = KUBEFLOW[watch.kind]
+    obj = await async_client.CustomObjectsApi(api).get_namespaced_custom_object(group, version, watch.namespace,
+                                                                              plural, watch.name)
+    return obj.get("status", {}).get("conditions") or []
+
+
+def _not_started(watch: Watch, pods: list) -> Any | None:
+    """A pod still Pending startup_timeout_seconds after it was created, if any."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return next((p for p in pods if p.status.phase == "Pending" and
+                 (now - p.metadata.creation_timestamp).total_seconds() > watch.startup_timeout_seconds), None)
+
+
+async def _relay(hook: AsyncKubernetesHook, watch: Watch, pod: Any, seen: dict, tails: dict,
+                 log: logging.Logger) -> None:
+    """Relay the pod's log lines after the last one seen (by their timestamps: a dropped connection or a
+    new poll neither loses nor repeats a line)."""
+    name, last = pod.metadata.name, seen.get(pod.metadata.name)
+    if pod.status.phase == "Pending":
+        return
+    since = None
+    if last:
+        age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
+        since = max(1, math.ceil(age.total_seconds()) + 1)
+    try:
+        lines = await hook.read_logs(name, watch.namespace, since_seconds=since)
+    except AsyncApiException as exc:
+        if exc.status == 400:  # the container is not started yet
             return
-        since = None
-        if last:
-            age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
-            since = max(1, math.ceil(age.total_seconds()) + 1)
-        try:
-            response = self.core.read_namespaced_pod_log(name, self.namespace, timestamps=True, since_seconds=since,
-                                                         _preload_content=False)  # kubernetes#2596: never preload
-        except ApiException as exc:
-            if exc.status == 400:  # the container is not started yet
-                return
-            raise
-        member = self._member(stage, pod)
-        for line in response.data.decode(errors="replace").splitlines():
-            stamp, _, text = line.partition(" ")
-            if last and stamp <= last:
-                continue
-            seen[name] = stamp
-            for source, piece in split_rank_tags(member, text) if stage.rank_command else [(member, text)]:
-                tails[source].append(piece)
-                log.info("[%s] %s", source, piece)
+        raise
+    member = watch.member(pod)
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        if last and stamp <= last:
+            continue
+        seen[name] = stamp
+        for source, piece in split_rank_tags(member, text) if watch.tagged(member) else [(member, text)]:
+            tails[source].append(piece)
+            log.info("[%s] %s", source, piece)
 
-    def _events(self, pod_name: str) -> str:
-        events = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={pod_name}").items
-        return "; ".join(f"{e.reason}: {e.message}" for e in events if e.type == "Warning")
 
-    def _failure(self, stage: Stage, job: Any, pods: list, tails: dict) -> StageFailed:
-        """The failed pod, how it ended (exit code, OOMKilled, eviction) and the Job's reason."""
-        condition = next(c for c in job.status.conditions if c.type == "Failed")
-        failed = [p for p in pods if p.status.phase == "Failed" and p.status.container_statuses]
-        if not failed:
-            return StageFailed(f"Job {job.metadata.name}", None, dict(tails), how="failed",
-                               detail=f"{condition.reason}: {condition.message}")
-        pod = min(failed, key=lambda p: p.status.container_statuses[0].state.terminated.finished_at or "")
-        terminated = pod.status.container_statuses[0].state.terminated
-        member = self._member(stage, pod)
-        ordered = {member: list(tails.pop(member, []))} | dict(tails)
-        why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
-        disrupted = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
-                         None)
-        how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
-        return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how,
-                           detail=f"Job {job.metadata.name} failed: {condition.reason}: {condition.message}")
+def _terminated(pod: Any) -> Any | None:
+    statuses = pod.status.container_statuses or []
+    return statuses[0].state.terminated if statuses and statuses[0].state else None
 
-    def delete(self, log: logging.Logger | None = None) -> None:
-        for kind, name in reversed(self._created):
-            delete = self.core.delete_namespaced_service if kind == "Service" else self.batch.delete_namespaced_job
+
+def _result(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
+    """The result record the result pod handed back as its termination message."""
+    pod = next((p for p in pods if watch.member(p) == watch.result_member and _terminated(p)), None)
+    message = _terminated(pod).message if pod else None
+    try:
+        return json.loads(message)
+    except (TypeError, ValueError):
+        raise StageFailed(f"{watch.result_member}" + (f" (pod {pod.metadata.name})" if pod else ""), None, dict(tails),
+                          how="ended without handing back the stage's result record",
+                          detail=f"termination message {message!r}") from None
+
+
+def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
+    """The first pod that failed, how it ended (exit code, OOMKilled, eviction) and the job's reason."""
+    job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
+    failed = [p for p in pods if p.status.phase == "Failed" and _terminated(p)]
+    if not failed:
+        return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
+                           detail=f"{ended.get('reason')}: {ended.get('message')}")
+    pod = min(failed, key=lambda p: _terminated(p).finished_at or dt.datetime.max.replace(tzinfo=dt.timezone.utc))
+    terminated, member = _terminated(pod), watch.member(pod)
+    ordered = {member: list(tails.pop(member, []))} | dict(tails)
+    why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
+    if terminated.reason == "OOMKilled":
+        limit = (pod.spec.containers[0].resources.limits or {}).get("memory")
+        why += f": it used more than its memory limit {limit} (kubernetes.pods.memory or roles.<role>.memory)"
+    disrupted = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
+                     None)
+    how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
+    return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job)
+
+
+async def delete_objects(watch: Watch, log: logging.Logger | None = None) -> None:
+    """Delete the stage's objects (their pods with them), newest first; those already gone are skipped."""
+    async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as api:
+        for kind, name in reversed(watch.objects):
             try:
-                delete(name, self.namespace, propagation_policy="Foreground")
-            except ApiException as exc:
+                if kind == "Service":
+                    await async_client.CoreV1Api(api).delete_namespaced_service(name, watch.namespace)
+                elif kind == "Job":
+                    await async_client.BatchV1Api(api).delete_namespaced_job(name, watch.namespace,
+                                                                             propagation_policy="Foreground")
+                else:
+                    group, version, plural = KUBEFLOW[kind]
+                    await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                        group, version, watch.namespace, plural, name, propagation_policy="Foreground")
+            except AsyncApiException as exc:
                 if exc.status != 404:
                     raise
                 continue
             if log:
-                log.info("deleted %s %s/%s", kind, self.namespace, name)
+                log.info("deleted %s %s/%s", kind, watch.namespace, name)
 
-    def stop(self) -> None:
-        self._stop_requested = True
-        self.delete()
+
+class StageTrigger(BaseTrigger):
+    """Follows a stage's Kubernetes objects from the triggerer (``follow``): one event with the result
+    record or the failure. A user killing the deferred task deletes the objects (``on_kill``); a
+    triggerer restart does not (the next triggerer follows on)."""
+
+    def __init__(self, watch: dict[str, Any]) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"watch": self.watch}
+
+    async def run(self):
+        try:
+            result = await follow(Watch.from_dict(self.watch), self.log)
+        except StageFailed as exc:
+            yield TriggerEvent({"status": "failed", "returncode": exc.returncode, "message": str(exc)})
+            return
+        yield TriggerEvent({"status": "success", "result": result})
+
+    async def on_kill(self) -> None:
+        await delete_objects(Watch.from_dict(self.watch), self.log)

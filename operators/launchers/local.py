@@ -19,6 +19,7 @@ import psutil
 
 from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.plan import Process, Stage, tf_config
+from trainer.artifacts import read_json
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
@@ -87,7 +88,7 @@ class LocalLauncher(Launcher):
                         ", ".join(str(p.pid) for p in leftovers))
             terminate_all(leftovers)
 
-    def run(self, stage: Stage, log: logging.Logger) -> None:
+    def run(self, stage: Stage, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
@@ -114,6 +115,7 @@ class LocalLauncher(Launcher):
             self._relay(lines, tails, log)
         finally:
             self._terminate()
+        return read_json(stage.result_file) if stage.result_file else {}
 
     @staticmethod
     def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:

@@ -1,0 +1,81 @@
+"""The contract between the Airflow side (``operators/``) and the worker runtime (``trainer/``): the run's
+file layout, the run record, each stage's result record, exit codes, and the argv of the pod entrypoint.
+Both sides import this module; it imports neither Airflow nor TensorFlow, so a worker image and the
+Airflow side cannot drift apart.
+
+Each stage writes its result record, the task's XCom value, as ``<run dir>/<task id>/result.json``: at most
+RESULT_MAX_BYTES of JSON, so that on Kubernetes it travels back as the pod's termination message and the
+Airflow side never reads the artifact volume."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.artifacts import read_json, write_json_atomic
+
+EXIT_REFUSED = 3
+"""Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
+model that was not blessed, data prepared from other input): the task fails without a retry."""
+RESULT_MAX_BYTES = 4096
+"""The most a termination message holds (the kubelet truncates beyond)."""
+SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
+"""Environment of a pod: the run's effective spec and run record (JSON), recorded by the pod itself."""
+TF_PORT, RENDEZVOUS_PORT = 2222, 2223
+TERMINATION_LOG = "/dev/termination-log"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one run's artifacts live: ``<artifact root>/<pipeline>/runs/<run key>/``."""
+
+    run_dir: str
+
+    spec_file = property(lambda self: os.path.join(self.run_dir, "spec.json"))
+    run_file = property(lambda self: os.path.join(self.run_dir, "run.json"))
+    data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
+    checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
+    eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
+
+    def result(self, task_id: str) -> str:
+        """The result record of the stage ``task_id``."""
+        return os.path.join(self.run_dir, task_id, "result.json")
+
+
+class RunMismatch(ValueError):
+    """The run directory was produced from another spec."""
+
+
+def record_run(layout: RunLayout, spec: dict[str, Any], run: dict[str, Any]) -> None:
+    """Write the run's record (identity, window, overrides) and effective spec once; refuse a run directory
+    that was made from another spec. Safe to call from every process of a stage at once."""
+    if os.path.exists(layout.spec_file):
+        if read_json(layout.spec_file) != spec:
+            raise RunMismatch(f"{layout.run_dir} was produced from a different spec (see {layout.spec_file}); "
+                              "use a new run, or move that directory away to redo this run")
+        return
+    write_json_atomic(layout.run_file, run)
+    write_json_atomic(layout.spec_file, spec)
+
+
+def encode_result(record: dict[str, Any]) -> str:
+    """A result record as one compact line; refused when it would not fit a termination message."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    if len(text.encode()) > RESULT_MAX_BYTES:
+        raise ValueError(f"result record of {len(text.encode())} bytes exceeds {RESULT_MAX_BYTES}: {text[:200]}…")
+    return text
+
+
+def pod_argv(python: str, run_dir: str, result: str, command: tuple[str, ...] | list[str], *, job: str = "",
+             cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0) -> list[str]:
+    """The argv of a pod (``trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
+    cluster member, or as this pod's Horovod ranks, peers named after ``job``), then hand the stage's
+    ``result`` record back as the termination message."""
+    argv = [python, "-m", "trainer.pod", "--run-dir", run_dir, "--result", result]
+    if cluster:
+        argv += ["--job", job, "--cluster", ",".join(f"{role}={count}" for role, count in cluster.items())]
+    elif horovod_slots:
+        argv += ["--job", job, "--horovod-slots", str(horovod_slots), "--pods", str(pods)]
+    return [*argv, "--", *command]
