@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev cmake chromium postgresql
+DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev openssh-server cmake chromium postgresql
 
 export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
@@ -30,6 +30,10 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	if [ -n "$$missing" ]; then \
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 	  echo "installing Debian packages:" $$missing; \
+	  case " $$missing " in *" openssh-server "*) \
+	    echo "openssh-server: the stand-in cluster's pods run sshd; the machine's own ssh service stays off" \
+	      "(/etc/ssh/sshd_not_to_be_run)"; \
+	    $$sudo mkdir -p /etc/ssh && $$sudo touch /etc/ssh/sshd_not_to_be_run || exit 1;; esac; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null \
 	    || { echo "could not install $$missing: install them as root, then run make again"; exit 1; }; \
 	fi

@@ -1,8 +1,10 @@
 """A stand-in Kubernetes cluster for the tests: the Kubernetes REST API (JSON over HTTP, as the real
-``kubernetes`` client speaks it) for Jobs, Services, pods, pod logs, evictions, events, API discovery and the
-Kubeflow custom resources its ``crds`` install; a Job controller for Indexed Jobs; a TFJob controller (as
-Kubeflow's training operator v1 reconciles TFJobs); a garbage collector following owner references; and a
-kubelet that runs each pod's container command as real processes. Needs root.
+``kubernetes`` client speaks it) for Jobs, Services, ConfigMaps, Secrets, pods, pod logs, evictions, events,
+API discovery and the Kubeflow custom resources its ``crds`` install; a Job controller (Indexed and NonIndexed
+Jobs); a TFJob controller (as Kubeflow's training operator v1 reconciles TFJobs); an MPIJob controller (as
+Kubeflow's MPI operator v2beta1, v0.6, reconciles MPIJobs); a garbage collector following owner references;
+and a kubelet that runs each pod's container command as real processes. ``drop_connections`` makes the API
+cut off its responses for a while (an API server restart, dropped log streams). Needs root.
 
 Each pod gets what a pod has: its own network namespace with an address on a bridge (so every TF server can
 listen on port 2222, as in a cluster), interface ``eth0``, its own host name, a ``/dev`` of its own (a tmpfs
@@ -13,25 +15,48 @@ and kills them instead), and an ``/etc/hosts`` standing in for cluster DNS: the 
 Service (``<service>.<namespace>.svc``, and ``<hostname>.<service>`` for pods whose subdomain is the Service)
 naming its ready pods (not-ready ones too with ``publishNotReadyAddresses``; never terminated ones). The
 kubelet pulls images from the cluster's registry (``images``: one it lacks leaves the pod Pending in
-``ErrImagePull``, then ``ImagePullBackOff``), and reports the termination message (``File`` or
-``FallbackToLogsOnError``) and ``OOMKilled`` as the real one does. The artifact volume is this machine's
-file system, at the same path. Deleting an object deletes its dependents unless the propagation policy is
-Orphan (for a batch/v1 Job, the API server's default). MPIJobs are stored and served but not run (that takes
-sshd and mpirun between pods): their status stays empty.
+``ErrImagePull``, then ``ImagePullBackOff``), mounts Secret and ConfigMap volumes read-only (their files
+written with the volume's modes, as the kubelet writes them; a pod whose object is missing waits), runs the
+container as root or, with ``securityContext.runAsUser``, as that user (in a user namespace mapping the user
+to this machine's root: it has no capabilities, and this machine's root-owned files look like its own, so the
+artifact volume is writable as a volume given with a matching fsGroup would be), and reports the termination
+message (``File`` or ``FallbackToLogsOnError``) and ``OOMKilled`` as the real one does. The artifact volume is
+this machine's file system, at the same path. Deleting an object deletes its dependents unless the
+propagation policy is Orphan (for a batch/v1 Job deleted through the API, the API server's default).
 
-What it does not model: image contents (``python`` is this interpreter and the repository is on PYTHONPATH)
-and volumes other than the artifact root, the scheduler beyond node selectors, and resources beyond memory
-limits (every other pod is scheduled at once on one node), container restarts (a container runs once whatever
-its restartPolicy; the training operator recreates a failed OnFailure or Always replica instead, with no
-back-off and no backoffLimit), PID and IPC namespaces (a container's other processes are killed when its main
-process ends, as the runtime does), env from Secrets and ConfigMaps, label selectors beyond ``key=value``,
-admission and schema checks (tests validate objects offline), watches, updates and patches, authentication,
-real DNS, TTLs, deadlines, suspension, the training operator's webhooks, gang scheduling and dynamic workers,
-and kubelet restarts. Deleting is synchronous: the call returns once the object, its dependents and their
+The image's files where they matter: each pod sees the worker image's (docker/Dockerfile.worker) user,
+``tfdist`` (uid 1000, home /home/tfdist), in /etc/passwd and /etc/group (this machine's files otherwise), a
+/home holding only that user's home with its sshd config (docker/sshd_config), and /etc/ssh/ssh_config.d
+holding only the image's ssh client settings (docker/ssh_config): per-pod copies bind-mounted in the pod's
+own mount namespace; every other file is this machine's. So an MPIJob runs as on a cluster: the operator's
+Service, ConfigMap (``hostfile``, ``discover_hosts.sh``), Secret (a generated key pair as ``id_rsa``,
+``id_rsa.pub``, ``authorized_keys`` at ``sshAuthMountPath``), worker pods ``<job>-worker-<i>`` running their
+command (this machine's ``/usr/sbin/sshd``) and the launcher Job ``<job>-launcher`` whose pod gets OpenMPI's
+environment and the hostfile at /etc/mpi; this machine's ``mpirun`` there reaches the workers' sshd with
+this machine's ``ssh`` and starts ``orted`` and the ranks through it; the MPIJob's conditions (Created,
+Running, Succeeded, Failed) and replicaStatuses follow the launcher Job and the workers, cleanPodPolicy
+deletes the workers once it ended, runPolicy.backoffLimit is the launcher Job's (a failed launcher pod is
+replaced until it is exceeded).
+
+What it does not model: other image contents (``python`` is this interpreter and the repository is on
+PYTHONPATH) and an image's USER (a container without runAsUser runs as root), volumes other than Secrets,
+ConfigMaps and the artifact volume, updates of a mounted Secret or ConfigMap (its files are written when the
+container starts: ``discover_hosts.sh`` in a running launcher stays as it was), env from them, the
+scheduler beyond node selectors, and resources beyond memory limits (every other pod is scheduled at once on
+one node), container restarts (a container runs once whatever its restartPolicy; the training operator
+recreates a failed OnFailure or Always replica instead, with no back-off and no backoffLimit; the Job
+controller replaces failed pods up to backoffLimit, with no back-off), PID and IPC namespaces (a container's
+other processes are killed when its main process ends, as the runtime does), label selectors beyond
+``key=value``, admission, defaulting and schema checks (tests validate objects offline; controllers apply
+their defaults in memory), watches, updates and patches, authentication, real DNS (so no ``dnsConfig``),
+TTLs, deadlines, suspension, the training operator's webhooks, the MPI operator's Intel MPI and MPICH modes,
+``runLauncherAsWorker``, scaling of workers and its elastic Horovod, gang scheduling and dynamic workers, and
+kubelet restarts. Deleting is synchronous: the call returns once the object, its dependents and their
 processes are gone (no Terminating state, no finalizers); an evicted pod is kept, stopped."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import fractions
@@ -41,6 +66,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +78,8 @@ import uuid
 from collections.abc import Callable, Iterable
 
 import psutil
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRACE_SECONDS = 5.0
@@ -67,12 +95,22 @@ MESSAGE_MAX_BYTES, LOG_MESSAGE_LINES, LOG_MESSAGE_MAX_BYTES = 4096, 80, 2048
 """The kubelet's termination message: the file's last 4096 bytes, or the log's last 80 lines, 2048 bytes."""
 CRDS = {"tfjobs": ("kubeflow.org", "v1", "TFJob"), "mpijobs": ("kubeflow.org", "v2beta1", "MPIJob")}
 """The custom resources a cluster may have installed: plural → (group, version, kind)."""
-API_VERSIONS = {"Job": "batch/v1", "Service": "v1", "Pod": "v1", **{k: f"{g}/{v}" for g, v, k in CRDS.values()}}
+API_VERSIONS = {"Job": "batch/v1", "Service": "v1", "Pod": "v1", "ConfigMap": "v1", "Secret": "v1",
+                **{k: f"{g}/{v}" for g, v, k in CRDS.values()}}
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 TF_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 TF_STATUS_ORDER = ("Chief", "Evaluator", "Master", "PS", "Worker")
 """The order in which the training operator derives a TFJob's conditions from its replica types."""
 TF = "training.kubeflow.org/"
+INDEX = "batch.kubernetes.io/job-completion-index"
+MPI_OPERATOR, MPI_CONFIG = "mpi-operator", "/etc/mpi"
+IMAGE_USER = ("tfdist", 1000, 1000, "/home/tfdist")
+"""The worker image's user (docker/Dockerfile.worker: ``useradd --uid 1000 --create-home tfdist``): name, uid,
+gid, home."""
+IMAGE_DIRS = {"/home": {"tfdist/.sshd_config": "docker/sshd_config"},
+              "/etc/ssh/ssh_config.d": {"tfdist.conf": "docker/ssh_config"}}
+"""The worker image's directories that differ from this machine's, with the files the Dockerfile copies into
+them from the repository: the user's home (with its sshd config) and the ssh client's settings."""
 CONTAINER_SETUP = r"""set -e
 mount -t tmpfs -o nosuid,mode=755,size=65536k tmpfs /dev
 mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5; mknod -m 666 /dev/full c 1 7
@@ -81,18 +119,23 @@ ln -s /proc/self/fd /dev/fd; ln -s fd/0 /dev/stdin; ln -s fd/1 /dev/stdout; ln -
 mkdir /dev/pts /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts; ln -s pts/ptmx /dev/ptmx
 mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm /dev/shm
-mount --bind "$0" /etc/hosts
-mkdir -p "$(dirname "$3")"; [ -e "$3" ] || : > "$3"
-mount --bind "$2" "$3"
-hostname "$1"
-shift 3
+hostname "$0"
+while [ "$1" != -- ]; do
+  if [ ! -e "$2" ]; then mkdir -p "$(dirname "$2")"; if [ -d "$1" ]; then mkdir "$2"; else : > "$2"; fi; fi
+  mount --bind "$1" "$2"
+  if [ "$3" = ro ]; then mount -o remount,bind,ro "$2"; fi
+  shift 3
+done
+shift
 exec "$@"
 """
 """The container's setup in its own mount and UTS namespaces, before its command: a /dev of its own (so that
-the default terminationMessagePath exists there, the host's /dev untouched), the pod's hosts file ($0), its
-host name ($1), and the pod's termination message file ($2) bind-mounted at the container's
-terminationMessagePath ($3). A path outside /dev that does not exist is created on this machine's file system
-(the pods share its root, there being no image) and left there: an empty file, the least a bind mount needs."""
+the default terminationMessagePath exists there, the host's /dev untouched), its host name ($0), then bind
+mounts (source, target, rw or ro; up to ``--``): the pod's hosts file at /etc/hosts, its termination message
+file at the container's terminationMessagePath, the image's files (IMAGE_USER, IMAGE_DIRS) and its Secret and
+ConfigMap volumes. A target that does not exist is created first: within the pod's own /dev or /home, the
+pod's; elsewhere on this machine's file system (the pods share its root, there being no image), where it is
+left, empty: the least a bind mount needs."""
 JOIN_CGROUP = 'echo $$ > "$0" && exec "$@"'
 """Run in the pod's cgroup (joined before ``ip netns exec``, whose fresh /sys has no cgroup file systems)."""
 _clusters = itertools.count()
@@ -100,6 +143,11 @@ _clusters = itertools.count()
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _index(pod: Pod) -> int:
+    """The completion index of an Indexed Job's pod."""
+    return int(pod.obj["metadata"]["annotations"][INDEX])
 
 
 def _matches(obj: dict, selector: str) -> bool:
@@ -239,6 +287,17 @@ class Pod:
         statuses = self.obj["status"].get("containerStatuses") or [{}]
         return statuses[0].get("state", {}).get("terminated")
 
+    @property
+    def user(self) -> tuple[int, int, str]:
+        """(uid, gid, home) the container runs as: its securityContext's runAsUser and runAsGroup (the
+        container's, else the pod's), else root (an image's USER is not modelled); the gid, when not given,
+        and the home from the image's /etc/passwd (IMAGE_USER), else 0 and /."""
+        contexts = [self.container.get("securityContext") or {}, self.obj["spec"].get("securityContext") or {}]
+        uid = next((c["runAsUser"] for c in contexts if c.get("runAsUser") is not None), 0)
+        _, image_uid, image_gid, image_home = IMAGE_USER
+        known = {0: (0, "/root"), image_uid: (image_gid, image_home)}.get(uid, (0, "/"))
+        return uid, next((c["runAsGroup"] for c in contexts if c.get("runAsGroup") is not None), known[0]), known[1]
+
     def serves(self, publish_not_ready: bool) -> bool:
         """Whether a headless Service's DNS names this pod: it has an address, has not terminated, and is
         ready (or the Service publishes not-ready addresses)."""
@@ -269,12 +328,12 @@ class Pod:
         self.kubelet.start()
 
     def _sync(self) -> None:
-        """The kubelet's work for the pod: its sandbox (network namespace, address), its image, its container;
-        the sandbox is torn down once the container ended or the pod was stopped."""
+        """The kubelet's work for the pod: its sandbox (network namespace, address), its volumes, its image,
+        its container; the sandbox is torn down once the container ended or the pod was stopped."""
         try:
             self._sandbox()
-            if self._pull():
-                self._run()
+            if (volumes := self._mount()) is not None and self._pull():
+                self._run(volumes)
         finally:
             self.release()
             self.cluster.write_hosts()
@@ -298,6 +357,73 @@ class Pod:
                 _set_condition(status["conditions"], type_, *(("True",) if type_ == "Initialized" else
                                                                ("False", "ContainersNotReady", unready)))
         self.cluster.write_hosts()
+
+    def _mount(self) -> list[tuple[str, str, str]] | None:
+        """The container's Secret and ConfigMap volumes, once every object they name exists (until then the
+        pod waits, with FailedMount events); None when the pod was stopped meanwhile."""
+        while not self.stopping.is_set():
+            try:
+                return self._volumes()
+            except LookupError as missing:
+                self.cluster.event(self.obj, "FailedMount", str(missing), "Warning")
+                self.stopping.wait(POD_RESYNC_SECONDS)
+        return None
+
+    def _volumes(self) -> list[tuple[str, str, str]]:
+        """(source, mountPath, "ro") of each Secret and ConfigMap volume the container mounts, written for the
+        pod as the kubelet writes them: each item's key at its path (every key without items), with the
+        item's mode, else the volume's defaultMode, else 0644; owned by root, which a container running as
+        another user sees as nobody (its user namespace maps this machine's root to that user, so root's own
+        files look like the user's). Written once: later changes of the objects do not reach a running pod.
+        The other volumes (the artifact volume) are this machine's file system at the same path."""
+        volumes, mounts = {v["name"]: v for v in self.obj["spec"].get("volumes", [])}, []
+        owner = 0 if self.user[0] == 0 else 65534
+        for mount in self.container.get("volumeMounts", []):
+            volume = volumes[mount["name"]]
+            source = volume.get("secret") or volume.get("configMap")
+            if source is None:
+                continue
+            kind, name = ("Secret", source["secretName"]) if "secret" in volume else ("ConfigMap", source["name"])
+            with self.cluster.lock:
+                data = copy.deepcopy((self.cluster.objects.get((kind, self.namespace, name)) or {}).get("data"))
+            if data is None:
+                raise LookupError(f'MountVolume.SetUp failed for volume "{mount["name"]}" : {kind.lower()} "{name}" '
+                                  "not found")
+            data = {k: base64.b64decode(v) if kind == "Secret" else v.encode() for k, v in data.items()}
+            directory = os.path.join(self.dir, "volumes", mount["name"])
+            for item in source.get("items") or [{"key": key, "path": key} for key in data]:
+                path = os.path.join(directory, item["path"])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(data[item["key"]])
+                os.chmod(path, item.get("mode", source.get("defaultMode", 0o644)))
+                os.chown(path, owner, owner)
+            mounts.append((directory, mount["mountPath"], "ro"))
+        return mounts
+
+    def _image(self) -> list[tuple[str, str, str]]:
+        """Bind mounts of the worker image's files where they differ from this machine's, written for the pod:
+        /etc/passwd and /etc/group (this machine's, the image's user in place of any with its name or ids)
+        and IMAGE_DIRS."""
+        name, uid, gid, home = IMAGE_USER
+        image, mounts = os.path.join(self.dir, "image"), []
+        os.makedirs(image, exist_ok=True)
+        for path, entry in (("/etc/passwd", [name, "x", uid, gid, "", home, "/bin/sh"]),
+                            ("/etc/group", [name, "x", gid, ""])):
+            with open(path) as f:
+                kept = [line for line in f.read().splitlines() if line.split(":")[0] != name and
+                        line.split(":")[2:3] != [str(entry[2])]]
+            copied = os.path.join(image, os.path.basename(path))
+            with open(copied, "w") as f:
+                f.write("\n".join([*kept, ":".join(map(str, entry))]) + "\n")
+            mounts.append((copied, path, "rw"))
+        for directory, files in IMAGE_DIRS.items():
+            root = os.path.join(image, directory.strip("/").replace("/", "_"))
+            for relative, source in files.items():
+                os.makedirs(os.path.dirname(os.path.join(root, relative)), exist_ok=True)
+                shutil.copyfile(os.path.join(REPO, source), os.path.join(root, relative))
+            mounts.append((root, directory, "rw"))
+        return mounts
 
     def _pull(self) -> bool:
         """The kubelet's image pull: the image is there when the cluster's registry has it; else the container
@@ -348,8 +474,8 @@ class Pod:
 
     def _environment(self) -> dict[str, str]:
         """The container's environment: its env (values, and fields of the pod the kubelet fills in), HOSTNAME,
-        and, standing in for the image, this machine's PATH and the repository on PYTHONPATH."""
-        env = {"HOSTNAME": self.hostname}
+        HOME, and, standing in for the image, this machine's PATH and the repository on PYTHONPATH."""
+        env = {"HOSTNAME": self.hostname, "HOME": self.user[2]}  # HOME: the runtime's, from the user
         meta = self.obj["metadata"]
         fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
                   "spec.nodeName": NODE, "status.podIP": self.address, "status.hostIP": f"{self.cluster.subnet}.1"}
@@ -359,13 +485,14 @@ class Pod:
                 env[var["name"]] = (meta.get(m[1]) or {}).get(m[2], "")
             elif path in fields:
                 env[var["name"]] = fields[path]
-            elif "value" in var:
-                env[var["name"]] = var["value"]
+            elif "valueFrom" not in var:
+                env[var["name"]] = var.get("value", "")
         return {**env, "PATH": os.environ["PATH"], "PYTHONPATH": REPO}
 
-    def _run(self) -> None:
-        """Start the container in the pod's namespaces and cgroup, relay its output to the pod's log, and
-        report how it ended once its main process did (its other processes are then killed)."""
+    def _run(self, volumes: list[tuple[str, str, str]]) -> None:
+        """Start the container in the pod's namespaces and cgroup, as its user (not root: in a user namespace
+        mapping that user to this machine's root), relay its output to the pod's log, and report how it ended
+        once its main process did (its other processes are then killed)."""
         container = self.container
         memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
         limit = memory_bytes(memory) if memory else None
@@ -374,8 +501,12 @@ class Pod:
             with open(os.path.join(self.cgroup, "memory.limit_in_bytes"), "w") as f:
                 f.write(str(limit or -1))
         command = [sys.executable if a == "python" else a for a in [*container["command"], *container.get("args", [])]]
-        enter = ["ip", "netns", "exec", self.netns, "unshare", "-mu", "sh", "-c", CONTAINER_SETUP, self.hosts_path,
-                 self.hostname, self.message_path, container["terminationMessagePath"]]
+        mounts = [(self.hosts_path, "/etc/hosts", "rw"), (self.message_path, container["terminationMessagePath"], "rw"),
+                  *self._image(), *volumes]
+        enter = ["ip", "netns", "exec", self.netns, "unshare", "-mu", "sh", "-c", CONTAINER_SETUP, self.hostname,
+                 *itertools.chain.from_iterable(mounts), "--"]
+        if (user := self.user)[0]:
+            enter += ["unshare", "--user", f"--map-user={user[0]}", f"--map-group={user[1]}", "--"]
         if self.cgroup:
             enter = ["sh", "-c", JOIN_CGROUP, os.path.join(self.cgroup, "cgroup.procs"), *enter]
         with self.lock:
@@ -539,6 +670,9 @@ class Cluster:
         self.cgroup: str | None = None
         """The memory cgroup holding the pods' (None: the kubelet polls memory use instead)."""
         self.lock, self.changed = threading.RLock(), threading.Event()
+        self.outage_until = 0.0
+        """Until this time.monotonic(), every GET is answered with a response cut off mid-body (see
+        ``drop_connections``)."""
         self.addresses = (f"{self.subnet}.{n}" for n in itertools.count(2))
         self._stopping = False
 
@@ -561,6 +695,11 @@ class Cluster:
         self._controllers = threading.Thread(target=self._control, daemon=True)
         self._controllers.start()
         return self
+
+    def drop_connections(self, seconds: float) -> None:
+        """For ``seconds``, cut every GET's response off mid-body and close the connection: an API server
+        restarting, or a connection dropped while a log streams."""
+        self.outage_until = time.monotonic() + seconds
 
     @property
     def kubeconfig(self) -> dict:
@@ -612,7 +751,7 @@ class Cluster:
         with self.lock:
             records = []  # (namespace, address, names relative to the namespace)
             for (kind, ns, name), svc in self.objects.items():
-                spec = svc["spec"]
+                spec = svc.get("spec") or {}
                 if kind != "Service" or spec.get("clusterIP") != "None" or not spec.get("selector"):
                     continue
                 for pod in self.pods.values():
@@ -628,6 +767,30 @@ class Cluster:
                     lines.append(" ".join([address, *qualified, *(names if ns == pod.namespace else [])]))
                 with open(pod.hosts_path, "w") as f:
                     f.write("\n".join(lines) + "\n")
+
+    def create(self, obj: dict, namespace: str, owner: dict | None = None) -> dict | None:
+        """Store a new object as the API server does (uid, creation time, empty status, a Job's defaults; a
+        controller's owner reference to ``owner``), then start what acts on it: a Job's pods, a Service's
+        names. None when one of its kind and name exists (or ``owner`` is gone, or the cluster closes)."""
+        kind, meta = obj["kind"], obj["metadata"]
+        meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now(),
+                    **({"ownerReferences": [_owner_reference(owner)]} if owner else {}))
+        if kind not in ("ConfigMap", "Secret"):
+            obj["status"] = {"loadBalancer": {}} if kind == "Service" else {}
+        if kind == "Job":  # work-queue Jobs (parallelism without completions) are not modelled
+            obj["spec"] = {"completions": 1, "parallelism": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
+                           **obj["spec"]}
+        with self.lock:
+            if self._stopping or (kind, namespace, meta["name"]) in self.objects or owner is not None and \
+                    self.objects.get((owner["kind"], namespace, owner["metadata"]["name"])) is not owner:
+                return None
+            self.objects[kind, namespace, meta["name"]] = obj
+        if kind == "Job":
+            self.create_pods(obj)
+        elif kind == "Service":
+            self.write_hosts()
+        self.changed.set()
+        return obj
 
     def add_pod(self, owner: dict, name: str, labels: dict, annotations: dict, spec: dict) -> Pod | None:
         """Create a pod controlled by ``owner`` (None once the owner is deleted or the cluster closes), with the
@@ -657,71 +820,88 @@ class Cluster:
     def _control(self) -> None:
         """The controllers: each reconciles its objects on every change (a failed reconcile is logged and
         tried again, as a controller's work queue does)."""
+        controllers = {"Job": self._reconcile, "TFJob": self._reconcile_tfjob, "MPIJob": self._reconcile_mpijob}
         while not self._stopping:
             self.changed.wait(0.5)
             self.changed.clear()
             with self.lock:
-                jobs = [(kind, o) for (kind, _, _), o in self.objects.items() if kind in ("Job", "TFJob")]
+                jobs = [(kind, o) for (kind, _, _), o in self.objects.items() if kind in controllers]
             for kind, job in jobs:
                 try:
-                    (self._reconcile if kind == "Job" else self._reconcile_tfjob)(job)
+                    controllers[kind](job)
                 except Exception:  # noqa: BLE001 - a controller keeps going
                     traceback.print_exc()
 
     # the Job controller -------------------------------------------------------------------------------
 
-    def create_pods(self, job: dict) -> None:
+    def create_pods(self, job: dict, indexes: Iterable[int] | None = None) -> None:
+        """Create the Job's pods: an Indexed Job's for its completion indexes (``indexes``: those to replace),
+        each named ``<job>-<index>-<random>`` with host name ``<job>-<index>`` and its index; a NonIndexed
+        Job's as many as it still needs, named ``<job>-<random>``."""
         meta, spec = job["metadata"], job["spec"]
-        template = spec["template"]
+        template, indexed = spec["template"], spec["completionMode"] == "Indexed"
+        if indexes is None:
+            indexes = range(spec["completions"] if indexed else min(spec["parallelism"], spec["completions"]))
         pods = []
-        for index in range(spec["completions"]):
-            name = f"{meta['name']}-{index}-{uuid.uuid4().hex[:5]}"
-            labels = {**template["metadata"].get("labels", {}), "batch.kubernetes.io/job-name": meta["name"],
-                      "job-name": meta["name"], "batch.kubernetes.io/job-completion-index": str(index)}
-            annotations = {**template["metadata"].get("annotations", {}),
-                           "batch.kubernetes.io/job-completion-index": str(index)}
-            pod_spec = {**copy.deepcopy(template["spec"]), "hostname": f"{meta['name']}-{index}"}
-            for c in pod_spec["containers"]:
-                c["env"] = [*c.get("env", []), {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]
+        for index in indexes:
+            name = f"{meta['name']}-{f'{index}-' if indexed else ''}{uuid.uuid4().hex[:5]}"
+            labels = {**(template.get("metadata") or {}).get("labels", {}),
+                      "batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"],
+                      **({INDEX: str(index)} if indexed else {})}
+            annotations = {**(template.get("metadata") or {}).get("annotations", {}),
+                           **({INDEX: str(index)} if indexed else {})}
+            pod_spec = copy.deepcopy(template["spec"])
+            if indexed:
+                pod_spec["hostname"] = f"{meta['name']}-{index}"
+                for c in pod_spec["containers"]:
+                    c["env"] = [*c.get("env", []), {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                        "fieldPath": f"metadata.annotations['{INDEX}']"}}}]
             if pod := self.add_pod(job, name, labels, annotations, pod_spec):
                 pods.append(pod)
         for pod in pods:
             pod.schedule()
         with self.lock:
-            job["status"].update(active=spec["completions"], startTime=now())
+            job["status"].update(active=job["status"].get("active", 0) + len(pods))
+            job["status"].setdefault("startTime", now())
 
     def _reconcile(self, job: dict) -> None:
-        status = job["status"]
+        """The Job controller: a pod failure matching a FailJob rule of the pod failure policy, or more failed
+        pods than backoffLimit, fails the Job; fewer are replaced; the Job completes by its success policy or
+        its completions."""
+        status, spec = job["status"], job["spec"]
         if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
             return
-        pods = self._owned(job)
-        done = {int(p.obj["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p
-                for p in pods if p.phase in ("Succeeded", "Failed")}
-        succeeded = sorted(i for i, p in done.items() if p.phase == "Succeeded")
-        failed = [p for p in done.values() if p.phase == "Failed"]
+        pods, indexed = self._owned(job), spec["completionMode"] == "Indexed"
+        failed = [p for p in pods if p.phase == "Failed"]
+        running = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
+        succeeded = [p for p in pods if p.phase == "Succeeded"]
+        done = sorted({_index(p) for p in succeeded}) if indexed else []  # the completed indexes
         with self.lock:
-            status.update(succeeded=len(succeeded), failed=len(failed), active=len(pods) - len(done),
-                          completedIndexes=",".join(map(str, succeeded)))
+            status.update(succeeded=len(succeeded), failed=len(failed), active=len(running),
+                          **({"completedIndexes": ",".join(map(str, done))} if indexed else {}))
         conditions = []
-        if failed:
-            pod = failed[0]
+        rules = spec.get("podFailurePolicy", {}).get("rules", [])
+        hit = next(((k, pod, why) for pod in failed for k, rule in enumerate(rules)
+                    if (why := self._rule_matches(rule, pod))), None)
+        if hit or len(failed) > spec["backoffLimit"]:
             reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
-            for k, rule in enumerate(job["spec"].get("podFailurePolicy", {}).get("rules", [])):
-                hit = self._rule_matches(rule, pod)
-                if hit:
-                    reason, message = "PodFailurePolicy", f"{hit} for pod {pod.namespace}/" \
-                                                          f"{pod.obj['metadata']['name']} matching FailJob rule at index {k}"
-                    break
+            if hit:
+                k, pod, why = hit
+                reason, message = "PodFailurePolicy", (f"{why} for pod {pod.namespace}/{pod.obj['metadata']['name']}"
+                                                       f" matching FailJob rule at index {k}")
             conditions = [{"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
                           {"type": "Failed", "status": "True", "reason": reason, "message": message}]
         else:
-            wanted = [r["succeededIndexes"] for r in job["spec"].get("successPolicy", {}).get("rules", [])]
-            if any(set(map(int, w.split(","))) <= set(succeeded) for w in wanted):
+            wanted = [r["succeededIndexes"] for r in spec.get("successPolicy", {}).get("rules", [])]
+            if any(set(map(int, w.split(","))) <= set(done) for w in wanted):
                 conditions = [{"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy"},
                               {"type": "Complete", "status": "True", "reason": "SuccessPolicy"}]
-            elif len(succeeded) == job["spec"]["completions"]:
+            elif len(done if indexed else succeeded) >= spec["completions"]:
                 conditions = [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]
+            elif failed:  # within backoffLimit: the failed pods are replaced
+                wanted = min(spec["parallelism"], spec["completions"] - len(succeeded)) - len(running)
+                self.create_pods(job, sorted(set(range(spec["completions"])) - set(done) - {_index(p) for p in running})
+                                 if indexed else range(wanted))
         if conditions:
             _together(p.stop for p in pods)  # lingering pods are terminated once the Job is finished
             for c in conditions:
@@ -819,20 +999,13 @@ class Cluster:
         with self.lock:
             status.setdefault("replicaStatuses", {})[rtype] = {k: v for k, v in counts.items() if v}
         for index in range(spec["replicas"]):
-            name = f"{meta['name']}-{rt}-{index}"
-            with self.lock:
-                if ("Service", meta["namespace"], name) in self.objects or \
-                        self.objects.get(("TFJob", meta["namespace"], meta["name"])) is not job:
-                    continue
-                labels = _tf_labels(meta["name"], rt, index)
-                ports = [{"name": p["name"], "port": p["containerPort"]} for p in _tf_container(spec).get("ports", [])
-                         if p.get("name")]
-                self.objects["Service", meta["namespace"], name] = {
-                    "apiVersion": "v1", "kind": "Service", "metadata": {
-                        "name": name, "namespace": meta["namespace"], "labels": labels, "uid": str(uuid.uuid4()),
-                        "creationTimestamp": now(), "ownerReferences": [_owner_reference(job)]},
-                    "spec": {"clusterIP": "None", "selector": labels, "ports": ports}, "status": {"loadBalancer": {}}}
-            self.event(job, "SuccessfulCreateService", f"Created service: {name}")
+            name, labels = f"{meta['name']}-{rt}-{index}", _tf_labels(meta["name"], rt, index)
+            ports = [{"name": p["name"], "port": p["containerPort"]} for p in _tf_container(spec).get("ports", [])
+                     if p.get("name")]
+            service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+                       "spec": {"clusterIP": "None", "selector": labels, "ports": ports}}
+            if self.create(service, meta["namespace"], job):  # None: it exists
+                self.event(job, "SuccessfulCreateService", f"Created service: {name}")
         for pod in created:
             pod.schedule()
         self.write_hosts()
@@ -917,6 +1090,200 @@ class Cluster:
                 self.event(job, "SuccessfulDeleteService", f"Deleted service: {name}")
         _together(lambda p=p: delete(p) for p in pods)
 
+    # the MPIJob controller (Kubeflow's MPI operator v2beta1, v0.6) ---------------------------------------
+
+    def _reconcile_mpijob(self, job: dict) -> None:
+        """The operator's syncHandler: a finished job's workers are cleaned up by its cleanPodPolicy; until
+        the launcher Job ended, the job's headless Service, ConfigMap (hostfile, discover_hosts.sh), SSH Secret
+        and missing worker pods are created, and the launcher Job at once (launcherCreationPolicy AtStartup)
+        or once every worker is ready (WaitForWorkersReady); the job's status follows the launcher Job and
+        the workers (a failed worker does not fail the job: mpirun in the launcher does)."""
+        meta, spec, status = job["metadata"], job["spec"], job["status"]
+        name, ns = meta["name"], meta["namespace"]
+        if not status.get("conditions"):
+            with self.lock:
+                _set_job_condition(status, "Created", "MPIJobCreated", f"MPIJob {ns}/{name} is created.")
+            self.event(job, "MPIJobCreated", f"MPIJob {ns}/{name} is created.")
+        workers = self._owned(job)  # the launcher's pod is its Job's
+        if (_true(status, "Succeeded") or _true(status, "Failed")) and status.get("completionTime"):
+            clean = (spec.get("runPolicy") or {}).get("cleanPodPolicy") or "None"
+            if clean in ("All", "Running"):
+                _together(lambda p=p: self.delete("Pod", ns, p.obj["metadata"]["name"]) for p in workers
+                          if clean == "All" or p.phase in ("Running", "Pending"))
+                with self.lock:
+                    status.setdefault("replicaStatuses", {})["Worker"] = {}
+            return
+        with self.lock:
+            status.setdefault("startTime", now())
+            launcher = self.objects.get(("Job", ns, f"{name}-launcher"))
+        if launcher is not None and (_true(launcher["status"], "Complete") or _true(launcher["status"], "Failed")):
+            workers = []
+        else:
+            self._mpi_objects(job, workers)
+            workers = self._mpi_workers(job, workers)
+            ready = all(_true(p.obj["status"], "Ready") for p in workers)
+            if launcher is None and (spec.get("launcherCreationPolicy", "AtStartup") == "AtStartup" or ready):
+                launcher = self.create(self._mpi_launcher(job), ns, job)
+        self._update_mpijob_status(job, launcher, workers)
+
+    def _mpi_objects(self, job: dict, workers: list[Pod]) -> None:
+        """The job's Service (named as the job, selecting its launcher and workers), ConfigMap (its
+        discover_hosts.sh naming the running workers) and Secret (a new ECDSA P-521 key pair), created as
+        missing."""
+        meta, spec = job["metadata"], job["spec"]
+        name, ns, slots = meta["name"], meta["namespace"], spec.get("slotsPerWorker", 1)
+        hosts = [f"{name}-worker-{i}.{name}.{ns}.svc" for i in range(_mpi_worker_replicas(job))]
+        running = sorted(p.obj["metadata"]["name"] for p in workers if p.phase == "Running")
+        data = {"hostfile": "".join(f"{h} slots={slots}\n" for h in hosts),
+                "discover_hosts.sh": "#!/bin/sh\n" + "".join(f"echo {p}.{name}.{ns}.svc\n" for p in running)}
+        with self.lock:
+            config = self.objects.get(("ConfigMap", ns, f"{name}-config"))
+            if config is not None:
+                config["data"] = data
+        if config is None:
+            self.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config",
+                                                                               "labels": {"app": name}},
+                         "data": data}, ns, job)
+        self.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {"app": name}},
+                     "spec": {"clusterIP": "None", "selector": _mpi_labels(name)}}, ns, job)  # unless it exists
+        if ("Secret", ns, f"{name}-ssh") not in self.objects:
+            key = ec.generate_private_key(ec.SECP521R1())
+            private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                        serialization.NoEncryption())
+            public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+            self.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth",
+                         "metadata": {"name": f"{name}-ssh", "labels": {"app": name}},
+                         "data": {"ssh-privatekey": base64.b64encode(private).decode(),
+                                  "ssh-publickey": base64.b64encode(public + b"\n").decode()}}, ns, job)
+
+    def _mpi_workers(self, job: dict, pods: list[Pod]) -> list[Pod]:
+        """The worker pods ``<job>-worker-<i>``, in index order, created as missing from the Worker template:
+        host name under the job's Service, ``/usr/sbin/sshd -De`` when it has no command, the SSH Secret."""
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        replica = job["spec"]["mpiReplicaSpecs"].get("Worker")
+        mine, created, count = {p.obj["metadata"]["name"]: p for p in pods}, [], _mpi_worker_replicas(job)
+        for i in range(count):
+            if f"{name}-worker-{i}" in mine:
+                continue
+            template = copy.deepcopy(replica["template"])
+            labels = {**(template.get("metadata") or {}).get("labels", {}), **_mpi_labels(name, "worker"),
+                      f"{TF}replica-index": str(i)}
+            pod_spec = {**template["spec"], "hostname": f"{name}-worker-{i}", "subdomain": name}
+            dns = pod_spec.setdefault("dnsConfig", {})
+            dns["searches"] = [*dns.get("searches", []), f"{name}.{ns}.svc.cluster.local"]
+            container = pod_spec["containers"][0]
+            if not container.get("command") and not container.get("args"):
+                container["command"] = ["/usr/sbin/sshd", "-De"]
+            container["env"] = [*container.get("env", []), {"name": "K_MPI_JOB_ROLE", "value": "worker"}]
+            self._mpi_pod(job, replica, pod_spec)
+            annotations = (template.get("metadata") or {}).get("annotations", {})
+            if pod := self.add_pod(job, f"{name}-worker-{i}", labels, annotations, pod_spec):
+                mine[pod.obj["metadata"]["name"]] = pod
+                created.append(pod)
+        for pod in created:
+            pod.schedule()
+        return [mine[f"{name}-worker-{i}"] for i in range(count) if f"{name}-worker-{i}" in mine]
+
+    def _mpi_launcher(self, job: dict) -> dict:
+        """The launcher Job ``<job>-launcher``: backoffLimit, activeDeadlineSeconds and ttlSecondsAfterFinished
+        from runPolicy; its pod the Launcher template with host name ``<job>-launcher`` under the job's
+        Service, OpenMPI's settings in its first container's env, the hostfile at /etc/mpi."""
+        meta, spec = job["metadata"], job["spec"]
+        name, replica = meta["name"], spec["mpiReplicaSpecs"]["Launcher"]
+        template = copy.deepcopy(replica["template"])
+        template["metadata"] = {**(template.get("metadata") or {}), "labels": {
+            **(template.get("metadata") or {}).get("labels", {}), **_mpi_labels(name, "launcher")}}
+        pod_spec = template["spec"]
+        pod_spec.update(hostname=f"{name}-launcher", subdomain=name)
+        container = pod_spec["containers"][0]
+        container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in (
+            ("K_MPI_JOB_ROLE", "launcher"), ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+            ("OMPI_MCA_orte_default_hostfile", f"{MPI_CONFIG}/hostfile"),
+            ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+            ("OMPI_MCA_orte_set_default_slots", str(spec.get("slotsPerWorker", 1))))),
+            {"name": "NVIDIA_VISIBLE_DEVICES"}, {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
+        if pod_spec.get("restartPolicy"):
+            self.event(job, "SetPodTemplateRestartPolicy", "Restart policy in pod template overridden by restart "
+                                                           "policy in replica spec", "Warning")
+        self._mpi_pod(job, {"restartPolicy": "OnFailure", **replica}, pod_spec)
+        pod_spec["volumes"].append({"name": "mpi-job-config", "configMap": {"name": f"{name}-config", "items": [
+            {"key": "hostfile", "path": "hostfile", "mode": 0o444},
+            {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o555}]}})
+        container["volumeMounts"].append({"name": "mpi-job-config", "mountPath": MPI_CONFIG})
+        policy = spec.get("runPolicy") or {}
+        keys = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": f"{name}-launcher", "labels": {"app": name}},
+                "spec": {**{k: policy[k] for k in keys if policy.get(k) is not None}, "template": template}}
+
+    @staticmethod
+    def _mpi_pod(job: dict, replica: dict, pod_spec: dict) -> None:
+        """What launcher and workers share: the replica's restartPolicy, and the job's SSH Secret (id_rsa,
+        id_rsa.pub, authorized_keys; mode 0600 at /root/.ssh, else the default 0644) mounted at
+        sshAuthMountPath in the first container."""
+        name, path = job["metadata"]["name"], job["spec"].get("sshAuthMountPath", "/root/.ssh")
+        policy = replica.get("restartPolicy", "Never")
+        pod_spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
+        secret = {"secretName": f"{name}-ssh", "items": [
+            {"key": "ssh-privatekey", "path": "id_rsa"}, {"key": "ssh-publickey", "path": "id_rsa.pub"},
+            {"key": "ssh-publickey", "path": "authorized_keys"}]}
+        if path == "/root/.ssh":
+            secret["defaultMode"] = 0o600
+        pod_spec["volumes"] = [*pod_spec.get("volumes", []), {"name": "ssh-auth", "secret": secret}]
+        container = pod_spec["containers"][0]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": "ssh-auth", "mountPath": path}]
+
+    def _update_mpijob_status(self, job: dict, launcher: dict | None, workers: list[Pod]) -> None:
+        """updateMPIJobStatus: Succeeded or Failed with the launcher Job (a backoff limit reached names the last
+        failed pod's reason and message), Failed when workers were evicted, Running while the launcher's pod
+        and every worker run; replicaStatuses of Launcher and Worker."""
+        meta, status = job["metadata"], job["status"]
+        ref = f"{meta['namespace']}/{meta['name']}"
+        running = 0
+        if launcher is not None:
+            pods, launched = self._owned(launcher), launcher["status"]
+            running = sum(p.phase == "Running" for p in pods)
+            counts = {"failed": launched.get("failed", 0)}
+            if _true(launched, "Complete"):
+                counts["succeeded"] = 1
+                self.event(job, "MPIJobSucceeded", f"MPIJob {ref} successfully completed.")
+                with self.lock:
+                    status.setdefault("completionTime", launched.get("completionTime") or now())
+                    _set_job_condition(status, "Succeeded", "MPIJobSucceeded", f"MPIJob {ref} successfully completed.")
+            elif _true(launched, "Failed"):
+                failed = next(c for c in launched["conditions"] if c["type"] == "Failed")
+                reason = failed.get("reason") or "MPIJobFailed"
+                message = failed.get("message") or f"MPIJob {ref} has failed"
+                last = max((p for p in pods if p.phase == "Failed"), default=None,
+                           key=lambda p: p.obj["metadata"]["creationTimestamp"])
+                if reason == "BackoffLimitExceeded" and last:
+                    reason += "/" + last.obj["status"].get("reason", "")
+                    message += ": " + last.obj["status"].get("message", "")
+                self.event(job, reason, message, "Warning")
+                with self.lock:
+                    status.setdefault("completionTime", now())
+                    _set_job_condition(status, "Failed", reason, message)
+            else:
+                counts["active"] = running
+            with self.lock:
+                status.setdefault("replicaStatuses", {})["Launcher"] = {k: v for k, v in counts.items() if v}
+        phases = [p.phase for p in workers]
+        evicted = sum(p.phase == "Failed" and p.obj["status"].get("reason") == "Evicted" for p in workers)
+        with self.lock:
+            status.setdefault("replicaStatuses", {})["Worker"] = {k: v for k, v in (
+                ("active", phases.count("Running")), ("succeeded", phases.count("Succeeded")),
+                ("failed", phases.count("Failed"))) if v}
+            if evicted:
+                _set_job_condition(status, "Failed", "MPIJobEvicted", f"{evicted}/{len(workers)} workers are evicted")
+        if evicted:
+            self.event(job, "MPIJobEvicted", f"{evicted}/{len(workers)} workers are evicted", "Warning")
+        if launcher is not None and running and phases.count("Running") == len(workers):
+            with self.lock:
+                _set_job_condition(status, "Running", "MPIJobRunning", f"MPIJob {ref} is running.")
+            self.event(job, "MPIJobRunning", f"MPIJob {ref} is running")
+        if _true(status, "Succeeded") or _true(status, "Failed"):
+            self.changed.set()  # the next reconcile: the clean-up
+
     # the API server and the garbage collector ------------------------------------------------------------
 
     def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> dict | None:
@@ -930,11 +1297,12 @@ class Cluster:
             uid = obj["metadata"]["uid"]
             dependents = [(key, o) for key, o in self.objects.items()
                           if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))]
-            if (propagation or ("Orphan" if kind == "Job" else "Background")) == "Orphan":
+            policy = propagation or ("Orphan" if kind == "Job" else "Background")
+            if policy == "Orphan":
                 for _, o in dependents:
                     o["metadata"]["ownerReferences"] = [r for r in o["metadata"]["ownerReferences"] if r["uid"] != uid]
                 dependents = []
-        _together(lambda k=k: self.delete(*k) for k, _ in dependents)
+        _together(lambda k=k: self.delete(*k, policy) for k, _ in dependents)  # the collector's, as the owner's
         if pod:
             pod.stop()
         if kind in ("Pod", "Service"):
@@ -1012,6 +1380,16 @@ def _tf_labels(job: str, rt: str, index: int) -> dict[str, str]:
             f"{TF}replica-index": str(index)}
 
 
+def _mpi_worker_replicas(job: dict) -> int:
+    """spec.mpiReplicaSpecs.Worker.replicas, defaulted as the operator does (no Worker, or none: 0)."""
+    return (job["spec"]["mpiReplicaSpecs"].get("Worker") or {}).get("replicas", 0)
+
+
+def _mpi_labels(job: str, role: str | None = None) -> dict[str, str]:
+    """The MPI operator's labels of a job's pods (its Service selects them without the role)."""
+    return {f"{TF}operator-name": MPI_OPERATOR, f"{TF}job-name": job, **({f"{TF}job-role": role} if role else {})}
+
+
 def _owner_reference(owner: dict) -> dict:
     return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
             "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
@@ -1024,6 +1402,8 @@ ROUTES = [(re.compile(p), kind) for p, kind in (
     (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$", "Log"),
     (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(eviction)$", "Eviction"),
     (r"^/api/v1/namespaces/([^/]+)/events$", "Event"),
+    (r"^/api/v1/namespaces/([^/]+)/configmaps(?:/([^/]+))?$", "ConfigMap"),
+    (r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$", "Secret"),
 )]
 CUSTOM_ROUTE = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/status)?)?$")
 DISCOVERY_ROUTE = re.compile(r"^/apis(?:/([^/]+)/([^/]+))?/?$")
@@ -1064,6 +1444,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         c = self.cluster
+        if time.monotonic() < c.outage_until:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "4096")
+            self.end_headers()
+            self.wfile.write(b'{"kind": ')
+            self.close_connection = True
+            return
         if m := DISCOVERY_ROUTE.match(urllib.parse.urlsplit(self.path).path):
             found = c.api_resources(m[1], m[2]) if m[1] else c.api_groups()
             return self._send(200, found) if found else self._status(404, "NotFound", "the server could not find "
@@ -1117,24 +1505,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._status(404, "NotFound", "the server could not find the requested resource")
         if kind in ("Pod", "Log", "Event") or name:
             return self._status(405, "MethodNotAllowed", f"cannot create at {self.path}")
-        name = obj["metadata"]["name"]
-        c = self.cluster
-        with c.lock:
-            exists = (kind, namespace, name) in c.objects
-            if not exists:
-                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
-                obj["status"] = {}
-                c.objects[kind, namespace, name] = obj
-                c.created.append((kind, name))
-                created = copy.deepcopy(obj)
-        if exists:
+        name, c = obj["metadata"]["name"], self.cluster
+        if c.create(obj, namespace) is None:
             return self._status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
+        with c.lock:
+            c.created.append((kind, name))
+            created = copy.deepcopy(obj)
         self._send(201, created)
-        if kind == "Job":
-            c.create_pods(obj)
-        elif kind == "Service":
-            c.write_hosts()
-        c.changed.set()
 
     def do_DELETE(self) -> None:
         kind, namespace, name, query = self._route()

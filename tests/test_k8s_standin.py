@@ -1,7 +1,7 @@
 """The stand-in cluster of tests/k8s_standin.py on its own, through the real ``kubernetes`` client: termination
-messages, memory limits, image pulls, API discovery and custom objects, the TFJob controller, and that
-``close()`` leaves nothing behind. Pods run tiny ``python -c`` commands (TensorFlow only in the e2e test);
-needs root (network namespaces)."""
+messages, memory limits, image pulls, API discovery and custom objects, the TFJob controller, the MPIJob
+controller (its launcher reaching the workers' sshd over ssh), and that ``close()`` leaves nothing behind.
+Pods run tiny ``python -c`` commands (TensorFlow only in the e2e test); needs root (network namespaces)."""
 
 from __future__ import annotations
 
@@ -430,13 +430,97 @@ def test_discovery_names_the_installed_crds_and_serves_their_objects(cluster):
     listed = custom.list_namespaced_custom_object(*args, label_selector="run=a")["items"]
     assert [o["metadata"]["name"] for o in listed] == ["mpi"]
     assert not custom.list_namespaced_custom_object(*args, label_selector="run=b")["items"]
-    time.sleep(1)
-    assert custom.get_namespaced_custom_object(*args, "mpi")["status"] == {}  # stored, not run
-    assert not client.CoreV1Api(api).list_namespaced_pod(NS).items
     custom.delete_namespaced_custom_object(*args, "mpi", body=client.V1DeleteOptions(propagation_policy="Foreground"))
     with pytest.raises(ApiException) as gone:
         custom.get_namespaced_custom_object(*args, "mpi")
     assert gone.value.status == 404
+    assert not client.CoreV1Api(api).list_namespaced_pod(NS).items  # its launcher Job's pod, if any, with it
+
+
+def mpijob(name: str, launcher: str, workers: int = 0, **spec) -> dict:
+    """An MPIJob as the Kubernetes launcher makes one, run as the worker image's user: ``workers`` worker pods
+    running the image's sshd, a launcher running python code."""
+    user = {"securityContext": {"runAsUser": 1000}}
+    sshd = {"name": "worker", "image": "python:3.11", "command": ["/usr/sbin/sshd", "-De", "-f",
+                                                                  "/home/tfdist/.sshd_config"], **user}
+    replicas = {"Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {
+        "metadata": {"labels": {"app": name}}, "spec": {"containers": [container(launcher, "launcher", **user)]}}}}
+    if workers:
+        replicas["Worker"] = {"replicas": workers, "restartPolicy": "Never", "template": {
+            "metadata": {"labels": {"app": name}}, "spec": {"containers": [sshd]}}}
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name, "namespace": NS},
+            "spec": {"sshAuthMountPath": "/home/tfdist/.ssh", "mpiReplicaSpecs": replicas, **spec}}
+
+
+LAUNCHER = """
+import json, os, socket, subprocess, time
+hosts = [line.split()[0] for line in open("/etc/mpi/hostfile")]
+while not all(subprocess.run(["getent", "hosts", h], capture_output=True).returncode == 0 for h in hosts):
+    time.sleep(0.1)
+seen = {h: subprocess.run(["ssh", "-o", "ConnectionAttempts=10", h, "id -un; hostname; echo $HOME; env | grep OMPI_"],
+                          capture_output=True, text=True).stdout.split() for h in hosts}
+report = {"seen": seen, "user": subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip(),
+          "ssh": sorted(os.listdir(os.path.expanduser("~/.ssh"))), "home": os.environ["HOME"],
+          "env": {k: v for k, v in os.environ.items() if k.startswith(("OMPI_", "K_MPI_", "NVIDIA_"))}}
+open("/dev/termination-log", "w").write(json.dumps(report))
+time.sleep(0.5)  # a moment running, for the Running condition
+"""
+"""The launcher: wait until the hostfile's workers resolve, run a command on each over ssh, report."""
+
+
+@pytest.mark.parametrize("cluster", [{"crds": ("mpijobs",)}], indirect=True)
+def test_an_mpijob_runs_as_the_mpi_operator_runs_it(cluster):
+    """The operator's objects, and ssh from the launcher to each worker's sshd, as the image's user."""
+    core, batch, custom = apis(cluster)
+    args = ("kubeflow.org", "v2beta1", NS, "mpijobs")
+    custom.create_namespaced_custom_object(*args, mpijob("mpi", LAUNCHER, 2, slotsPerWorker=2,
+                                                         runPolicy={"cleanPodPolicy": "Running", "backoffLimit": 0}))
+    status = until(lambda: (s := custom.get_namespaced_custom_object(*args, "mpi")["status"]) and
+                   conditions(s).get("Succeeded") == "True" and s["replicaStatuses"]["Worker"] == {} and s,
+                   what="the MPIJob to succeed and its workers to be cleaned up")
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running", "Succeeded"]
+    assert conditions(status) == {"Created": "True", "Running": "False", "Succeeded": "True"}
+    assert status["conditions"][-1]["reason"] == "MPIJobSucceeded" and status["startTime"] and status["completionTime"]
+    assert status["replicaStatuses"] == {"Launcher": {"succeeded": 1}, "Worker": {}}
+    assert cluster.created == [("MPIJob", "mpi")]
+    config = core.read_namespaced_config_map("mpi-config", NS)
+    assert config.data["hostfile"] == "mpi-worker-0.mpi.ml.svc slots=2\nmpi-worker-1.mpi.ml.svc slots=2\n"
+    secret = core.read_namespaced_secret("mpi-ssh", NS)
+    assert secret.type == "kubernetes.io/ssh-auth" and set(secret.data) == {"ssh-privatekey", "ssh-publickey"}
+    service = core.read_namespaced_service("mpi", NS)
+    assert service.spec.cluster_ip == "None" and service.spec.selector == {
+        "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "mpi"}
+    job = batch.read_namespaced_job("mpi-launcher", NS)
+    assert job.spec.backoff_limit == 0 and job.metadata.owner_references[0].kind == "MPIJob"
+    launcher, = pods_of(core, "training.kubeflow.org/job-role=launcher")  # the workers are gone: Running policy
+    assert launcher.spec.hostname == "mpi-launcher" and launcher.spec.subdomain == "mpi"
+    report = json.loads(launcher.status.container_statuses[0].state.terminated.message)
+    assert report["user"] == "tfdist" and report["home"] == "/home/tfdist"
+    assert report["ssh"] == ["authorized_keys", "id_rsa", "id_rsa.pub"]
+    assert report["env"] == {"K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+                             "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+                             "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10", "OMPI_MCA_orte_set_default_slots": "2",
+                             "NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": ""}
+    assert report["seen"] == {f"mpi-worker-{i}.mpi.ml.svc": ["tfdist", f"mpi-worker-{i}", "/home/tfdist"]
+                              for i in range(2)}  # an ssh session has none of its pod's environment
+    custom.delete_namespaced_custom_object(*args, "mpi", body=client.V1DeleteOptions(propagation_policy="Foreground"))
+    assert not pods_of(core, "training.kubeflow.org/job-name=mpi") and not core.list_namespaced_service(NS).items
+    assert not core.list_namespaced_config_map(NS).items and not core.list_namespaced_secret(NS).items
+    assert not batch.list_namespaced_job(NS).items
+
+
+@pytest.mark.parametrize("cluster", [{"crds": ("mpijobs",)}], indirect=True)
+def test_an_mpijob_fails_once_its_launcher_job_exceeds_the_backoff_limit(cluster):
+    core, _, custom = apis(cluster)
+    args = ("kubeflow.org", "v2beta1", NS, "mpijobs")
+    custom.create_namespaced_custom_object(*args, mpijob("mpifail", "raise SystemExit(3)",
+                                                         runPolicy={"backoffLimit": 1}))
+    status = until(lambda: (s := custom.get_namespaced_custom_object(*args, "mpifail")["status"]) and
+                   conditions(s).get("Failed") == "True" and s, what="the MPIJob to fail")
+    assert status["conditions"][-1] == {**status["conditions"][-1], "reason": "BackoffLimitExceeded/",
+                                        "message": "Job has reached the specified backoff limit: "}
+    assert status["replicaStatuses"] == {"Launcher": {"failed": 2}, "Worker": {}}
+    assert [p.status.phase for p in pods_of(core, "training.kubeflow.org/job-name=mpifail")] == ["Failed", "Failed"]
 
 
 @pytest.mark.parametrize("cluster", [{}], indirect=True)

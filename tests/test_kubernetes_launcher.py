@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import threading
 
+import psutil
 import pytest
 
 from operators.launchers import StageFailed
@@ -156,6 +157,52 @@ def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_
 
 
 
+def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_from_the_checkpoint(
+        cluster, digits_root):
+    """Try 1's task process dies after creating the Job; then a worker's training process is SIGKILLed after
+    a checkpoint, and the pod failure policy fails the Job. Try 2 finds that Job through the task's state
+    store, deletes it and starts the stage again, resuming from the run's latest checkpoint. While try 2
+    runs, the API server cuts off every response for 6 s (an API restart, dropped log streams): not one
+    log line is lost or relayed twice."""
+    plan = k8s_plan(digits_root, "k8s_crash", num_workers=2, epochs=60, checkpoint_every_steps=50)
+    stage, store = plan.stage("train"), Store()
+    first = KubernetesLauncher(plan, 1).start(stage, collecting_logger("k8s.crash1")[0], store)
+    job = ("Job", "ml", first.name)
+    checkpoint = os.path.join(plan.layout.checkpoint_dir, "checkpoint")
+    wait_for(lambda: os.path.exists(checkpoint), 180, "try 1's first checkpoint")
+    worker, = [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(f"{first.name}-1-")]
+    trainer, = [p for p in psutil.Process(worker.proc.pid).children(recursive=True)
+                if "trainer.train" in p.cmdline()]
+    trainer.kill()
+    wait_for(lambda: any(c["type"] == "Failed" for c in cluster.objects[job]["status"].get("conditions", [])), 30,
+             "the pod failure policy to fail the Job")
+
+    pods_dir = os.path.join(cluster.workdir, "pods")
+    before = set(os.listdir(pods_dir))
+    logger, lines = collecting_logger("k8s.crash2")
+    watch, result = KubernetesLauncher(plan, 2).start(stage, logger, store), {}
+
+    async def follow_through_an_outage():
+        following = asyncio.ensure_future(follow(watch, logger))
+        while not any("steps done in" in line for line in lines.lines):
+            assert not following.done(), following.result()
+            await asyncio.sleep(0.5)
+        cluster.drop_connections(6)
+        result.update(await following)
+
+    asyncio.run(asyncio.wait_for(follow_through_an_outage(), 240))
+    assert any("of an earlier try is Failed: deleting it and starting again" in line for line in lines.lines)
+    assert any("the Kubernetes API did not answer" in line for line in lines.lines)
+    assert result["resumed_from_step"] >= 50 and result["final_step"] > result["resumed_from_step"]
+    assert len(set(weights(lines.lines).values())) == 1 and set(weights(lines.lines)) == {"worker-0", "worker-1"}
+    for pod_dir in set(os.listdir(pods_dir)) - before:  # try 2's pods: each line relayed once, in order
+        member = f"worker-{pod_dir.split('_')[1].removeprefix(first.name + '-').split('-')[0]}"
+        written = [line.split(" ", 1)[1] for line in open(os.path.join(pods_dir, pod_dir, "log")).read().splitlines()]
+        relayed = [line.split(" ", 1)[1] for line in lines.lines if line.startswith(f"[{member}] ")]
+        assert relayed == written, member
+    assert_nothing_left(cluster, plan)
+
+
 def test_a_failing_pod_fails_the_stage_naming_it_with_its_exit_code_and_last_lines(cluster, tmp_path):
     plan = plan_for(str(tmp_path), "k8s_fails", kubernetes=KUBERNETES)  # nothing prepared or trained
     with pytest.raises(StageFailed) as failure:
@@ -215,3 +262,26 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
     with pytest.raises(StageFailed, match="does not serve tfjobs.kubeflow.org/v1") as refused:
         launch(plan, "train")
     assert refused.value.returncode == EXIT_REFUSED
+
+
+def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tmp_path):
+    """operator 'auto' finds the MPIJob CRD through API discovery and runs Horovod over OpenMPI as an MPIJob:
+    mpirun in the launcher pod starts orted and two ranks in each worker pod through its sshd (the worker
+    image's user and config, the job's generated key), and every rank ends with the same weights."""
+    kubeflow = Cluster(str(tmp_path / "kubeflow"), crds=("mpijobs",)).start()
+    os.environ["AIRFLOW_CONN_K8S_MPI"] = json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}})
+    try:
+        training = {"epochs": 1, "launcher": "kubernetes", "backend": "mpi", "num_workers": 2,
+                    "mpi": {"controller": "mpi", "slots_per_worker": 2}}
+        plan = prepared_plan(digits_root, "k8s_mpijob", training=training,
+                             kubernetes={**KUBERNETES, "connection_id": "k8s_mpi"})
+        result, lines = launch(plan, "train")
+        name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+        assert kubeflow.created == [("MPIJob", name)] and result["workers"] == 4
+        assert set(weights(lines)) == {f"rank-{r}" for r in range(4)} and len(set(weights(lines).values())) == 1
+        for worker in ("worker-0", "worker-1"):  # each worker pod's sshd let mpirun's ssh in, as the image's user
+            assert any(line.startswith(f"[{worker}] Accepted publickey for tfdist from ") for line in lines), worker
+        assert_nothing_left(kubeflow, plan)
+    finally:
+        kubeflow.close()

@@ -161,6 +161,22 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     mpirun = launcher["command"][launcher["command"].index("--") + 1:]
     assert mpirun[:3] == ["mpirun", "-np", "4"] and "NCCL_DEBUG=INFO" in mpirun
     assert mpijob["spec"]["slotsPerWorker"] == 2 and mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    # mpirun waits for the workers' names, and hands the ranks their environment: sshd gives them none
+    assert launcher["command"][launcher["command"].index("--hostfile") + 1] == "/etc/mpi/hostfile"
+    forwarded = {mpirun[i + 1] for i, arg in enumerate(mpirun) if arg == "-x"}
+    launcher_env = {e["name"] for e in launcher["env"]}
+    assert {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "TFDIST_THREADS", "PYTHONUNBUFFERED"} <= forwarded
+    assert {n for n in forwarded if "=" not in n} - {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} <= launcher_env
+    # the workers' sshd runs as the image's user, with its config; the job's key pair goes to its ~/.ssh
+    worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/tfdist/.sshd_config"]
+    assert launcher["securityContext"] == worker["securityContext"] == {"runAsUser": 1000}
+    with open(os.path.join(REPO, "docker", "sshd_config")) as f:
+        sshd = dict(line.split(None, 1) for line in f.read().splitlines() if line and not line.startswith("#"))
+    assert sshd["HostKey"] == f"{mpijob['spec']['sshAuthMountPath']}/id_rsa" and sshd["StrictModes"] == "no"
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# comment\njob-worker-0.job.ml.svc slots=2\n\njob-worker-1.job.ml.svc slots=2\n")
+    assert pod.hostfile_hosts(str(hostfile)) == ["job-worker-0.job.ml.svc", "job-worker-1.job.ml.svc"]
 
 
 def test_tfjob_replicas_follow_the_cluster_roles(tmp_path):

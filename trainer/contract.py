@@ -69,11 +69,14 @@ def encode_result(record: dict[str, Any]) -> str:
 
 
 def pod_argv(python: str, run_dir: str, result: str, command: tuple[str, ...] | list[str], *, job: str = "",
-             cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0) -> list[str]:
+             cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0,
+             hostfile: str = "") -> list[str]:
     """The argv of a pod (``trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
-    cluster member, or as this pod's Horovod ranks, peers named after ``job``), then hand the stage's
-    ``result`` record back as the termination message."""
+    cluster member, or as this pod's Horovod ranks, peers named after ``job``, or once every host of an MPI
+    ``hostfile`` resolves), then hand the stage's ``result`` record back as the termination message."""
     argv = [python, "-m", "trainer.pod", "--run-dir", run_dir, "--result", result]
+    if hostfile:
+        argv += ["--hostfile", hostfile]
     if cluster:
         argv += ["--job", job, "--cluster", ",".join(f"{role}={count}" for role, count in cluster.items())]
     elif horovod_slots:

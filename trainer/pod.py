@@ -5,10 +5,12 @@ back as the container's termination message, so the Airflow side needs no access
 TF cluster and Horovod pods first find their place from their completion index (an Indexed Job's
 ``JOB_COMPLETION_INDEX``) and wait until every peer's name resolves: a TF cluster member gets its
 ``TF_CONFIG`` (unless Kubeflow's TFJob set one), a Horovod pod starts its ranks over Gloo, pod 0 serving
-Horovod's rendezvous (no SSH, no mpirun).
+Horovod's rendezvous (no SSH, no mpirun). The launcher pod of an MPIJob waits until every host of the
+hostfile the MPI operator mounts resolves before it starts ``mpirun`` (the workers' names appear once their
+pods are ready, and ssh does not retry a name that does not resolve).
 
     python -m trainer.pod --run-dir D --result F [--job J (--cluster chief=1,ps=1,worker=2 |
-        --horovod-slots 2 --pods 3)] -- python -m trainer.train ...
+        --horovod-slots 2 --pods 3) | --hostfile /etc/mpi/hostfile] -- python -m trainer.train ...
 
 Peers are ``<job>-<index>.<job>``: an Indexed Job's pod hostnames under its headless Service. The Airflow
 side builds this argv with ``trainer.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
@@ -81,12 +83,21 @@ def _resolves(host: str) -> bool:
         return False
 
 
+def hostfile_hosts(path: str) -> list[str]:
+    """The hosts of an MPI hostfile (``<host> slots=<n>`` lines; comments and blank lines skipped)."""
+    with open(path) as f:
+        return [line.split()[0] for line in f if line.split() and not line.lstrip().startswith("#")]
+
+
 def run_command(args: argparse.Namespace, index: int) -> int:
-    """The stage's one process; a TF cluster member gets its TF_CONFIG first (unless a TFJob set it)."""
+    """The stage's one process; a TF cluster member gets its TF_CONFIG first (unless a TFJob set it), an
+    MPIJob's launcher waits for the hostfile's hosts."""
     env = dict(os.environ)
     if args.cluster and "TF_CONFIG" not in env:
         env["TF_CONFIG"] = tf_config(args.job, args.cluster, index)
         wait_for_peers([peer(args.job, k) for k in range(len(members(args.cluster)))], args.peer_timeout)
+    if args.hostfile:
+        wait_for_peers(hostfile_hosts(args.hostfile), args.peer_timeout)
     return _run([(None, args.command, env)])
 
 
@@ -155,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=0, help="Horovod: pods of the Job")
     parser.add_argument("--rendezvous-port", type=int, default=RENDEZVOUS_PORT)
     parser.add_argument("--iface", default=os.environ.get("TFDIST_IFACE", "eth0"), help="Gloo's network interface")
+    parser.add_argument("--hostfile", help="an MPI hostfile: start the command once every host in it resolves")
     parser.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_SECONDS)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.command or (args.cluster and args.horovod_slots) or bool(args.cluster or args.horovod_slots) != bool(
-            args.job):
-        parser.error("give a command after '--', and --job with either --cluster or --horovod-slots and --pods")
+            args.job) or (args.hostfile and args.job):
+        parser.error("give a command after '--', and --job with either --cluster or --horovod-slots and --pods, "
+                     "or --hostfile")
     try:
         record_run(RunLayout(args.run_dir), json.loads(os.environ[SPEC_ENV]), json.loads(os.environ[RUN_ENV]))
     except KeyError as exc:

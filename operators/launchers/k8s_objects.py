@@ -5,7 +5,10 @@ functions of the spec, the stage and the run's identity. No client, no cluster, 
   headless Service (``publishNotReadyAddresses``) giving each pod the stable name ``<job>-<index>.<service>``,
   and its pods start through ``trainer.pod``. The parameter-server Job succeeds when the chief (index 0)
   does; any pod failing fails the Job at once, a disruption (eviction, preemption) by its own rule.
-- kubeflow: the train stage as a TFJob (``kubeflow.org/v1``) or an MPIJob (``kubeflow.org/v2beta1``)."""
+- kubeflow: the train stage as a TFJob (``kubeflow.org/v1``) or an MPIJob (``kubeflow.org/v2beta1``). An
+  MPIJob's pods run as the worker image's user (IMAGE_UID): the workers' sshd with that user's config on
+  port 2222 (docker/sshd_config), the job's SSH key pair mounted in that user's ~/.ssh, and ``mpirun``
+  passing the ranks their environment (an ssh session gets none of its pod's)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,15 @@ NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
 TF_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker"}
 LABEL_PREFIX = "tfdist"
+IMAGE_UID, IMAGE_HOME = 1000, "/home/tfdist"
+"""The worker images' user (docker/Dockerfile.worker: ``useradd --uid 1000 tfdist``, ``USER 1000``) and its
+home, which holds an MPIJob's SSH set-up: the operator's Secret at ``.ssh``, the sshd config at
+``.sshd_config``. An MPIJob pins its pods to this user (securityContext.runAsUser)."""
+MPI_HOSTFILE = "/etc/mpi/hostfile"
+"""Where Kubeflow's MPI operator mounts the hostfile it writes into an MPIJob's launcher pod."""
+MPI_FORWARDED_ENV = ("PATH", "PYTHONPATH")
+"""The image's variables mpirun passes on to the ranks (``-x``), besides the stage's own: sshd starts the
+ranks' orted with its own minimal environment, not the pod's."""
 
 
 def _digest(*parts: str) -> str:
@@ -91,6 +103,8 @@ def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotati
         "nodeSelector": pods.node_selector or None,
         "tolerations": pods.tolerations or None,
         "affinity": pods.affinity,
+        # the artifact volume writable by the images' user, where the storage applies fsGroup
+        "securityContext": {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"},
         **extra,
     }
     return {"metadata": {"labels": dict(labels), "annotations": dict(annotations)},
@@ -187,15 +201,21 @@ def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotati
         return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata,
                  "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas}}]
     slots, ranks = t.mpi_settings.slots_per_worker, t.data_readers
+    env = _env(plan, "worker", stage.processes[0].env, slots)  # the ranks', held by the launcher for mpirun
+    forwarded = [k for k in env if k not in (SPEC_ENV, RUN_ENV) and not k.startswith("OMPI_")]  # mpirun passes OMPI_*
+    forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if t.gpus_per_worker else [])]  # the GPU image's CUDA
     mpirun = ("mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output",
-              *t.mpi_settings.extra_args, *stage.rank_command)
-    launcher = _container(spec, "worker", "launcher", _entrypoint(plan, stage, python, mpirun),
-                          _env(plan, "worker", {}), 0)
+              *(arg for var in forwarded for arg in ("-x", var)), *t.mpi_settings.extra_args, *stage.rank_command)
+    launcher = _container(spec, "worker", "launcher",
+                          _entrypoint(plan, stage, python, mpirun, hostfile=MPI_HOSTFILE), env, 0)
     launcher.pop("resources", None)  # mpirun only starts and relays the ranks
-    worker = _container(spec, "worker", "worker", ["/usr/sbin/sshd", "-De"],
-                        _env(plan, "worker", stage.processes[0].env, slots), t.gpus_per_worker)
+    worker = _container(spec, "worker", "worker", ["/usr/sbin/sshd", "-De", "-f", f"{IMAGE_HOME}/.sshd_config"], {},
+                        t.gpus_per_worker)
+    for container in (launcher, worker):
+        container["securityContext"] = {"runAsUser": IMAGE_UID}
     return [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": metadata, "spec": {
         "slotsPerWorker": slots, "runPolicy": run_policy, "mpiImplementation": "OpenMPI",
+        "sshAuthMountPath": f"{IMAGE_HOME}/.ssh",
         "mpiReplicaSpecs": {
             "Launcher": {"replicas": 1, "restartPolicy": "Never",
                          "template": _pod_template(spec, "worker", launcher, labels, annotations)},

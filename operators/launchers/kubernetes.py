@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from kubernetes import client
@@ -36,6 +37,13 @@ from operators.plan import Plan, Stage
 from trainer.contract import EXIT_REFUSED
 
 POLL_SECONDS = 2.0
+API_OUTAGE_SECONDS = 300
+"""How long ``follow`` keeps polling an API that does not answer (dropped connections, 429, 5xx) before it
+gives up; the stage's objects are left running then, for the task's retry to follow."""
+LOG_OVERLAP_SECONDS = 30
+"""Each log poll asks for this much more than the time since the last line relayed, so that a clock skew
+between Airflow and the nodes up to it loses no line (lines already relayed are skipped by timestamp)."""
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 STORE_KEY = "kubernetes_objects"
 """The task's state-store key naming the objects a try created: every later try of the task reads it."""
 KUBEFLOW = {"TFJob": ("kubeflow.org", "v1", "tfjobs"), "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs")}
@@ -82,6 +90,8 @@ class Watch:
             index = int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])
             return f"pod-{index}" if self.rank_tagged else self.members[index]
         labels = pod.metadata.labels
+        if self.kind == "MPIJob":  # the MPI operator labels a role, and an index on workers only
+            return f"{labels['training.kubeflow.org/job-role']}-{labels.get('training.kubeflow.org/replica-index', 0)}"
         return f"{labels['training.kubeflow.org/replica-type'].lower()}-{labels['training.kubeflow.org/replica-index']}"
 
     def tagged(self, member: str) -> bool:
@@ -258,19 +268,37 @@ def _outcome(coroutine: Any) -> list[BaseException]:
 
 async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Relay the stage's pod logs until it ends; its result record, or StageFailed naming the pod and why.
-    The stage's objects are deleted when it ends either way."""
+    The stage's objects are deleted when it ends either way. An API that stops answering for a while is
+    polled again, up to API_OUTAGE_SECONDS."""
     hook = AsyncKubernetesHook(conn_id=watch.connection_id)
-    seen: dict[str, str] = {}  # pod → timestamp of the last log line relayed
+    seen: dict[str, tuple[tuple[str, str], int]] = {}  # pod → (last timestamp relayed, lines relayed at it)
     tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
+    outage: float | None = None  # when the API stopped answering
     while True:
         if stopped():
             raise StageStopped(f"{watch.task_id} stopped: its Kubernetes objects were deleted")
-        async with hook.get_conn() as api:
-            conditions = await _conditions(api, watch)
-            pods = (await async_client.CoreV1Api(api).list_namespaced_pod(watch.namespace,
-                                                                         label_selector=watch.selector)).items
-        for pod in pods:
-            await _relay(hook, watch, pod, seen, tails, log)
+        try:
+            async with hook.get_conn() as api:
+                conditions = await _conditions(api, watch)
+                pods = (await async_client.CoreV1Api(api).list_namespaced_pod(watch.namespace,
+                                                                             label_selector=watch.selector)).items
+            for pod in pods:
+                await _relay(hook, watch, pod, seen, tails, log)
+        except (aiohttp.ClientError, asyncio.TimeoutError, AsyncApiException) as exc:
+            if isinstance(exc, AsyncApiException) and exc.status not in TRANSIENT_STATUS:
+                raise
+            if outage is None:
+                outage = time.monotonic()
+                log.warning("the Kubernetes API did not answer (%s): polling again every %.0f s", exc, POLL_SECONDS)
+            elif time.monotonic() - outage > API_OUTAGE_SECONDS:
+                raise StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="could not be followed",
+                                  detail=f"the Kubernetes API did not answer for {API_OUTAGE_SECONDS} s ({exc}); "
+                                         "its objects were left running for the task's retry to follow") from exc
+            await asyncio.sleep(POLL_SECONDS)
+            continue
+        if outage is not None:
+            log.info("the Kubernetes API answers again after %.0f s", time.monotonic() - outage)
+            outage = None
         ended = next((c for c in conditions if c["type"] in DONE and c["status"] == "True"), None)
         if ended and DONE[ended["type"]] == "success":
             result = _result(watch, pods, tails)
@@ -308,29 +336,40 @@ def _not_started(watch: Watch, pods: list) -> Any | None:
                  (now - p.metadata.creation_timestamp).total_seconds() > watch.startup_timeout_seconds), None)
 
 
+def _stamp(text: str) -> tuple[str, str]:
+    """A log line's timestamp as a sortable key (the fraction padded to nanoseconds: RFC 3339 trims zeros)."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    return whole, fraction.ljust(9, "0")
+
+
 async def _relay(hook: AsyncKubernetesHook, watch: Watch, pod: Any, seen: dict, tails: dict,
                  log: logging.Logger) -> None:
-    """Relay the pod's log lines after the last one seen (by their timestamps: a dropped connection or a
-    new poll neither loses nor repeats a line)."""
-    name, last = pod.metadata.name, seen.get(pod.metadata.name)
+    """Relay the pod's log lines after the last one seen, by their timestamps (and, for lines sharing the
+    last timestamp, how many of them were relayed), so that a dropped connection or a new poll neither loses
+    nor repeats a line."""
+    name = pod.metadata.name
     if pod.status.phase == "Pending":
         return
+    last, relayed_at_last = seen.get(name, (None, 0))
     since = None
     if last:
-        age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
-        since = max(1, math.ceil(age.total_seconds()) + 1)
+        age = dt.datetime.now(dt.timezone.utc) - dt.datetime.fromisoformat(last[0]).replace(tzinfo=dt.timezone.utc)
+        since = max(1, math.ceil(age.total_seconds())) + LOG_OVERLAP_SECONDS
     try:
         lines = await hook.read_logs(name, watch.namespace, since_seconds=since)
     except AsyncApiException as exc:
         if exc.status == 400:  # the container is not started yet
             return
         raise
-    member = watch.member(pod)
+    member, skip = watch.member(pod), relayed_at_last
     for line in lines:
         stamp, _, text = line.partition(" ")
-        if last and stamp <= last:
+        key = _stamp(stamp)
+        if last and (key < last or (key == last and skip > 0)):
+            skip -= key == last
             continue
-        seen[name] = stamp
+        previous, count = seen.get(name, (None, 0))
+        seen[name] = (key, count + 1 if previous == key else 1)
         for source, piece in split_rank_tags(member, text) if watch.tagged(member) else [(member, text)]:
             tails[source].append(piece)
             log.info("[%s] %s", source, piece)
