@@ -92,6 +92,10 @@ class Stage:
     """Horovod: the argv of each rank (what mpirun/horovodrun starts), for launchers that start ranks themselves."""
     result_file: str = ""
     """Where the stage's processes write its result record (trainer.contract)."""
+    heartbeat_dir: str = ""
+    """Training: where each training process marks its progress (trainer.contract.beat)."""
+    hang_timeout_seconds: int | None = None
+    """Training: the stage fails when no training process has made progress for this long."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ def build_plan(
     module = [python, "-m"]
     common = ["--spec", layout.spec_file]
     train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
-             "--result", layout.result("train"))
+             "--result", layout.result("train"), "--heartbeats", layout.heartbeat_dir)
     sources = [
         (source or spec.data.source).format(date=day.isoformat(), artifact_root=spec.artifact_root)
         for day in ctx.window_dates(spec.data.window_days)
@@ -192,7 +196,8 @@ def build_plan(
         model_dir=model_dir,
         stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
             Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
-            train_stage(spec, train),
+            replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir,
+                    hang_timeout_seconds=spec.training.hang_timeout_seconds),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
             Stage("export", (Process("export", 0, tuple(export), single),)),
         )),

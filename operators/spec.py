@@ -240,6 +240,9 @@ class TrainingSpec(_Section):
     """Seed for weight initialization and shuffling."""
     timeout_minutes: Annotated[int, Field(ge=1), PARSED] = 120
     """Each task's execution timeout."""
+    hang_timeout_seconds: Annotated[int, Field(ge=10)] | None = 600
+    """The train stage fails when no training process has finished a step for this long (a worker stopped,
+    or stuck in a collective), naming the stopped one; null: only ``timeout_minutes`` bounds a hang."""
     pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
     pool_slots: Annotated[Annotated[int, Field(ge=1)] | None, PARSED] = None

@@ -1,6 +1,6 @@
 """Whole DAG runs on Kubernetes: ``airflow dags test`` (the real task runner, deferral to the trigger run
-in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin.py, in each training
-mode. The Airflow process runs in a mount namespace where the artifact root is an empty tmpfs: every file
+in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin.py, in the parameter-
+server and Horovod modes. The Airflow process runs in a mount namespace where the artifact root is an empty tmpfs: every file
 of the run is written and read by the pods, and results come back as termination messages. What the
 stand-in does not model is listed in its docstring; needs root."""
 
@@ -23,8 +23,7 @@ from trainer.artifacts import read_json
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]
 CONNECTION = "k8s_dag_standin"
-MODES = {
-    "mirrored": {"num_workers": 2},
+MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction, crash and retry, TFJob)
     "parameter_server": {"strategy": "parameter_server", "num_ps": 1, "num_workers": 1},
     "horovod": {"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo", "slots_per_worker": 1}},
 }
@@ -65,8 +64,7 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
         name = object_name(dag_id, outcome.run_id, task_id)
         assert ("Job", name) in cluster.created, task_id
     assert log.count("[DAG TEST] running trigger in line") == 4
-    every_member = {"mirrored": [r"\[worker-0\] .*step \d+", r"\[worker-1\] .*step \d+"],
-                    "parameter_server": [r"\[chief-0\] .*step \d+", r"\[ps-0\] ps-0: serving", r"\[worker-0\] worker-0: serving"],
+    every_member = {"parameter_server": [r"\[chief-0\] .*step \d+", r"\[ps-0\] ps-0: serving", r"\[worker-0\] worker-0: serving"],
                     "horovod": [r"\[rank-0\] .*step \d+", r"\[rank-1\] .*step \d+"]}[mode]
     for line in every_member:  # each pod's log in the task log, with its member's prefix
         assert re.search(line, log), f"no line {line}"

@@ -84,7 +84,7 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
     assert problems(spec) == [
         "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
         "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
-        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, pool, pool_slots"
+        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, hang_timeout_seconds, pool, pool_slots"
     ]
     spec = make_spec(str(tmp_path), colour="blue")
     assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")

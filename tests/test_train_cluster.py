@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import signal
+import threading
 import time
 import types
 
@@ -18,6 +19,7 @@ from operators.launchers.local import LocalLauncher
 from tests.conftest import (START, assert_all_stopped, assert_no_process_of, collecting_logger, make_spec, plan_for,
                             prepared_plan, run, wait_for)
 from trainer.artifacts import read_json
+from trainer.contract import last_beats
 
 
 def test_two_workers_train_with_checkpoints(digits_root):
@@ -61,6 +63,41 @@ def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
     assert failure.value.process == "worker-1" and failure.value.returncode == -signal.SIGKILL
     assert "worker-1 was killed by signal 9" in str(failure.value)
     assert time.monotonic() - killed["at"] < 10, "the surviving worker was not stopped at once"
+    assert_all_stopped(launcher)
+    assert_no_process_of(plan)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("member,training", [
+    ("worker-1", {}),
+    ("rank-1", {"backend": "mpi", "mpi": {"controller": "gloo", "slots_per_worker": 1}}),
+])
+def test_a_stopped_worker_fails_the_stage_after_the_hang_timeout_naming_it(digits_root, member, training):
+    """SIGSTOP leaves a worker alive and silent while its peers wait for it in the collective: the stage fails
+    once no training process has stepped for hang_timeout_seconds (or, with MultiWorkerMirrored, once TF's
+    coordination service makes a peer give up on it, whichever comes first), naming the stopped one, and
+    leaves no process (a stopped process takes SIGKILL)."""
+    plan = prepared_plan(digits_root, f"hung_{member}", training={"epochs": 400, "hang_timeout_seconds": 10,
+                                                                   **training})
+    stopped = {}
+
+    def stop_it(line: str) -> None:
+        if line.startswith(f"[{member}] {member}: step") and not stopped:
+            stopped["at"] = time.monotonic()
+            os.kill(last_beats(plan.layout.heartbeat_dir)[member][1], signal.SIGSTOP)
+
+    logger, _ = collecting_logger(f"hung_{member}", stop_it)
+    launcher = LocalLauncher()
+    backstop = threading.Timer(90, launcher.stop)  # undetected, the hang would last forever
+    backstop.start()
+    with pytest.raises(StageFailed) as failure:
+        launcher.run(plan.stage("train"), logger)
+    backstop.cancel()
+    assert failure.value.process == member, str(failure.value)
+    message = str(failure.value)
+    assert f"{member} made no training progress for 10 s (training.hang_timeout_seconds)" in message or (
+        member == "worker-1" and f"{member} was stopped (process" in message), message
+    assert "SIGSTOP" in message and time.monotonic() - stopped["at"] < 25
     assert_all_stopped(launcher)
     assert_no_process_of(plan)
 

@@ -38,10 +38,33 @@ class RunLayout:
     data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
     checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
     eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
+    heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
 
     def result(self, task_id: str) -> str:
         """The result record of the stage ``task_id``."""
         return os.path.join(self.run_dir, task_id, "result.json")
+
+
+def beat(heartbeat_dir: str, member: str) -> None:
+    """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing: its file's mtime is
+    the time of its last step call, its content the process id."""
+    path = os.path.join(heartbeat_dir, member)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+
+
+def last_beats(heartbeat_dir: str) -> dict[str, tuple[float, int]]:
+    """Each training process's last heartbeat: member → (time, process id)."""
+    beats = {}
+    for entry in os.scandir(heartbeat_dir) if os.path.isdir(heartbeat_dir) else ():
+        if not entry.name.endswith(".tmp"):
+            try:
+                with open(entry.path) as f:
+                    beats[entry.name] = (entry.stat().st_mtime, int(f.read() or 0))
+            except (FileNotFoundError, ValueError):
+                continue
+    return beats
 
 
 class RunMismatch(ValueError):

@@ -23,6 +23,7 @@ import time
 
 from trainer import data
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
+from trainer.contract import beat
 from trainer.models import build_model, build_optimizer
 from trainer.runtime import import_tensorflow, load_spec, parse_args, say
 
@@ -173,7 +174,7 @@ def weights_digest(model) -> str:
 
 
 def main() -> None:
-    args = parse_args(__doc__, "data", "checkpoints", "result")
+    args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats")
     spec = load_spec(args.spec)
     tf = import_tensorflow()
     import keras
@@ -213,6 +214,7 @@ def main() -> None:
     say(f"{sync.name}: {'resuming from ' + latest if latest else 'starting fresh'} at step {start_step} of "
         f"{total_steps} ({steps_per_epoch} steps/epoch, global batch {global_batch}, {sync.workers} workers, "
         f"cores {','.join(map(str, sorted(os.sched_getaffinity(0))))})")
+    os.makedirs(args.heartbeats, exist_ok=True)
     manager = None
     if sync.is_chief or sync.every_worker_saves:
         directory = args.checkpoints if sync.is_chief else tempfile.mkdtemp(prefix="tfdist-ckpt-")
@@ -254,6 +256,7 @@ def main() -> None:
         steps = min(STEPS_PER_CALL, total_steps - step, every - step % every, steps_per_epoch - step % steps_per_epoch)
         loss_sum, correct_sum = run_steps(steps)
         step += steps
+        beat(args.heartbeats, sync.name)
         if warm is None:
             warm = (time.monotonic(), step)
             say(f"{sync.name}: first {steps} steps done in {warm[0] - started:.2f}s (tracing included)")

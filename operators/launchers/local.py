@@ -20,6 +20,7 @@ import psutil
 from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.plan import Process, Stage, tf_config
 from trainer.artifacts import read_json
+from trainer.contract import last_beats
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
@@ -138,15 +139,30 @@ class LocalLauncher(Launcher):
 
     def _wait(self, stage: Stage, lines: queue.Queue, tails: dict, log: logging.Logger) -> None:
         roles = {p.name: p.role for p in stage.processes}
+        started = time.time()
         while True:
             self._relay(lines, tails, log, timeout=0.2)
             if self._stop_requested.is_set():
                 raise StageStopped(f"{stage.task_id}: stopped on request; every process was ended")
+            if hung := self._hung(stage, started):
+                self._terminate()
+                self._relay(lines, tails, log)
+                name, detail = hung
+                raise StageFailed(name, None, {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}},
+                                  how=f"made no training progress for {stage.hang_timeout_seconds} s "
+                                      "(training.hang_timeout_seconds)", detail=detail)
             codes = {name: proc.poll() for name, proc in self.processes.items()}
             failed = [name for name, code in codes.items()
                       if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)]
             if failed:
-                name = failed[0]
+                name, stopped = failed[0], self._stopped({})
+                if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
+                    name, pid = stopped
+                    self._terminate()
+                    self._relay(lines, tails, log)
+                    raise StageFailed(name, None, {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}},
+                                      how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
+                                      detail=f"{failed[0]} then exited with code {codes[failed[0]]}")
                 self._terminate()
                 time.sleep(0.2)  # let the pump threads deliver the last lines
                 self._relay(lines, tails, log)
@@ -155,6 +171,31 @@ class LocalLauncher(Launcher):
                 raise StageFailed(name, code, ordered)
             if all(codes[name] == 0 for name, role in roles.items() if role not in stage.servers):
                 return
+
+    def _hung(self, stage: Stage, started: float) -> tuple[str, str] | None:
+        """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped
+        process (by its member name where it beats, else its stage process) or the longest silent member."""
+        if not stage.hang_timeout_seconds:
+            return None
+        beats = {m: b for m, b in last_beats(stage.heartbeat_dir).items() if b[0] >= started}
+        if not beats or time.time() - max(t for t, _ in beats.values()) < stage.hang_timeout_seconds:
+            return None
+        if stopped := self._stopped({pid: member for member, (_, pid) in beats.items()}):
+            return stopped[0], f"its process {stopped[1]} is stopped (SIGSTOP, or a debugger)"
+        silent = min(beats, key=lambda m: beats[m][0])
+        return silent, "the others wait for it: " + ", ".join(
+            f"{m} last stepped {time.time() - t:.0f} s ago" for m, (t, _) in sorted(beats.items()))
+
+    def _stopped(self, members: dict[int, str]) -> tuple[str, int] | None:
+        """(name, pid) of a stopped process of the stage: by its heartbeat member name (``members``: pid →
+        member), else by the stage process it belongs to."""
+        for name, proc in self.processes.items():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                root = psutil.Process(proc.pid)
+                for p in (root, *root.children(recursive=True)):
+                    if p.status() == psutil.STATUS_STOPPED:
+                        return members.get(p.pid, name), p.pid
+        return None
 
     def stop(self) -> None:
         self._stop_requested.set()
