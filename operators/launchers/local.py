@@ -148,7 +148,7 @@ class LocalLauncher(Launcher):
                 self._terminate()
                 self._relay(lines, tails, log)
                 name, detail = hung
-                raise StageFailed(name, None, {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}},
+                raise StageFailed(name, None, failed_first(tails, name),
                                   how=f"made no training progress for {stage.hang_timeout_seconds} s "
                                       "(training.hang_timeout_seconds)", detail=detail)
             codes = {name: proc.poll() for name, proc in self.processes.items()}
@@ -160,15 +160,14 @@ class LocalLauncher(Launcher):
                     name, pid = stopped
                     self._terminate()
                     self._relay(lines, tails, log)
-                    raise StageFailed(name, None, {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}},
+                    raise StageFailed(name, None, failed_first(tails, name),
                                       how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
                                       detail=f"{failed[0]} then exited with code {codes[failed[0]]}")
                 self._terminate()
                 time.sleep(0.2)  # let the pump threads deliver the last lines
                 self._relay(lines, tails, log)
                 code = codes[name] if codes[name] else None
-                ordered = {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
-                raise StageFailed(name, code, ordered)
+                raise StageFailed(name, code, failed_first(tails, name))
             if all(codes[name] == 0 for name, role in roles.items() if role not in stage.servers):
                 return
 
@@ -212,6 +211,11 @@ class LocalLauncher(Launcher):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
         terminate_all(descendants, started)
+
+
+def failed_first(tails: dict, name: str) -> dict[str, list[str]]:
+    """Every source's last lines, the failed one's first."""
+    return {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
 
 
 def terminate_all(victims: list[psutil.Process], children: list[subprocess.Popen] = (),
