@@ -155,7 +155,7 @@ class LocalLauncher(Launcher):
             failed = [name for name, code in codes.items()
                       if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)]
             if failed:
-                name, stopped = failed[0], self._stopped({})
+                name, stopped = failed[0], self._stopped(stage)
                 if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
                     name, pid = stopped
                     self._terminate()
@@ -179,15 +179,16 @@ class LocalLauncher(Launcher):
         beats = {m: b for m, b in last_beats(stage.heartbeat_dir).items() if b[0] >= started}
         if not beats or time.time() - max(t for t, _ in beats.values()) < stage.hang_timeout_seconds:
             return None
-        if stopped := self._stopped({pid: member for member, (_, pid) in beats.items()}):
+        if stopped := self._stopped(stage):
             return stopped[0], f"its process {stopped[1]} is stopped (SIGSTOP, or a debugger)"
         silent = min(beats, key=lambda m: beats[m][0])
         return silent, "the others wait for it: " + ", ".join(
             f"{m} last stepped {time.time() - t:.0f} s ago" for m, (t, _) in sorted(beats.items()))
 
-    def _stopped(self, members: dict[int, str]) -> tuple[str, int] | None:
-        """(name, pid) of a stopped process of the stage: by its heartbeat member name (``members``: pid →
-        member), else by the stage process it belongs to."""
+    def _stopped(self, stage: Stage) -> tuple[str, int] | None:
+        """(name, pid) of a stopped process of the stage: by its heartbeat member name (``rank-1`` under
+        horovodrun), else by the stage process it belongs to."""
+        members = {pid: member for member, (_, pid) in last_beats(stage.heartbeat_dir).items()}
         for name, proc in self.processes.items():
             with contextlib.suppress(psutil.NoSuchProcess):
                 root = psutil.Process(proc.pid)
