@@ -15,12 +15,13 @@ export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo test bench clean
+.PHONY: help setup demo test bench faults clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make test   set up, then run the test suite"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
+	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
 
 setup: $(STAMP)
 
@@ -55,6 +56,13 @@ BENCH_BUDGET ?= full
 BENCH_OUT ?= $(CURDIR)/bench/results
 bench: setup
 	$(BIN)/python -m bench.run --budget $(BENCH_BUDGET) --out $(BENCH_OUT)
+
+FAULT_TRIALS ?= 5
+faults: setup
+	rm -f $(BENCH_OUT)/faults.jsonl
+	TFDIST_FAULT_TRIALS=$(FAULT_TRIALS) TFDIST_FAULT_FIGURES=$(BENCH_OUT)/faults.jsonl \
+	  $(BIN)/python -m pytest -n 2 --dist loadfile -m faults
+	$(BIN)/python -m bench.faults --figures $(BENCH_OUT)/faults.jsonl --out $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .airflow .demo

@@ -96,6 +96,13 @@ class Stage:
     """Training: where each training process marks its progress (trainer.contract.beat)."""
     hang_timeout_seconds: int | None = None
     """Training: the stage fails when no training process has made progress for this long."""
+    checkpoint_dir: str = ""
+    """Training: where the chief writes checkpoints (trainer.contract.checkpoint_step reads the latest)."""
+    elastic_sizes: tuple[int, ...] = ()
+    """Elastic TF cluster: the worker counts the launcher may restart the cluster with after losing workers,
+    largest first; empty: a loss fails the stage."""
+    max_restarts: int = 0
+    """Elastic TF cluster: restarts allowed within one run of the stage."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +203,7 @@ def build_plan(
         model_dir=model_dir,
         stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
             Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
-            replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir,
+            replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir, checkpoint_dir=layout.checkpoint_dir,
                     hang_timeout_seconds=spec.training.hang_timeout_seconds),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
             Stage("export", (Process("export", 0, tuple(export), single),)),

@@ -243,6 +243,14 @@ class TrainingSpec(_Section):
     hang_timeout_seconds: Annotated[int, Field(ge=10)] | None = 600
     """The train stage fails when no training process has finished a step for this long (a worker stopped,
     or stuck in a collective), naming the stopped one; null: only ``timeout_minutes`` bounds a hang."""
+    min_workers: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Elastic training: the fewest workers training continues with after losing some (killed, hung), from
+    the last checkpoint (TF cluster, restarted smaller) or Horovod commit (elastic 'horovodrun --gloo',
+    whatever 'mpi.controller' says; a lost worker rejoins), keeping the global batch; default
+    'num_workers': losing a worker fails the stage (the task's retry resumes from the checkpoint)."""
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    """Elastic training: how many losses one try of the train task may continue after before it fails
+    (with Horovod, each may be followed by the worker's return)."""
     pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
     pool_slots: Annotated[Annotated[int, Field(ge=1)] | None, PARSED] = None
@@ -250,6 +258,12 @@ class TrainingSpec(_Section):
 
     @model_validator(mode="after")
     def _mode(self) -> TrainingSpec:
+        if self.min_workers is not None and self.min_workers > self.num_workers:
+            raise ValueError(f"training.min_workers: at most num_workers ({self.num_workers}), got {self.min_workers}")
+        if self.elastic and self.elastic_sizes == (self.num_workers,):
+            raise ValueError(f"training.min_workers: no worker count from {self.min_workers} to {self.num_workers - 1} "
+                             f"splits global_batch_size {self.global_batch_size} evenly across its replicas; "
+                             "lower min_workers or pick a global batch size they divide")
         if self.backend == "mpi":
             if self.strategy != "multi_worker_mirrored":
                 raise ValueError("training.strategy: 'parameter_server' needs backend 'tf' (Horovod is all-reduce)")
@@ -260,8 +274,9 @@ class TrainingSpec(_Section):
             if self.gpus_per_worker and mpi.slots_per_worker != self.gpus_per_worker:
                 raise ValueError(f"training.mpi.slots_per_worker: must equal gpus_per_worker "
                                  f"({self.gpus_per_worker}), one rank per GPU, got {mpi.slots_per_worker}")
-            if mpi.extra_args and mpi.controller != "mpi":
-                raise ValueError("training.mpi.extra_args: mpirun arguments need controller 'mpi'")
+            if mpi.extra_args and (mpi.controller != "mpi" or self.elastic):
+                raise ValueError("training.mpi.extra_args: mpirun arguments need controller 'mpi' without "
+                                 "elastic training (min_workers below num_workers runs horovodrun over Gloo)")
         elif self.mpi is not None:
             raise ValueError("training.mpi: Horovod settings need backend 'mpi'")
         elif self.strategy == "parameter_server" and not self.num_ps:
@@ -274,6 +289,21 @@ class TrainingSpec(_Section):
     @property
     def mpi_settings(self) -> MPISpec:
         return self.mpi or MPISpec()
+
+    @property
+    def elastic(self) -> bool:
+        """Training continues with fewer workers after a loss."""
+        return self.min_workers is not None and self.min_workers < self.num_workers
+
+    @property
+    def elastic_sizes(self) -> tuple[int, ...]:
+        """Worker counts training may continue with, largest first: from num_workers down to min_workers,
+        those whose replicas split the global batch evenly (every step keeps the global batch size)."""
+        sizes = range(self.num_workers, (self.min_workers or self.num_workers) - 1, -1)
+        per_worker = max(1, self.gpus_per_worker) * (self.mpi_settings.slots_per_worker if self.backend == "mpi" else 1)
+        if self.strategy == "parameter_server":  # each step runs on one worker, whatever their number
+            return tuple(sizes)
+        return tuple(n for n in sizes if self.global_batch_size % (n * per_worker) == 0)
 
     @property
     def data_readers(self) -> int:

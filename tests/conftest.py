@@ -7,6 +7,9 @@ import datetime as dt
 import json
 import logging
 import os
+import random
+import signal
+import threading
 import time
 
 import psutil
@@ -16,7 +19,7 @@ from operators.demo import write_digits_partitions
 from operators.launchers.local import LocalLauncher
 from operators.plan import RunContext, build_plan
 from operators.spec import load_spec
-from trainer.contract import record_run
+from trainer.contract import last_beats, record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -157,3 +160,44 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+FAULT_TRIALS = int(os.environ.get("TFDIST_FAULT_TRIALS", "1"))
+"""Trials (seeds) of each fault-injection case: 1 in ``make test``, more in ``make faults``."""
+
+
+@pytest.fixture
+def fault_figures(request):
+    """``record(case, mode, **measures)``: one trial's figures of a fault-injection case, appended to the
+    JSON lines file named by $TFDIST_FAULT_FIGURES (``make faults`` sets it; bench/faults.py tabulates)."""
+    path = os.environ.get("TFDIST_FAULT_FIGURES")
+
+    def record(case: str, mode: str, **measures) -> None:
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps({"case": case, "mode": mode, "test": request.node.name, **measures}) + "\n")
+
+    return record
+
+
+class RandomKill(threading.Thread):
+    """SIGKILLs one training process at a random moment (up to ``within`` seconds) once training has passed
+    step ``after``: a Horovod rank or TF cluster member by its heartbeat (``rank-1``), else a stage process
+    by name (``worker-1`` of a parameter-server cluster, whose workers do not beat)."""
+
+    def __init__(self, plan, launcher: LocalLauncher, victim: str, seed: int, after: int, within: float):
+        super().__init__(daemon=True)
+        self.plan, self.launcher, self.victim, self.after = plan, launcher, victim, after
+        self.delay = random.Random(seed).uniform(0, within)
+        self.at: float | None = None
+        self.step = 0
+        """The furthest step any training process had reached when the victim was killed."""
+
+    def run(self) -> None:
+        while max((b.step for b in last_beats(self.plan.layout.heartbeat_dir).values()), default=0) <= self.after:
+            time.sleep(0.05)
+        time.sleep(self.delay)
+        beats = last_beats(self.plan.layout.heartbeat_dir)
+        pid = beats[self.victim].pid if self.victim in beats else self.launcher.processes[self.victim].pid
+        self.step, self.at = max(b.step for b in beats.values()), time.time()
+        os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from operators import plan as plan_module
+from operators.backends.mpi import HOST_DISCOVERY_SCRIPT
 from operators.plan import RunContext, Stage, build_plan, tf_config, version_base
 from operators.spec import load_spec
 from tests.conftest import REPO, make_spec
@@ -171,3 +174,27 @@ def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
     assert split_rank_tags("mpirun-0", "mpirun noticed that process rank 1 exited") == [
         ("mpirun-0", "mpirun noticed that process rank 1 exited")]
     assert split_rank_tags("mpirun-0", "[1,12]<stdout>:") == []
+
+
+def test_an_elastic_tf_cluster_stage_carries_its_allowed_sizes_and_restart_bound(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), training={"num_workers": 4, "min_workers": 2, "max_restarts": 5}))
+    stage = build_plan(spec, CTX).stage("train")
+    assert (stage.elastic_sizes, stage.max_restarts) == ((4, 2), 5)
+    assert stage.checkpoint_dir == build_plan(spec, CTX).layout.checkpoint_dir
+    fixed = build_plan(load_spec(make_spec(str(tmp_path))), CTX).stage("train")
+    assert (fixed.elastic_sizes, fixed.max_restarts) == ((), 0)
+
+
+def test_elastic_horovod_runs_horovodrun_over_gloo_with_one_local_host_name_per_worker(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "num_workers": 2, "min_workers": 1,
+                                                         "max_restarts": 2, "mpi": {"controller": "mpi"}}))
+    (process,) = build_plan(spec, CTX).stage("train").processes
+    assert process.argv[1:15] == ("--gloo", "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script",
+                                  HOST_DISCOVERY_SCRIPT, "--reset-limit", "4", "--blacklist-cooldown-range", "1", "300")
+    assert process.argv[15:17] == (sys.executable, "-m") and os.access(HOST_DISCOVERY_SCRIPT, os.X_OK)
+    assert process.env["TFDIST_HOROVOD_HOSTS"] == "127.0.0.1:1,127.0.0.01:1"
+    assert {socket.gethostbyname(h.split(":")[0]) for h in process.env["TFDIST_HOROVOD_HOSTS"].split(",")} == {
+        "127.0.0.1"}
+    printed = subprocess.run([HOST_DISCOVERY_SCRIPT], env={"TFDIST_HOROVOD_HOSTS": process.env["TFDIST_HOROVOD_HOSTS"]},
+                             capture_output=True, text=True, check=True).stdout
+    assert printed.split() == ["127.0.0.1:1", "127.0.0.01:1"]

@@ -84,7 +84,8 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
     assert problems(spec) == [
         "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
         "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
-        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, hang_timeout_seconds, pool, pool_slots"
+        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, hang_timeout_seconds, min_workers, "
+        "max_restarts, pool, pool_slots"
     ]
     spec = make_spec(str(tmp_path), colour="blue")
     assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
@@ -131,6 +132,8 @@ def test_json_schema_checks_what_the_model_checks(tmp_path):
          "training.mpi.extra_args[0]: String should match pattern"),
         ({"backend": "mpi", "mpi": {"controller": "gloo", "extra_args": ["--bind-to", "core"]}},
          "training.mpi.extra_args: mpirun arguments need controller 'mpi'"),
+        ({"backend": "mpi", "min_workers": 1, "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}},
+         "training.mpi.extra_args: mpirun arguments need controller 'mpi' without elastic training"),
         ({"backend": "mpi", "gpus_per_worker": 2, "mpi": {"slots_per_worker": 1}},
          "training.mpi.slots_per_worker: must equal gpus_per_worker (2)"),
         ({"backend": "mpi", "num_workers": 2, "global_batch_size": 60, "mpi": {"slots_per_worker": 3}},
@@ -251,3 +254,18 @@ def test_a_run_may_not_start_more_processes_than_its_pool_slots(tmp_path):
         "training: this run would start 3 training processes but its train task holds 2 slot(s) of pool 'training' "
         "(training.pool_slots, fixed when the DAG file is parsed)"]
     assert spec.with_overrides({"training.num_workers": 1}).training.num_workers == 1
+
+
+def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp_path):
+    def training(**fields):
+        return load_spec(make_spec(str(tmp_path), training=fields)).training
+
+    assert not training().elastic and training().elastic_sizes == (2,)
+    assert training(num_workers=4, min_workers=1, global_batch_size=64).elastic_sizes == (4, 2, 1)  # not 3
+    assert training(num_workers=3, min_workers=1, global_batch_size=96, strategy="parameter_server",
+                    num_ps=1).elastic_sizes == (3, 2, 1)  # each step runs on one worker: any count keeps it
+    assert problems(make_spec(str(tmp_path), training={"num_workers": 2, "min_workers": 3})) == [
+        "training.min_workers: at most num_workers (2), got 3"]
+    assert problems(make_spec(str(tmp_path), training={"num_workers": 4, "min_workers": 3, "global_batch_size": 64})) == [
+        "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
+        "replicas; lower min_workers or pick a global batch size they divide"]

@@ -11,15 +11,12 @@ import threading
 import time
 import types
 
-import psutil
 import pytest
 
 from operators.launchers import StageFailed, StageStopped
-from operators.launchers.local import LocalLauncher
-from tests.conftest import (START, assert_all_stopped, assert_no_process_of, collecting_logger, make_spec, plan_for,
+from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for,
                             prepared_plan, run, wait_for)
 from trainer.artifacts import read_json
-from trainer.contract import last_beats
 
 
 def test_two_workers_train_with_checkpoints(digits_root):
@@ -45,61 +42,6 @@ def test_two_workers_train_with_checkpoints(digits_root):
     _, again = run(plan, "train")
     assert any("already trained" in line for line in again)
     assert read_json(plan.layout.result("train")) == result
-
-
-def test_killed_worker_fails_the_stage_fast_and_leaves_no_process(digits_root):
-    plan = prepared_plan(digits_root, "train_killed", training={"epochs": 400})
-    killed = {}
-
-    def kill_worker_1(line: str) -> None:
-        if line.startswith("[worker-1] worker-1: step") and not killed:
-            killed["at"] = time.monotonic()
-            os.kill(launcher.processes["worker-1"].pid, signal.SIGKILL)
-
-    logger, _ = collecting_logger("killed", kill_worker_1)
-    launcher = LocalLauncher()
-    with pytest.raises(StageFailed) as failure:
-        launcher.run(plan.stage("train"), logger)
-    assert failure.value.process == "worker-1" and failure.value.returncode == -signal.SIGKILL
-    assert "worker-1 was killed by signal 9" in str(failure.value)
-    assert time.monotonic() - killed["at"] < 10, "the surviving worker was not stopped at once"
-    assert_all_stopped(launcher)
-    assert_no_process_of(plan)
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("member,training", [
-    ("worker-1", {}),
-    ("rank-1", {"backend": "mpi", "mpi": {"controller": "gloo", "slots_per_worker": 1}}),
-])
-def test_a_stopped_worker_fails_the_stage_after_the_hang_timeout_naming_it(digits_root, member, training):
-    """SIGSTOP leaves a worker alive and silent while its peers wait for it in the collective: the stage fails
-    once no training process has stepped for hang_timeout_seconds (or, with MultiWorkerMirrored, once TF's
-    coordination service makes a peer give up on it, whichever comes first), naming the stopped one, and
-    leaves no process (a stopped process takes SIGKILL)."""
-    plan = prepared_plan(digits_root, f"hung_{member}", training={"epochs": 400, "hang_timeout_seconds": 10,
-                                                                   **training})
-    stopped = {}
-
-    def stop_it(line: str) -> None:
-        if line.startswith(f"[{member}] {member}: step") and not stopped:
-            stopped["at"] = time.monotonic()
-            os.kill(last_beats(plan.layout.heartbeat_dir)[member][1], signal.SIGSTOP)
-
-    logger, _ = collecting_logger(f"hung_{member}", stop_it)
-    launcher = LocalLauncher()
-    backstop = threading.Timer(90, launcher.stop)  # undetected, the hang would last forever
-    backstop.start()
-    with pytest.raises(StageFailed) as failure:
-        launcher.run(plan.stage("train"), logger)
-    backstop.cancel()
-    assert failure.value.process == member, str(failure.value)
-    message = str(failure.value)
-    assert f"{member} made no training progress for 10 s (training.hang_timeout_seconds)" in message or (
-        member == "worker-1" and f"{member} was stopped (process" in message), message
-    assert "SIGSTOP" in message and time.monotonic() - stopped["at"] < 25
-    assert_all_stopped(launcher)
-    assert_no_process_of(plan)
 
 
 @pytest.mark.e2e
@@ -152,36 +94,6 @@ def _execute(operator, context: dict):
         operator.execute(context)
     except Exception as exc:  # noqa: BLE001 - handed to the test thread
         return exc
-
-
-@pytest.mark.e2e
-def test_workers_die_with_a_killed_launcher_process(digits_root):
-    """Even when the Airflow task process is SIGKILLed (no on_kill), its workers do not outlive it."""
-    import subprocess
-    import sys
-
-    plan = prepared_plan(digits_root, "train_orphans", training={"epochs": 400})
-    script = f"""
-import logging, sys
-from operators.launchers.local import LocalLauncher
-from operators.plan import Stage, Process
-stage = Stage("train", tuple(Process("worker", i, {list(plan.stage("train").processes[0].argv)!r}) for i in range(2)), True)
-launcher = LocalLauncher()
-class Pids(logging.Handler):
-    def emit(self, record):
-        print([p.pid for p in launcher.processes.values()], record.getMessage(), flush=True)
-log = logging.getLogger("x"); log.addHandler(Pids()); log.setLevel(logging.INFO)
-launcher.run(stage, log)
-"""
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    for line in parent.stdout:
-        if "worker-1: step" in line:
-            pids = json.loads(line[: line.index("]") + 1])
-            break
-    parent.kill()
-    parent.wait()
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in pids), 15, "workers to exit after their launcher was killed")
 
 
 @pytest.mark.e2e

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainer.artifacts import read_json, write_json_atomic
 
@@ -45,26 +46,45 @@ class RunLayout:
         return os.path.join(self.run_dir, task_id, "result.json")
 
 
-def beat(heartbeat_dir: str, member: str) -> None:
-    """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing: its file's mtime is
-    the time of its last step call, its content the process id."""
+class Beat(NamedTuple):
+    time: float
+    """When the member last finished a step call (the file's mtime)."""
+    pid: int
+    step: int
+    """The global step it had reached."""
+
+
+def beat(heartbeat_dir: str, member: str, step: int) -> None:
+    """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing, at global ``step``."""
     path = os.path.join(heartbeat_dir, member)
     with open(path + ".tmp", "w") as f:
-        f.write(str(os.getpid()))
+        f.write(f"{os.getpid()} {step}")
     os.replace(path + ".tmp", path)
 
 
-def last_beats(heartbeat_dir: str) -> dict[str, tuple[float, int]]:
-    """Each training process's last heartbeat: member → (time, process id)."""
+def last_beats(heartbeat_dir: str) -> dict[str, Beat]:
+    """Each training process's last heartbeat, by member name."""
     beats = {}
     for entry in os.scandir(heartbeat_dir) if os.path.isdir(heartbeat_dir) else ():
         if not entry.name.endswith(".tmp"):
             try:
                 with open(entry.path) as f:
-                    beats[entry.name] = (entry.stat().st_mtime, int(f.read() or 0))
+                    pid, step = f.read().split()
+                beats[entry.name] = Beat(entry.stat().st_mtime, int(pid), int(step))
             except (FileNotFoundError, ValueError):
                 continue
     return beats
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+    """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
+    file), 0 when there is none."""
+    try:
+        with open(os.path.join(checkpoint_dir, "checkpoint")) as f:
+            found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.MULTILINE)
+    except FileNotFoundError:
+        return 0
+    return int(found.group(1)) if found else 0
 
 
 class RunMismatch(ValueError):

@@ -6,6 +6,26 @@
   on the ps tasks, workers run the scheduled steps; ps and worker processes only serve.
 - Horovod (backend mpi): one rank per process; initial weights broadcast from rank 0, gradients summed
   with ``hvd.grouped_allreduce`` (``DistributedGradientTape`` breaks on Keras 3 variables).
+- Horovod elastic (``training.min_workers`` < ``num_workers``, under ``horovodrun --gloo`` in elastic mode):
+  the loop runs inside Horovod's elastic ``run_fn``; the ranks keep their state (model and optimizer
+  variables, step, epoch sums) in host memory after every step call, and commit it (asking whether hosts
+  came back) at every checkpoint boundary. A lost rank makes the others' collective fail: they restore the
+  state of the last step call, re-form the world with whoever is left and go on; a returning rank joins at
+  the survivors' next commit and receives rank 0's state. Each (re)start re-shards the data by the new
+  rank/size and keeps the global batch (global // size per rank); the learning rate stays scaled by the
+  planned ranks (num_workers × slots_per_worker), so a change of size changes neither. Rank 0 logs
+  ``rank-0: world size 2 -> 1 at step 120 (restored commit at step 120)``.
+  Keras 3 and Horovod 0.28.1's elastic helpers (tried with TF 2.21 / Keras 3.15):
+  ``hvd.elastic.TensorFlowKerasState`` and ``horovod.tensorflow.keras.elastic.KerasState`` fail at
+  construction: "TypeError: 'list' object is not callable" (``self.optimizer.variables()``: a list in
+  Keras 3); ``hvd.elastic.TensorFlowState`` over Keras variables fails at construction ("AttributeError:
+  'SymbolicTensor' object has no attribute 'assign'", its broadcast runs in a tf.function where a Keras
+  variable is a tensor); over their ``.value`` (tf.Variable) it builds, but in TF2 eager its ``sync()``
+  broadcasts no variable (only its constructor does, itself a collective a joining rank would run against
+  the survivors' sync): after sync a rank keeps its own values. ``hvd.elastic.run`` turns only
+  UnknownErrors naming HorovodAllreduce/Allgather/Broadcast into a reset and returns None on any other
+  UnknownError. So: ``KerasVariablesState`` below (an ``ObjectState`` that saves, restores and broadcasts
+  the Keras variables itself) and Horovod's ``run_fn`` with our own error mapping.
 
 Each worker or rank reads its own train shards. The chief (worker 0, the PS chief, rank 0) writes
 checkpoints into the run's checkpoint directory; a restarted run resumes from the latest one."""
@@ -13,13 +33,16 @@ checkpoints into the run's checkpoint directory; a restarted run resumes from th
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import tempfile
 import time
+import types
 
 from trainer import data
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
@@ -29,6 +52,8 @@ from trainer.runtime import import_tensorflow, load_spec, parse_args, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call
 PROGRESS_SECONDS = 2.0
+HOROVOD_FAILED = re.compile(r"Horovod has been shut down|gloo/transport|\{\{node [^}]*Horovod|\[Op:Horovod")
+"""A TensorFlow error of a Horovod collective (a peer lost: Gloo's read error, or Horovod shut down after it)."""
 
 
 class Mirrored:
@@ -119,13 +144,22 @@ class Horovod:
         hvd.init()
         gpus = tf.config.list_physical_devices("GPU")
         if gpus:
-            tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+            tf.config.set_visible_devices(gpus[self.local_index(hvd) % len(gpus)], "GPU")
         self.tf, self.hvd = tf, hvd
         # autograph would convert Horovod's Python wrappers at every trace: 1.2 s instead of 0.2 s
         self.grouped_allreduce = tf.autograph.experimental.do_not_convert(hvd.grouped_allreduce)
-        self.name, self.workers, self.is_chief = f"rank-{hvd.rank()}", hvd.size(), hvd.rank() == 0
         mpi = spec["training"]["mpi"]
         self.learning_rate_scale = hvd.size() if mpi is None or mpi["scale_learning_rate"] else 1
+
+    # the current world: an elastic world changes while the process runs
+    name = property(lambda self: f"rank-{self.hvd.rank()}")
+    workers = property(lambda self: self.hvd.size())
+    is_chief = property(lambda self: self.hvd.rank() == 0)
+
+    @staticmethod
+    def local_index(hvd) -> int:
+        """This rank's place among the ranks on its machine (its GPU)."""
+        return hvd.local_rank()
 
     def scope(self):
         return contextlib.nullcontext()
@@ -151,6 +185,101 @@ class Horovod:
         return lambda steps: [float(v) for v in chunk(tf.constant(steps))]
 
 
+class ElasticHorovod(Horovod):
+    """Horovod elastic (module docstring): ``run(train, state)`` trains in Horovod's elastic loop."""
+
+    def __init__(self, tf, spec):
+        super().__init__(tf, spec)
+        t = spec["training"]
+        mpi = t["mpi"] or {"slots_per_worker": 1, "scale_learning_rate": True}
+        self.planned_ranks = t["num_workers"] * mpi["slots_per_worker"]
+        # the global batch stays the same whatever the size: so does the learning rate
+        self.learning_rate_scale = self.planned_ranks if mpi["scale_learning_rate"] else 1
+
+    @staticmethod
+    def local_index(hvd) -> int:
+        return elastic_slot()
+
+    def start(self, model, optimizer) -> None:
+        """Nothing: a collective outside the elastic loop would meet a joining rank's state sync; the state's
+        first sync broadcasts rank 0's variables."""
+
+    def lost_peer(self, error: Exception):
+        """Horovod's HorovodInternalError (reset and go on from the last commit) for an error of a Horovod
+        collective, whose peer was lost; None for any other error."""
+        from horovod.common.exceptions import HorovodInternalError
+
+        message = str(error)
+        if not isinstance(error, self.tf.errors.OpError) or not HOROVOD_FAILED.search(message):
+            return None
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        cause = next((line for line in lines if HOROVOD_FAILED.search(line) and not line.startswith("File ")), lines[0])
+        return HorovodInternalError(f"{type(error).__name__}: {cause[:300]}")
+
+    def state(self, variables, **progress):
+        """Horovod elastic state over Keras 3 variables and the plain values in ``progress``."""
+        from horovod.common.elastic import ObjectState
+
+        sync = self
+
+        class KerasVariablesState(ObjectState):
+            """``hvd.elastic.TensorFlowKerasState`` for Keras 3: commit copies the variables to host memory,
+            restore assigns them back, sync broadcasts rank 0's (then its progress values)."""
+
+            def __init__(self):
+                self.variables = variables
+                self._committed = [v.numpy() for v in variables]
+                super().__init__(bcast_object=sync.hvd.broadcast_object, get_rank=sync.hvd.rank, **progress)
+
+            def save(self):
+                self._committed = [v.numpy() for v in self.variables]
+                super().save()
+
+            def restore(self):
+                for variable, value in zip(self.variables, self._committed):
+                    variable.assign(value)
+                super().restore()
+
+            def sync(self):
+                try:
+                    for i, variable in enumerate(self.variables):
+                        variable.assign(sync.hvd.broadcast(sync.tf.convert_to_tensor(variable), root_rank=0,
+                                                           name=f"state_{i}"))
+                    self._committed = [v.numpy() for v in self.variables]
+                    super().sync()
+                except Exception as error:  # a rank lost while syncing: reset again
+                    raise sync.lost_peer(error) or error
+
+        return KerasVariablesState()
+
+    def run(self, train, state):
+        """``train(state)`` in Horovod's elastic loop: a lost peer restores the last commit, a change of hosts
+        (a worker back) keeps it; either way the world is re-formed (shutdown, init) and ``train`` called again."""
+        from horovod.common.elastic import run_fn
+        from horovod.common.exceptions import HostsUpdatedInterrupt
+
+        def attempt(state):
+            name = self.name
+            try:
+                return train(state)
+            except HostsUpdatedInterrupt:
+                say(f"{name}: hosts changed at step {state.step}; re-forming the world")
+                raise
+            except Exception as error:
+                lost = self.lost_peer(error)
+                if lost is None:
+                    raise
+                say(f"{name}: lost a peer at step {state.step}: {lost}")
+                raise lost from error
+
+        def reset():
+            gc.collect()  # the ended world's dataset iterator and step function (in cycles through the error's frames)
+            self.hvd.shutdown()
+            self.hvd.init()
+
+        return run_fn(attempt, reset)(state)
+
+
 def serve(tf, resolver) -> None:
     """A parameter-server cluster's ps or worker task: serve until the launcher stops this process."""
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
@@ -173,14 +302,48 @@ def weights_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
+def elastic_run(spec) -> bool:
+    """Horovod elastic: the spec asks for it and horovodrun started this rank in elastic mode (another
+    launcher starting the ranks itself gets the fixed-size loop)."""
+    t = spec["training"]
+    return (t["backend"] == "mpi" and t.get("min_workers") is not None and t["min_workers"] < t["num_workers"]
+            and os.environ.get("HOROVOD_ELASTIC") == "1")
+
+
+def elastic_slot() -> int:
+    """This rank's place among the ranks on this machine under elastic horovodrun: each worker is a host of its
+    own (TFDIST_HOROVOD_HOSTS, operators/backends/mpi.py), so local ranks repeat across workers; the place is
+    the host's position × its slots + the local rank (stable: a returning worker gets its host name back)."""
+    hosts = [entry.rpartition(":") for entry in os.environ.get("TFDIST_HOROVOD_HOSTS", "").split(",") if entry]
+    names = [host for host, _, _ in hosts]
+    local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", 0))
+    if os.environ.get("HOROVOD_HOSTNAME") not in names:
+        return local_rank
+    return names.index(os.environ["HOROVOD_HOSTNAME"]) * int(hosts[0][2]) + local_rank
+
+
+def pin_elastic_rank() -> None:
+    """Pin this rank to its block of TFDIST_CORES by its ``elastic_slot`` (not its local rank), before TensorFlow
+    starts its threads; runtime's own pinning (by local rank) is left nothing to do."""
+    blocks = os.environ.pop("TFDIST_CORES", "").split(";")
+    index = elastic_slot()
+    if index < len(blocks) and blocks[index]:
+        os.sched_setaffinity(0, [int(core) for core in blocks[index].split(",")])
+
+
 def main() -> None:
     args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats")
     spec = load_spec(args.spec)
+    elastic = elastic_run(spec)
+    if elastic:
+        pin_elastic_rank()
     tf = import_tensorflow()
     import keras
 
     t = spec["training"]
-    if t["backend"] == "mpi":
+    if elastic:
+        sync = ElasticHorovod(tf, spec)
+    elif t["backend"] == "mpi":
         sync = Horovod(tf, spec)
     elif t["strategy"] == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -215,77 +378,142 @@ def main() -> None:
         f"{total_steps} ({steps_per_epoch} steps/epoch, global batch {global_batch}, {sync.workers} workers, "
         f"cores {','.join(map(str, sorted(os.sched_getaffinity(0))))})")
     os.makedirs(args.heartbeats, exist_ok=True)
-    manager = None
-    if sync.is_chief or sync.every_worker_saves:
-        directory = args.checkpoints if sync.is_chief else tempfile.mkdtemp(prefix="tfdist-ckpt-")
-        manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=t["keep_checkpoints"])
+    managers = {}
+
+    def manager():
+        """The chief's CheckpointManager on the run's checkpoint directory (with MultiWorkerMirrored, every other
+        worker's on a directory of its own); None for ranks that do not save. Made at the first save: an
+        elastic rank may become rank 0 on the way."""
+        if not (sync.is_chief or sync.every_worker_saves):
+            return None
+        directory = args.checkpoints if sync.is_chief else None
+        if directory not in managers:
+            managers[directory] = tf.train.CheckpointManager(
+                checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"), max_to_keep=t["keep_checkpoints"])
+        return managers[directory]
 
     files = data.shard_paths(args.data, manifest, "train")
     parse = data.parse_fn(tf, manifest)
 
-    def dataset_fn(reader, readers, per_replica_batch):
-        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched."""
+    def dataset_fn(reader, readers, per_replica_batch, first_step=start_step):
+        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``."""
         return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
             tf.data.TFRecordDataset(files[reader::readers])
             .shuffle(4096, seed=t["seed"] + reader, reshuffle_each_iteration=True)
             .repeat()
             .batch(per_replica_batch(global_batch), drop_remainder=True)
-            .skip(start_step // (readers if isinstance(sync, ParameterServer) else 1))
+            .skip(first_step // (readers if isinstance(sync, ParameterServer) else 1))
             .map(parse, num_parallel_calls=data.READ_PARALLELISM)
             .prefetch(2)
         )
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
 
-    def replica_step(batch):
-        features, labels = batch
-        with tf.GradientTape() as tape:
-            probabilities = model(features, training=True)
-            loss = tf.nn.compute_average_loss(loss_fn(labels, probabilities), global_batch_size=global_batch)
-        gradients = sync.sync_gradients(tape.gradient(loss, model.trainable_variables))
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
-        return loss, correct
+    def replica_step_for(batch):
+        """One replica's training step, its loss averaged over ``batch`` examples (the step's, over replicas)."""
 
-    run_steps = sync.step_runner(replica_step, dataset_fn)
+        def replica_step(features_labels):
+            features, labels = features_labels
+            with tf.GradientTape() as tape:
+                probabilities = model(features, training=True)
+                loss = tf.nn.compute_average_loss(loss_fn(labels, probabilities), global_batch_size=batch)
+            gradients = sync.sync_gradients(tape.gradient(loss, model.trainable_variables))
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
+            return loss, correct
+
+        return replica_step
+
     every = t["checkpoint_every_steps"]
-    step, epoch_loss, epoch_correct, epoch_steps, history = start_step, 0.0, 0.0, 0, []
-    started = last_report = time.monotonic()
-    warm = None  # (time, step) after the first call, which includes tracing: throughput counts from there
-    while step < total_steps:
-        steps = min(STEPS_PER_CALL, total_steps - step, every - step % every, steps_per_epoch - step % steps_per_epoch)
-        loss_sum, correct_sum = run_steps(steps)
-        step += steps
-        beat(args.heartbeats, sync.name)
-        if warm is None:
-            warm = (time.monotonic(), step)
-            say(f"{sync.name}: first {steps} steps done in {warm[0] - started:.2f}s (tracing included)")
-        epoch_loss, epoch_correct, epoch_steps = epoch_loss + loss_sum, epoch_correct + correct_sum, epoch_steps + steps
-        metrics = {"loss": epoch_loss / epoch_steps, "accuracy": epoch_correct / (epoch_steps * global_batch)}
-        if manager and (step % every == 0 or step == total_steps):
-            step_counter.assign(step)
-            manager.save(checkpoint_number=step)
-            if sync.is_chief:
-                say(f"{sync.name}: saved checkpoint {manager.latest_checkpoint}")
-        now = time.monotonic()
-        if now - last_report >= PROGRESS_SECONDS or step == total_steps:
-            rate = steady_rate(step, now, warm, global_batch)
-            say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
-                f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f}"
-                + (f" examples/s {rate:,.0f}" if rate else ""))
-            last_report = now
-        if step % steps_per_epoch == 0:
-            history.append(metrics)
-            epoch_loss, epoch_correct, epoch_steps = 0.0, 0.0, 0
+    started = time.monotonic()
+    clock = {"warm": None, "last_report": started}
+    # warm: (time, step) after the first call, which includes tracing: throughput counts from there
+
+    def train(run_steps, p, batch, commit=lambda: None) -> None:
+        """Steps from ``p.step`` to the last, ``batch`` examples each; ``p`` holds the progress (step, the epoch's
+        sums, the finished epochs' metrics), ``commit()`` follows every step call."""
+        while p.step < total_steps:
+            step = p.step
+            steps = min(STEPS_PER_CALL, total_steps - step, every - step % every,
+                        steps_per_epoch - step % steps_per_epoch)
+            p.reached = step + steps  # where this step call ends, if it does
+            loss_sum, correct_sum = run_steps(steps)
+            p.step = step = step + steps
+            beat(args.heartbeats, sync.name, step)
+            if clock["warm"] is None:
+                clock["warm"] = (time.monotonic(), step)
+                say(f"{sync.name}: first {steps} steps done in {clock['warm'][0] - started:.2f}s (tracing included)")
+            p.epoch_loss, p.epoch_correct = p.epoch_loss + loss_sum, p.epoch_correct + correct_sum
+            p.epoch_steps, p.epoch_examples = p.epoch_steps + steps, p.epoch_examples + steps * batch
+            metrics = {"loss": p.epoch_loss / p.epoch_steps, "accuracy": p.epoch_correct / p.epoch_examples}
+            saver = manager() if step % every == 0 or step == total_steps else None
+            if saver:
+                step_counter.assign(step)
+                saver.save(checkpoint_number=step)
+                if sync.is_chief:
+                    say(f"{sync.name}: saved checkpoint {saver.latest_checkpoint}")
+            now = time.monotonic()
+            if now - clock["last_report"] >= PROGRESS_SECONDS or step == total_steps:
+                rate = steady_rate(step, now, clock["warm"], global_batch)
+                say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
+                    f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f}"
+                    + (f" examples/s {rate:,.0f}" if rate else ""))
+                clock["last_report"] = now
+            if step % steps_per_epoch == 0:
+                p.history = [*p.history, metrics]  # a new list: a commit keeps a reference, not a copy
+                p.epoch_loss, p.epoch_correct, p.epoch_steps, p.epoch_examples = 0.0, 0.0, 0, 0
+            commit()
+
+    # each world has its own dataset iterator: with tf.data's autotune on, destroying the ended worlds' ones
+    # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed anyway
+    without_autotune = tf.data.Options()
+    without_autotune.autotune.enabled = False
+    progress = dict(step=start_step, epoch_loss=0.0, epoch_correct=0.0, epoch_steps=0, epoch_examples=0, history=[])
+    if elastic:
+        def train_elastic(state) -> None:
+            """One world's training: entered at the start and again after every reset, with the committed
+            state synchronized from rank 0."""
+            size = sync.workers
+            if state.world_size != size:
+                if sync.is_chief:  # reached: the end of the step call the world changed in (or at)
+                    say(f"{sync.name}: world size {state.world_size} -> {size} at step {state.reached} "
+                        f"(restored commit at step {state.step})")
+                    clock["last_report"] = float("-inf")  # report the first step call of the new world
+                state.world_size = size
+            per_rank = global_batch // size
+            run_steps = sync.step_runner(replica_step_for(per_rank * size),
+                                         lambda r, n, b: dataset_fn(r, n, b, first_step=state.step).with_options(
+                                             without_autotune))
+
+            def commit() -> None:
+                """Keep this step call's state (host memory, no collective); at checkpoint boundaries also ask
+                rank 0's driver notifications whether hosts came back (a collective: 5-6 ms with Gloo on 2
+                cores, a third of the throughput if done after every step call)."""
+                if state.step % every == 0:
+                    state.commit()  # save, then check_host_updates: raises HostsUpdatedInterrupt
+                else:
+                    state.save()
+
+            train(run_steps, state, per_rank * size, commit)
+
+        state = sync.state([*model.variables, *optimizer.variables], **progress, world_size=sync.workers)
+        state.reached = start_step  # the end of this rank's last step call (not part of the state)
+        sync.run(train_elastic, state)
+        p = state
+    else:
+        p = types.SimpleNamespace(**progress)
+        train(sync.step_runner(replica_step_for(global_batch), dataset_fn), p, global_batch)
+    step, history, warm = p.step, p.history, clock["warm"]
     finished = time.monotonic()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     say(f"{sync.name}: done at step {step}; weights sha256 {weights_digest(model)}; peak RSS {peak_mb:.0f} MB")
+    saver = manager()
     if not sync.is_chief:
-        if manager:
-            shutil.rmtree(manager.directory, ignore_errors=True)
+        if saver:
+            shutil.rmtree(saver.directory, ignore_errors=True)
         return
     write_json_atomic(args.result, {
-        "checkpoint": manager.latest_checkpoint,
+        "checkpoint": saver.latest_checkpoint,
         "checkpoint_dir": args.checkpoints,
         "final_step": step,
         "resumed_from_step": start_step,

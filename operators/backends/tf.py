@@ -1,7 +1,10 @@
 """TF cluster backend: one process per cluster member, each with its TF_CONFIG.
 
 ``multi_worker_mirrored``: N workers. ``parameter_server``: a chief (the coordinator), P parameter
-servers and N workers; ps and workers serve until the launcher stops them after the chief is done."""
+servers and N workers; ps and workers serve until the launcher stops them after the chief is done.
+
+Elastic (``training.min_workers``): TensorFlow cannot resize a running cluster, so the launcher restarts it
+from the latest checkpoint with the workers it has left (Stage.elastic_sizes)."""
 
 from __future__ import annotations
 
@@ -21,4 +24,5 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
         for (role, i), cores in zip(members, own_cores(spec, len(members)))
     )
     servers = ("ps", "worker") if t.strategy == "parameter_server" else ()
-    return Stage("train", processes, tf_cluster=True, servers=servers)
+    elastic = {"elastic_sizes": t.elastic_sizes, "max_restarts": t.max_restarts} if t.elastic else {}
+    return Stage("train", processes, tf_cluster=True, servers=servers, **elastic)

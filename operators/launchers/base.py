@@ -12,17 +12,19 @@ from operators.plan import Stage
 class StageFailed(RuntimeError):
     """A process of the stage failed. ``tails`` holds the last output lines of every source that printed
     (each process, or each rank of an mpirun/horovodrun process), the failed one first; ``how`` replaces
-    the account given by the return code, ``detail`` follows it."""
+    the account given by the return code, ``detail`` follows it. ``lost`` names the processes that did not fail
+    by their own decision (killed by a signal, stopped, hung): an elastic stage may continue without them."""
 
     def __init__(self, process: str, returncode: int | None, tails: dict[str, list[str]], *, how: str | None = None,
-                 detail: str | None = None):
-        self.process, self.returncode, self.tails = process, returncode, tails
+                 detail: str | None = None, lost: tuple[str, ...] = ()):
+        self.process, self.returncode, self.tails, self.lost = process, returncode, tails, lost
         if how is None and returncode is None:
             how = "stopped serving before the stage was done"
         elif how is None:
             how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
         blocks = [f"[{name}] last lines:\n" + "\n".join(f"  {line}" for line in lines) for name, lines in tails.items()]
-        super().__init__(f"{process} {how}" + (f"; {detail}" if detail else "") + "\n" + "\n".join(blocks))
+        self.summary = f"{process} {how}" + (f"; {detail}" if detail else "")
+        super().__init__(self.summary + "\n" + "\n".join(blocks))
 
 
 class StageStopped(RuntimeError):

@@ -14,13 +14,14 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 import psutil
 
 from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.plan import Process, Stage, tf_config
 from trainer.artifacts import read_json
-from trainer.contract import last_beats
+from trainer.contract import checkpoint_step, last_beats
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
@@ -91,9 +92,56 @@ class LocalLauncher(Launcher):
 
     def run(self, stage: Stage, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
+        changes: list[dict] = []
+        while True:
+            try:
+                self._run_once(stage, log, changes[-1] if changes else None)
+                break
+            except StageFailed as failure:
+                smaller = self._shrunk(stage, failure, changes)
+                if smaller is None:
+                    raise
+                change = self._change(stage, smaller, failure, len(changes) + 1)
+                log.warning("%s: %s; restarting the cluster with %d of %d workers from the checkpoint at step %d "
+                            "(restart %d of %d, training.max_restarts; the global batch is kept)", stage.task_id,
+                            failure.summary, change["workers_after"], change["workers_before"],
+                            change["resumed_at_step"], len(changes) + 1, stage.max_restarts)
+                changes.append(change)
+                stage = smaller
+        result = read_json(stage.result_file) if stage.result_file else {}
+        return {**result, "elastic_restarts": changes} if changes else result
+
+    @staticmethod
+    def _shrunk(stage: Stage, failure: StageFailed, changes: list[dict]) -> Stage | None:
+        """The elastic TF cluster to restart after ``failure``: the workers it has left (every other role
+        restarts as it was), at the largest size allowed; None when the stage may not continue."""
+        if not failure.lost or len(changes) >= stage.max_restarts:
+            return None
+        workers = [p for p in stage.processes if p.role == "worker"]
+        left = len(workers) - len([name for name in failure.lost if name in {p.name for p in workers}])
+        size = next((n for n in stage.elastic_sizes if n <= left), None)
+        if size is None:
+            return None
+        return replace(stage, processes=tuple(p for p in stage.processes if p.role != "worker" or p.index < size))
+
+    @staticmethod
+    def _change(stage: Stage, smaller: Stage, failure: StageFailed, number: int) -> dict:
+        """What one elastic restart changed, for the log and the stage's result record."""
+        def count(s: Stage) -> int:
+            return sum(p.role == "worker" for p in s.processes)
+
+        return {"restart": number, "lost": list(failure.lost), "why": failure.summary,
+                "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
+                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "noticed_at": time.time(),
+                "workers_before": count(stage), "workers_after": count(smaller)}
+
+    def _run_once(self, stage: Stage, log: logging.Logger, recovering: dict | None) -> None:
+        """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         envs = self.environments(stage)
+        with self._lock:
+            self.processes = {}
         try:
             for p in stage.processes:
                 env = {**os.environ, "PYTHONUNBUFFERED": "1", **envs[p.name]}
@@ -109,14 +157,13 @@ class LocalLauncher(Launcher):
             ]
             for t in pumps:
                 t.start()
-            self._wait(stage, lines, tails, log)
+            self._wait(stage, lines, tails, log, recovering)
             self._terminate()  # servers, once everything else is done
             for t in pumps:
                 t.join()
             self._relay(lines, tails, log)
         finally:
             self._terminate()
-        return read_json(stage.result_file) if stage.result_file else {}
 
     @staticmethod
     def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:
@@ -137,58 +184,72 @@ class LocalLauncher(Launcher):
         except queue.Empty:
             pass
 
-    def _wait(self, stage: Stage, lines: queue.Queue, tails: dict, log: logging.Logger) -> None:
+    def _wait(self, stage: Stage, lines: queue.Queue, tails: dict, log: logging.Logger,
+              recovering: dict | None) -> None:
         roles = {p.name: p.role for p in stage.processes}
         started = time.time()
         while True:
             self._relay(lines, tails, log, timeout=0.2)
             if self._stop_requested.is_set():
                 raise StageStopped(f"{stage.task_id}: stopped on request; every process was ended")
+            if recovering and "seconds_to_recover" not in recovering:
+                self._note_recovery(stage, started, recovering, log)
             if hung := self._hung(stage, started):
                 self._terminate()
                 self._relay(lines, tails, log)
                 name, detail = hung
                 raise StageFailed(name, None, failed_first(tails, name),
                                   how=f"made no training progress for {stage.hang_timeout_seconds} s "
-                                      "(training.hang_timeout_seconds)", detail=detail)
+                                      "(training.hang_timeout_seconds)", detail=detail, lost=(name,))
             codes = {name: proc.poll() for name, proc in self.processes.items()}
             failed = [name for name, code in codes.items()
                       if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)]
             if failed:
-                name, stopped = failed[0], self._stopped(stage)
+                killed = tuple(name for name in failed if codes[name] < 0)
+                name, stopped = (killed or failed)[0], self._stopped(stage)
                 if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
                     name, pid = stopped
                     self._terminate()
                     self._relay(lines, tails, log)
                     raise StageFailed(name, None, failed_first(tails, name),
                                       how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
-                                      detail=f"{failed[0]} then exited with code {codes[failed[0]]}")
+                                      detail=f"{failed[0]} then exited with code {codes[failed[0]]}", lost=(name,))
                 self._terminate()
                 time.sleep(0.2)  # let the pump threads deliver the last lines
                 self._relay(lines, tails, log)
                 code = codes[name] if codes[name] else None
-                raise StageFailed(name, code, failed_first(tails, name))
+                raise StageFailed(name, code, failed_first(tails, name), lost=killed)
             if all(codes[name] == 0 for name, role in roles.items() if role not in stage.servers):
                 return
+
+    @staticmethod
+    def _note_recovery(stage: Stage, started: float, change: dict, log: logging.Logger) -> None:
+        """Once the restarted cluster has stepped: how long after the loss was noticed, and from which step."""
+        beats = [b for b in last_beats(stage.heartbeat_dir).values() if b.time >= started]
+        if beats:
+            first = min(beats, key=lambda b: b.time)
+            change["seconds_to_recover"] = round(first.time - change["noticed_at"], 2)
+            log.info("%s: training again at step %d, %.1f s after the loss was noticed", stage.task_id, first.step,
+                     change["seconds_to_recover"])
 
     def _hung(self, stage: Stage, started: float) -> tuple[str, str] | None:
         """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped
         process (by its member name where it beats, else its stage process) or the longest silent member."""
         if not stage.hang_timeout_seconds:
             return None
-        beats = {m: b for m, b in last_beats(stage.heartbeat_dir).items() if b[0] >= started}
-        if not beats or time.time() - max(t for t, _ in beats.values()) < stage.hang_timeout_seconds:
+        beats = {m: b for m, b in last_beats(stage.heartbeat_dir).items() if b.time >= started}
+        if not beats or time.time() - max(b.time for b in beats.values()) < stage.hang_timeout_seconds:
             return None
         if stopped := self._stopped(stage):
             return stopped[0], f"its process {stopped[1]} is stopped (SIGSTOP, or a debugger)"
-        silent = min(beats, key=lambda m: beats[m][0])
+        silent = min(beats, key=lambda m: beats[m].time)
         return silent, "the others wait for it: " + ", ".join(
-            f"{m} last stepped {time.time() - t:.0f} s ago" for m, (t, _) in sorted(beats.items()))
+            f"{m} last stepped {time.time() - b.time:.0f} s ago" for m, b in sorted(beats.items()))
 
     def _stopped(self, stage: Stage) -> tuple[str, int] | None:
         """(name, pid) of a stopped process of the stage: by its heartbeat member name (``rank-1`` under
         horovodrun), else by the stage process it belongs to."""
-        members = {pid: member for member, (_, pid) in last_beats(stage.heartbeat_dir).items()}
+        members = {b.pid: member for member, b in last_beats(stage.heartbeat_dir).items()}
         for name, proc in self.processes.items():
             with contextlib.suppress(psutil.NoSuchProcess):
                 root = psutil.Process(proc.pid)
