@@ -266,6 +266,7 @@ def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp
                     num_ps=1).elastic_sizes == (3, 2, 1)  # each step runs on one worker: any count keeps it
     assert problems(make_spec(str(tmp_path), training={"num_workers": 2, "min_workers": 3})) == [
         "training.min_workers: at most num_workers (2), got 3"]
-    assert problems(make_spec(str(tmp_path), training={"num_workers": 4, "min_workers": 3, "global_batch_size": 64})) == [
+    uneven = {"num_workers": 4, "min_workers": 3, "global_batch_size": 64}
+    assert problems(make_spec(str(tmp_path), training=uneven)) == [
         "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
         "replicas; lower min_workers or pick a global batch size they divide"]

@@ -132,7 +132,7 @@ class LocalLauncher(Launcher):
 
         return {"restart": number, "lost": list(failure.lost), "why": failure.summary,
                 "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
-                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "noticed_at": time.time(),
+                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "stopped_at": time.time(),
                 "workers_before": count(stage), "workers_after": count(smaller)}
 
     def _run_once(self, stage: Stage, log: logging.Logger, recovering: dict | None) -> None:
@@ -224,13 +224,13 @@ class LocalLauncher(Launcher):
 
     @staticmethod
     def _note_recovery(stage: Stage, started: float, change: dict, log: logging.Logger) -> None:
-        """Once the restarted cluster has stepped: how long after the loss was noticed, and from which step."""
+        """Once the restarted cluster has stepped: how long after the lost one was stopped, and from which step."""
         beats = [b for b in last_beats(stage.heartbeat_dir).values() if b.time >= started]
         if beats:
             first = min(beats, key=lambda b: b.time)
-            change["seconds_to_recover"] = round(first.time - change["noticed_at"], 2)
-            log.info("%s: training again at step %d, %.1f s after the loss was noticed", stage.task_id, first.step,
-                     change["seconds_to_recover"])
+            change["seconds_to_recover"] = round(first.time - change["stopped_at"], 2)
+            log.info("%s: training again at step %d, %.1f s after the lost cluster was stopped", stage.task_id,
+                     first.step, change["seconds_to_recover"])
 
     def _hung(self, stage: Stage, started: float) -> tuple[str, str] | None:
         """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped
