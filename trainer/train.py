@@ -464,12 +464,13 @@ def main() -> None:
                 p.epoch_loss, p.epoch_correct, p.epoch_steps, p.epoch_examples = 0.0, 0.0, 0, 0
             commit()
 
-    # each world has its own dataset iterator: with tf.data's autotune on, destroying the ended worlds' ones
-    # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed anyway
-    without_autotune = tf.data.Options()
-    without_autotune.autotune.enabled = False
     progress = dict(step=start_step, epoch_loss=0.0, epoch_correct=0.0, epoch_steps=0, epoch_examples=0, history=[])
     if elastic:
+        # each world has its own dataset iterator: with tf.data's autotune on, destroying the ended worlds' ones
+        # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed
+        without_autotune = tf.data.Options()
+        without_autotune.autotune.enabled = False
+
         def train_elastic(state) -> None:
             """One world's training: entered at the start and again after every reset, with the committed
             state synchronized from rank 0."""
