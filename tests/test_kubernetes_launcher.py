@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 
 import psutil
 import pytest
@@ -22,7 +23,7 @@ from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageT
 from tests.conftest import assert_no_process_of, collecting_logger, plan_for, prepared_plan, wait_for
 from tests.k8s_standin import Cluster
 from trainer.artifacts import read_json
-from trainer.contract import EXIT_REFUSED
+from trainer.contract import EXIT_HUNG, EXIT_REFUSED, last_beats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]
@@ -155,6 +156,39 @@ def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_
     assert_nothing_left(cluster, plan)
 
 
+
+
+HUNG = {"mirrored": ({"num_workers": 2}, "worker-1", "worker-1"),
+        "horovod": ({"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo"}}, "pod-1", "rank-1")}
+"""Training section, the member whose pod holds the process to stop, that process's heartbeat name."""
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("mode", HUNG)
+def test_a_stopped_worker_fails_the_job_within_the_hang_timeout_naming_it(cluster, digits_root, fault_figures, mode):
+    """A training process SIGSTOPped in its pod: the pod's entrypoint sees it stopped (and, watching the stage's
+    heartbeats, that nothing steps), kills its processes and exits EXIT_HUNG with the report as its termination
+    message, which fails the Job before TF's coordination service or Gloo give up on the stopped worker."""
+    training, member, beater = HUNG[mode]
+    plan = k8s_plan(digits_root, f"k8s_hung_{mode}", epochs=400, hang_timeout_seconds=10, **training)
+    launcher, _, finished = train_in_background(plan)
+    pod, = [p for p in cluster.pods.values() if p.obj["metadata"]["annotations"].get(
+        "batch.kubernetes.io/job-completion-index") == "1" and "-train-" in p.obj["metadata"]["name"]]
+    wait_for(lambda: beater in last_beats(plan.layout.heartbeat_dir), 30, f"{beater}'s heartbeat")
+    stopped = psutil.Process(last_beats(plan.layout.heartbeat_dir)[beater].pid)
+    assert stopped in psutil.Process(pod.proc.pid).children(recursive=True)
+    stopped.suspend()
+    stopped_at = time.time()
+    failure = finished()
+    failed_after = time.time() - stopped_at
+    assert isinstance(failure, StageFailed), failure
+    assert failure.process.startswith(f"{member} (pod ") and failure.returncode == EXIT_HUNG, failure.summary
+    assert (f"stopped the hung stage: {beater} is stopped: its process {stopped.pid} has been stopped (SIGSTOP)"
+            in failure.summary), failure.summary
+    assert failed_after < 10, failed_after
+    assert_nothing_left(cluster, plan)
+    fault_figures("2 worker hung (SIGSTOP), hang_timeout_seconds 10", f"{mode} on kubernetes",
+                  seconds_to_fail=round(failed_after, 2), named_the_stopped_worker=True)
 
 
 def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_from_the_checkpoint(

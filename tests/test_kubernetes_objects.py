@@ -13,8 +13,10 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import jsonschema
 import kubernetes_validate
@@ -25,7 +27,7 @@ from operators.cli import main as cli
 from operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
 from operators.plan import RunContext, build_plan
 from operators.spec import SpecError, load_spec, override_refusal
-from tests.conftest import REPO, make_spec
+from tests.conftest import REPO, make_spec, wait_for
 from trainer import contract, pod
 from trainer.artifacts import read_json
 
@@ -116,8 +118,10 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
                      {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
     config = json.loads(pod.tf_config(name, cluster, 3))
     assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
-    # the pod runs the same training command as a local cluster member, through trainer.pod
+    # the pod runs the same training command as a local cluster member, through trainer.pod, watching for hangs
     assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)
+    assert command[command.index("--heartbeats"):][:4] == [
+        "--heartbeats", plan.layout.heartbeat_dir, "--hang-timeout", str(spec.training.hang_timeout_seconds)]
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert rules[0]["onPodConditions"][0]["type"] == "DisruptionTarget" and rules[1]["action"] == "FailJob"
     resources = pod_spec["containers"][0]["resources"]
@@ -231,6 +235,36 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
 def test_a_pod_whose_peers_never_resolve_fails_naming_them():
     with pytest.raises(SystemExit):
         pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
+
+
+def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest(tmp_path, monkeypatch):
+    """trainer.pod's HangWatch: a process of its own stopped (SIGSTOP) for STOPPED_SECONDS; else, once no
+    member of the stage has stepped for the hang timeout, the one silent longest."""
+    monkeypatch.setattr(pod, "STOPPED_SECONDS", 0.5)
+    heartbeats = str(tmp_path / "heartbeats")
+    os.makedirs(heartbeats)
+    watch = pod.HangWatch(heartbeats, timeout=10)
+    watch.since -= 60
+    for member, age in (("worker-0", 12), ("worker-1", 15)):
+        contract.beat(heartbeats, member, 40)
+        os.utime(os.path.join(heartbeats, member), (time.time() - age,) * 2)
+    assert watch.hung({"worker-0": os.getpid()})
+    assert watch.report == ("worker-1 made no training progress for 10 s (training.hang_timeout_seconds): the others "
+                            "wait for it: worker-0 last stepped 12 s ago, worker-1 last stepped 15 s ago")
+    contract.beat(heartbeats, "worker-0", 41)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        watch = pod.HangWatch(heartbeats, timeout=10)
+        assert not watch.hung({"worker-1": sleeper.pid})
+        sleeper.send_signal(signal.SIGSTOP)
+        wait_for(lambda: pod.is_stopped(sleeper.pid), 5, "the signal to stop it")
+        assert not watch.hung({"worker-1": sleeper.pid})  # seen stopped from now on
+        time.sleep(0.6)
+        assert watch.hung({"worker-1": sleeper.pid})
+        assert watch.report == f"worker-1 is stopped: its process {sleeper.pid} has been stopped (SIGSTOP) for 0.5 s"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp_path):

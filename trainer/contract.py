@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -20,6 +21,9 @@ from trainer.artifacts import read_json, write_json_atomic
 EXIT_REFUSED = 3
 """Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
 model that was not blessed, data prepared from other input): the task fails without a retry."""
+EXIT_HUNG = 4
+"""Exit code of a pod whose training made no progress for ``training.hang_timeout_seconds``: its entrypoint
+stopped the training and wrote which member hung as the termination message."""
 RESULT_MAX_BYTES = 4096
 """The most a termination message holds (the kubelet truncates beyond)."""
 SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
@@ -76,6 +80,23 @@ def last_beats(heartbeat_dir: str) -> dict[str, Beat]:
     return beats
 
 
+def stalled(heartbeat_dir: str, since: float, timeout: float) -> dict[str, Beat] | None:
+    """The beats since ``since`` when none of them is newer than ``timeout`` seconds, else None (also before
+    the first beat: starting a cluster is bounded by its own timeouts)."""
+    beats = {m: b for m, b in last_beats(heartbeat_dir).items() if b.time >= since}
+    if not beats or time.time() - max(b.time for b in beats.values()) < timeout:
+        return None
+    return beats
+
+
+def longest_silent(beats: dict[str, Beat]) -> tuple[str, str]:
+    """(the member silent longest, how long each has been silent): in a hung collective every member waits for
+    the one that stopped stepping first."""
+    now = time.time()
+    return min(beats, key=lambda m: beats[m].time), "the others wait for it: " + ", ".join(
+        f"{m} last stepped {now - b.time:.0f} s ago" for m, b in sorted(beats.items()))
+
+
 def checkpoint_step(checkpoint_dir: str) -> int:
     """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
     file), 0 when there is none."""
@@ -113,11 +134,14 @@ def encode_result(record: dict[str, Any]) -> str:
 
 def pod_argv(python: str, run_dir: str, result: str, command: tuple[str, ...] | list[str], *, job: str = "",
              cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0,
-             hostfile: str = "") -> list[str]:
+             hostfile: str = "", heartbeats: str = "", hang_timeout: int | None = None) -> list[str]:
     """The argv of a pod (``trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
     cluster member, or as this pod's Horovod ranks, peers named after ``job``, or once every host of an MPI
-    ``hostfile`` resolves), then hand the stage's ``result`` record back as the termination message."""
+    ``hostfile`` resolves), stop it when no member beats in ``heartbeats`` for ``hang_timeout`` seconds, then
+    hand the stage's ``result`` record back as the termination message."""
     argv = [python, "-m", "trainer.pod", "--run-dir", run_dir, "--result", result]
+    if heartbeats and hang_timeout:
+        argv += ["--heartbeats", heartbeats, "--hang-timeout", str(hang_timeout)]
     if hostfile:
         argv += ["--hostfile", hostfile]
     if cluster:

@@ -29,12 +29,53 @@ import threading
 import time
 
 from trainer.artifacts import read_json
-from trainer.contract import (EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, RunLayout,
-                              RunMismatch, encode_result, record_run)
+from trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
+                              RunLayout, RunMismatch, encode_result, longest_silent, record_run, stalled)
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
 """Horovod's Gloo rendezvous waits this long for every rank: pods of one Job may start minutes apart."""
+STOPPED_SECONDS = 3
+"""A training process stopped (SIGSTOP) this long fails its pod, whatever the hang timeout: TF's coordination
+service gives up on a stopped MultiWorkerMirrored worker after 10 s and fails a peer instead, hiding the cause."""
+
+
+class HangWatch:
+    """Every pod of a training stage watches its own processes and the heartbeats of all the stage's members (on
+    the shared artifact volume): the pod whose process is stopped reports it after STOPPED_SECONDS; once no
+    member has stepped for ``timeout`` seconds, a pod reports the member silent longest (the others wait for it
+    in a collective). Beat times are the files' modification times: the nodes' clocks must agree to well
+    within ``timeout``."""
+
+    def __init__(self, heartbeats: str, timeout: int) -> None:
+        self.heartbeats, self.timeout, self.since = heartbeats, timeout, time.time()
+        self.stopped_since: dict[int, float] = {}
+        self.report: str | None = None
+
+    def hung(self, own: dict[str, int]) -> bool:
+        """Whether the stage hung, given this pod's processes (member → pid); ``report`` then says who and why."""
+        now = time.time()
+        self.stopped_since = {pid: self.stopped_since.get(pid, now) for pid in own.values() if is_stopped(pid)}
+        stopped = [(m, pid) for m, pid in own.items() if now - self.stopped_since.get(pid, now) >= STOPPED_SECONDS]
+        if stopped:
+            member, pid = stopped[0]
+            self.report = f"{member} is stopped: its process {pid} has been stopped (SIGSTOP) for {STOPPED_SECONDS} s"
+            return True
+        beats = stalled(self.heartbeats, self.since, self.timeout)
+        if beats is None:
+            return False
+        who, why = longest_silent(beats)
+        self.report = f"{who} made no training progress for {self.timeout} s (training.hang_timeout_seconds): {why}"
+        return True
+
+
+def is_stopped(pid: int) -> bool:
+    """The process is stopped by a signal (state T in /proc/<pid>/stat; a debugger's tracing stop is t)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "T"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def peer(job: str, index: int) -> str:
@@ -89,7 +130,7 @@ def hostfile_hosts(path: str) -> list[str]:
         return [line.split()[0] for line in f if line.split() and not line.lstrip().startswith("#")]
 
 
-def run_command(args: argparse.Namespace, index: int) -> int:
+def run_command(args: argparse.Namespace, index: int, watch: HangWatch | None) -> int:
     """The stage's one process; a TF cluster member gets its TF_CONFIG first (unless a TFJob set it), an
     MPIJob's launcher waits for the hostfile's hosts."""
     env = dict(os.environ)
@@ -98,10 +139,11 @@ def run_command(args: argparse.Namespace, index: int) -> int:
         wait_for_peers([peer(args.job, k) for k in range(len(members(args.cluster)))], args.peer_timeout)
     if args.hostfile:
         wait_for_peers(hostfile_hosts(args.hostfile), args.peer_timeout)
-    return _run([(None, args.command, env)])
+    member = "-".join(map(str, members(args.cluster)[index])) if args.cluster else "launcher"
+    return _run([(None, member, args.command, env)], watch)
 
 
-def run_horovod_ranks(args: argparse.Namespace, index: int) -> int:
+def run_horovod_ranks(args: argparse.Namespace, index: int, watch: HangWatch | None) -> int:
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
@@ -120,28 +162,35 @@ def run_horovod_ranks(args: argparse.Namespace, index: int) -> int:
         "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS),
     }
     ranks = [slot for slot in plan if slot.hostname == hosts[index]]
-    return _run([(slot.rank, args.command, {**os.environ, **common, **create_slot_env_vars(slot)})
-                 for slot in ranks])
+    return _run([(slot.rank, f"rank-{slot.rank}", args.command, {**os.environ, **common, **create_slot_env_vars(slot)})
+                 for slot in ranks], watch)
 
 
-def _run(processes: list[tuple[int | None, list[str], dict[str, str]]]) -> int:
-    """Start the processes; relay output (Horovod ranks tagged '[rank]<stdout>:' as horovodrun does); when
-    one fails, stop the rest and return its exit code."""
-    started = [(rank, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-               for rank, argv, env in processes]
-    pumps = [threading.Thread(target=_relay, args=(rank, proc), daemon=True) for rank, proc in started]
+def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], watch: HangWatch | None) -> int:
+    """Start the processes (rank, member, argv, env); relay output (Horovod ranks tagged '[rank]<stdout>:' as
+    horovodrun does); when one fails, stop the rest and return its exit code; when ``watch`` finds the stage
+    hung, kill them (a stopped process acts on no other signal) and return EXIT_HUNG."""
+    started = [(rank, member, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+               for rank, member, argv, env in processes]
+    pumps = [threading.Thread(target=_relay, args=(rank, proc), daemon=True) for rank, _, proc in started]
     for t in pumps:
         t.start()
-    signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for _, proc in started])
-    def first_failure() -> int:
-        return next((proc.returncode for _, proc in started if proc.returncode), 0)
+    signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for _, _, proc in started])
 
-    while any([proc.poll() is None for _, proc in started]) and not first_failure():  # a list: poll every one
+    def first_failure() -> int:
+        return next((proc.returncode for _, _, proc in started if proc.returncode), 0)
+
+    hung = False
+    while any([proc.poll() is None for _, _, proc in started]) and not first_failure():  # a list: poll every one
+        if watch and watch.hung({member: proc.pid for _, member, proc in started}):
+            hung = True
+            print(f"ERROR: {watch.report}; stopping this pod's processes", file=sys.stderr, flush=True)
+            break
         time.sleep(0.2)
-    code = first_failure()
-    for _, proc in started:
+    code = EXIT_HUNG if hung else first_failure()
+    for _, _, proc in started:
         if proc.poll() is None:
-            proc.terminate()
+            proc.kill() if hung else proc.terminate()
         proc.wait()
     for t in pumps:
         t.join()
@@ -168,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iface", default=os.environ.get("TFDIST_IFACE", "eth0"), help="Gloo's network interface")
     parser.add_argument("--hostfile", help="an MPI hostfile: start the command once every host in it resolves")
     parser.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_SECONDS)
+    parser.add_argument("--heartbeats", help="the training members' heartbeat directory (on the shared volume)")
+    parser.add_argument("--hang-timeout", type=int, help="fail once no member has beaten for this many seconds")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -182,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     except RunMismatch as exc:
         return _error(str(exc), EXIT_REFUSED)
     index = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
-    code = run_horovod_ranks(args, index) if args.horovod_slots else run_command(args, index)
+    watch = HangWatch(args.heartbeats, args.hang_timeout) if args.heartbeats and args.hang_timeout else None
+    code = run_horovod_ranks(args, index, watch) if args.horovod_slots else run_command(args, index, watch)
+    if watch and watch.report:
+        with open(args.message, "w") as f:
+            f.write(watch.report)
     if code == 0 and os.path.exists(args.result):
         try:
             message = encode_result(read_json(args.result))

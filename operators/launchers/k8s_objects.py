@@ -129,7 +129,10 @@ def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
 
 
 def _entrypoint(plan: Plan, stage: Stage, python: str, command: tuple[str, ...], **place) -> list[str]:
-    return pod_argv(python, plan.layout.run_dir, stage.result_file, command, **place)
+    """The pod's argv; a training stage's pods watch its heartbeats for hangs."""
+    watch = {"heartbeats": stage.heartbeat_dir, "hang_timeout": stage.hang_timeout_seconds}
+    return pod_argv(python, plan.layout.run_dir, stage.result_file, command, **(watch if stage.heartbeat_dir else {}),
+                    **place)
 
 
 def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,

@@ -34,7 +34,7 @@ from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.launchers.k8s_objects import identity, label_value, stage_objects
 from operators.launchers.local import TAIL_LINES, split_rank_tags
 from operators.plan import Plan, Stage
-from trainer.contract import EXIT_REFUSED
+from trainer.contract import EXIT_HUNG, EXIT_REFUSED
 
 POLL_SECONDS = 2.0
 API_OUTAGE_SECONDS = 300
@@ -393,7 +393,8 @@ def _result(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
 
 
 def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
-    """The first pod that failed, how it ended (exit code, OOMKilled, eviction) and the job's reason."""
+    """The first pod that failed, how it ended (exit code, OOMKilled, eviction, the hang it found) and the job's
+    reason."""
     job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
     failed = [p for p in pods if p.status.phase == "Failed" and _terminated(p)]
     if not failed:
@@ -409,6 +410,8 @@ def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     disrupted = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
                      None)
     how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
+    if terminated.exit_code == EXIT_HUNG:
+        how = f"stopped the hung stage: {terminated.message.strip()}"
     return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job)
 
 

@@ -21,7 +21,7 @@ import psutil
 from operators.launchers.base import Launcher, StageFailed, StageStopped
 from operators.plan import Process, Stage, tf_config
 from trainer.artifacts import read_json
-from trainer.contract import checkpoint_step, last_beats
+from trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
@@ -237,14 +237,12 @@ class LocalLauncher(Launcher):
         process (by its member name where it beats, else its stage process) or the longest silent member."""
         if not stage.hang_timeout_seconds:
             return None
-        beats = {m: b for m, b in last_beats(stage.heartbeat_dir).items() if b.time >= started}
-        if not beats or time.time() - max(b.time for b in beats.values()) < stage.hang_timeout_seconds:
+        beats = stalled(stage.heartbeat_dir, started, stage.hang_timeout_seconds)
+        if beats is None:
             return None
         if stopped := self._stopped(stage):
             return stopped[0], f"its process {stopped[1]} is stopped (SIGSTOP, or a debugger)"
-        silent = min(beats, key=lambda m: beats[m].time)
-        return silent, "the others wait for it: " + ", ".join(
-            f"{m} last stepped {time.time() - b.time:.0f} s ago" for m, b in sorted(beats.items()))
+        return longest_silent(beats)
 
     def _stopped(self, stage: Stage) -> tuple[str, int] | None:
         """(name, pid) of a stopped process of the stage: by its heartbeat member name (``rank-1`` under
