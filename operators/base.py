@@ -111,8 +111,13 @@ class StageOperator(BaseOperator):
         return self.result(record, plan, context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        """Resumes after the trigger: the stage's result record, or its failure."""
+        """Resumes after the trigger: the stage's result record, its elastic restart, or its failure."""
         if event["status"] != "success":
+            plan = self.plan(context)
+            trigger = get_launcher(plan, context["ti"].try_number).continue_deferred(
+                plan.stage(self.stage), event, self.log, context.get("task_state_store"))
+            if trigger is not None:
+                self.defer(trigger=trigger, method_name="execute_complete")
             self.fail(event["returncode"], event["message"])
         return self.result(event["result"], self.plan(context), context)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from dataclasses import replace
 from typing import Any
 
 from operators.plan import Stage
@@ -31,11 +32,50 @@ class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 
 
+def workers(stage: Stage) -> int:
+    return sum(p.role == "worker" for p in stage.processes)
+
+
+def with_workers(stage: Stage, count: int) -> Stage:
+    """The stage's TF cluster with its first ``count`` workers (every other role as it was)."""
+    return replace(stage, processes=tuple(p for p in stage.processes if p.role != "worker" or p.index < count))
+
+
+def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict]) -> Stage | None:
+    """The elastic TF cluster to restart after losing the processes ``lost``: the workers it has left, at the
+    largest size allowed (a lost chief or parameter server: the same size); None when the stage may not
+    continue (not elastic, nothing lost, ``max_restarts`` used up, too few workers left)."""
+    if not lost or len(restarts) >= stage.max_restarts:
+        return None
+    names = {p.name for p in stage.processes if p.role == "worker"}
+    left = len(names) - len(names & set(lost))
+    size = next((n for n in stage.elastic_sizes if n <= left), None)
+    return None if size is None else with_workers(stage, size)
+
+
+def restart_record(stage: Stage, smaller: Stage, lost: tuple[str, ...], why: str, restarts: list[dict],
+                   log: logging.Logger, **measured: Any) -> dict[str, Any]:
+    """Log an elastic restart and add its record (an item of the result record's ``elastic_restarts``)."""
+    change = {"restart": len(restarts) + 1, "lost": list(lost), "why": why, "workers_before": workers(stage),
+              "workers_after": workers(smaller), **measured}
+    log.warning("%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
+                "training.max_restarts; the global batch is kept)", stage.task_id, why, change["workers_after"],
+                change["workers_before"], f"checkpoint at step {measured['resumed_at_step']}"
+                if "resumed_at_step" in measured else "latest checkpoint", change["restart"], stage.max_restarts)
+    restarts.append(change)
+    return change
+
+
 class Launcher(abc.ABC):
     def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> Any | None:
         """Start the stage (or find the one an earlier try of the task started, by the identity kept in the
         task's state ``store``) and return the trigger that follows it to its end; None when the stage's
         processes live and die with the task process (then call ``run``)."""
+        return None
+
+    def continue_deferred(self, stage: Stage, event: dict[str, Any], log: logging.Logger, store: Any) -> Any | None:
+        """After the trigger of ``start_deferred`` reported the stage failed: the trigger following the stage
+        restarted elastically, or None when it may not continue."""
         return None
 
     @abc.abstractmethod

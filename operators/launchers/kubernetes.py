@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import math
+import signal
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -30,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from operators.launchers.base import Launcher, StageFailed, StageStopped
+from operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk, with_workers
 from operators.launchers.k8s_objects import identity, label_value, stage_objects
 from operators.launchers.local import TAIL_LINES, split_rank_tags
 from operators.plan import Plan, Stage
@@ -238,9 +239,30 @@ class KubernetesLauncher(Launcher):
     def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> StageTrigger:
         return StageTrigger(self.start(stage, log, store).to_dict())
 
+    def continue_deferred(self, stage: Stage, event: dict[str, Any], log: logging.Logger,
+                          store: Any) -> StageTrigger | None:
+        restarts = list(event.get("restarts", []))
+        current = with_workers(stage, restarts[-1]["workers_after"]) if restarts else stage
+        lost = tuple(event.get("lost", ()))
+        smaller = shrunk(current, lost, restarts)
+        if smaller is None:
+            return None
+        restart_record(current, smaller, lost, event["summary"], restarts, log)
+        return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
+
     def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
-        watch = self.start(stage, log)
-        return asyncio.run(follow(watch, log, lambda: self._stop_requested))
+        restarts: list[dict] = []
+        while True:
+            watch = self.start(stage, log)
+            try:
+                result = asyncio.run(follow(watch, log, lambda: self._stop_requested))
+                return {**result, "elastic_restarts": restarts} if restarts else result
+            except StageFailed as failure:
+                smaller = shrunk(stage, failure.lost, restarts)
+                if smaller is None:
+                    raise
+                restart_record(stage, smaller, failure.lost, failure.summary, restarts, log)
+                stage = smaller
 
     def stop(self) -> None:
         self._stop_requested = True
@@ -394,7 +416,8 @@ def _result(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
 
 def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     """The first pod that failed, how it ended (exit code, OOMKilled, eviction, the hang it found) and the job's
-    reason."""
+    reason; a pod disrupted (evicted, preempted, its node gone), SIGKILLed other than for memory, or hung counts
+    as lost (an elastic stage may continue without it)."""
     job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
     failed = [p for p in pods if p.status.phase == "Failed" and _terminated(p)]
     if not failed:
@@ -412,7 +435,9 @@ def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
     if terminated.exit_code == EXIT_HUNG:
         how = f"stopped the hung stage: {terminated.message.strip()}"
-    return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job)
+    killed = terminated.exit_code == 128 + signal.SIGKILL and terminated.reason != "OOMKilled"
+    return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job,
+                       lost=(member,) if disrupted or killed or terminated.exit_code == EXIT_HUNG else ())
 
 
 async def delete_objects(watch: Watch, log: logging.Logger | None = None) -> None:
@@ -439,23 +464,26 @@ async def delete_objects(watch: Watch, log: logging.Logger | None = None) -> Non
 
 class StageTrigger(BaseTrigger):
     """Follows a stage's Kubernetes objects from the triggerer (``follow``): one event with the result
-    record or the failure. A user killing the deferred task deletes the objects (``on_kill``); a
-    triggerer restart does not (the next triggerer follows on)."""
+    record or the failure (with what was lost, for an elastic restart). ``restarts``: the elastic restarts
+    before these objects. A user killing the deferred task deletes the objects (``on_kill``); a triggerer
+    restart does not (the next triggerer follows on)."""
 
-    def __init__(self, watch: dict[str, Any]) -> None:
+    def __init__(self, watch: dict[str, Any], restarts: list[dict] = ()) -> None:
         super().__init__()
-        self.watch = watch
+        self.watch, self.restarts = watch, list(restarts)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {"watch": self.watch}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"watch": self.watch, "restarts": self.restarts}
 
     async def run(self):
         try:
             result = await follow(Watch.from_dict(self.watch), self.log)
         except StageFailed as exc:
-            yield TriggerEvent({"status": "failed", "returncode": exc.returncode, "message": str(exc)})
+            yield TriggerEvent({"status": "failed", "returncode": exc.returncode, "message": str(exc),
+                                "summary": exc.summary, "lost": list(exc.lost), "restarts": self.restarts})
             return
-        yield TriggerEvent({"status": "success", "result": result})
+        yield TriggerEvent({"status": "success",
+                            "result": {**result, "elastic_restarts": self.restarts} if self.restarts else result})
 
     async def on_kill(self) -> None:
         await delete_objects(Watch.from_dict(self.watch), self.log)

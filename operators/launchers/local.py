@@ -14,11 +14,10 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import replace
 
 import psutil
 
-from operators.launchers.base import Launcher, StageFailed, StageStopped
+from operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
 from operators.plan import Process, Stage, tf_config
 from trainer.artifacts import read_json
 from trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
@@ -92,48 +91,21 @@ class LocalLauncher(Launcher):
 
     def run(self, stage: Stage, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
-        changes: list[dict] = []
+        restarts: list[dict] = []
         while True:
             try:
-                self._run_once(stage, log, changes[-1] if changes else None)
+                self._run_once(stage, log, restarts[-1] if restarts else None)
                 break
             except StageFailed as failure:
-                smaller = self._shrunk(stage, failure, changes)
+                smaller = shrunk(stage, failure.lost, restarts)
                 if smaller is None:
                     raise
-                change = self._change(stage, smaller, failure, len(changes) + 1)
-                log.warning("%s: %s; restarting the cluster with %d of %d workers from the checkpoint at step %d "
-                            "(restart %d of %d, training.max_restarts; the global batch is kept)", stage.task_id,
-                            failure.summary, change["workers_after"], change["workers_before"],
-                            change["resumed_at_step"], len(changes) + 1, stage.max_restarts)
-                changes.append(change)
+                restart_record(stage, smaller, failure.lost, failure.summary, restarts, log,
+                               lost_at_step=max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
+                               resumed_at_step=checkpoint_step(stage.checkpoint_dir), stopped_at=time.time())
                 stage = smaller
         result = read_json(stage.result_file) if stage.result_file else {}
-        return {**result, "elastic_restarts": changes} if changes else result
-
-    @staticmethod
-    def _shrunk(stage: Stage, failure: StageFailed, changes: list[dict]) -> Stage | None:
-        """The elastic TF cluster to restart after ``failure``: the workers it has left (every other role
-        restarts as it was), at the largest size allowed; None when the stage may not continue."""
-        if not failure.lost or len(changes) >= stage.max_restarts:
-            return None
-        workers = [p for p in stage.processes if p.role == "worker"]
-        left = len(workers) - len([name for name in failure.lost if name in {p.name for p in workers}])
-        size = next((n for n in stage.elastic_sizes if n <= left), None)
-        if size is None:
-            return None
-        return replace(stage, processes=tuple(p for p in stage.processes if p.role != "worker" or p.index < size))
-
-    @staticmethod
-    def _change(stage: Stage, smaller: Stage, failure: StageFailed, number: int) -> dict:
-        """What one elastic restart changed, for the log and the stage's result record."""
-        def count(s: Stage) -> int:
-            return sum(p.role == "worker" for p in s.processes)
-
-        return {"restart": number, "lost": list(failure.lost), "why": failure.summary,
-                "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
-                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "stopped_at": time.time(),
-                "workers_before": count(stage), "workers_after": count(smaller)}
+        return {**result, "elastic_restarts": restarts} if restarts else result
 
     def _run_once(self, stage: Stage, log: logging.Logger, recovering: dict | None) -> None:
         """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
