@@ -416,8 +416,8 @@ def _result(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
 
 def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     """The first pod that failed, how it ended (exit code, OOMKilled, eviction, the hang it found) and the job's
-    reason; a pod disrupted (evicted, preempted, its node gone), SIGKILLed other than for memory, or hung counts
-    as lost (an elastic stage may continue without it)."""
+    reason; a pod disrupted (evicted, preempted, its node gone), stopped by a signal (the kubelet's, when the pod
+    is deleted) other than for memory, or hung counts as lost (an elastic stage may continue without it)."""
     job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
     failed = [p for p in pods if p.status.phase == "Failed" and _terminated(p)]
     if not failed:
@@ -435,7 +435,7 @@ def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
     if terminated.exit_code == EXIT_HUNG:
         how = f"stopped the hung stage: {terminated.message.strip()}"
-    killed = terminated.exit_code == 128 + signal.SIGKILL and terminated.reason != "OOMKilled"
+    killed = terminated.exit_code in (128 + signal.SIGKILL, 128 + signal.SIGTERM) and terminated.reason != "OOMKilled"
     return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job,
                        lost=(member,) if disrupted or killed or terminated.exit_code == EXIT_HUNG else ())
 
