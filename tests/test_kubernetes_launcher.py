@@ -23,8 +23,8 @@ from operators.dag import build_dag
 from operators.launchers import StageFailed
 from operators.launchers.k8s_objects import object_name
 from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
-from tests.conftest import (DAY, assert_no_process_of, collecting_logger, make_spec, plan_for, prepared_plan,
-                            wait_for)
+from tests.conftest import (DAY, FAULT_TRIALS, assert_no_process_of, collecting_logger, make_spec, plan_for,
+                            prepared_plan, wait_for)
 from tests.k8s_standin import Cluster
 from trainer.artifacts import read_json
 from trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
@@ -166,8 +166,9 @@ EPOCHS = 300  # 5,700 steps: long enough to be evicted in
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_evicted(cluster, digits_root,
-                                                                                       fault_figures):
+                                                                                       fault_figures, trial):
     """The deferred path (StageTrigger, then the operator's execute_complete): a worker pod evicted after a
     checkpoint fails the Job; the operator defers again to the cluster started with the one worker left, from
     the run's latest checkpoint, and that trigger's result record lists the restart."""
@@ -175,7 +176,7 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
     from kubernetes import client
 
     training = {"num_workers": 2, "min_workers": 1, "epochs": EPOCHS, "checkpoint_every_steps": 20}
-    plan = k8s_plan(digits_root, "k8s_elastic", **training)
+    plan = k8s_plan(digits_root, f"k8s_elastic_{trial}", **training)
     operator = build_dag(make_spec(digits_root, training={**training, "launcher": "kubernetes"},
                                    kubernetes=KUBERNETES)).get_task("train")
     stage, store = plan.stage("train"), Store()
@@ -202,9 +203,10 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
     evictor.join()
     assert failed["status"] == "failed" and failed["lost"] == ["worker-1"], failed
     lost_at_step = max(b.step for b in last_beats(plan.layout.heartbeat_dir).values())  # it trains in its grace period
-    context = {"run_id": "k8s_elastic", "data_interval_start": dt.datetime.combine(DAY, dt.time(), dt.timezone.utc),
-               "data_interval_end": dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(), dt.timezone.utc),
-               "params": {}, "ti": types.SimpleNamespace(try_number=1), "task_state_store": store}
+    midnight = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+    context = {"run_id": f"k8s_elastic_{trial}", "data_interval_start": midnight,
+               "data_interval_end": midnight + dt.timedelta(days=1), "params": {},
+               "ti": types.SimpleNamespace(try_number=1), "task_state_store": store}
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute_complete(context, failed)
     again = deferred.value.trigger
@@ -229,7 +231,7 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
     assert result["final_step"] == total and result["workers"] == 1 and result["resumed_from_step"] >= 20, result
     assert result["metrics"]["accuracy"] > 0.9
     assert_nothing_left(cluster, plan)
-    fault_figures("elastic: a worker pod evicted", "mirrored on kubernetes",
+    fault_figures("elastic: a worker pod evicted (Kubernetes)", "mirrored",
                   steps_lost=lost_at_step - result["resumed_from_step"],
                   seconds_to_train_again=round(evicted["trained_again"] - evicted["at"], 2),
                   resumed_at_step=result["resumed_from_step"], accuracy=round(result["metrics"]["accuracy"], 4))
@@ -242,12 +244,13 @@ HUNG = {"mirrored": ({"num_workers": 2}, "worker-1", "worker-1"),
 
 @pytest.mark.faults
 @pytest.mark.parametrize("mode", HUNG)
-def test_a_stopped_worker_fails_the_job_within_the_hang_timeout_naming_it(cluster, digits_root, fault_figures, mode):
+@pytest.mark.parametrize("trial", range(FAULT_TRIALS))
+def test_a_stopped_worker_fails_the_job_naming_it(cluster, digits_root, fault_figures, mode, trial):
     """A training process SIGSTOPped in its pod: the pod's entrypoint sees it stopped (and, watching the stage's
     heartbeats, that nothing steps), kills its processes and exits EXIT_HUNG with the report as its termination
     message, which fails the Job before TF's coordination service or Gloo give up on the stopped worker."""
     training, member, beater = HUNG[mode]
-    plan = k8s_plan(digits_root, f"k8s_hung_{mode}", epochs=400, hang_timeout_seconds=10, **training)
+    plan = k8s_plan(digits_root, f"k8s_hung_{mode}_{trial}", epochs=400, hang_timeout_seconds=10, **training)
     launcher, _, finished = train_in_background(plan)
     pod, = [p for p in cluster.pods.values() if p.obj["metadata"]["annotations"].get(
         "batch.kubernetes.io/job-completion-index") == "1" and "-train-" in p.obj["metadata"]["name"]]
@@ -264,7 +267,7 @@ def test_a_stopped_worker_fails_the_job_within_the_hang_timeout_naming_it(cluste
             in failure.summary), failure.summary
     assert failed_after < 10, failed_after
     assert_nothing_left(cluster, plan)
-    fault_figures("2 worker hung (SIGSTOP), hang_timeout_seconds 10", f"{mode} on kubernetes",
+    fault_figures("2 worker hung (SIGSTOP), on Kubernetes", mode,
                   seconds_to_fail=round(failed_after, 2), named_the_stopped_worker=True)
 
 
