@@ -22,8 +22,9 @@ EXIT_REFUSED = 3
 """Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
 model that was not blessed, data prepared from other input): the task fails without a retry."""
 EXIT_HUNG = 4
-"""Exit code of a pod whose training made no progress for ``training.hang_timeout_seconds``: its entrypoint
-stopped the training and wrote which member hung as the termination message."""
+"""Exit code of a pod whose training hung (a process of its own stopped, or no member stepping for
+``training.hang_timeout_seconds``): its entrypoint killed the training and wrote who hung as the termination
+message."""
 RESULT_MAX_BYTES = 4096
 """The most a termination message holds (the kubelet truncates beyond)."""
 SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
@@ -137,8 +138,8 @@ def pod_argv(python: str, run_dir: str, result: str, command: tuple[str, ...] | 
              hostfile: str = "", heartbeats: str = "", hang_timeout: int | None = None) -> list[str]:
     """The argv of a pod (``trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
     cluster member, or as this pod's Horovod ranks, peers named after ``job``, or once every host of an MPI
-    ``hostfile`` resolves), stop it when no member beats in ``heartbeats`` for ``hang_timeout`` seconds, then
-    hand the stage's ``result`` record back as the termination message."""
+    ``hostfile`` resolves), watching ``heartbeats`` for a hang (``hang_timeout``), then hand the stage's
+    ``result`` record back as the termination message."""
     argv = [python, "-m", "trainer.pod", "--run-dir", run_dir, "--result", result]
     if heartbeats and hang_timeout:
         argv += ["--heartbeats", heartbeats, "--hang-timeout", str(hang_timeout)]
