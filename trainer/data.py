@@ -11,6 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from trainer.artifacts import read_json, sha256_file
+from trainer.contract import EXIT_REFUSED
+from trainer.runtime import fail
+
 READ_PARALLELISM = 2  # fixed: tf.data autotune stalls process exit for tens of seconds
 
 
@@ -103,6 +107,30 @@ def parse_fn(tf, manifest: dict[str, Any]):
         return {n: tf.reshape(v, [-1, *shapes[n]]) for n, v in parsed.items()}, labels
 
     return parse
+
+
+def verified_manifest(data_dir: str, *splits: str) -> dict[str, Any]:
+    """The data manifest, once every shard of ``splits`` is as prepare_data wrote it: present, of its size, of its
+    sha256 (streamed, after the size: a cut shard costs no hashing). Otherwise refuse (EXIT_REFUSED), naming the
+    file, the check and the fix, before anything reads the data."""
+    manifest_path = os.path.join(data_dir, "manifest.json")
+    if not os.path.exists(manifest_path):
+        _refuse(manifest_path, "missing", "the file does not exist")
+    manifest = read_json(manifest_path)
+    for shard in (s for split in splits for s in manifest[split]["shards"]):
+        path = os.path.join(data_dir, shard["file"])
+        if not os.path.exists(path):
+            _refuse(path, "missing", "the file does not exist")
+        if os.path.getsize(path) != shard["bytes"]:
+            _refuse(path, "size", f"{os.path.getsize(path)} bytes, the manifest says {shard['bytes']}")
+        if sha256_file(path) != shard["sha256"]:
+            _refuse(path, "sha256", "its content is not what prepare_data wrote")
+    return manifest
+
+
+def _refuse(path: str, check: str, detail: str) -> None:
+    fail(f"data check '{check}' failed for {path}: {detail}. The run's data changed after prepare_data wrote it: "
+         "clear this run's prepare_data task (and the tasks after it) to prepare the data again", EXIT_REFUSED)
 
 
 def shard_paths(data_dir: str, manifest: dict[str, Any], split: str) -> list[str]:

@@ -103,13 +103,18 @@ def gate(validation: dict, compared_with_baseline: bool) -> str:
     return " and ".join(applied)
 
 
-def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
-    """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
+def restore_checked(tf, spec, manifest, path: str):
+    """``restore_model``, or IntegrityError('restores')."""
     try:
-        model, step = restore_model(tf, spec, manifest, path)
+        return restore_model(tf, spec, manifest, path)
     except Exception as exc:  # noqa: BLE001 - a truncated file raises IndexError, a mismatch AssertionError, ...
         raise IntegrityError("restores", path, f"does not restore into the spec's model: "
                              f"{type(exc).__name__}: {exc}") from None
+
+
+def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
+    """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
+    model, step = restore_checked(tf, spec, manifest, path)
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
     if non_finite:
         raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
@@ -143,8 +148,8 @@ def main() -> None:
     args = parse_args(__doc__, "run", "data", "model-dir", "checkpoints", "train-result", "out", "result")
     spec, run = load_spec(args.spec), read_json(args.run)
     validation = spec["validation"]
-    manifest_path = os.path.join(args.data, "manifest.json")
-    manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
+    manifest = data.verified_manifest(args.data, "eval")
+    manifest_sha = sha256_file(os.path.join(args.data, "manifest.json"))
     if not os.path.exists(args.train_result):
         fail(f"no training result at {args.train_result}: run the train task first")
     train_result = read_json(args.train_result)

@@ -4,22 +4,24 @@
 
 Only a blessed checkpoint is exported. The SavedModel is written to a hidden temp directory in the
 model directory, reloaded, its signature run on every eval example, and only then renamed into
-place: a crash midway leaves no visible version. The version is the first free one from
-``--version-base`` (derived from the run's data interval); a rerun of the same run finds and reuses
-its own version. Afterwards only the newest ``export.keep_versions`` are kept, never the baseline."""
+place: a crash midway leaves no visible version. The version is the first one from ``--version-base``
+(derived from the run's data interval) neither published nor claimed by another export running at the same
+time; a rerun of the same run finds and reuses its own version. Afterwards only the newest
+``export.keep_versions`` are kept, never the baseline."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import shutil
 
 import numpy as np
 
-from trainer import registry
+from trainer import data, registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
-from trainer.evaluate import score, serving_predict
-from trainer.models import restore_model
+from trainer.evaluate import IntegrityError, restore_checked, score, serving_predict
 from trainer.contract import EXIT_REFUSED
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
@@ -48,17 +50,45 @@ def serving_accuracy(tf, path: str, data_dir: str, manifest: dict) -> float:
     return float((probabilities.argmax(axis=1) == labels).mean())
 
 
-def choose_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
-    """(version, already exported by this run from this checkpoint)."""
+def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
+    """(version, already published by this run from this checkpoint): the first version from ``base`` neither
+    published nor claimed by another export. The claim, ``.claim-<version>`` naming the run and checkpoint, is
+    created exclusively, so that exports running at once get distinct versions; a rerun of the run takes its
+    own claim back (a claim whose export was killed for good leaves that version unused)."""
+    os.makedirs(model_dir, exist_ok=True)
+    owner = {"run_id": run_id, "source_checkpoint": checkpoint}
     for version in range(base, base + MAX_VERSIONS_PER_INTERVAL):
-        path = os.path.join(model_dir, str(version))
-        if not os.path.exists(path):
-            return version, False
-        metadata_path = os.path.join(path, "metadata.json")
-        existing = read_json(metadata_path) if os.path.exists(metadata_path) else {}
-        if existing.get("run_id") == run_id and existing.get("source_checkpoint") == checkpoint:
-            return version, True
+        path, claim = os.path.join(model_dir, str(version)), claim_path(model_dir, version)
+        if os.path.exists(path):
+            if _owner(os.path.join(path, "metadata.json")) == owner:
+                return version, True
+            continue
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if _owner(claim) == owner:
+                return version, False
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(owner, f)
+        if os.path.exists(path):  # published (and its claim removed) after the check above
+            os.remove(claim)
+            continue
+        return version, False
     fail(f"{model_dir} already holds {MAX_VERSIONS_PER_INTERVAL} versions for this data interval", EXIT_REFUSED)
+
+
+def claim_path(model_dir: str, version: int) -> str:
+    return os.path.join(model_dir, f".claim-{version}")
+
+
+def _owner(path: str) -> dict | None:
+    """The run and checkpoint a claim or a version's metadata names (None while it is being written)."""
+    try:
+        record = read_json(path)
+    except (FileNotFoundError, ValueError):
+        return None
+    return {"run_id": record.get("run_id"), "source_checkpoint": record.get("source_checkpoint")}
 
 
 def main() -> None:
@@ -68,7 +98,7 @@ def main() -> None:
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
         fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
              EXIT_REFUSED)
-    version, done = choose_version(args.model_dir, int(args.version_base), run["run_id"], blessing["checkpoint"])
+    version, done = claim_version(args.model_dir, int(args.version_base), run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
               "metrics": blessing["metrics"]}
@@ -78,6 +108,8 @@ def main() -> None:
         for stale in glob.glob(os.path.join(args.model_dir, f".tmp-{version}-*")):
             shutil.rmtree(stale, ignore_errors=True)  # left by an export of this version that was killed
         publish(args, spec, run, blessing, out, version)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(claim_path(args.model_dir, version))
     write_json_atomic(args.result, result)
     keep = spec["export"]["keep_versions"]
     if keep:
@@ -89,9 +121,12 @@ def main() -> None:
 
 def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int) -> None:
     manifest_path = os.path.join(args.data, "manifest.json")
-    manifest = read_json(manifest_path)
+    manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
-    model, _ = restore_model(tf, spec, manifest, blessing["checkpoint"])
+    try:
+        model, _ = restore_checked(tf, spec, manifest, blessing["checkpoint"])
+    except IntegrityError as exc:
+        fail(str(exc), EXIT_REFUSED)
     with publish_dir(out) as tmp:
         module = serving_module(tf, model, manifest["features"])
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})

@@ -87,7 +87,8 @@ def main() -> None:
                 path = os.path.join(tmp, name)
                 data.write_shard(tf, path, {k: v[mask] for k, v in features.items()}, labels[mask],
                                  data_spec["label"]["name"])
-                shards.append({"file": name, "examples": int(mask.sum()), "sha256": sha256_file(path)})
+                shards.append({"file": name, "examples": int(mask.sum()), "bytes": os.path.getsize(path),
+                               "sha256": sha256_file(path)})
             manifest[split] = {"examples": int(rows.sum()), "shards": shards}
         write_json_atomic(os.path.join(tmp, "manifest.json"), manifest)
     write_result(args.result, args.out, manifest)

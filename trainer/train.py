@@ -45,10 +45,10 @@ import time
 import types
 
 from trainer import data
-from trainer.artifacts import read_json, sha256_file, write_json_atomic
-from trainer.contract import beat
+from trainer.artifacts import sha256_file, write_json_atomic
+from trainer.contract import EXIT_REFUSED, beat
 from trainer.models import build_model, build_optimizer
-from trainer.runtime import import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call
 PROGRESS_SECONDS = 2.0
@@ -334,6 +334,7 @@ def pin_elastic_rank() -> None:
 def main() -> None:
     args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats")
     spec = load_spec(args.spec)
+    manifest = data.verified_manifest(args.data, "train")
     elastic = elastic_run(spec)
     if elastic:
         pin_elastic_rank()
@@ -353,7 +354,6 @@ def main() -> None:
     else:
         sync = Mirrored(tf)
     manifest_path = os.path.join(args.data, "manifest.json")
-    manifest = read_json(manifest_path)
     global_batch = t["global_batch_size"]
     steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
     total_steps = t["epochs"] * steps_per_epoch
@@ -368,7 +368,11 @@ def main() -> None:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter)
     latest = tf.train.latest_checkpoint(args.checkpoints)
     if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
+        try:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+        except Exception as exc:  # noqa: BLE001 - a cut file raises DataLossError, a mismatch AssertionError, ...
+            fail(f"integrity check 'restores' failed for {latest}: {type(exc).__name__}: {exc}. Delete its files "
+                 f"({latest}.index, {latest}.data-*) to resume from the checkpoint before it", EXIT_REFUSED)
     sync.start(model, optimizer)
     start_step = int(step_counter.numpy())
     if start_step >= total_steps and os.path.exists(args.result):
