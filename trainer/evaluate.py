@@ -20,7 +20,7 @@ from trainer import data, registry
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import restore_model
 from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 
 class IntegrityError(Exception):
@@ -236,4 +236,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -23,7 +23,7 @@ from trainer import data, registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from trainer.evaluate import IntegrityError, restore_checked, score, serving_predict
 from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -158,4 +158,4 @@ def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int)
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -12,7 +12,7 @@ import numpy as np
 from trainer import data
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 MANIFEST_VERSION = 1
 
@@ -103,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from trainer.artifacts import read_json
 
@@ -57,3 +59,17 @@ def say(message: str) -> None:
 def fail(message: str, code: int = 1) -> None:
     print(f"ERROR: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)
+
+
+def run_stage(main: Callable[[], None]) -> None:
+    """Run a stage's ``main``; a full disk ends it with one line naming where (TensorFlow wraps the OS error in
+    its own types, so its message is matched too) instead of a traceback."""
+    try:
+        main()
+    except Exception as exc:
+        if getattr(exc, "errno", None) != errno.ENOSPC and "No space left on device" not in str(exc):
+            raise
+        named = re.search(r"(?:^|\s)(/[^\s;]+)", str(exc))  # TensorFlow's: '{{function_node …}} /path; No space …'
+        where = getattr(exc, "filename", None) or (named.group(1) if named else "the artifact root")
+        fail(f"no space left on the device holding {where}: free space under the artifact root (or move it to "
+             "a larger volume) and retry the task; nothing partial was published")

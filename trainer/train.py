@@ -48,7 +48,7 @@ from trainer import data
 from trainer.artifacts import sha256_file, write_json_atomic
 from trainer.contract import EXIT_REFUSED, beat
 from trainer.models import build_model, build_optimizer
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, say
+from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call
 PROGRESS_SECONDS = 2.0
@@ -533,4 +533,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)
