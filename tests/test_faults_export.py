@@ -74,7 +74,8 @@ def concurrent_runs(digits_root):
 
 @pytest.mark.e2e
 @pytest.mark.faults
-def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_distinct_versions(concurrent_runs):
+def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_distinct_versions(concurrent_runs,
+                                                                                               fault_figures):
     a, b = concurrent_runs
     assert a.layout.run_dir != b.layout.run_dir and a.model_dir == b.model_dir
     for plan in concurrent_runs:
@@ -87,6 +88,8 @@ def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_dis
     assert sorted(published.values()) == visible_versions(a.model_dir) and leftovers(a.model_dir) == []
     for plan in concurrent_runs:  # each run's export record names its own version
         assert read_json(plan.layout.result("export"))["version"] == published[plan.context.run_id]
+    fault_figures("7 two runs of one interval at once", "local", separate_run_dirs=True, distinct_versions=True,
+                  registry_consistent=True)
 
 
 BASE = 20261120000000
