@@ -15,6 +15,8 @@ from trainer.artifacts import read_json, sha256_file
 from trainer.contract import EXIT_REFUSED
 from trainer.runtime import fail
 
+MANIFEST_VERSION = 2
+"""Of the data manifest's layout (2: each shard's size recorded); part of the input fingerprint."""
 READ_PARALLELISM = 2  # fixed: tf.data autotune stalls process exit for tens of seconds
 
 
@@ -117,6 +119,8 @@ def verified_manifest(data_dir: str, *splits: str) -> dict[str, Any]:
     if not os.path.exists(manifest_path):
         _refuse(manifest_path, "missing", "the file does not exist")
     manifest = read_json(manifest_path)
+    if manifest.get("version") != MANIFEST_VERSION:
+        _refuse(manifest_path, "version", f"version {manifest.get('version')}, this trainer reads {MANIFEST_VERSION}")
     for shard in (s for split in splits for s in manifest[split]["shards"]):
         path = os.path.join(data_dir, shard["file"])
         if not os.path.exists(path):

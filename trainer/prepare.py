@@ -14,12 +14,10 @@ from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, 
 from trainer.contract import EXIT_REFUSED
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
-MANIFEST_VERSION = 1
-
 
 def input_fingerprint(paths: list[str], data_spec: dict) -> tuple[str, list[dict]]:
     inputs = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in paths]
-    return digest_json({"inputs": inputs, "data": data_spec, "version": MANIFEST_VERSION}), inputs
+    return digest_json({"inputs": inputs, "data": data_spec, "version": data.MANIFEST_VERSION}), inputs
 
 
 def write_result(path: str, data_dir: str, manifest: dict) -> None:
@@ -69,7 +67,7 @@ def main() -> None:
     tf = import_tensorflow()
     started += time.monotonic() - before_import  # the throughput counts our work, not the import
     manifest = {
-        "version": MANIFEST_VERSION,
+        "version": data.MANIFEST_VERSION,
         "input_fingerprint": fingerprint,
         "inputs": inputs,
         "features": [{"name": f["name"], "shape": f["shape"]} for f in data_spec["features"]],
