@@ -90,6 +90,8 @@ class Stage:
     """The process is mpirun/horovodrun: its output lines carry rank tags, relayed as ``[rank-N]``."""
     rank_command: tuple[str, ...] = ()
     """Horovod: the argv of each rank (what mpirun/horovodrun starts), for launchers that start ranks themselves."""
+    rank_pods: int = 0
+    """Horovod: the workers the ranks run on (pods on Kubernetes), ``slots_per_worker`` ranks each."""
     result_file: str = ""
     """Where the stage's processes write its result record (trainer.contract)."""
     heartbeat_dir: str = ""
@@ -99,10 +101,10 @@ class Stage:
     checkpoint_dir: str = ""
     """Training: where the chief writes checkpoints (trainer.contract.checkpoint_step reads the latest)."""
     elastic_sizes: tuple[int, ...] = ()
-    """Elastic TF cluster: the worker counts the launcher may restart the cluster with after losing workers,
-    largest first; empty: a loss fails the stage."""
+    """Elastic TF cluster (or Horovod on Kubernetes): the worker counts the launcher may restart the stage with
+    after losing workers, largest first; empty: a loss fails the stage."""
     max_restarts: int = 0
-    """Elastic TF cluster: restarts allowed within one run of the stage."""
+    """Elastic restarts by the launcher allowed within one run of the stage."""
 
 
 @dataclass(frozen=True)

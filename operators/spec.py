@@ -274,9 +274,6 @@ class TrainingSpec(_Section):
             if self.gpus_per_worker and mpi.slots_per_worker != self.gpus_per_worker:
                 raise ValueError(f"training.mpi.slots_per_worker: must equal gpus_per_worker "
                                  f"({self.gpus_per_worker}), one rank per GPU, got {mpi.slots_per_worker}")
-            if self.elastic and self.launcher == "kubernetes":
-                raise ValueError("training.min_workers: elastic Horovod needs the local launcher (horovodrun finds "
-                                 "its hosts there); on Kubernetes use backend 'tf' or leave min_workers unset")
             if mpi.extra_args and (mpi.controller != "mpi" or self.elastic):
                 raise ValueError("training.mpi.extra_args: mpirun arguments need controller 'mpi' without "
                                  "elastic training (min_workers below num_workers runs horovodrun over Gloo)")

@@ -1,6 +1,6 @@
 """A full disk (fault case 6): the artifact root on a small tmpfs, filled while prepare_data, train and export
 write. Each stage fails with one line naming the path and the fix; nothing partial is published, and the
-checkpoints and versions written before stay intact (the next try, with space again, goes on from them).
+checkpoints and versions written before stay intact (the next try of train, with space again, resumes).
 Needs root (mount)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from trainer.contract import checkpoint_step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
-SECTIONS = {"training": {"num_workers": 1, "epochs": 30, "checkpoint_every_steps": 20},
+SECTIONS = {"training": {"num_workers": 1, "epochs": 12, "checkpoint_every_steps": 20},
             "validation": {"thresholds": {"accuracy": {"lower": 0.5}}}}
 
 
@@ -94,8 +94,5 @@ def test_a_full_disk_fails_each_stage_naming_the_path_and_keeps_what_was_publish
     assert [m["run_id"] for m in registry.versions(plan.model_dir)] == ["earlier"]
     assert {name: open(os.path.join(earlier, name), "rb").read() for name in os.listdir(earlier)} == before
     assert [d for d in os.listdir(plan.model_dir) if d.startswith(".tmp-")] == []
-    os.remove(filler)
-    run(plan, "export")
-    assert [m["run_id"] for m in registry.versions(plan.model_dir)] == ["earlier", "full_disk"]
     fault_figures("6 full disk", "local", prepare_refused=True, train_refused=True, export_refused=True,
                   checkpoint_kept_at_step=kept, earlier_version_intact=True)

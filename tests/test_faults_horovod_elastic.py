@@ -28,7 +28,7 @@ from trainer.train import STEPS_PER_CALL
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
 EVERY = 20  # checkpoint_every_steps: also how often the ranks ask whether a host came back
-EPOCHS = 100  # 1,900 steps
+EPOCHS = 60  # 1,140 steps
 COOLDOWN_AND_DISCOVERY = 5.0  # the first blacklisting's cooldown (at most 3 s) and a discovery round (1 s)
 TRAINING = {"backend": "mpi", "mpi": {"controller": "gloo"}, "num_workers": 2, "min_workers": 1,
             "epochs": EPOCHS, "checkpoint_every_steps": EVERY}

@@ -1,19 +1,17 @@
 """Checkpoint validation and publishing: integrity checks by name, the baseline gate (as of each run's
-data interval), versions that are atomic, idempotent and pruned, and an export killed midway."""
+data interval), versions that are idempotent and pruned (an export killed midway: test_faults_export.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
-import threading
 import types
 
 import pytest
 
 from operators.launchers import StageFailed
 from operators.launchers.local import LocalLauncher
-from tests.conftest import DAY, collecting_logger, prepared_plan, run, wait_for
+from tests.conftest import DAY, prepared_plan, run
 from trainer import registry
 from trainer.artifacts import read_json, write_json_atomic
 from trainer.contract import EXIT_REFUSED
@@ -122,39 +120,6 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     path = os.path.join(plan.layout.checkpoint_dir, data_file)
     os.truncate(path, os.path.getsize(path) // 2)
     check_fails_with("restores")
-
-
-@pytest.mark.e2e
-def test_export_killed_midway_leaves_no_version_and_a_rerun_publishes_and_prunes(digits_root):
-    plan = prepared_plan(digits_root, "export_killed", training=ONE_WORKER,
-                         export={"model_name": "digits_killed", "keep_versions": 1})
-    older = {20261110000000: "2026-11-10", 20261115000000: "2026-11-15", 20261119000000: "2026-11-19"}
-    for version, day in older.items():  # published earlier (metadata only): the newest is this run's baseline
-        write_version(plan.model_dir, version, f"run-{day}", f"{day}T00:00:00+00:00")
-    for task_id in ("train", "evaluate"):
-        run(plan, task_id)
-    baseline = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["baseline"]
-    assert baseline["version"] == 20261119000000 and "error" in baseline  # it cannot score: no SavedModel
-    launcher = LocalLauncher()
-    logger, _ = collecting_logger("export_killed")
-    failure = []
-    thread = threading.Thread(target=lambda: failure.append(pytest.raises(StageFailed, launcher.run,
-                                                                          plan.stage("export"), logger)))
-    thread.start()
-    temp_dirs = lambda: [d for d in os.listdir(plan.model_dir) if d.startswith(".tmp-")]  # noqa: E731
-    wait_for(lambda: os.path.isdir(plan.model_dir) and temp_dirs(), 60, "the export's temp directory")
-    os.kill(launcher.processes["export-0"].pid, signal.SIGKILL)
-    thread.join(30)
-    assert failure and failure[0].value.returncode == -signal.SIGKILL
-    assert [m["version"] for m in registry.versions(plan.model_dir)] == list(older)  # nothing new, nothing pruned
-
-    _, lines = run(plan, "export")
-    # keep_versions = 1: the newest (this run's) is kept, and the baseline it was compared with
-    assert [m["version"] for m in registry.versions(plan.model_dir)] == [20261119000000, 20261121000000]
-    assert registry.versions(plan.model_dir)[-1]["run_id"] == "export_killed" and temp_dirs() == []
-    assert sorted(d for d in os.listdir(plan.model_dir)) == ["20261119000000", "20261121000000"]
-    for version in (20261110000000, 20261115000000):
-        assert any(f"deleted version {version} (export.keep_versions = 1)" in line for line in lines)
 
 
 def write_version(model_dir: str, version: int, run_id: str, interval_end: str) -> None:

@@ -162,21 +162,26 @@ def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_
 
 
 
-EPOCHS = 300  # 5,700 steps: long enough to be evicted in
+EPOCHS = 150  # 2,850 steps: long enough to be evicted in
+ELASTIC = {"horovod": ({"backend": "mpi", "mpi": {"controller": "gloo"}}, "pod-1"), "mirrored": ({}, "worker-1")}
+"""Training section, and the member of pod 1 (a Horovod pod runs its ranks itself). make test runs the first
+mode only (the TF cluster's shrinking is the local launcher's, tested there); make faults every one."""
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("mode", list(ELASTIC) if FAULT_TRIALS > 1 else list(ELASTIC)[:1])
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
-def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_evicted(cluster, digits_root,
-                                                                                       fault_figures, trial):
+def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_evicted(cluster, digits_root,
+                                                                                   fault_figures, mode, trial):
     """The deferred path (StageTrigger, then the operator's execute_complete): a worker pod evicted after a
     checkpoint fails the Job; the operator defers again to the cluster started with the one worker left, from
     the run's latest checkpoint, and that trigger's result record lists the restart."""
     from airflow.sdk.exceptions import TaskDeferred
     from kubernetes import client
 
-    training = {"num_workers": 2, "min_workers": 1, "epochs": EPOCHS, "checkpoint_every_steps": 20}
-    plan = k8s_plan(digits_root, f"k8s_elastic_{trial}", **training)
+    mode_training, member = ELASTIC[mode]
+    training = {"num_workers": 2, "min_workers": 1, "epochs": EPOCHS, "checkpoint_every_steps": 20, **mode_training}
+    plan = k8s_plan(digits_root, f"k8s_elastic_{mode}_{trial}", **training)
     operator = build_dag(make_spec(digits_root, training={**training, "launcher": "kubernetes"},
                                    kubernetes=KUBERNETES)).get_task("train")
     stage, store = plan.stage("train"), Store()
@@ -201,10 +206,10 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
     evictor.start()
     (failed,) = asyncio.run(events(trigger))
     evictor.join()
-    assert failed["status"] == "failed" and failed["lost"] == ["worker-1"], failed
+    assert failed["status"] == "failed" and failed["lost"] == [member], failed
     lost_at_step = max(b.step for b in last_beats(plan.layout.heartbeat_dir).values())  # it trains in its grace period
     midnight = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
-    context = {"run_id": f"k8s_elastic_{trial}", "data_interval_start": midnight,
+    context = {"run_id": f"k8s_elastic_{mode}_{trial}", "data_interval_start": midnight,
                "data_interval_end": midnight + dt.timedelta(days=1), "params": {},
                "ti": types.SimpleNamespace(try_number=1), "task_state_store": store}
     with pytest.raises(TaskDeferred) as deferred:
@@ -225,13 +230,13 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
     assert done["status"] == "success", done
     result = done["result"]
     (restart,) = result["elastic_restarts"]
-    assert restart["lost"] == ["worker-1"] and (restart["workers_before"], restart["workers_after"]) == (2, 1)
+    assert restart["lost"] == [member] and (restart["workers_before"], restart["workers_after"]) == (2, 1)
     assert "was disrupted (EvictionByEvictionAPI" in restart["why"], restart
     total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
     assert result["final_step"] == total and result["workers"] == 1 and result["resumed_from_step"] >= 20, result
     assert result["metrics"]["accuracy"] > 0.9
     assert_nothing_left(cluster, plan)
-    fault_figures("elastic: a worker pod evicted (Kubernetes)", "mirrored",
+    fault_figures("elastic: a worker pod evicted (Kubernetes)", mode,
                   steps_lost=lost_at_step - result["resumed_from_step"],
                   seconds_to_train_again=round(evicted["trained_again"] - evicted["at"], 2),
                   resumed_at_step=result["resumed_from_step"], accuracy=round(result["metrics"]["accuracy"], 4))
@@ -239,11 +244,12 @@ def test_an_elastic_tf_cluster_continues_with_the_pods_it_has_left_after_one_is_
 
 HUNG = {"mirrored": ({"num_workers": 2}, "worker-1", "worker-1"),
         "horovod": ({"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo"}}, "pod-1", "rank-1")}
-"""Training section, the member whose pod holds the process to stop, that process's heartbeat name."""
+"""Training section, the member whose pod holds the process to stop, that process's heartbeat name. make test
+runs the first mode only (TF's coordination service would blame a peer there); make faults every one."""
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("mode", HUNG)
+@pytest.mark.parametrize("mode", list(HUNG) if FAULT_TRIALS > 1 else list(HUNG)[:1])
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_a_stopped_worker_fails_the_job_naming_it(cluster, digits_root, fault_figures, mode, trial):
     """A training process SIGSTOPped in its pod: the pod's entrypoint sees it stopped (and, watching the stage's

@@ -270,9 +270,3 @@ def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp
     assert problems(make_spec(str(tmp_path), training=uneven)) == [
         "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
         "replicas; lower min_workers or pick a global batch size they divide"]
-    kubernetes = {"namespace": "ml", "pods": {"image": "tfdist-worker:1"}, "artifact_volume": {"claim_name": "artifacts"}}
-    horovod_on_kubernetes = make_spec(str(tmp_path), kubernetes=kubernetes, training={
-        "backend": "mpi", "min_workers": 1, "launcher": "kubernetes"})
-    assert problems(horovod_on_kubernetes) == [
-        "training.min_workers: elastic Horovod needs the local launcher (horovodrun finds its hosts there); on "
-        "Kubernetes use backend 'tf' or leave min_workers unset"]

@@ -70,7 +70,10 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
         argv = ("mpirun", *hosts, "--bind-to", "none", "--map-by", "slot", "--tag-output", *as_root,
                 *mpi.extra_args, *command)
     process = Process(os.path.basename(argv[0]), 0, argv, env, gpus=gpus)
-    return Stage("train", (process,), rank_tagged=True, rank_command=command)
+    # on Kubernetes the pods start the ranks themselves: a lost pod restarts the Job smaller (the launcher's)
+    restarts = {"elastic_sizes": t.elastic_sizes, "max_restarts": t.max_restarts} if (
+        t.elastic and t.launcher == "kubernetes") else {}
+    return Stage("train", (process,), rank_tagged=True, rank_command=command, rank_pods=t.num_workers, **restarts)
 
 
 def elastic_args(spec: Spec) -> list[str]:

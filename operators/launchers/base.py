@@ -33,22 +33,25 @@ class StageStopped(RuntimeError):
 
 
 def workers(stage: Stage) -> int:
-    return sum(p.role == "worker" for p in stage.processes)
+    """Horovod's workers (pods), else the TF cluster's."""
+    return stage.rank_pods or sum(p.role == "worker" for p in stage.processes)
 
 
 def with_workers(stage: Stage, count: int) -> Stage:
-    """The stage's TF cluster with its first ``count`` workers (every other role as it was)."""
+    """The stage with its first ``count`` workers (a TF cluster's other roles as they were)."""
+    if stage.rank_pods:
+        return replace(stage, rank_pods=count)
     return replace(stage, processes=tuple(p for p in stage.processes if p.role != "worker" or p.index < count))
 
 
 def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict]) -> Stage | None:
-    """The elastic TF cluster to restart after losing the processes ``lost``: the workers it has left, at the
-    largest size allowed (a lost chief or parameter server: the same size); None when the stage may not
-    continue (not elastic, nothing lost, ``max_restarts`` used up, too few workers left)."""
+    """The elastic stage to restart after losing the members ``lost`` (Horovod pods, TF cluster processes):
+    the workers it has left, at the largest size allowed (a lost chief or parameter server: the same size);
+    None when the stage may not continue (not elastic, nothing lost, ``max_restarts`` used up, too few left)."""
     if not lost or len(restarts) >= stage.max_restarts:
         return None
     names = {p.name for p in stage.processes if p.role == "worker"}
-    left = len(names) - len(names & set(lost))
+    left = workers(stage) - len(set(lost) if stage.rank_pods else names & set(lost))
     size = next((n for n in stage.elastic_sizes if n <= left), None)
     return None if size is None else with_workers(stage, size)
 

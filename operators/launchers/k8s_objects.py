@@ -142,8 +142,8 @@ def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotation
     t = spec.training
     if stage.rank_command:  # Horovod: each pod runs its slots' ranks; pod 0 serves the rendezvous
         slots = t.mpi_settings.slots_per_worker
-        argv = _entrypoint(plan, stage, python, stage.rank_command, job=name, horovod_slots=slots, pods=t.num_workers)
-        role, count, env = "worker", t.num_workers, _env(plan, "worker", first.env, slots)
+        argv = _entrypoint(plan, stage, python, stage.rank_command, job=name, horovod_slots=slots, pods=stage.rank_pods)
+        role, count, env = "worker", stage.rank_pods, _env(plan, "worker", first.env, slots)
         gpus = t.gpus_per_worker
     elif stage.tf_cluster:
         cluster = Counter(p.role for p in stage.processes)  # roles in completion-index order
@@ -203,7 +203,8 @@ def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotati
             replica["replicas"] += 1
         return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata,
                  "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas}}]
-    slots, ranks = t.mpi_settings.slots_per_worker, t.data_readers
+    slots = t.mpi_settings.slots_per_worker
+    ranks = stage.rank_pods * slots
     env = _env(plan, "worker", stage.processes[0].env, slots)  # the ranks', held by the launcher for mpirun
     forwarded = [k for k in env if k not in (SPEC_ENV, RUN_ENV) and not k.startswith("OMPI_")]  # mpirun passes OMPI_*
     forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if t.gpus_per_worker else [])]  # the GPU image's CUDA
@@ -222,7 +223,7 @@ def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotati
         "mpiReplicaSpecs": {
             "Launcher": {"replicas": 1, "restartPolicy": "Never",
                          "template": _pod_template(spec, "worker", launcher, labels, annotations)},
-            "Worker": {"replicas": t.num_workers, "restartPolicy": "Never",
+            "Worker": {"replicas": stage.rank_pods, "restartPolicy": "Never",
                        "template": _pod_template(spec, "worker", worker, labels, annotations)},
         }}}]
 
