@@ -166,6 +166,12 @@ FAULT_TRIALS = int(os.environ.get("TFDIST_FAULT_TRIALS", "1"))
 """Trials (seeds) of each fault-injection case: 1 in ``make test``, more in ``make faults``."""
 
 
+def fault_modes(modes, in_make_test: str) -> list[str]:
+    """The modes a fault case runs in: every one under make faults, ``in_make_test`` alone when the suite runs
+    each case once (make test, within its time budget)."""
+    return list(modes) if FAULT_TRIALS > 1 else [in_make_test]
+
+
 @pytest.fixture
 def fault_figures(request):
     """``record(case, mode, **measures)``: one trial's figures of a fault-injection case, appended to the

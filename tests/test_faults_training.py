@@ -17,8 +17,8 @@ import pytest
 
 from operators.launchers import StageFailed
 from operators.launchers.local import LocalLauncher
-from tests.conftest import (FAULT_TRIALS, REPO, RandomKill, assert_no_process_of, collecting_logger, prepared_plan,
-                            run, wait_for)
+from tests.conftest import (FAULT_TRIALS, REPO, RandomKill, assert_no_process_of, collecting_logger, fault_modes,
+                            prepared_plan, run, wait_for)
 from trainer.artifacts import read_json
 from trainer.contract import last_beats
 
@@ -39,7 +39,7 @@ def steps_of(plan, epochs: int) -> int:
     return read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * epochs
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", fault_modes(MODES, "horovod"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_a_worker_killed_at_random_fails_the_stage_fast_and_the_retry_resumes_to_a_blessed_model(
         digits_root, fault_figures, mode, trial):
@@ -78,7 +78,7 @@ def test_a_worker_killed_at_random_fails_the_stage_fast_and_the_retry_resumes_to
                   accuracy=round(result["metrics"]["accuracy"], 4))
 
 
-@pytest.mark.parametrize("mode", ["mirrored", "parameter_server"])
+@pytest.mark.parametrize("mode", fault_modes(["mirrored", "parameter_server"], "mirrored"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_an_elastic_tf_cluster_continues_with_the_workers_it_has_left(digits_root, fault_figures, mode, trial):
     """A worker SIGKILLed at a random moment: within the same run of the stage, the launcher restarts the
@@ -107,7 +107,7 @@ def test_an_elastic_tf_cluster_continues_with_the_workers_it_has_left(digits_roo
                   steps_lost=steps_lost, accuracy=round(result["metrics"]["accuracy"], 4))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", fault_modes(MODES, "mirrored"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_a_stopped_worker_fails_the_stage_within_the_hang_timeout_naming_it(digits_root, fault_figures, mode, trial):
     """SIGSTOP leaves a worker alive and silent while the others wait for it: the stage fails once no training
