@@ -18,15 +18,9 @@ import numpy as np
 
 from trainer import data, registry
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
-from trainer.models import restore_model
+from trainer.models import IntegrityError, restore_checked
 from trainer.contract import EXIT_REFUSED
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
-
-
-class IntegrityError(Exception):
-    def __init__(self, check: str, checkpoint: str, detail: str):
-        self.check = check
-        super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -101,15 +95,6 @@ def gate(validation: dict, compared_with_baseline: bool) -> str:
     if validation["change_thresholds"]:
         applied.append("change thresholds" + ("" if compared_with_baseline else " (no baseline compared)"))
     return " and ".join(applied)
-
-
-def restore_checked(tf, spec, manifest, path: str):
-    """``restore_model``, or IntegrityError('restores')."""
-    try:
-        return restore_model(tf, spec, manifest, path)
-    except Exception as exc:  # noqa: BLE001 - a truncated file raises IndexError, a mismatch AssertionError, ...
-        raise IntegrityError("restores", path, f"does not restore into the spec's model: "
-                             f"{type(exc).__name__}: {exc}") from None
 
 
 def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):

@@ -21,7 +21,8 @@ import numpy as np
 
 from trainer import data, registry
 from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
-from trainer.evaluate import IntegrityError, restore_checked, score, serving_predict
+from trainer.evaluate import score, serving_predict
+from trainer.models import IntegrityError, restore_checked
 from trainer.contract import EXIT_REFUSED
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 

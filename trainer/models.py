@@ -79,3 +79,18 @@ def restore_model(tf, spec: dict[str, Any], manifest: dict[str, Any], checkpoint
     status.assert_existing_objects_matched()
     status.expect_partial()  # the optimizer's slots are not needed
     return model, int(step.numpy())
+
+
+class IntegrityError(Exception):
+    def __init__(self, check: str, checkpoint: str, detail: str):
+        self.check = check
+        super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
+
+
+def restore_checked(tf, spec: dict[str, Any], manifest: dict[str, Any], path: str):
+    """``restore_model``, or IntegrityError('restores')."""
+    try:
+        return restore_model(tf, spec, manifest, path)
+    except Exception as exc:  # noqa: BLE001 - a truncated file raises IndexError, a mismatch AssertionError, ...
+        raise IntegrityError("restores", path, f"does not restore into the spec's model: "
+                             f"{type(exc).__name__}: {exc}") from None

@@ -47,7 +47,7 @@ import types
 from trainer import data
 from trainer.artifacts import sha256_file, write_json_atomic
 from trainer.contract import EXIT_REFUSED, beat
-from trainer.models import build_model, build_optimizer
+from trainer.models import IntegrityError, build_model, build_optimizer
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call
@@ -365,8 +365,9 @@ def main() -> None:
         try:
             checkpoint.restore(latest).assert_existing_objects_matched()
         except Exception as exc:  # noqa: BLE001 - a cut file raises DataLossError, a mismatch AssertionError, ...
-            fail(f"integrity check 'restores' failed for {latest}: {type(exc).__name__}: {exc}. Delete its files "
-                 f"({latest}.index, {latest}.data-*) to resume from the checkpoint before it", EXIT_REFUSED)
+            fail(str(IntegrityError("restores", latest, f"{type(exc).__name__}: {exc}. Delete its files "
+                                    f"({latest}.index, {latest}.data-*) to resume from the checkpoint before it")),
+                 EXIT_REFUSED)
     sync.start(model, optimizer)
     start_step = int(step_counter.numpy())
     if start_step >= total_steps and os.path.exists(args.result):
