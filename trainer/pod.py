@@ -38,6 +38,8 @@ GLOO_TIMEOUT_SECONDS = 600
 STOPPED_SECONDS = 3
 """A training process stopped (SIGSTOP) this long fails its pod, whatever the hang timeout: TF's coordination
 service gives up on a stopped MultiWorkerMirrored worker after 10 s and fails a peer instead, hiding the cause."""
+HEARTBEAT_SCAN_SECONDS = 2.0
+"""How often a pod reads the stage's heartbeats: every pod reads every member's file from the shared volume."""
 
 
 class HangWatch:
@@ -50,6 +52,7 @@ class HangWatch:
     def __init__(self, heartbeats: str, timeout: int) -> None:
         self.heartbeats, self.timeout, self.since = heartbeats, timeout, time.time()
         self.stopped_since: dict[int, float] = {}
+        self.scanned = 0.0
         self.report: str | None = None
 
     def hung(self, own: dict[str, int]) -> bool:
@@ -61,6 +64,9 @@ class HangWatch:
             member, pid = stopped[0]
             self.report = f"{member} is stopped: its process {pid} has been stopped (SIGSTOP) for {STOPPED_SECONDS} s"
             return True
+        if now - self.scanned < HEARTBEAT_SCAN_SECONDS:
+            return False
+        self.scanned = now
         beats = stalled(self.heartbeats, self.since, self.timeout)
         if beats is None:
             return False
