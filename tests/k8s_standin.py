@@ -51,8 +51,11 @@ other processes are killed when its main process ends, as the runtime does), lab
 their defaults in memory), watches, updates and patches, authentication, real DNS (so no ``dnsConfig``),
 TTLs, deadlines, suspension, the training operator's webhooks, the MPI operator's Intel MPI and MPICH modes,
 ``runLauncherAsWorker``, scaling of workers and its elastic Horovod, gang scheduling and dynamic workers, and
-kubelet restarts. Deleting is synchronous: the call returns once the object, its dependents and their
-processes are gone (no Terminating state, no finalizers); an evicted pod is kept, stopped."""
+kubelet restarts. Deleting is synchronous (the call returns once the object, its dependents and their
+processes are gone; no other finalizers, no Terminating state) except for a Job's pod deleted or evicted by
+itself: it carries the Job controller's job-tracking finalizer, so it is marked (deletionTimestamp), stopped
+by the kubelet (SIGTERM, then SIGKILL after the grace period), given a terminal phase, counted by the Job
+controller, and only then gone from the API, before the Job's conditions say what its failure did."""
 
 from __future__ import annotations
 
@@ -103,6 +106,8 @@ TF_STATUS_ORDER = ("Chief", "Evaluator", "Master", "PS", "Worker")
 """The order in which the training operator derives a TFJob's conditions from its replica types."""
 TF = "training.kubeflow.org/"
 INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+"""The finalizer the Job controller puts on its pods until it has counted them."""
 MPI_OPERATOR, MPI_CONFIG = "mpi-operator", "/etc/mpi"
 IMAGE_USER = ("tfdist", 1000, 1000, "/home/tfdist")
 """The worker image's user (docker/Dockerfile.worker: ``useradd --uid 1000 --create-home tfdist``): name, uid,
@@ -664,6 +669,8 @@ class Cluster:
             raise ValueError(f"unknown CRDs {sorted(unknown)}: choose from {sorted(CRDS)}")
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.pods: dict[str, Pod] = {}
+        self.counted: dict[str, list[Pod]] = {}
+        """By Job uid: its pods the Job controller counted and let go (deleted ones, then gone from the API)."""
         self.events: list[dict] = []
         self.created: list[tuple[str, str]] = []
         """(kind, name) of every object created through the API, in order."""
@@ -804,7 +811,8 @@ class Cluster:
         obj = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels, "annotations": annotations,
                             "uid": str(uuid.uuid4()), "creationTimestamp": now(),
-                            "ownerReferences": [_owner_reference(owner)]},
+                            "ownerReferences": [_owner_reference(owner)],
+                            **({"finalizers": [JOB_TRACKING]} if owner["kind"] == "Job" else {})},
                "spec": spec, "status": {"phase": "Pending", "conditions": []}}
         with self.lock:
             if self._stopping or self.objects.get((owner["kind"], meta["namespace"], meta["name"])) is not owner:
@@ -869,9 +877,11 @@ class Cluster:
         pods than backoffLimit, fails the Job; fewer are replaced; the Job completes by its success policy or
         its completions."""
         status, spec = job["status"], job["spec"]
+        self._count_terminated(job)
         if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
             return
-        pods, indexed = self._owned(job), spec["completionMode"] == "Indexed"
+        pods, indexed = self._owned(job) + self.counted.get(job["metadata"]["uid"], []), \
+            spec["completionMode"] == "Indexed"
         failed = [p for p in pods if p.phase == "Failed"]
         running = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
         succeeded = [p for p in pods if p.phase == "Succeeded"]
@@ -887,8 +897,7 @@ class Cluster:
             reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
             if hit:
                 k, pod, why = hit
-                reason, message = "PodFailurePolicy", (f"{why} for pod {pod.namespace}/{pod.obj['metadata']['name']}"
-                                                       f" matching FailJob rule at index {k}")
+                reason, message = "PodFailurePolicy", f"{why} at index {k}"
             conditions = [{"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
                           {"type": "Failed", "status": "True", "reason": reason, "message": message}]
         else:
@@ -912,17 +921,36 @@ class Cluster:
             self.event(job, conditions[-1]["reason"], conditions[-1].get("message", ""),
                        "Warning" if conditions[-1]["type"] == "Failed" else "Normal")
 
+    def _count_terminated(self, job: dict) -> None:
+        """The job-tracking finalizer: a terminated pod is counted and its finalizer removed; one being deleted
+        is then gone from the API (the controller keeps counting it)."""
+        with self.lock:
+            for pod in self._owned(job):
+                meta = pod.obj["metadata"]
+                if pod.phase not in ("Succeeded", "Failed") or JOB_TRACKING not in meta.get("finalizers", []):
+                    continue
+                meta["finalizers"].remove(JOB_TRACKING)
+                if meta.get("deletionTimestamp"):
+                    self.counted.setdefault(job["metadata"]["uid"], []).append(pod)
+                    self.objects.pop(("Pod", pod.namespace, meta["name"]), None)
+                    self.pods.pop(meta["name"], None)
+
     @staticmethod
     def _rule_matches(rule: dict, pod: Pod) -> str | None:
+        """The real Job controller's message for a FailJob rule the pod matches (FailJob is the only action
+        modelled), or None."""
+        rule_text = f"matching {rule['action']} rule"
         if "onPodConditions" in rule:
-            types = {c["type"] for c in pod.obj["status"].get("conditions", []) if c["status"] == "True"}
-            if types & {c["type"] for c in rule["onPodConditions"]}:
-                return "Pod has condition DisruptionTarget"
-            return None
-        terminated = pod.terminated
+            patterns = {(c["type"], c.get("status", "True")) for c in rule["onPodConditions"]}
+            condition = next((c["type"] for c in pod.obj["status"].get("conditions", [])
+                              if (c["type"], c["status"]) in patterns), None)
+            return condition and f"Pod {pod.namespace}/{pod.obj['metadata']['name']} has condition {condition} " \
+                                 f"{rule_text}"
+        code = (pod.terminated or {}).get("exitCode", 0)  # a pod stopped before its container ran has none
         codes, op = rule["onExitCodes"]["values"], rule["onExitCodes"]["operator"]
-        if (terminated["exitCode"] in codes) == (op == "In"):
-            return f"Container {pod.container['name']} failed with exit code {terminated['exitCode']}"
+        if code != 0 and (code in codes) == (op == "In"):
+            return (f"Container {pod.container['name']} for pod {pod.namespace}/{pod.obj['metadata']['name']} "
+                    f"failed with exit code {code} {rule_text}")
         return None
 
     # the TFJob controller (Kubeflow training operator v1) ------------------------------------------------
@@ -1286,10 +1314,22 @@ class Cluster:
 
     # the API server and the garbage collector ------------------------------------------------------------
 
-    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> dict | None:
+    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None,
+               collected: bool = False) -> dict | None:
         """Delete the object, and, unless the propagation policy is Orphan (for batch/v1 Jobs the default,
-        as the API server's), its dependents: the objects whose owner references name it."""
+        as the API server's), its dependents: the objects whose owner references name it (``collected``: as
+        such a dependent). A pod with a finalizer is only marked (deletionTimestamp) and stopped; it stays
+        until its finalizer is removed (see ``_count_terminated``), except when collected with its Job (the
+        controller lets a deleted Job's pods go)."""
         with self.lock:
+            obj = self.objects.get((kind, namespace, name))
+            if obj and kind == "Pod" and obj["metadata"].get("finalizers") and not collected:
+                first = not obj["metadata"].get("deletionTimestamp")
+                obj["metadata"].setdefault("deletionTimestamp", now())
+                obj["metadata"].setdefault("deletionGracePeriodSeconds", int(GRACE_SECONDS))
+                if first:
+                    threading.Thread(target=self._terminate, args=(self.pods[name],), daemon=True).start()
+                return obj
             obj = self.objects.pop((kind, namespace, name), None)
             pod = self.pods.pop(name, None) if obj and kind == "Pod" else None
             if obj is None:
@@ -1302,7 +1342,8 @@ class Cluster:
                 for _, o in dependents:
                     o["metadata"]["ownerReferences"] = [r for r in o["metadata"]["ownerReferences"] if r["uid"] != uid]
                 dependents = []
-        _together(lambda k=k: self.delete(*k, policy) for k, _ in dependents)  # the collector's, as the owner's
+        _together(lambda k=k: self.delete(*k, policy, collected=True) for k, _ in dependents)  # as the owner's
+        self.counted.pop(uid, None)
         if pod:
             pod.stop()
         if kind in ("Pod", "Service"):
@@ -1310,16 +1351,25 @@ class Cluster:
         self.changed.set()
         return obj
 
+    def _terminate(self, pod: Pod) -> None:
+        """The kubelet's part of a pod's deletion: stop it and give it a terminal phase (Failed, when its
+        container had not succeeded), so that the Job controller counts it."""
+        pod.stop()
+        with self.lock:
+            if pod.phase not in ("Succeeded", "Failed"):
+                pod.obj["status"]["phase"] = "Failed"
+        self.write_hosts()
+        self.changed.set()
+
     def evict(self, namespace: str, name: str) -> bool:
-        """The Eviction API: the pod gets a DisruptionTarget condition and is stopped (kept, as the Job
-        controller must see it)."""
+        """The Eviction API: the pod gets a DisruptionTarget condition and is deleted."""
         pod = self.pods.get(name)
         if pod is None or pod.namespace != namespace:
             return False
         with self.lock:
             _set_condition(pod.obj["status"].setdefault("conditions", []), "DisruptionTarget", "True",
                            "EvictionByEvictionAPI", "Eviction API: evicting")
-        threading.Thread(target=pod.stop, daemon=True).start()
+        threading.Thread(target=self.delete, args=("Pod", namespace, name), daemon=True).start()
         return True
 
     def served(self, group: str, version: str, plural: str) -> str | None:
@@ -1521,6 +1571,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         obj = self.cluster.delete(kind, namespace, name, propagation) if kind and name else None
         if obj is None:
             return self._status(404, "NotFound", f'{(kind or "object").lower()}s "{name}" not found')
+        if kind == "Pod":  # the API server answers a pod's deletion with the pod
+            with self.cluster.lock:
+                body = copy.deepcopy(obj)
+            return self._send(200, body)
         group = API_VERSIONS[kind].rpartition("/")[0]
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {
             "name": name, "group": group, "kind": f"{kind.lower()}s", "uid": obj["metadata"]["uid"]}})

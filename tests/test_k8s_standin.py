@@ -270,25 +270,40 @@ def test_indexed_job_pods_find_each_other_and_the_success_policy_completes_the_j
 
 
 def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable(cluster):
+    """The Job controller's messages are the real one's. An evicted pod, and a pod deleted (this one ignores
+    SIGTERM: SIGKILL after the grace period), stay marked for deletion until the controller counted them
+    (the job-tracking finalizer), then are gone; a crashed pod stays."""
     core, batch, _ = apis(cluster)
     batch.create_namespaced_job(NS, indexed_job_objects("evicted", "import time; time.sleep(60)", 1)[1])
+    batch.create_namespaced_job(NS, indexed_job_objects(
+        "deleted", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)", 1)[1])
     batch.create_namespaced_job(NS, indexed_job_objects("crash", "raise SystemExit(3)", 1)[1])
     unschedulable = job("pending", "print('never')")
     unschedulable["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
     batch.create_namespaced_job(NS, unschedulable)
-    pod = until(lambda: [p for p in pods_of(core, "job-name=evicted") if p.status.phase == "Running"])[0]
-    core.create_namespaced_pod_eviction(pod.metadata.name, NS, client.V1Eviction(
-        metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=NS)))
-    for name, message in (("evicted", "Pod has condition DisruptionTarget for pod {} matching FailJob rule at index 0"),
-                          ("crash", "Container main failed with exit code 3 for pod {} matching FailJob rule at "
+    running = {name: until(lambda: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
+               for name in ("evicted", "deleted")}
+    core.create_namespaced_pod_eviction(running["evicted"].metadata.name, NS, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=running["evicted"].metadata.name, namespace=NS)))
+    deleting = core.delete_namespaced_pod(running["deleted"].metadata.name, NS)
+    assert deleting.metadata.deletion_timestamp and deleting.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
+    time.sleep(1)
+    assert core.read_namespaced_pod(deleting.metadata.name, NS).status.phase == "Running"  # in its grace period
+    for name, message in (("evicted", "Pod {} has condition DisruptionTarget matching FailJob rule at index 0"),
+                          ("deleted", "Container main for pod {} failed with exit code 137 matching FailJob rule at "
+                                      "index 1"),
+                          ("crash", "Container main for pod {} failed with exit code 3 matching FailJob rule at "
                                     "index 1")):
         failed = until(lambda: [c for c in batch.read_namespaced_job_status(name, NS).status.conditions or []
                                 if c.type == "Failed"], what=f"{name} to fail")[0]
-        crashed, = pods_of(core, f"job-name={name}")
-        assert failed.reason == "PodFailurePolicy" and failed.message == message.format(f"{NS}/{crashed.metadata.name}")
-    evicted = core.read_namespaced_pod(pod.metadata.name, NS)
-    assert [(c.reason, c.message) for c in evicted.status.conditions if c.type == "DisruptionTarget"] == [
-        ("EvictionByEvictionAPI", "Eviction API: evicting")]
+        pod = running.get(name) or pods_of(core, f"job-name={name}")[0]
+        assert failed.reason == "PodFailurePolicy" and failed.message == message.format(f"{NS}/{pod.metadata.name}")
+        assert batch.read_namespaced_job_status(name, NS).status.failed == 1
+        assert [p.metadata.name for p in pods_of(core, f"job-name={name}")] == ([] if name in running else
+                                                                               [pod.metadata.name])
+    with pytest.raises(client.ApiException) as gone:
+        core.read_namespaced_pod(running["evicted"].metadata.name, NS)
+    assert gone.value.status == 404
     pending, = pods_of(core, "job-name=pending")
     assert pending.status.phase == "Pending" and [(c.type, c.status, c.reason) for c in pending.status.conditions] == [
         ("PodScheduled", "False", "Unschedulable")]

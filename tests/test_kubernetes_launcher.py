@@ -141,46 +141,58 @@ def test_killing_the_deferred_task_deletes_every_object_and_stops_every_pod(clus
     assert_nothing_left(cluster, plan)
 
 
-def test_an_evicted_pod_fails_the_stage_told_apart_from_a_crash(cluster, digits_root):
-    """A worker pod evicted mid-training (the Eviction API: a drain, a preemption) fails the Job through the
-    pod failure policy's DisruptionTarget rule, and the failure says so."""
-    from kubernetes import client
+LOSSES = {"evicted": "has condition DisruptionTarget matching FailJob rule at index 0",
+          "deleted": "failed with exit code 143 matching FailJob rule at index 1"}
+"""How a pod is lost (the Eviction API: a drain, a preemption; or a plain deletion), and what the Job's failure
+then says of it."""
 
-    plan = k8s_plan(digits_root, "k8s_evict", num_workers=2, epochs=200)
+
+def lose_pod(core, name: str, loss: str) -> None:
+    if loss == "evicted":
+        from kubernetes import client
+        core.create_namespaced_pod_eviction(name, "ml", client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=name, namespace="ml")))
+    else:
+        core.delete_namespaced_pod(name, "ml")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_lost_pod_fails_the_stage_named_as_lost_though_it_is_gone(cluster, digits_root, loss):
+    """A worker pod evicted or deleted mid-training fails the Job through the pod failure policy; the Job
+    controller lets the pod go once it counted it (its job-tracking finalizer), so the launcher names the
+    pod and its process from the Job's failure and counts it as lost, not as a crash."""
+    plan = k8s_plan(digits_root, f"k8s_{loss}", num_workers=2, epochs=200)
     launcher, _, finished = train_in_background(plan)
     name = object_name(plan.context.dag_id, plan.context.run_id, "train")
     pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
             if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
-    launcher.core.create_namespaced_pod_eviction(pod.metadata.name, "ml", client.V1Eviction(
-        metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace="ml")))
+    lose_pod(launcher.core, pod.metadata.name, loss)
     failure = finished()
     assert isinstance(failure, StageFailed), failure
-    assert failure.process == f"worker-1 (pod {pod.metadata.name})", str(failure)
-    assert "was disrupted (EvictionByEvictionAPI" in str(failure) and "matching FailJob rule at index 0" in str(failure)
+    assert failure.process == f"worker-1 (pod {pod.metadata.name})" and failure.lost == ("worker-1",), str(failure)
+    assert "was deleted (it is gone)" in str(failure) and LOSSES[loss] in str(failure), str(failure)
     assert_nothing_left(cluster, plan)
 
 
-
-
-EPOCHS = 150  # 2,850 steps: long enough to be evicted in
+EPOCHS = 150  # 2,850 steps: long enough to be lost in
 ELASTIC = {"horovod": ({"backend": "mpi", "mpi": {"controller": "gloo"}}, "pod-1"), "mirrored": ({}, "worker-1")}
 """Training section, and the member of pod 1 (a Horovod pod runs its ranks itself)."""
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("loss", fault_modes(LOSSES, "evicted"))
 @pytest.mark.parametrize("mode", fault_modes(ELASTIC, "horovod"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
-def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_evicted(cluster, digits_root,
-                                                                                   fault_figures, mode, trial):
-    """The deferred path (StageTrigger, then the operator's execute_complete): a worker pod evicted after a
-    checkpoint fails the Job; the operator defers again to the cluster started with the one worker left, from
-    the run's latest checkpoint, and that trigger's result record lists the restart."""
+def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_lost(cluster, digits_root,
+                                                                                fault_figures, mode, loss, trial):
+    """The deferred path (StageTrigger, then the operator's execute_complete): a worker pod evicted or deleted
+    after a checkpoint fails the Job; the operator defers again to the cluster started with the one worker left,
+    from the run's latest checkpoint, and that trigger's result record lists the restart."""
     from airflow.sdk.exceptions import TaskDeferred
-    from kubernetes import client
 
     mode_training, member = ELASTIC[mode]
     training = {"num_workers": 2, "min_workers": 1, "epochs": EPOCHS, "checkpoint_every_steps": 20, **mode_training}
-    plan = k8s_plan(digits_root, f"k8s_elastic_{mode}_{trial}", **training)
+    plan = k8s_plan(digits_root, f"k8s_elastic_{mode}_{loss}_{trial}", **training)
     operator = build_dag(make_spec(digits_root, training={**training, "launcher": "kubernetes"},
                                    kubernetes=KUBERNETES)).get_task("train")
     stage, store = plan.stage("train"), Store()
@@ -188,27 +200,26 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_evict
     launcher = KubernetesLauncher(plan, 1)
     trigger = launcher.start_deferred(stage, logger, store)
     name = object_name(plan.context.dag_id, plan.context.run_id, "train")
-    evicted = {}
+    lost = {}
 
-    def evict_after_a_checkpoint():
+    def lose_after_a_checkpoint():
         wait_for(lambda: checkpoint_step(plan.layout.checkpoint_dir) >= 100, 180, "a checkpoint at step 100")
         pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
                 if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
-        evicted["at"] = time.time()
-        launcher.core.create_namespaced_pod_eviction(pod.metadata.name, "ml", client.V1Eviction(
-            metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace="ml")))
+        lost["at"] = time.time()
+        lose_pod(launcher.core, pod.metadata.name, loss)
 
     async def events(trigger):
         return [event.payload async for event in trigger.run()]
 
-    evictor = threading.Thread(target=evict_after_a_checkpoint)
-    evictor.start()
+    loser = threading.Thread(target=lose_after_a_checkpoint)
+    loser.start()
     (failed,) = asyncio.run(events(trigger))
-    evictor.join()
+    loser.join()
     assert failed["status"] == "failed" and failed["lost"] == [member], failed
     lost_at_step = max(b.step for b in last_beats(plan.layout.heartbeat_dir).values())  # it trains in its grace period
     midnight = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
-    context = {"run_id": f"k8s_elastic_{mode}_{trial}", "data_interval_start": midnight,
+    context = {"run_id": f"k8s_elastic_{mode}_{loss}_{trial}", "data_interval_start": midnight,
                "data_interval_end": midnight + dt.timedelta(days=1), "params": {},
                "ti": types.SimpleNamespace(try_number=1), "task_state_store": store}
     with pytest.raises(TaskDeferred) as deferred:
@@ -220,7 +231,7 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_evict
     def first_step_call():
         wait_for(lambda: max(b.time for b in last_beats(plan.layout.heartbeat_dir).values()) > restarted_at, 120,
                  "the restarted cluster's first step call")
-        evicted["trained_again"] = time.time()
+        lost["trained_again"] = time.time()
 
     stepped = threading.Thread(target=first_step_call)
     stepped.start()
@@ -230,14 +241,15 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_evict
     result = done["result"]
     (restart,) = result["elastic_restarts"]
     assert restart["lost"] == [member] and (restart["workers_before"], restart["workers_after"]) == (2, 1)
-    assert "was disrupted (EvictionByEvictionAPI" in restart["why"], restart
+    assert "was deleted (it is gone)" in restart["why"] and (loss == "deleted") == ("exit code" in restart["why"]), \
+        restart
     total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
     assert result["final_step"] == total and result["workers"] == 1 and result["resumed_from_step"] >= 20, result
     assert result["metrics"]["accuracy"] > 0.9
     assert_nothing_left(cluster, plan)
-    fault_figures("elastic: a worker pod evicted (Kubernetes)", mode,
+    fault_figures(f"elastic: a worker pod {loss} (Kubernetes)", mode,
                   steps_lost=lost_at_step - result["resumed_from_step"],
-                  seconds_to_train_again=round(evicted["trained_again"] - evicted["at"], 2),
+                  seconds_to_train_again=round(lost["trained_again"] - lost["at"], 2),
                   resumed_at_step=result["resumed_from_step"], accuracy=round(result["metrics"]["accuracy"], 4))
 
 

@@ -39,6 +39,9 @@ STOPPED_SECONDS = 3
 """A training process stopped (SIGSTOP) this long fails its pod, whatever the hang timeout: TF's coordination
 service gives up on a stopped MultiWorkerMirrored worker after 10 s and fails a peer instead, hiding the cause."""
 HEARTBEAT_SCAN_SECONDS = 2.0
+STOP_GRACE_SECONDS = 3.0
+"""How long a process told to stop (SIGTERM) may take before it is killed: TF's MultiWorkerMirrored workers
+catch SIGTERM (its preemption notifier) and train on; well within the pod's 30 s termination grace period."""
 """How often a pod reads the stage's heartbeats: every pod reads every member's file from the shared volume."""
 
 
@@ -174,30 +177,41 @@ def run_horovod_ranks(args: argparse.Namespace, index: int, watch: HangWatch | N
 
 def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], watch: HangWatch | None) -> int:
     """Start the processes (rank, member, argv, env); relay output (Horovod ranks tagged '[rank]<stdout>:' as
-    horovodrun does); when one fails, stop the rest and return its exit code; when ``watch`` finds the stage
-    hung, kill them (a stopped process acts on no other signal) and return EXIT_HUNG."""
+    horovodrun does); when one fails, stop the rest and return its exit code; when the pod is told to stop
+    (the kubelet's SIGTERM: deleted, evicted), stop them and return 128 + SIGTERM; when ``watch`` finds the stage
+    hung, kill them (a stopped process acts on no other signal) and return EXIT_HUNG. Stopping is SIGTERM, then
+    SIGKILL after STOP_GRACE_SECONDS."""
     started = [(rank, member, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
                for rank, member, argv, env in processes]
     pumps = [threading.Thread(target=_relay, args=(rank, proc), daemon=True) for rank, _, proc in started]
     for t in pumps:
         t.start()
-    signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for _, _, proc in started])
+    told_to_stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: told_to_stop.set())
 
     def first_failure() -> int:
         return next((proc.returncode for _, _, proc in started if proc.returncode), 0)
 
     hung = False
     while any([proc.poll() is None for _, _, proc in started]) and not first_failure():  # a list: poll every one
+        if told_to_stop.is_set():
+            break
         if watch and watch.hung({member: proc.pid for _, member, proc in started}):
             hung = True
             print(f"ERROR: {watch.report}; stopping this pod's processes", file=sys.stderr, flush=True)
             break
         time.sleep(0.2)
-    code = EXIT_HUNG if hung else first_failure()
+    code = EXIT_HUNG if hung else 128 + signal.SIGTERM if told_to_stop.is_set() else first_failure()
     for _, _, proc in started:
         if proc.poll() is None:
             proc.kill() if hung else proc.terminate()
-        proc.wait()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for _, _, proc in started:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     for t in pumps:
         t.join()
     return code if code >= 0 else 128 - code

@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import math
+import re
 import signal
 import threading
 import time
@@ -50,6 +51,9 @@ STORE_KEY = "kubernetes_objects"
 KUBEFLOW = {"TFJob": ("kubeflow.org", "v1", "tfjobs"), "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs")}
 DONE = {"Complete": "success", "Succeeded": "success", "Failed": "failed"}
 """The conditions ending a Job (Complete, Failed) or a Kubeflow job (Succeeded, Failed)."""
+FAIL_JOB_POD = re.compile(r"(?:Container \S+ for pod|Pod) [^/\s]+/(?P<pod>\S+) (?:failed with exit code (?P<code>-?\d+)|"
+                          r"has condition \w+) matching FailJob rule")
+"""The pod a Job's pod failure policy failed it for, as the Job controller's condition message names it."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +92,19 @@ class Watch:
     def member(self, pod: Any) -> str:
         """Which process of the stage the pod is (``pod-N`` for a Horovod pod running several ranks)."""
         if self.kind == "Job":
-            index = int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])
-            return f"pod-{index}" if self.rank_tagged else self.members[index]
+            return self.member_at(int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"]))
         labels = pod.metadata.labels
         if self.kind == "MPIJob":  # the MPI operator labels a role, and an index on workers only
             return f"{labels['training.kubeflow.org/job-role']}-{labels.get('training.kubeflow.org/replica-index', 0)}"
         return f"{labels['training.kubeflow.org/replica-type'].lower()}-{labels['training.kubeflow.org/replica-index']}"
+
+    def member_at(self, index: int) -> str:
+        """The Job's process at a completion index."""
+        return f"pod-{index}" if self.rank_tagged else self.members[index]
+
+    def named_member(self, pod_name: str) -> str:
+        """The Job's process whose pod had this name (``<job>-<index>-<suffix>``, as Indexed Jobs name pods)."""
+        return self.member_at(int(pod_name.removeprefix(f"{self.name}-").split("-", 1)[0]))
 
     def tagged(self, member: str) -> bool:
         return self.rank_tagged and (self.kind == "Job" or member.startswith("launcher"))
@@ -415,15 +426,25 @@ def _result(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
 
 
 def _failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
-    """The first pod that failed, how it ended (exit code, OOMKilled, eviction, the hang it found) and the job's
-    reason; a pod disrupted (evicted, preempted, its node gone), stopped by a signal (the kubelet's, when the pod
-    is deleted) other than for memory, or hung counts as lost (an elastic stage may continue without it)."""
+    """The pod the Job's failure names (else the first that failed), how it ended (exit code, OOMKilled,
+    eviction, the hang it found, deleted) and the job's reason; a pod disrupted (evicted, preempted, its node
+    gone), deleted, stopped by a signal other than for memory, or hung counts as lost (an elastic stage may
+    continue without it)."""
     job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
     failed = [p for p in pods if p.status.phase == "Failed" and _terminated(p)]
+    named = FAIL_JOB_POD.search(ended.get("message") or "") if watch.kind == "Job" else None
+    if named and not any(p.metadata.name == named["pod"] for p in failed):
+        # the pod was deleted (by a user, a drain, the pod garbage collector for a lost node), then counted and
+        # let go by the Job controller: the Job's message is what is left of it
+        member = watch.named_member(named["pod"])
+        return StageFailed(f"{member} (pod {named['pod']})", int(named["code"]) if named["code"] else None,
+                           {member: list(tails.pop(member, []))} | dict(tails), how="was deleted (it is gone)",
+                           detail=job, lost=(member,))
     if not failed:
         return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
                            detail=f"{ended.get('reason')}: {ended.get('message')}")
-    pod = min(failed, key=lambda p: _terminated(p).finished_at or dt.datetime.max.replace(tzinfo=dt.timezone.utc))
+    pod = next((p for p in failed if named and p.metadata.name == named["pod"]), None) or min(
+        failed, key=lambda p: _terminated(p).finished_at or dt.datetime.max.replace(tzinfo=dt.timezone.utc))
     terminated, member = _terminated(pod), watch.member(pod)
     ordered = {member: list(tails.pop(member, []))} | dict(tails)
     why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
