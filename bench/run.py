@@ -54,13 +54,18 @@ class Budget:
     airflow_run: bool
     """Measure the Airflow task process's memory in one ``airflow dags test`` run (tests/test_demo.py already
     runs that path, so the tiny budget skips it)."""
+    prepare_base_mb: float
+    """prepare_data at scale: the 1× input (PREPARE_FACTORS times it: memory; 8×: one vs two writers)."""
+
+
+PREPARE_FACTORS = (1, 8, 64)
 
 
 BUDGETS = {
     "tiny": Budget(repetitions=1, epochs=2, worker_counts=(2,), shard_sizes=(2_000, 4_000), parse_repetitions=1,
-                   modes=("mirrored", "horovod"), airflow_run=False),
+                   modes=("mirrored", "horovod"), airflow_run=False, prepare_base_mb=0.5),
     "full": Budget(repetitions=3, epochs=20, worker_counts=(1, 2), shard_sizes=(20_000, 200_000), parse_repetitions=7,
-                   modes=tuple(MODES), airflow_run=True),
+                   modes=tuple(MODES), airflow_run=True, prepare_base_mb=50),
 }
 
 
@@ -101,7 +106,7 @@ class Training:
         self.work, self.budget = work, budget
         self.spec = copy.deepcopy(runpy.run_path(os.path.join(REPO, "dags", "digits_nightly.py"))["SPEC"])
         self.spec.update(artifact_root=work)
-        self.spec["data"]["window_days"] = 3
+        self.spec["data"]["window"] = 3
         self.spec["training"].update(epochs=budget.epochs, checkpoint_every_steps=10**6)
         write_digits_partitions(os.path.join(work, "raw", "digits"), DAY, 3)
         prepared = self.plan("prepare", {})
@@ -264,6 +269,15 @@ def table(results: dict, budget: Budget) -> list[dict]:
         rows.append({"figure": f"shard writing, {s['size']:,} rows: ours / bare TFRecordWriter loop (per core)",
                      "median": s["ratio"], "min": s["ratio_min"], "max": s["ratio_max"], "n": budget.repetitions,
                      "goal": "≥ 0.8", "met": s["ratio"] >= 0.8})
+    scaling = results["prepare_scaling"]
+    memory = {int(k): v for k, v in scaling["memory"].items()}
+    for factor in PREPARE_FACTORS[1:]:
+        rows.append(ratio_row(f"prepare peak memory, {factor}× input ({memory[factor]['input_mb']:,.0f} MB) / 1× "
+                              "(one writer process)", [memory[factor]["peak_rss_mb"]], [memory[1]["peak_rss_mb"]],
+                              "≤ 1.5", lambda m: m <= 1.5))
+    writers = {int(k): v for k, v in scaling["writers"].items()}
+    rows.append(ratio_row("prepare records/s, 2 writer processes / 1 (8× input)", [r for r, _ in writers[2]],
+                          [r for r, _ in writers[1]], "≥ 1.5", lambda m: m >= 1.5))
     return rows
 
 
@@ -283,6 +297,12 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     for s in results["shards"]:
         out.append((f"shards, {s['size']:,} rows: ours", f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s"))
         out.append((f"shards, {s['size']:,} rows: bare loop", f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s"))
+    for factor, m in results["prepare_scaling"]["memory"].items():
+        out.append((f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows, one writer",
+                    f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s'][0]:,.0f} records/s"))
+    for processes, rates in results["prepare_scaling"]["writers"].items():
+        out.append((f"prepare, 8× input, {processes} writer process(es)",
+                    f"{statistics.median(r for r, _ in rates):,.0f} records/s"))
     for setting, p in results["parse"].items():
         for name, samples in p.items():
             out.append((f"DAG file parse, {setting}: {name}", f"{1000 * statistics.median(s['seconds'] for s in samples):.1f} ms"))
@@ -348,6 +368,9 @@ def main() -> None:
         results["parse"] = parse_times(work, budget)
         print("shard writing", flush=True)
         results["shards"] = shards.measure(os.path.join(work, "shards"), budget.shard_sizes, budget.repetitions)
+        print("prepare_data at scale", flush=True)
+        results["prepare_scaling"] = shards.scaling(os.path.join(work, "scaling"), budget.prepare_base_mb,
+                                                    PREPARE_FACTORS, budget.repetitions)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)

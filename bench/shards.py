@@ -1,7 +1,8 @@
-"""Shard writing: the prepare stage (read, split, shard, checksum, manifest) vs a bare TFRecordWriter loop
-writing the same records to one file. Both are one process; both time their work after their imports.
+"""Shard writing: the prepare stage (read, split, shard, checksum, manifest) vs the best hand-written
+TFRecordWriter loop writing the same records to one file, both one process, both timed after their imports;
+and prepare at scale: its peak memory as the input grows, and its records/s with one and two writer processes.
 
-    python -m bench.shards bare <input.npz> <out.tfrecord>     the bare loop (the yardstick)"""
+    python -m bench.shards bare <input.npz> <out.tfrecord>     the hand-written loop (the yardstick)"""
 
 from __future__ import annotations
 
@@ -29,31 +30,94 @@ def write_input(path: str, rows: int) -> None:
     np.savez(path, pixel=pixels, label=labels)
 
 
-def _spec_file(workdir: str) -> str:
+def write_csv_input(path: str, megabytes: float) -> int:
+    """About ``megabytes`` of CSV: digits rows, each copy shifted a little so rows differ; the row count."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    digits, copies = load_digits(), 0
+    with open(path, "w") as f:
+        f.write(",".join(["label", *(f"pixel_{i}" for i in range(64))]) + "\n")
+        while f.tell() < megabytes * 1e6:
+            np.savetxt(f, np.column_stack([digits.target, digits.data + 0.001 * copies]), fmt=["%d"] + ["%.3f"] * 64,
+                       delimiter=",")
+            copies += 1
+    return copies * len(digits.target)
+
+
+def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
     from operators.spec import load_spec
     from trainer.artifacts import write_json_atomic
 
     spec = load_spec({
         "name": "shards_bench", "artifact_root": workdir, "start_date": "2026-11-01",
-        "data": {"source": "unused", "format": "npz", "features": [{"name": "pixel", "shape": [64]}],
-                 "label": {"name": "label", "num_classes": 10}, "num_shards": 4},
+        "data": {"source": "unused", "format": fmt, "features": [{"name": "pixel", "shape": [64]}],
+                 "label": {"name": "label", "num_classes": 10}, "num_shards": 4, "prepare_processes": processes},
         "model": {"family": "mlp"}, "export": {"model_name": "shards_bench"},
         "validation": {"allow_unvalidated": True},  # only prepare runs here: nothing is evaluated or published
     })
-    path = os.path.join(workdir, "spec.json")
+    path = os.path.join(workdir, f"spec-{fmt}-{processes}.json")
     write_json_atomic(path, spec.to_json_dict())
     return path
 
 
 def _timed(argv: list[str]) -> tuple[float, float]:
     """(records/s, MB/s) from the process's throughput line."""
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    match = THROUGHPUT.search(done.stdout)
-    if done.returncode or not match:
-        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    rate, _ = _run(argv)
+    return rate
+
+
+def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
+    """((records/s, MB/s) from the process's throughput line, the peak resident memory of the process and its
+    children together in MB, sampled every 50 ms)."""
+    import psutil
+
+    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) as proc:
+        peak, main = 0, psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                tree = [main, *main.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree))
+            except psutil.Error:  # a process ended meanwhile
+                pass
+            time.sleep(0.05)
+        stdout, stderr = proc.communicate()
+    match = THROUGHPUT.search(stdout)
+    if proc.returncode or not match:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     records, megabytes, seconds = int(match[1]), float(match[2]), float(match[3])
-    return records / seconds, megabytes / seconds
+    return (records / seconds, megabytes / seconds), peak / 1e6
+
+
+def _prepare(spec: str, out: str, source: str) -> list[str]:
+    shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
+    return [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--result", out + ".result.json",
+            "--source", source]
+
+
+def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repetitions: int) -> dict:
+    """prepare_data on ``factor`` CSV partitions of ``base_megabytes`` each: peak memory with one writer
+    process per input size; records/s with one and with two writer processes on the 8× input."""
+    os.makedirs(workdir, exist_ok=True)
+    base = os.path.join(workdir, "base.csv")
+    rows = write_csv_input(base, base_megabytes)
+    for factor in factors:  # hard links: the same bytes as `factor` partition files
+        os.makedirs(folder := os.path.join(workdir, f"x{factor}"))
+        for k in range(factor):
+            os.link(base, os.path.join(folder, f"part-{k:03d}.csv"))
+    one, two = _spec_file(workdir, "csv", 1), _spec_file(workdir, "csv", 2)
+    memory = {}
+    for factor in factors:
+        (rate, _), peak = _run(_prepare(one, os.path.join(workdir, "out"), os.path.join(workdir, f"x{factor}", "*.csv")))
+        memory[factor] = {"input_mb": factor * os.path.getsize(base) / 1e6, "rows": factor * rows,
+                          "peak_rss_mb": peak, "records_per_s": rate}
+    writers = {1: [], 2: []}
+    for repetition in range(repetitions):
+        for processes, spec in (((1, one), (2, two)) if repetition % 2 == 0 else ((2, two), (1, one))):
+            writers[processes].append(_timed(_prepare(spec, os.path.join(workdir, "out"),
+                                                      os.path.join(workdir, "x8", "*.csv")))[0])
+    return {"memory": memory, "writers": writers}
 
 
 def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict]:
@@ -83,20 +147,23 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
 
 
 def bare(source: str, out: str) -> None:
-    """The yardstick, written independently of trainer.data: load, build each Example (rows as Python lists,
-    the fast way into protobuf), write."""
+    """The yardstick, written independently of trainer.data as a good engineer would: load, convert the rows
+    to Python lists once (the fast way into protobuf), refill one Example per row (cheaper than building
+    one), write."""
     import numpy as np
     import tensorflow as tf
 
     started = time.monotonic()
     with np.load(source) as arrays:
-        pixels, labels = arrays["pixel"], arrays["label"]
+        pixels, labels = arrays["pixel"].tolist(), arrays["label"].tolist()
+    example = tf.train.Example()
+    pixel_values = example.features.feature["pixel"].float_list.value
+    label_values = example.features.feature["label"].int64_list.value
     with tf.io.TFRecordWriter(out) as writer:
         for pixel, label in zip(pixels, labels):
-            writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "pixel": tf.train.Feature(float_list=tf.train.FloatList(value=pixel.tolist())),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-            })).SerializeToString())
+            pixel_values[:] = pixel
+            label_values[:] = [label]
+            writer.write(example.SerializeToString())
     seconds = time.monotonic() - started
     megabytes = os.path.getsize(out) / 1e6
     print(f"throughput: {len(labels)} records, {megabytes:.2f} MB in {seconds:.3f}s: {len(labels) / seconds:.0f} "

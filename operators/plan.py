@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import re
+import string
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,13 +54,47 @@ class RunContext:
     def run_key(self) -> str:
         return run_key(self.run_id)
 
-    def window_dates(self, window_days: int | None) -> list[dt.date]:
-        """Days whose partitions this run trains on: the data interval, or the N days ending at its end."""
-        end = self.interval_end.date()
-        if window_days:
-            return [end - dt.timedelta(days=n) for n in range(window_days, 0, -1)]
-        start = self.interval_start.date()
-        return [start + dt.timedelta(days=n) for n in range(max(1, (end - start).days))]
+    def window_start(self, schedule: str | None, window: int | None) -> dt.datetime:
+        """Where the run's window starts: the data interval's start, or ``window`` periods of the schedule
+        (days without one) before its end."""
+        if not window:
+            return self.interval_start
+        if schedule is None:
+            return self.interval_end - dt.timedelta(days=window)
+        ticks = croniter(schedule, self.interval_end)
+        return [ticks.get_prev(dt.datetime) for _ in range(window)][-1]
+
+
+def partition_unit(source: str) -> str | None:
+    """The finest time placeholder of a source: its partitions are hours, days, months or years (None: the
+    source names no time)."""
+    fields = {field for _, field, _, _ in string.Formatter().parse(source) if field}
+    return next((unit for unit, names in PARTITION_FIELDS if fields & names), None)
+
+
+PARTITION_FIELDS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
+
+
+def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[dt.datetime]:
+    """The starts of the ``unit`` partitions overlapping [start, end) (just ``start`` without a unit)."""
+    if unit is None:
+        return [start]
+    t = start.replace(minute=0, second=0, microsecond=0, **({} if unit == "hour" else {"hour": 0}))
+    t = t.replace(**({"day": 1} if unit in ("month", "year") else {}), **({"month": 1} if unit == "year" else {}))
+    found = []
+    while t < end:
+        found.append(t)
+        if unit in ("hour", "day"):
+            t += dt.timedelta(**{f"{unit}s": 1})
+        else:
+            months = t.month + (1 if unit == "month" else 12)
+            t = t.replace(year=t.year + (months - 1) // 12, month=(months - 1) % 12 + 1)
+    return found
+
+
+def source_for(source: str, partition: dt.datetime, artifact_root: str) -> str:
+    return source.format(date=partition.date().isoformat(), year=f"{partition:%Y}", month=f"{partition:%m}",
+                         day=f"{partition:%d}", hour=f"{partition:%H}", artifact_root=artifact_root)
 
 
 @dataclass(frozen=True)
@@ -184,10 +219,9 @@ def build_plan(
     common = ["--spec", layout.spec_file]
     train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
              "--result", layout.result("train"), "--heartbeats", layout.heartbeat_dir)
-    sources = [
-        (source or spec.data.source).format(date=day.isoformat(), artifact_root=spec.artifact_root)
-        for day in ctx.window_dates(spec.data.window_days)
-    ]
+    source = source or spec.data.source
+    sources = [source_for(source, t, spec.artifact_root) for t in partitions(
+        ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]
     prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir, "--result", layout.result("prepare_data")]
     for pattern in dict.fromkeys(sources):
         prepare += ["--source", pattern]

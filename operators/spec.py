@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FACTORY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-SOURCE_PLACEHOLDERS = ("date", "artifact_root")
+SOURCE_PLACEHOLDERS = ("date", "year", "month", "day", "hour", "artifact_root")
 MPI_ARG_PATTERN = r"^[^\x00\n]+$"
 RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--hostfile", "--tag-output")
 
@@ -104,24 +104,33 @@ class Label(_Section):
 
 class DataSpec(_Section):
     source: Annotated[str, Field(min_length=1)]
-    """Path or glob; '{date}' becomes each day (YYYY-MM-DD) of the run's window, '{artifact_root}' the root."""
-    format: Literal["csv", "npz"]
-    """'csv' (a header row) or 'npz' (one array per feature and one for the label)."""
+    """Path, glob or URL (any fsspec file system: s3://, gs://, https://) of the input partitions: '{date}'
+    (YYYY-MM-DD), '{year}', '{month}', '{day}' and '{hour}' become each partition of the run's window (its
+    hours when '{hour}' is used, else its days, months or years), '{artifact_root}' the root."""
+    format: Literal["csv", "jsonl", "npz", "parquet"]
+    """'csv' (a header row; a vector feature is columns <name>_0 ..), 'jsonl' (an object per line; a vector
+    feature is a list), 'npz' (one array per feature and one for the label) or 'parquet' (a column per
+    scalar; a vector feature is a list column or columns <name>_0 ..)."""
     features: Annotated[list[Feature], Field(min_length=1)]
     label: Label
     eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
     """Share of the rows held out for evaluation (by a hash of each row's content)."""
     num_shards: Annotated[int, Field(ge=1, le=1024)] = 4
     """Train shards (and eval shards); at least one per training process."""
-    window_days: Annotated[int, Field(ge=1)] | None = None
-    """Train on the last N days ending at the data interval's end; default: the data interval itself."""
+    window: Annotated[int, Field(ge=1)] | None = None
+    """Train on the last N periods of the schedule ending at the data interval's end (N days for a daily
+    schedule, N hours for an hourly one); default: the data interval itself."""
+    prepare_processes: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Processes writing shards in prepare_data (each reads its share of the input); default: one per 32 MB
+    of input, up to the cores prepare_data runs on. The shards are the same whatever it is."""
 
     @field_validator("source")
     @classmethod
     def _known_placeholders(cls, value: str) -> str:
         for _, field, _, _ in string.Formatter().parse(value):
             if field is not None and field not in SOURCE_PLACEHOLDERS:
-                raise ValueError(f"unknown placeholder {{{field}}}; allowed: {{date}}, {{artifact_root}}")
+                raise ValueError(f"unknown placeholder {{{field}}}; allowed: "
+                                 f"{', '.join('{' + p + '}' for p in SOURCE_PLACEHOLDERS)}")
         return value
 
     @model_validator(mode="after")
@@ -584,8 +593,9 @@ class Spec(_Section):
         """Pods see only the artifact volume: the input and the export root must be below the artifact root."""
         if self.kubernetes is None:
             return self
-        for field, path in (("data.source", self.data.source.replace("{artifact_root}", self.artifact_root)),
-                            ("export.root", self.export_root)):
+        local = [("data.source", self.data.source.replace("{artifact_root}", self.artifact_root))] \
+            if "://" not in self.data.source else []  # a URL is read from wherever the pods are
+        for field, path in (*local, ("export.root", self.export_root)):
             if os.path.commonpath([self.artifact_root, os.path.normpath(path)]) != self.artifact_root:
                 raise ValueError(f"{field}: pods on Kubernetes see only the artifact volume mounted at "
                                  f"{self.artifact_root}; put it below the artifact root (e.g. '{{artifact_root}}/...')")

@@ -38,11 +38,38 @@ def test_stages_and_run_scoped_paths(tmp_path):
     assert export[export.index("--version-base") + 1] == "20261121000000" == str(version_base(CTX))
 
 
-def test_window_days_lists_each_partition(tmp_path):
-    spec = load_spec(make_spec(str(tmp_path), data={"window_days": 3}))
+def test_window_lists_each_partition(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), data={"window": 3}))
     argv = build_plan(spec, CTX).stage("prepare_data").processes[0].argv
     sources = [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
     assert [s.split("/")[-2] for s in sources] == ["2026-11-18", "2026-11-19", "2026-11-20"]
+
+
+def at(*args) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+PARTITIONS = [  # schedule, source's partition path, data interval, window → the partitions read
+    ("@hourly", "{date}/{hour}", (at(2026, 11, 20, 23), at(2026, 11, 21)), None, ["2026-11-20/23"]),
+    ("@hourly", "{date}/{hour}", (at(2026, 11, 21, 1), at(2026, 11, 21, 2)), 3,
+     ["2026-11-20/23", "2026-11-21/00", "2026-11-21/01"]),
+    ("@hourly", "{date}", (at(2026, 11, 20, 5), at(2026, 11, 20, 6)), None, ["2026-11-20"]),
+    ("@weekly", "{date}", (at(2026, 11, 15), at(2026, 11, 22)), None,
+     [f"2026-11-{d}" for d in range(15, 22)]),
+    ("@daily", "{year}/{month}/{day}", (at(2026, 12, 31), at(2027, 1, 1)), 2, ["2026/12/30", "2026/12/31"]),
+    ("@monthly", "{year}-{month}", (at(2026, 11, 1), at(2026, 12, 1)), 3, ["2026-09", "2026-10", "2026-11"]),
+    ("@daily", "all", (at(2026, 11, 20), at(2026, 11, 21)), 3, ["all"]),
+]
+
+
+@pytest.mark.parametrize("schedule, partition, interval, window, expected", PARTITIONS)
+def test_a_run_reads_exactly_the_partitions_of_its_window_in_the_schedules_periods(tmp_path, schedule, partition,
+                                                                                     interval, window, expected):
+    spec = load_spec(make_spec(str(tmp_path), schedule=schedule,
+                               data={"source": f"{{artifact_root}}/raw/{partition}/part.csv", "window": window}))
+    argv = build_plan(spec, RunContext("d", "r", *interval)).stage("prepare_data").processes[0].argv
+    sources = [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
+    assert sources == [f"{tmp_path}/raw/{p}/part.csv" for p in expected]
 
 
 def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):

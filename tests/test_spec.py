@@ -38,7 +38,7 @@ def test_defaults_are_filled(tmp_path):
     [
         ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
         ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' or 'mpi' (got 'spark')"),
-        ({"data": {"format": "parquet"}}, "data.format: Input should be 'csv' or 'npz' (got 'parquet')"),
+        ({"data": {"format": "avro"}}, "data.format: Input should be 'csv', 'jsonl', 'npz' or 'parquet' (got 'avro')"),
         ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
         ({"model": {"hidden_units": [64, 0]}},
          "model.hidden_units[1]: Input should be greater than or equal to 1 (got 0)"),
@@ -48,7 +48,7 @@ def test_defaults_are_filled(tmp_path):
         ({"model": {"family": "custom", "factory": "not a path"}}, "model.factory: String should match pattern"),
         ({"schedule": "every night"}, "schedule: not a valid cron expression"),
         ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
-        ({"data": {"source": "/raw/{day}/*.csv"}}, "data.source: unknown placeholder {day}"),
+        ({"data": {"source": "/raw/{week}/*.csv"}}, "data.source: unknown placeholder {week}"),
         ({"validation": {"thresholds": {"accuracy": {}}}}, "validation.thresholds.accuracy: give 'lower', 'upper'"),
         ({"validation": {"change_thresholds": {"loss": {"direction": "down"}}}},
          "validation.change_thresholds.loss.direction: Input should be 'higher_is_better' or 'lower_is_better'"),
@@ -223,7 +223,7 @@ def test_fields_naming_code_paths_or_arguments_are_never_overridable(tmp_path, p
 
 def test_numbers_and_choices_stay_overridable(tmp_path):
     paths = ["training.epochs", "model.learning_rate", "training.backend", "training.num_workers", "model.optimizer",
-             "training.seed", "model.hidden_units", "data.window_days"]
+             "training.seed", "model.hidden_units", "data.window"]
     assert load_spec(make_spec(str(tmp_path), overridable=paths)).overridable == paths
 
 

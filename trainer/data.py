@@ -1,9 +1,7 @@
-"""Raw input reading (CSV, NPZ), the hash-based split, and TFRecord shards: writing and reading."""
+"""The hash-based split, and TFRecord shards: writing, checking and reading (raw input: trainer.readers)."""
 
 from __future__ import annotations
 
-import csv
-import glob
 import hashlib
 import math
 import os
@@ -18,48 +16,6 @@ from trainer.runtime import fail
 MANIFEST_VERSION = 2
 """Of the data manifest's layout (2: each shard's size recorded); part of the input fingerprint."""
 READ_PARALLELISM = 2  # fixed: tf.data autotune stalls process exit for tens of seconds
-
-
-def feature_columns(feature: dict[str, Any]) -> list[str]:
-    """CSV columns of a feature: its name when scalar, else ``<name>_0 .. <name>_<size-1>``."""
-    size = math.prod(feature["shape"])
-    return [feature["name"]] if not feature["shape"] else [f"{feature['name']}_{i}" for i in range(size)]
-
-
-def expand_sources(patterns: list[str]) -> list[str]:
-    return sorted({path for pattern in patterns for path in glob.glob(pattern) if os.path.isfile(path)})
-
-
-def read_inputs(paths: list[str], data_spec: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """All rows of the input files: features as float32 arrays of shape [rows, size], labels as int64."""
-    features = data_spec["features"]
-    label = data_spec["label"]["name"]
-    columns: dict[str, list[np.ndarray]] = {f["name"]: [] for f in features}
-    labels = []
-    for path in paths:
-        if data_spec["format"] == "csv":
-            with open(path, newline="") as f:
-                reader = csv.reader(f)
-                header = next(reader)
-                rows = np.array(list(reader), dtype=object)
-            index = {name: i for i, name in enumerate(header)}
-            wanted = [label, *(c for f in features for c in feature_columns(f))]
-            missing = [c for c in wanted if c not in index]
-            if missing:
-                raise ValueError(f"{path}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''}")
-            for f in features:
-                cols = [index[c] for c in feature_columns(f)]
-                columns[f["name"]].append(rows[:, cols].astype(np.float32) if len(rows) else np.zeros((0, len(cols))))
-            labels.append(rows[:, index[label]].astype(np.int64) if len(rows) else np.zeros(0, np.int64))
-        else:
-            with np.load(path) as arrays:
-                missing = [n for n in [label, *columns] if n not in arrays]
-                if missing:
-                    raise ValueError(f"{path}: missing arrays {missing}")
-                for f in features:
-                    columns[f["name"]].append(arrays[f["name"]].reshape(len(arrays[label]), -1).astype(np.float32))
-                labels.append(arrays[label].astype(np.int64))
-    return {n: np.concatenate(v) for n, v in columns.items()}, np.concatenate(labels)
 
 
 def row_hashes(features: dict[str, np.ndarray], labels: np.ndarray) -> np.ndarray:
@@ -82,18 +38,23 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
-def write_shard(tf, path: str, features: dict[str, np.ndarray], labels: np.ndarray, label_name: str) -> None:
-    """One tf.train.Example per row. One message is refilled per row from Python lists (protobuf takes
+class ExampleWriter:
+    """Rows as tf.train.Example records. One message is refilled per row from Python lists (protobuf takes
     lists ~2x faster than numpy rows; refilling beats building a message per row ~1.5x); keys sorted."""
-    example = tf.train.Example()
-    values = {n: example.features.feature[n].float_list.value for n in features}
-    label = example.features.feature[label_name].int64_list.value
-    with tf.io.TFRecordWriter(path) as writer:
+
+    def __init__(self, tf, feature_names: list[str], label_name: str) -> None:
+        self.example = tf.train.Example()
+        self.values = {n: self.example.features.feature[n].float_list.value for n in feature_names}
+        self.label = self.example.features.feature[label_name].int64_list.value
+
+    def write(self, writer, features: dict[str, np.ndarray], labels: np.ndarray) -> None:
+        """Write the rows to an open tf.io.TFRecordWriter."""
+        columns = {n: v.tolist() for n, v in features.items()}
         for i, y in enumerate(labels.tolist()):
-            for n, v in features.items():
-                values[n][:] = v[i].tolist()
-            label[:] = [y]
-            writer.write(example.SerializeToString(deterministic=True))
+            for n, v in columns.items():
+                self.values[n][:] = v[i]
+            self.label[:] = [y]
+            writer.write(self.example.SerializeToString(deterministic=True))
 
 
 def parse_fn(tf, manifest: dict[str, Any]):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import re
 import sys
@@ -34,6 +35,19 @@ def pin_to_own_cores() -> None:
     own = blocks[local_rank] if local_rank < len(blocks) else ""
     if own:
         os.sched_setaffinity(0, [int(core) for core in own.split(",")])
+
+
+def usable_cores() -> int:
+    """This process's cores: its CPU set, within a container's CPU quota (cgroup v2 ``cpu.max``) if any."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
 
 
 def import_tensorflow():
