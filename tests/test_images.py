@@ -49,8 +49,10 @@ def test_there_is_a_cpu_worker_a_gpu_worker_and_an_airflow_image():
 def test_worker_images_hold_the_trainer_and_the_pinned_tensorflow_without_airflow(dockerfile):
     text = read(dockerfile)
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
-        pinned = next(r for r in tomllib.load(f)["project"]["optional-dependencies"]["trainer"] if "tensorflow" in r)
+        trainer = tomllib.load(f)["project"]["optional-dependencies"]["trainer"]
+    pinned = next(r for r in trainer if "tensorflow" in r)
     version = pinned.split("==")[1]
+    assert [r for r in trainer if r not in text and r != pinned] == []  # the trainer's other requirements
     assert re.findall(r'"tensorflow(?:-cpu|\[and-cuda\])==([\d.]+)"', text) == [version, version]
     instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     assert "COPY trainer/ trainer/" in text and "build-horovod-wheel.sh" in text
