@@ -2,7 +2,9 @@
 weights, all-reduced across the processes and applied by the optimizer, as the train stage does it.
 What synchronous training with N processes on one host pays per step at the least.
 
-    python -m bench.collectives mirrored --spec S --data D --steps N   one process per worker (TF_CONFIG)
+    python -m bench.collectives mirrored --spec S --data D --steps N [--bytes-per-pack B]
+                                                    one process per worker (TF_CONFIG); B: the gradients'
+                                                    all-reduce packs (0, TF's default: all in one collective)
     python -m bench.collectives horovod  --spec S --data D --steps N   one rank per process (mpirun)
 
 The first process prints ``sync_ms <milliseconds per step>``."""
@@ -22,6 +24,7 @@ def main() -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--bytes-per-pack", type=int, default=0)
     args = parser.parse_args()
 
     from trainer.models import build_model, build_optimizer
@@ -35,7 +38,8 @@ def main() -> None:
         hvd.init()
         first = hvd.rank() == 0
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=(
+            tf.distribute.experimental.CommunicationOptions(bytes_per_pack=args.bytes_per_pack)))
         first = not strategy.cluster_resolver.task_id
     with open(args.spec) as f:
         spec = json.load(f)
@@ -58,6 +62,10 @@ def main() -> None:
             strategy.run(step) if strategy else step()
 
     steps(tf.constant(10))  # tracing, first connections
+    if first and strategy:
+        graph = steps.get_concrete_function(tf.constant(1)).graph.as_graph_def()
+        ops = [n.op for f in graph.library.function for n in f.node_def] + [n.op for n in graph.node]
+        print(f"collectives per step {sum(op.startswith('CollectiveReduce') for op in ops)}", flush=True)
     started = time.monotonic()
     steps(tf.constant(args.steps))
     if first:

@@ -1,13 +1,16 @@
-"""A plain hand-written training script, the benchmark's yardstick: what a user writes from the TensorFlow
-and Horovod tutorials, without the plugin. Same model, same shards, same global batch as the train stage.
+"""The best hand-written training script, the benchmark's yardstick: what a good engineer writes from the
+TensorFlow and Horovod guides without the plugin. Same model, same shards, same global batch, the same steps
+per tf.function call as the train stage, and each process on its own block of cores with TensorFlow's thread
+pools sized to it (TensorFlow's default gives every process every core: oversubscribed).
 
     python -m bench.handwritten single   --spec S --data D --steps N [--steps-per-call K]   one process, all cores
     python -m bench.handwritten mirrored ...   one process per worker, TF_CONFIG cluster (MultiWorkerMirroredStrategy)
     python -m bench.handwritten ps ...         chief + ps + workers from TF_CONFIG (ParameterServerStrategy)
     python -m bench.handwritten horovod ...    one rank per process under horovodrun
 
-TensorFlow's default threading (every process uses every core), one step per tf.function call unless
-``--steps-per-call`` says otherwise. The chief prints ``examples/s <rate>`` counted after the first call."""
+The local processes are the TF cluster's workers (or Horovod's local ranks); with more processes than cores
+(the parameter-server cluster) none is pinned. The chief prints ``examples/s <rate>`` counted after the first
+call."""
 
 from __future__ import annotations
 
@@ -17,17 +20,39 @@ import os
 import time
 
 
+def pin_to_own_cores(mode: str) -> int:
+    """Pin this process to its block of the cores by its local index; the block's size (0: not pinned)."""
+    if mode == "horovod":
+        index, count = int(os.environ["HOROVOD_LOCAL_RANK"]), int(os.environ["HOROVOD_LOCAL_SIZE"])
+    elif mode == "mirrored":
+        config = json.loads(os.environ["TF_CONFIG"])
+        index, count = config["task"]["index"], len(config["cluster"]["worker"])
+    else:
+        return 0
+    cores = sorted(os.sched_getaffinity(0))
+    if count > len(cores):
+        return 0
+    share = len(cores) // count
+    os.sched_setaffinity(0, cores[index * share:(index + 1) * share])
+    return share
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("mode", choices=["single", "mirrored", "ps", "horovod"])
     parser.add_argument("--spec", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--steps-per-call", type=int, default=1)
+    parser.add_argument("--steps-per-call", type=int, required=True)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cores = pin_to_own_cores(args.mode)  # before TensorFlow starts its threads, which inherit the cores
     import keras
     import tensorflow as tf
+
+    if cores:
+        tf.config.threading.set_intra_op_parallelism_threads(cores)
+        tf.config.threading.set_inter_op_parallelism_threads(min(2, cores))
 
     from trainer import data
     from trainer.models import build_model, build_optimizer

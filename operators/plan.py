@@ -232,13 +232,15 @@ def build_plan(
     export = [*module, "trainer.export", *common, *published, "--eval", layout.eval_dir,
               "--version-base", str(version_base(ctx)), "--result", layout.result("export")]
     single = threads_per_process(spec, 1)
+    # on Kubernetes, data.prepare_processes pods write the shards (unset: one pod, its cores writing)
+    prepare_pods = spec.data.prepare_processes if spec.training.launcher == "kubernetes" else None
     return Plan(
         spec=spec,
         layout=layout,
         context=ctx,
         model_dir=model_dir,
         stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
-            Stage("prepare_data", (Process("prepare", 0, tuple(prepare), single),)),
+            Stage("prepare_data", tuple(Process("prepare", k, tuple(prepare), single) for k in range(prepare_pods or 1))),
             replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir, checkpoint_dir=layout.checkpoint_dir,
                     hang_timeout_seconds=spec.training.hang_timeout_seconds),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),

@@ -107,10 +107,11 @@ class DataSpec(_Section):
     """Path, glob or URL (any fsspec file system: s3://, gs://, https://) of the input partitions: '{date}'
     (YYYY-MM-DD), '{year}', '{month}', '{day}' and '{hour}' become each partition of the run's window (its
     hours when '{hour}' is used, else its days, months or years), '{artifact_root}' the root."""
-    format: Literal["csv", "jsonl", "npz", "parquet"]
+    format: Literal["csv", "jsonl", "npz", "parquet", "tfrecord"]
     """'csv' (a header row; a vector feature is columns <name>_0 ..), 'jsonl' (an object per line; a vector
-    feature is a list), 'npz' (one array per feature and one for the label) or 'parquet' (a column per
-    scalar; a vector feature is a list column or columns <name>_0 ..)."""
+    feature is a list), 'npz' (one array per feature and one for the label), 'parquet' (a column per
+    scalar; a vector feature is a list column or columns <name>_0 ..) or 'tfrecord' (tf.train.Example
+    records: a float_list per feature, an int64_list label)."""
     features: Annotated[list[Feature], Field(min_length=1)]
     label: Label
     eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
@@ -121,8 +122,9 @@ class DataSpec(_Section):
     """Train on the last N periods of the schedule ending at the data interval's end (N days for a daily
     schedule, N hours for an hourly one); default: the data interval itself."""
     prepare_processes: Annotated[int, Field(ge=1, le=256)] | None = None
-    """Processes writing shards in prepare_data (each reads its share of the input); default: one per 32 MB
-    of input, up to the cores prepare_data runs on. The shards are the same whatever it is."""
+    """Processes writing shards in prepare_data (each reads its share of the input), on Kubernetes each a pod
+    of its own; default: one pod, and one process per 32 MB of input up to the cores prepare_data runs on.
+    The shards are the same whatever it is."""
 
     @field_validator("source")
     @classmethod

@@ -20,11 +20,12 @@ import psutil
 import pytest
 
 from operators.dag import build_dag
+from operators.demo import write_digits_partitions
 from operators.launchers import StageFailed
 from operators.launchers.k8s_objects import object_name
 from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
 from tests.conftest import (DAY, FAULT_TRIALS, assert_no_process_of, collecting_logger, fault_modes, make_spec,
-                            plan_for, prepared_plan, wait_for)
+                            plan_for, prepared_plan, run, wait_for)
 from tests.k8s_standin import Cluster
 from trainer.artifacts import read_json
 from trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
@@ -331,6 +332,38 @@ def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_
         relayed = [line.split(" ", 1)[1] for line in lines.lines if line.startswith(f"[{member}] ")]
         assert relayed == written, member
     assert_nothing_left(cluster, plan)
+
+
+def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, digits_root, tmp_path):
+    """data.prepare_processes pods (Indexed Job) each write their share of a three-day window; pod 0 joins the
+    parts from the shared volume: the same shards as prepare_data in one local process. A bad row in pod 1's
+    share fails the stage naming pod 1, the file, the line and the field; nothing is published."""
+    data = {"window": 3, "prepare_processes": 2}
+    local = plan_for(digits_root, "prepare_local", data={**data, "prepare_processes": 1})
+    run(local, "prepare_data")
+    pods = plan_for(digits_root, "prepare_pods", data=data, training={"launcher": "kubernetes"}, kubernetes=KUBERNETES)
+    result, lines = launch(pods, "prepare_data")
+    assert any(re.search(r"^\[prepare-0\] read 4581 rows from 3 file\(s\) by 2 writer\(s\) \(pods\)$", line)
+               for line in lines), lines
+    shards = {split: read_json(os.path.join(plan.layout.data_dir, "manifest.json"))[split]
+              for plan in (local, pods) for split in ("train", "eval")}
+    assert shards and result["train_examples"] == read_json(os.path.join(local.layout.data_dir, "manifest.json")
+                                                              )["train"]["examples"]
+    assert read_json(os.path.join(pods.layout.data_dir, "manifest.json"))["train"] == read_json(
+        os.path.join(local.layout.data_dir, "manifest.json"))["train"]
+    assert not os.path.exists(os.path.join(pods.layout.run_dir, "prepare_data", "pods-try-1"))
+
+    root = str(tmp_path)
+    write_digits_partitions(os.path.join(root, "raw", "digits"), DAY, 3)
+    last = os.path.join(root, "raw", "digits", DAY.isoformat(), "digits.csv")
+    with open(last, "a") as f:
+        f.write(",".join(["1"] * 63 + ["oops", "3"]) + "\n")
+    bad = plan_for(root, "prepare_bad", data=data, training={"launcher": "kubernetes"}, kubernetes=KUBERNETES)
+    with pytest.raises(StageFailed) as failure:
+        launch(bad, "prepare_data")
+    assert failure.value.process.startswith("prepare-1 (pod ") and failure.value.returncode == EXIT_REFUSED
+    assert f"{last}, line 1529, field 'pixel_63': 'oops' is not a number" in str(failure.value)
+    assert not os.path.exists(bad.layout.data_dir)
 
 
 def test_a_failing_pod_fails_the_stage_naming_it_with_its_exit_code_and_last_lines(cluster, tmp_path):

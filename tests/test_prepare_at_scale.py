@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -57,7 +58,18 @@ def write_npz(path: str, pixels: np.ndarray, labels: np.ndarray) -> None:
     np.savez(path, pixel=pixels, label=labels)
 
 
-WRITERS = {"csv": write_csv, "jsonl": write_jsonl, "parquet": write_parquet, "npz": write_npz}
+def write_tfrecord(path: str, pixels: np.ndarray, labels: np.ndarray) -> None:
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for x, y in zip(pixels, labels):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "pixel": tf.train.Feature(float_list=tf.train.FloatList(value=x.tolist())),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))})).SerializeToString())
+
+
+WRITERS = {"csv": write_csv, "jsonl": write_jsonl, "parquet": write_parquet, "npz": write_npz,
+           "tfrecord": write_tfrecord}
 
 
 def read_all(pieces: list[readers.Piece], spec: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -126,6 +138,32 @@ def test_a_bad_parquet_record_is_refused_naming_it(tmp_path):
         read_all(readers.pieces(readers.expand([path]), "parquet"), data_spec("parquet"))
 
 
+def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
+    import tensorflow as tf
+
+    pixels, labels = digits_rows(10)
+    path = str(tmp_path / "digits.tfrecord")
+    write_tfrecord(path, pixels, labels)
+    read = lambda: read_all(readers.pieces(readers.expand([path]), "tfrecord"), data_spec("tfrecord"))  # noqa: E731
+    assert np.array_equal(read()[1], labels)
+    data = open(path, "rb").read()
+    for damaged, message in ((data[:-3], "record 10: cut short"), (data[:200] + b"\xff" + data[201:],
+                                                                  "record 1: its data is damaged (CRC mismatch)")):
+        open(path, "wb").write(damaged)
+        with pytest.raises(readers.BadData, match=re.escape(message)):
+            read()
+    with tf.io.TFRecordWriter(path) as writer:
+        example = tf.train.Example()
+        example.features.feature["pixel"].float_list.value[:] = [0.0] * 64
+        example.features.feature["label"].int64_list.value[:] = [1]
+        writer.write(example.SerializeToString())
+        del example.features.feature["label"]
+        writer.write(example.SerializeToString())
+    with pytest.raises(readers.BadData, match="record 2, field 'label': Feature: label .* is required but could "
+                                              "not be found"):
+        read()
+
+
 def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None = None,
             **data_fields) -> tuple[subprocess.CompletedProcess, str]:
     """Run the prepare stage as the launcher does (its own process); (the process, its output directory)."""
@@ -161,16 +199,16 @@ def partitions(root: str, fmt: str, parts: int = 3) -> list[str]:
 
 def test_every_format_and_any_number_of_writers_give_the_same_shards(tmp_path):
     """The digits rows as three files in each format: the shards (by sha256), statistics and class counts are
-    the same for CSV with 1 and 3 writer processes and for JSON lines, Parquet and NPZ."""
+    the same for CSV with 1 and 3 writer processes and for JSON lines, Parquet, NPZ and TFRecord."""
     root = str(tmp_path)
     reference = None
     for name, fmt, processes in (("csv1", "csv", 1), ("csv3", "csv", 3), ("jsonl", "jsonl", 2),
-                                 ("parquet", "parquet", 2), ("npz", "npz", 1)):
+                                 ("parquet", "parquet", 2), ("npz", "npz", 1), ("tfrecord", "tfrecord", 2)):
         partitions(root, fmt)
         done, out = prepare(root, name, fmt, [os.path.join(root, "raw", fmt, f"*.{fmt}")],
                             prepare_processes=processes)
         assert done.returncode == 0, done.stderr
-        assert f"read 1797 rows from 3 file(s) with {processes} writer process(es)" in done.stdout
+        assert f"read 1797 rows from 3 file(s) by {processes} writer(s) (processes)" in done.stdout
         assert sorted(os.listdir(out)) == sorted(["manifest.json", *(f for f, _, _ in shards_of(out)[0])])
         reference = reference or shards_of(out)
         assert shards_of(out) == reference, name

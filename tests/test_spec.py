@@ -38,7 +38,7 @@ def test_defaults_are_filled(tmp_path):
     [
         ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
         ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' or 'mpi' (got 'spark')"),
-        ({"data": {"format": "avro"}}, "data.format: Input should be 'csv', 'jsonl', 'npz' or 'parquet' (got 'avro')"),
+        ({"data": {"format": "avro"}}, "data.format: Input should be 'csv', 'jsonl', 'npz', 'parquet' or 'tfrecord' (got 'avro')"),
         ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
         ({"model": {"hidden_units": [64, 0]}},
          "model.hidden_units[1]: Input should be greater than or equal to 1 (got 0)"),

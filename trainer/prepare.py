@@ -1,15 +1,20 @@
 """Stage prepare_data: the run's input → train/eval TFRecord shards + manifest.json, published atomically.
 
-The input streams through in chunks, so memory does not grow with it, in P processes
-(data.prepare_processes; default: this process's cores), each reading a contiguous share of the input's
+The input streams through in chunks, so memory does not grow with it, in P writers (data.prepare_processes;
+default: one per 32 MB of input, up to this process's cores), each reading a contiguous share of the input's
 pieces and writing its rows to its own part of every shard. The parts are joined in order, so the shards
-hold the same bytes whatever P. Re-running with the same input (same files, same bytes, same data spec)
+hold the same bytes whatever P. The writers are processes of this one, or (``--pods P``, on Kubernetes) the
+stage's P pods, which meet in a directory of the shared artifact volume: pod 0 plans the shares, waits for
+the others' parts and publishes. Re-running with the same input (same files, same bytes, same data spec)
 reuses the existing result."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import glob
 import hashlib
+import json
 import math
 import multiprocessing
 import os
@@ -89,6 +94,8 @@ def write_share(share: Share) -> dict[str, Any]:
     """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; per piece:
     rows, per-shard counts, class counts and the train rows' moments. Also the seconds its TensorFlow import
     took (not the stage's work)."""
+    if not share.pieces:
+        return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
     if share.own_process:
         os.environ["TFDIST_THREADS"] = "1"  # one core per writer process
@@ -126,7 +133,7 @@ def write_share(share: Share) -> dict[str, Any]:
 
 
 def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Piece]]:
-    """Contiguous runs of pieces, one per process, of about equal bytes."""
+    """Contiguous runs of pieces, one per process (empty when there are fewer pieces), of about equal bytes."""
     total = sum(p.end - p.start for p in pieces) or 1
     runs: list[list[readers.Piece]] = [[] for _ in range(processes)]
     done = 0
@@ -134,25 +141,81 @@ def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Pie
         size = piece.end - piece.start
         runs[min(processes - 1, (2 * done + size) * processes // (2 * total))].append(piece)
         done += size
-    return [run for run in runs if run]
+    return runs
 
 
-def write_all(pieces: list[readers.Piece], data_spec: dict, parts_dir: str,
-              processes: int) -> tuple[list, float, int]:
-    """Per piece (in input order) its write_share results, the longest TensorFlow import and the writers; in
-    this process when one writer does it all, else in a pool of writer processes."""
-    runs = shares(pieces, processes)
-    work = [Share(k, run, parts_dir, data_spec, len(runs) > 1) for k, run in enumerate(runs)]
+def refuse(exc: readers.BadData) -> None:
+    fail(f"{exc}. Nothing was published: fix the input (or what produces it), then clear this run's "
+         "prepare_data task", EXIT_REFUSED)
+
+
+def write_all(runs: list[list[readers.Piece]], data_spec: dict, parts_dir: str) -> list[dict]:
+    """Each run's write_share result: in this process when one writer does it all, else in a pool of writer
+    processes."""
+    work = [Share(k, run, parts_dir, data_spec, sum(map(bool, runs)) > 1) for k, run in enumerate(runs) if run]
     try:
         if len(work) == 1:
-            done = [write_share(work[0])]
-        else:
-            with multiprocessing.get_context("spawn").Pool(len(work)) as pool:
-                done = pool.map(write_share, work, chunksize=1)
+            return [write_share(work[0])]
+        with multiprocessing.get_context("spawn").Pool(len(work)) as pool:
+            return pool.map(write_share, work, chunksize=1)
     except readers.BadData as exc:
-        fail(f"{exc}. Nothing was published: fix the input (or what produces it), then clear this run's "
-             "prepare_data task", EXIT_REFUSED)
-    return [r for d in done for r in d["pieces"]], max(d["import_seconds"] for d in done), len(work)
+        refuse(exc)
+
+
+class Pods:
+    """The stage's pods on Kubernetes (``--pods``; this one is JOB_COMPLETION_INDEX), meeting in ``directory``
+    on the shared artifact volume (one per task try): pod 0 writes the plan (each pod's share of the input,
+    or that the data is reused), every other pod writes its parts and then its result, pod 0 waits for them."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, directory: str, count: int) -> None:
+        self.dir, self.count, self.index = directory, count, int(os.environ["JOB_COMPLETION_INDEX"])
+        self.parts_dir, self.plan_path = os.path.join(directory, "parts"), os.path.join(directory, "plan.json")
+
+    def publish_plan(self, plan: dict) -> None:
+        """Pod 0: the plan; earlier tries' directories are removed."""
+        for earlier in glob.glob(os.path.join(os.path.dirname(self.dir), "pods-try-*")):
+            if earlier != self.dir:
+                shutil.rmtree(earlier, ignore_errors=True)
+        os.makedirs(self.parts_dir, exist_ok=True)
+        write_json_atomic(self.plan_path, plan)
+
+    def wait_plan(self) -> dict:
+        while not os.path.exists(self.plan_path):
+            time.sleep(self.POLL_SECONDS)
+        return read_json(self.plan_path)
+
+    def write_result(self, result: dict) -> None:
+        pieces = [{"counts": {k: v.tolist() for k, v in p["counts"].items()}, "classes": p["classes"].tolist(),
+                   "stats": {k: [n, np.asarray(m).tolist(), np.asarray(s).tolist()] for k, (n, m, s) in
+                             p["stats"].items()}} for p in result["pieces"]]
+        write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
+
+    def wait_results(self) -> list[dict]:
+        """Pod 0: every other pod's write_share result, in pod order."""
+        results = []
+        for k in range(1, self.count):
+            while not os.path.exists(path := os.path.join(self.dir, f"result-{k}.json")):
+                time.sleep(self.POLL_SECONDS)
+            result = read_json(path)
+            result["pieces"] = [{"counts": {k: np.asarray(v) for k, v in p["counts"].items()},
+                                 "classes": np.asarray(p["classes"]),
+                                 "stats": {k: (n, np.asarray(m), np.asarray(s)) for k, (n, m, s) in p["stats"].items()}}
+                                for p in result["pieces"]]
+            results.append(result)
+        return results
+
+
+def write_share_of_pod(pods: Pods, data_spec: dict) -> None:
+    """A pod other than pod 0: once the plan is there, write its share (unless the data is reused)."""
+    plan = pods.wait_plan()
+    if "shares" in plan:
+        share = [readers.Piece(**p) for p in plan["shares"][pods.index]]
+        try:
+            pods.write_result(write_share(Share(pods.index, share, pods.parts_dir, data_spec, False)))
+        except readers.BadData as exc:
+            refuse(exc)
 
 
 def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) -> dict[str, Any]:
@@ -171,18 +234,26 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
 
 def main() -> None:
     started = time.monotonic()
-    args = parse_args(__doc__, "out", "result", extra=[("source", {"action": "append", "required": True})])
+    args = parse_args(__doc__, "out", "result", extra=[
+        ("source", {"action": "append", "required": True}),
+        ("pods", {"type": int, "default": 1, "help": "the stage's pods on Kubernetes, each a writer"}),
+        ("coordination", {"help": "with --pods: the directory they meet in, on the shared volume"})])
     spec = load_spec(args.spec)
     data_spec = spec["data"]
+    pods = Pods(args.coordination, args.pods) if args.pods > 1 else None
+    if pods and pods.index:
+        return write_share_of_pod(pods, data_spec)
     files = readers.expand(args.source)
     if not files:
         fail(f"no input files match {args.source} (data.source of the spec, for this run's window)")
-    processes = data_spec.get("prepare_processes") or max(1, min(
+    processes = args.pods if pods else data_spec.get("prepare_processes") or max(1, min(
         usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
-    fingerprint, inputs = input_fingerprint(files, data_spec, processes)
+    fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
     manifest_path = os.path.join(args.out, "manifest.json")
     if os.path.exists(manifest_path):
         if read_json(manifest_path)["input_fingerprint"] == fingerprint:
+            if pods:
+                pods.publish_plan({"reuse": True})
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
             write_result(args.result, args.out, read_json(manifest_path))
             return
@@ -193,14 +264,22 @@ def main() -> None:
 
     n, num_classes = data_spec["num_shards"], data_spec["label"]["num_classes"]
     with publish_dir(args.out) as tmp:
-        parts_dir = os.path.join(tmp, "parts")
-        os.makedirs(parts_dir)
-        results, import_seconds, writers = write_all(readers.pieces(files, data_spec["format"]), data_spec,
-                                                     parts_dir, processes)
-        started += import_seconds  # the throughput counts our work, not the import
+        runs = shares(readers.pieces(files, data_spec["format"]), processes)
+        if pods:
+            pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
+            parts_dir = pods.parts_dir
+            try:
+                done = [write_share(Share(0, runs[0], parts_dir, data_spec, False)), *pods.wait_results()]
+            except readers.BadData as exc:
+                refuse(exc)
+        else:
+            os.makedirs(parts_dir := os.path.join(tmp, "parts"))
+            done = write_all(runs, data_spec, parts_dir)
+        results, writers = [r for d in done for r in d["pieces"]], sum(map(bool, runs))
+        started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
         counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
         records = int(counts["train"].sum() + counts["eval"].sum())
-        say(f"read {records} rows from {len(files)} file(s) with {writers} writer process(es)")
+        say(f"read {records} rows from {len(files)} file(s) by {writers} writer(s) ({'pods' if pods else 'processes'})")
         if not records:
             fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's "
                  "window?)")
@@ -226,7 +305,7 @@ def main() -> None:
             shards = [{**join_parts(parts_dir, tmp, split, i, data.shard_name(split, i, n)),
                        "examples": int(counts[split][i])} for i in range(n)]
             manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
-        shutil.rmtree(parts_dir)
+        shutil.rmtree(pods.dir if pods else parts_dir)
         write_json_atomic(os.path.join(tmp, "manifest.json"), manifest)
     write_result(args.result, args.out, manifest)
     say(f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "

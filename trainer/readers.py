@@ -1,4 +1,5 @@
-"""Input readers: the rows of the run's input as chunks of bounded size, from local paths or any fsspec URL.
+"""Input readers (CSV, JSON lines, NPZ, Parquet, TFRecord of tf.train.Example): the rows of the run's input as
+chunks of bounded size, from local paths or any fsspec URL.
 
 The input is cut into pieces (a file, or a byte range of a large CSV or JSON-lines file: the lines that start
 in it) whatever the number of processes reading it, so the same input always gives the same pieces, chunks
@@ -11,6 +12,8 @@ import csv
 import io
 import json
 import math
+import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -302,4 +305,62 @@ def _numbers(url: str, batch, column: str, first: int) -> np.ndarray:
         raise BadData(f"{url}, record {first + i + 1}, field '{column}': {value!r} is not a number") from None
 
 
-READERS = {"csv": _csv, "jsonl": _jsonl, "npz": _npz, "parquet": _parquet}
+# TFRecord files of tf.train.Example ---------------------------------------------------------------------
+
+
+def _tfrecord(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+    """tf.train.Example records (a float_list per feature, an int64_list label), each record's length and
+    data checked against their CRC-32C as TensorFlow writes them, parsed a chunk at a time by TensorFlow
+    (already imported by the writer process)."""
+    import tensorflow as tf
+
+    label = data_spec["label"]["name"]
+    schema = {f["name"]: tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32) for f in data_spec["features"]}
+    schema[label] = tf.io.FixedLenFeature([], tf.int64)
+    with fsspec.open(piece.url, "rb") as f:
+        first = 0
+        while records := _framed_records(f, piece.url, first):
+            try:
+                parsed = {k: v.numpy() for k, v in tf.io.parse_example(records, schema).items()}
+            except tf.errors.InvalidArgumentError:
+                for i, record in enumerate(records):
+                    try:
+                        tf.io.parse_example([record], schema)
+                    except tf.errors.InvalidArgumentError as exc:
+                        why = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$", "", exc.message)
+                        why = why.removeprefix("Name: <unknown>, ")
+                        field = re.search(r"(?:Key|Feature): (\w+)", why)
+                        where = f", field '{field[1]}'" if field else ""
+                        raise BadData(f"{piece.url}, record {first + i + 1}{where}: {why}") from None
+                raise
+            labels = parsed.pop(label).astype(np.float64)
+            yield _records(piece.url, data_spec, {k: v.astype(np.float64) for k, v in parsed.items()}, labels, first)
+            first += len(records)
+
+
+def _framed_records(f, url: str, first: int) -> list[bytes]:
+    """Up to CHUNK_ROWS records of a TFRecord file: length (uint64), its masked CRC-32C, data, its masked
+    CRC-32C; a cut or damaged record raises BadData."""
+    import google_crc32c
+
+    def masked(data: bytes) -> int:
+        crc = google_crc32c.value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    records = []
+    while len(records) < CHUNK_ROWS and (header := f.read(12)):
+        where = f"{url}, record {first + len(records) + 1}"
+        length, length_crc = struct.unpack("<QI", header) if len(header) == 12 else (None, None)
+        if length is None or masked(header[:8]) != length_crc:
+            raise BadData(f"{where}: its length is {'cut short' if length is None else 'damaged (CRC mismatch)'}: "
+                          "not a complete TFRecord file")
+        data = f.read(length + 4)
+        if len(data) < length + 4:
+            raise BadData(f"{where}: cut short ({len(data)} of {length + 4} bytes): not a complete TFRecord file")
+        if masked(data[:length]) != struct.unpack("<I", data[length:])[0]:
+            raise BadData(f"{where}: its data is damaged (CRC mismatch)")
+        records.append(data[:length])
+    return records
+
+
+READERS = {"csv": _csv, "jsonl": _jsonl, "npz": _npz, "parquet": _parquet, "tfrecord": _tfrecord}

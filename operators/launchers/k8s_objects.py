@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -136,8 +137,9 @@ def _entrypoint(plan: Plan, stage: Stage, python: str, command: tuple[str, ...],
 
 
 def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
-                   python: str = "python") -> list[dict]:
-    """A headless Service (TF cluster and Horovod stages) and one Indexed Job."""
+                   python: str = "python", try_number: int = 1) -> list[dict]:
+    """A headless Service (TF cluster and Horovod stages) and one Indexed Job (prepare_data's pods, when
+    several, meet in a directory of the try on the artifact volume)."""
     spec, first = plan.spec, stage.processes[0]
     t = spec.training
     if stage.rank_command:  # Horovod: each pod runs its slots' ranks; pod 0 serves the rendezvous
@@ -151,8 +153,10 @@ def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotation
         # one pod template for every member (roles differ by index): chief and ps get the workers' settings
         role, count, env, gpus = "worker", len(stage.processes), _env(plan, "worker", first.env), t.gpus_per_worker
     else:
-        role, count, env, gpus = first.role, 1, _env(plan, first.role, first.env), 0
-        argv = _entrypoint(plan, stage, python, first.argv)
+        role, count, env, gpus = first.role, len(stage.processes), _env(plan, first.role, first.env), 0
+        meeting = os.path.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
+        argv = _entrypoint(plan, stage, python, first.argv if count == 1 else
+                           (*first.argv, "--pods", str(count), "--coordination", meeting))
     clustered = stage.tf_cluster or bool(stage.rank_command)
     template = _pod_template(spec, role, _container(spec, role, "trainer", argv, env, gpus), labels, annotations,
                              **({"subdomain": name} if clustered else {}))
@@ -237,4 +241,4 @@ def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bo
     labels, annotations = identity(plan.spec, dag_id, run_id, stage.task_id, try_number)
     if kubeflow and (stage.tf_cluster or stage.rank_command):
         return kubeflow_objects(plan, stage, name, labels, annotations, python)
-    return native_objects(plan, stage, name, labels, annotations, python)
+    return native_objects(plan, stage, name, labels, annotations, python, try_number)
