@@ -109,7 +109,8 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
     one, two = _spec_file(workdir, "csv", 1), _spec_file(workdir, "csv", 2)
     memory = {}
     for factor in factors:
-        (rate, _), peak = _run(_prepare(one, os.path.join(workdir, "out"), os.path.join(workdir, f"x{factor}", "*.csv")))
+        source = os.path.join(workdir, f"x{factor}", "*.csv")
+        (rate, _), peak = _run(_prepare(one, os.path.join(workdir, "out"), source))
         memory[factor] = {"input_mb": factor * os.path.getsize(base) / 1e6, "rows": factor * rows,
                           "peak_rss_mb": peak, "records_per_s": rate}
     writers = {1: [], 2: []}

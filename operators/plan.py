@@ -240,7 +240,8 @@ def build_plan(
         context=ctx,
         model_dir=model_dir,
         stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
-            Stage("prepare_data", tuple(Process("prepare", k, tuple(prepare), single) for k in range(prepare_pods or 1))),
+            Stage("prepare_data", tuple(Process("prepare", k, tuple(prepare), single)
+                                        for k in range(prepare_pods or 1))),
             replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir, checkpoint_dir=layout.checkpoint_dir,
                     hang_timeout_seconds=spec.training.hang_timeout_seconds),
             Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),

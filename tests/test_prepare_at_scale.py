@@ -183,8 +183,8 @@ def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None
 
 def shards_of(out: str) -> tuple[list, dict]:
     manifest = read_json(os.path.join(out, "manifest.json"))
-    return [(s["file"], s["sha256"], s["examples"]) for split in ("train", "eval") for s in manifest[split]["shards"]], \
-        {k: manifest[k] for k in ("stats", "class_counts")}
+    shards = [(s["file"], s["sha256"], s["examples"]) for split in ("train", "eval") for s in manifest[split]["shards"]]
+    return shards, {k: manifest[k] for k in ("stats", "class_counts")}
 
 
 def partitions(root: str, fmt: str, parts: int = 3) -> list[str]:
@@ -277,3 +277,24 @@ def test_an_s3_source_is_read_from_an_s3_server_as_from_local_files(tmp_path, s3
     assert shards_of(out) == shards_of(local_out)
     assert [i["path"] for i in read_json(os.path.join(out, "manifest.json"))["inputs"]] == [
         f"s3://logs/digits/2026-11-20/part-{k}.csv" for k in range(3)]
+
+
+def test_an_http_source_is_read_as_the_local_file(tmp_path):
+    """A partition served over HTTP (this process's http.server; TLS, as https:// adds it, is not exercised)."""
+    import functools
+    import http.server
+    import threading
+
+    root = str(tmp_path)
+    paths = partitions(root, "jsonl", parts=1)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/raw/jsonl/part-0.jsonl"
+        remote, out = prepare(root, "http", "jsonl", [url])
+    finally:
+        server.shutdown()
+    assert remote.returncode == 0, remote.stderr
+    local, local_out = prepare(root, "local", "jsonl", paths)
+    assert shards_of(out) == shards_of(local_out)

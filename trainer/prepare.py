@@ -14,7 +14,6 @@ import concurrent.futures
 import dataclasses
 import glob
 import hashlib
-import json
 import math
 import multiprocessing
 import os
@@ -187,9 +186,9 @@ class Pods:
         return read_json(self.plan_path)
 
     def write_result(self, result: dict) -> None:
-        pieces = [{"counts": {k: v.tolist() for k, v in p["counts"].items()}, "classes": p["classes"].tolist(),
-                   "stats": {k: [n, np.asarray(m).tolist(), np.asarray(s).tolist()] for k, (n, m, s) in
-                             p["stats"].items()}} for p in result["pieces"]]
+        pieces = [{"counts": {split: v.tolist() for split, v in p["counts"].items()}, "classes": p["classes"].tolist(),
+                   "stats": {name: [n, np.asarray(m).tolist(), np.asarray(s).tolist()]
+                             for name, (n, m, s) in p["stats"].items()}} for p in result["pieces"]]
         write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
 
     def wait_results(self) -> list[dict]:
@@ -199,9 +198,10 @@ class Pods:
             while not os.path.exists(path := os.path.join(self.dir, f"result-{k}.json")):
                 time.sleep(self.POLL_SECONDS)
             result = read_json(path)
-            result["pieces"] = [{"counts": {k: np.asarray(v) for k, v in p["counts"].items()},
+            result["pieces"] = [{"counts": {split: np.asarray(v) for split, v in p["counts"].items()},
                                  "classes": np.asarray(p["classes"]),
-                                 "stats": {k: (n, np.asarray(m), np.asarray(s)) for k, (n, m, s) in p["stats"].items()}}
+                                 "stats": {name: (n, np.asarray(m), np.asarray(s))
+                                           for name, (n, m, s) in p["stats"].items()}}
                                 for p in result["pieces"]]
             results.append(result)
         return results
@@ -262,7 +262,7 @@ def main() -> None:
     if os.path.exists(args.out):
         fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
 
-    n, num_classes = data_spec["num_shards"], data_spec["label"]["num_classes"]
+    n = data_spec["num_shards"]
     with publish_dir(args.out) as tmp:
         runs = shares(readers.pieces(files, data_spec["format"]), processes)
         if pods:
@@ -279,7 +279,8 @@ def main() -> None:
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
         counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
         records = int(counts["train"].sum() + counts["eval"].sum())
-        say(f"read {records} rows from {len(files)} file(s) by {writers} writer(s) ({'pods' if pods else 'processes'})")
+        kind = "pods" if pods else "processes"
+        say(f"read {records} rows from {len(files)} file(s) by {writers} writer(s) ({kind})")
         if not records:
             fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's "
                  "window?)")

@@ -14,6 +14,7 @@ import json
 import math
 import re
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,23 +52,27 @@ class Chunk:
 
 
 def expand(patterns: list[str]) -> list[tuple[str, int]]:
-    """The files (URL, size) the patterns match (globs are expanded, on any file system), sorted, once each."""
+    """The files (URL, size; 0 when the server does not say) the patterns match (globs are expanded, on any file
+    system that lists), sorted, once each."""
     found = {}
     for pattern in patterns:
         fs, path = fsspec.core.url_to_fs(pattern)
         for match in (fs.glob(path) if fsspec.core.has_magic(path) else [path] if fs.exists(path) else []):
             info = fs.info(match)
             if info["type"] == "file":
-                found[fs.unstrip_protocol(match) if "://" in pattern else match] = info["size"]
+                found[fs.unstrip_protocol(match) if "://" in pattern else match] = info.get("size") or 0
     return sorted(found.items())
 
 
 def pieces(files: list[tuple[str, int]], fmt: str) -> list[Piece]:
-    """The input cut into pieces of about PIECE_BYTES (line formats), else one piece per file."""
+    """The input cut into pieces of about PIECE_BYTES (line formats, of a known size), else one per file."""
     if fmt not in LINE_FORMATS:
         return [Piece(url, 0, size) for url, size in files]
     cut = []
     for url, size in files:
+        if not size:  # unknown (or empty): read to its end
+            cut.append(Piece(url, 0, sys.maxsize))
+            continue
         count = max(1, math.ceil(size / PIECE_BYTES))
         bounds = [size * k // count for k in range(count + 1)]
         cut += [Piece(url, a, b) for a, b in zip(bounds, bounds[1:])]
@@ -169,7 +174,7 @@ def _csv(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
             if any(line.count(b",") != len(names) - 1 for line in lines if b'"' not in line):
                 raise ValueError("column count")
         except ValueError:
-            _find_bad_csv_row(lines, names, wanted, row_name)
+            find_bad_row(lines, names, wanted, row_name)
             raise
         out, at = {}, 1
         for f in data_spec["features"]:
@@ -177,7 +182,7 @@ def _csv(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
             out[f["name"]], at = table[:, at:at + size], at + size
         return out, table[:, 0]
 
-    def _find_bad_csv_row(lines, names, wanted, row_name) -> None:
+    def find_bad_row(lines, names, wanted, row_name) -> None:
         for i, fields in enumerate(csv.reader(line.decode() for line in lines)):
             if len(fields) != len(names):
                 raise BadData(f"{piece.url}, {row_name(i)}: {len(fields)} fields, the header has {len(names)}")
@@ -272,7 +277,8 @@ def _parquet(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
             raise BadData(f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
                           f"(data.features and data.label name its columns)")
         first = 0
-        for batch in file.iter_batches(batch_size=CHUNK_ROWS, columns=sorted(present & {label, *sum(sources.values(), [])})):
+        wanted = sorted(present & {label, *sum(sources.values(), [])})
+        for batch in file.iter_batches(batch_size=CHUNK_ROWS, columns=wanted):
             n = batch.num_rows
             columns = {}
             for feat in data_spec["features"]:

@@ -51,8 +51,8 @@ STORE_KEY = "kubernetes_objects"
 KUBEFLOW = {"TFJob": ("kubeflow.org", "v1", "tfjobs"), "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs")}
 DONE = {"Complete": "success", "Succeeded": "success", "Failed": "failed"}
 """The conditions ending a Job (Complete, Failed) or a Kubeflow job (Succeeded, Failed)."""
-FAIL_JOB_POD = re.compile(r"(?:Container \S+ for pod|Pod) [^/\s]+/(?P<pod>\S+) (?:failed with exit code (?P<code>-?\d+)|"
-                          r"has condition \w+) matching FailJob rule")
+FAIL_JOB_POD = re.compile(r"(?:Container \S+ for pod|Pod) [^/\s]+/(?P<pod>\S+) "
+                          r"(?:failed with exit code (?P<code>-?\d+)|has condition \w+) matching FailJob rule")
 """The pod a Job's pod failure policy failed it for, as the Job controller's condition message names it."""
 
 
