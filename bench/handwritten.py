@@ -23,7 +23,8 @@ import time
 def pin_to_own_cores(mode: str) -> int:
     """Pin this process to its block of the cores by its local index; the block's size (0: not pinned)."""
     if mode == "horovod":
-        index, count = int(os.environ["HOROVOD_LOCAL_RANK"]), int(os.environ["HOROVOD_LOCAL_SIZE"])
+        index = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or os.environ["HOROVOD_LOCAL_RANK"])
+        count = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or os.environ["HOROVOD_LOCAL_SIZE"])
     elif mode == "mirrored":
         config = json.loads(os.environ["TF_CONFIG"])
         index, count = config["task"]["index"], len(config["cluster"]["worker"])
