@@ -425,8 +425,9 @@ def main() -> None:
 
     every = t["checkpoint_every_steps"]
     started = time.monotonic()
-    clock = {"warm": None, "last_report": started}
-    # warm: (time, step) after the first call, which includes tracing: throughput counts from there
+    clock = {"warm": None, "last_report": started, "stepped": started}
+    # warm: (time, step) after the first call, which includes tracing: throughput counts from there;
+    # stepped: when the last step call ended (throughput counts training, not the checkpoints saved after it)
 
     def train(run_steps, p, batch, commit=lambda: None) -> None:
         """Steps from ``p.step`` to the last, ``batch`` examples each; ``p`` holds the progress (step, the epoch's
@@ -437,6 +438,7 @@ def main() -> None:
                         steps_per_epoch - step % steps_per_epoch)
             p.reached = step + steps  # where this step call ends, if it does
             loss_sum, correct_sum = run_steps(steps)
+            clock["stepped"] = time.monotonic()
             p.step = step = step + steps
             beat(args.heartbeats, sync.name, step)
             if clock["warm"] is None:
@@ -520,7 +522,7 @@ def main() -> None:
         "data_manifest_sha256": sha256_file(manifest_path),
         "metrics": history[-1] if history else {},
         "loss_per_epoch": [round(m["loss"], 5) for m in history],
-        "examples_per_sec": steady_rate(step, finished, warm, global_batch),
+        "examples_per_sec": steady_rate(step, clock["stepped"], warm, global_batch),
         "workers": sync.workers,
         "train_seconds": round(finished - started, 2),
     })
