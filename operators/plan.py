@@ -65,14 +65,14 @@ class RunContext:
         return [ticks.get_prev(dt.datetime) for _ in range(window)][-1]
 
 
+PARTITION_FIELDS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
+
+
 def partition_unit(source: str) -> str | None:
     """The finest time placeholder of a source: its partitions are hours, days, months or years (None: the
     source names no time)."""
     fields = {field for _, field, _, _ in string.Formatter().parse(source) if field}
     return next((unit for unit, names in PARTITION_FIELDS if fields & names), None)
-
-
-PARTITION_FIELDS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
 
 
 def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[dt.datetime]:
