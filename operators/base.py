@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from operators.launchers import StageFailed, get_launcher
 from operators.plan import Plan, RunContext, build_plan, manual_interval
 from operators.spec import Spec, SpecError, field_value, load_spec
+from operators.ui.links import TrainingRunLink
 from trainer.contract import EXIT_REFUSED, RunMismatch, record_run
 
 
@@ -28,6 +29,7 @@ class StageOperator(BaseOperator):
     stage: str
     template_fields = ("run_dir", "data_interval_start", "data_interval_end")
     ui_color = "#ffe0b2"
+    operator_extra_links = (TrainingRunLink(),)
 
     def __init__(
         self,
@@ -91,6 +93,8 @@ class StageOperator(BaseOperator):
                           overrides=overrides, **self.plan_overrides())
 
     def execute(self, context: Any) -> Any:
+        run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended
+        context["ti"].xcom_push(key=run_link.xcom_key, value=run_link.get_link(self, ti_key=context["ti"]))
         plan = self.plan(context)
         if plan.overrides:
             self.log.info("this run overrides %s", plan.overrides)

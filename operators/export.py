@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from airflow.sdk import Asset
 
 from operators.base import StageOperator
 from operators.plan import Plan
+from operators.ui.links import PublishedVersionLink, TrainingRunLink
 
 
 class ExportModelOperator(StageOperator):
@@ -18,12 +20,20 @@ class ExportModelOperator(StageOperator):
     stage = "export"
     template_fields = (*StageOperator.template_fields, "export_root")
     ui_color = "#c5e1a5"
+    operator_extra_links = (TrainingRunLink(), PublishedVersionLink())
 
     def __init__(self, *, export_root: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.export_root = export_root
+        # where the training-runs page lists the published versions (with a templated export_root: the runs'
+        # own export results name theirs)
+        self.model_dir = os.path.join(self.spec.export_root, self.spec.export.model_name)
         self.model_asset = Asset(f"model://{self.spec.export.model_name}")
         self.outlets = [*self.outlets, self.model_asset]
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        return super().get_serialized_fields() | {"model_dir"}
 
     def plan_overrides(self) -> dict[str, Any]:
         return {"export_root": self.export_root or None}

@@ -218,7 +218,8 @@ def build_plan(
     module = [python, "-m"]
     common = ["--spec", layout.spec_file]
     train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
-             "--result", layout.result("train"), "--heartbeats", layout.heartbeat_dir)
+             "--result", layout.result("train"), "--heartbeats", layout.heartbeat_dir,
+             "--progress", layout.progress_file)
     source = source or spec.data.source
     sources = [source_for(source, t, spec.artifact_root) for t in partitions(
         ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]

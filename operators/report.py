@@ -1,38 +1,166 @@
-"""What each run of a pipeline produced, read from its run directories: window, training, gate, export."""
+"""What each run of a pipeline produced, read from its run directories (window, training, gate, export) and
+joined with what Airflow knows of it (type, state, times, backfill): for ``tfdist runs`` and the plugin's
+training-runs page."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import os
 from typing import Any, Iterable
 
+from trainer import gate, registry
 from trainer.artifacts import read_json
+from trainer.contract import RunLayout, TrainProgress
+
+LOWER_IS_BETTER = {"loss"}
 
 
 def _maybe(path: str) -> Any:
     return read_json(path) if os.path.exists(path) else None
 
 
+def progress(run_dir: str) -> dict[str, Any] | None:
+    """The train stage's latest progress with its estimate of the time left, None before it wrote any."""
+    found = TrainProgress.read(RunLayout(run_dir).progress_file)
+    if found is None:
+        return None
+    return {**dataclasses.asdict(found), "seconds_left": found.seconds_left,
+            "finished": found.step >= found.total_steps,
+            "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.timezone.utc).isoformat()}
+
+
+def run_summary(run_dir: str) -> dict[str, Any]:
+    """One run directory's record, training, gate (each threshold as a check) and published version."""
+    layout = RunLayout(run_dir)
+    run = _maybe(layout.run_file) or {"run_id": os.path.basename(run_dir)}
+    train = _maybe(layout.result("train")) or {}
+    blessing = _maybe(os.path.join(layout.eval_dir, "blessing.json")) or {}
+    export = _maybe(layout.result("export")) or {}
+    baseline = blessing.get("baseline") or {}
+    metrics = blessing.get("metrics")
+    checks = blessing.get("checks")
+    if checks is None and metrics:  # written before blessing.json recorded its checks
+        checks = gate.checks(metrics, blessing.get("thresholds") or {}, blessing.get("change_thresholds") or {},
+                             baseline.get("metrics"))
+    return {
+        **run,
+        "overrides": run.get("overrides") or {},
+        "run_dir": run_dir,
+        "final_step": train.get("final_step"),
+        "train_examples_per_sec": train.get("examples_per_sec"),
+        "train_seconds": train.get("train_seconds"),
+        "metrics": metrics,
+        "blessed": blessing.get("blessed"),
+        "gate": blessing.get("gate"),
+        "baseline": {"version": baseline["version"], "metrics": baseline["metrics"]} if "metrics" in baseline else None,
+        "checks": checks or [],
+        "failures": blessing.get("failures") or [],
+        "report": blessing.get("report") or [],
+        "thresholds": blessing.get("thresholds"),
+        "change_thresholds": blessing.get("change_thresholds"),
+        "export_version": export.get("version"),
+        "export_path": export.get("path"),
+        "progress": progress(run_dir),
+    }
+
+
+def _newest_first(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(runs, key=lambda r: (r.get("data_interval_end") or "", r["run_id"]), reverse=True)
+
+
 def list_runs(dag_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
     """One summary per run directory of ``dag_id`` under any of ``artifact_roots``, newest data interval first."""
     runs_dirs = [os.path.join(root, dag_id, "runs") for root in artifact_roots]
+    return _newest_first(run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d)
+                         for key in sorted(os.listdir(d)))
+
+
+def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
+    """The published versions, newest first; the newest is the current baseline (what the next run of the
+    latest data interval compares with)."""
+    found = sorted((m for d in dict.fromkeys(model_dirs) for m in registry.versions(d)), key=lambda m: m["version"],
+                   reverse=True)
+    return [{**{k: m.get(k) for k in ("version", "run_id", "data_interval_start", "data_interval_end", "metrics",
+                                       "gate", "path")}, "baseline": i == 0} for i, m in enumerate(found)]
+
+
+@dataclasses.dataclass(frozen=True)
+class AirflowRun:
+    """What Airflow's metadata database knows of a run."""
+
+    run_type: str
+    state: str
+    data_interval_start: str | None
+    data_interval_end: str | None
+    started_at: str | None
+    ended_at: str | None
+    backfill_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Backfill:
+    id: int
+    from_date: str
+    to_date: str
+    overrides: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        overrides = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+        return f"backfill {self.id}: {self.from_date[:10]} → {self.to_date[:10]}" + (f", {overrides}" if overrides else "")
+
+
+def _seconds(start: str | None, end: str | None, now: dt.datetime) -> float | None:
+    if start is None:
+        return None
+    finish = dt.datetime.fromisoformat(end) if end else now
+    return round((finish - dt.datetime.fromisoformat(start)).total_seconds(), 1)
+
+
+def _series(run_type: str | None, backfill: Backfill | None) -> tuple[str, str]:
+    if backfill is not None:
+        return f"backfill {backfill.id}", backfill.label
+    name = run_type or "unknown"
+    return name, {"scheduled": "nightly (scheduled)", "manual": "manual triggers"}.get(name, name)
+
+
+def overview(dag_id: str, artifact_roots: Iterable[str], model_dirs: Iterable[str],
+             airflow_runs: dict[str, AirflowRun], backfills: dict[int, Backfill]) -> dict[str, Any]:
+    """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
+    root remembers), the metrics and thresholds to chart, the published versions."""
+    now = dt.datetime.now(dt.timezone.utc)
+    found = {r["run_id"]: r for r in list_runs(dag_id, artifact_roots)}
     runs = []
-    for run_dir in (os.path.join(d, key) for d in runs_dirs if os.path.isdir(d) for key in sorted(os.listdir(d))):
-        run = _maybe(os.path.join(run_dir, "run.json")) or {"run_id": os.path.basename(run_dir)}
-        train = _maybe(os.path.join(run_dir, "train", "result.json")) or {}
-        blessing = _maybe(os.path.join(run_dir, "eval", "blessing.json")) or {}
-        export = _maybe(os.path.join(run_dir, "export", "result.json")) or {}
+    for run_id in dict.fromkeys([*airflow_runs, *found]):
+        known, summary = airflow_runs.get(run_id), found.get(run_id) or {"run_id": run_id, "overrides": {}}
+        backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
+        series, label = _series(known and known.run_type, backfill)
         runs.append({
-            **run,
-            "run_dir": run_dir,
-            "final_step": train.get("final_step"),
-            "train_examples_per_sec": train.get("examples_per_sec"),
-            "metrics": blessing.get("metrics"),
-            "blessed": blessing.get("blessed"),
-            "gate": blessing.get("gate"),
-            "failures": blessing.get("failures"),
-            "export_version": export.get("version"),
+            **{k: None for k in ("metrics", "blessed", "gate", "baseline", "final_step", "train_examples_per_sec",
+                                 "export_version", "progress")},
+            "checks": [], "failures": [], "report": [],
+            **({"data_interval_start": known.data_interval_start, "data_interval_end": known.data_interval_end}
+               if known else {}),
+            **summary,
+            "run_type": known and known.run_type, "state": known and known.state,
+            "started_at": known and known.started_at, "ended_at": known and known.ended_at,
+            "duration_seconds": _seconds(known.started_at, known.ended_at, now) if known else None,
+            "series": series, "series_label": label,
         })
-    return sorted(runs, key=lambda r: (r.get("data_interval_end") or "", r["run_id"]), reverse=True)
+    runs = _newest_first(runs)
+    evaluated = [r for r in runs if r.get("thresholds") is not None]
+    metrics = list(dict.fromkeys(k for r in runs for k in r["metrics"] or {}))
+    return {
+        "dag_id": dag_id,
+        "metrics": metrics,
+        "directions": {m: "lower_is_better" if m in LOWER_IS_BETTER else "higher_is_better" for m in metrics},
+        "thresholds": evaluated[0]["thresholds"] if evaluated else {},
+        "change_thresholds": evaluated[0]["change_thresholds"] if evaluated else {},
+        "runs": runs,
+        "versions": published_versions([*model_dirs, *(os.path.dirname(r["export_path"]) for r in runs
+                                                       if r.get("export_path"))]),
+    }
 
 
 def format_runs(runs: list[dict[str, Any]]) -> str:
@@ -41,11 +169,11 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
     rows = [header]
     for r in runs:
         metrics = r["metrics"] or {}
-        gate = {True: "blessed", False: "NOT blessed", None: "-"}[r["blessed"]]
+        gate_decision = {True: "blessed", False: "NOT blessed", None: "-"}[r["blessed"]]
         window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
         overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
         rows.append((r["run_id"], window, overrides, *(f"{metrics[k]:.4f}" if k in metrics else "-"
                                                        for k in ("accuracy", "loss")),
-                     gate, str(r["export_version"] or "-")))
+                     gate_decision, str(r["export_version"] or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,14 +1,12 @@
-"""The tfdist Airflow plugin: a small API on the Airflow API server, ``/tfdist/runs/<dag_id>``, listing each
-training run of a pipeline (window, metrics, gate decision, export version) from that pipeline's own
-artifact root (its spec's ``artifact_root``, as the DAG's tasks were serialized with it).
-
-Every route requires a user authenticated by Airflow's auth manager (the Bearer token from
-``/auth/token`` that the REST API takes, or the UI's session cookie) who may read the DAG's runs:
-anonymous requests get 401, a user the auth manager does not allow to read that DAG 403."""
+"""The tfdist Airflow plugin: the training-runs page (``operators.ui``) in the Airflow UI, in its navigation and
+as a tab of every DAG, with the data routes behind it on the API server (``<base>/tfdist``, see
+``operators.ui.api``: Airflow's authentication and DAG permissions apply)."""
 
 from typing import Any, Callable
 
 from airflow.plugins_manager import AirflowPlugin
+
+from operators.ui import APP_PREFIX, NAV_ROUTE, base_path
 
 # With "[core] lazy_load_plugins = False", every Airflow process loads this plugin when it imports
 # Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
@@ -23,28 +21,10 @@ except ImportError as exc:  # Airflow is being imported by one of our own module
         raise
 
 
-def build_api() -> Any:
-    """The plugin's FastAPI app, behind Airflow's authentication and DAG authorization."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.common.db.common import SessionDep
-    from airflow.api_fastapi.core_api.security import requires_access_dag
-    from airflow.models.serialized_dag import SerializedDagModel
-    from fastapi import Depends, FastAPI, HTTPException
+def build_app() -> Any:
+    from operators.ui.api import build_app
 
-    from operators.report import list_runs
-
-    api = FastAPI(title="tfdist", description="Distributed TensorFlow training pipelines")
-
-    @api.get("/runs/{dag_id}", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
-    def runs(dag_id: str, session: SessionDep) -> list[dict]:
-        """Every run of the pipeline ``dag_id`` found under its artifact root(s), newest data interval first."""
-        dag = SerializedDagModel.get_dag(dag_id, session=session)
-        roots = sorted({t.artifact_root for t in dag.tasks if getattr(t, "artifact_root", None)}) if dag else []
-        if not roots:
-            raise HTTPException(404, f"{dag_id!r} is not a tfdist pipeline known to Airflow")
-        return list_runs(dag_id, roots)
-
-    return api
+    return build_app()
 
 
 class BuiltOnFirstRequest:
@@ -60,6 +40,15 @@ class BuiltOnFirstRequest:
         await self._app(scope, receive, send)
 
 
+def page_views() -> list[dict[str, str]]:
+    """The page in Airflow's navigation (Browse) and as a tab of each DAG (``{DAG_ID}``: the UI fills it in)."""
+    page = f"{base_path()}{APP_PREFIX}/ui/"
+    return [{"name": "Training runs", "href": page, "url_route": NAV_ROUTE, "destination": "nav", "category": "browse"},
+            {"name": "Training runs", "href": page + "{DAG_ID}", "url_route": f"{NAV_ROUTE}-of-dag",
+             "destination": "dag"}]
+
+
 class TfdistPlugin(AirflowPlugin):
     name = "tfdist"
-    fastapi_apps = [{"app": BuiltOnFirstRequest(build_api), "url_prefix": "/tfdist", "name": "tfdist training runs"}]
+    fastapi_apps = [{"app": BuiltOnFirstRequest(build_app), "url_prefix": APP_PREFIX, "name": "tfdist training runs"}]
+    external_views = page_views()

@@ -11,6 +11,7 @@ import random
 import signal
 import threading
 import time
+import types
 
 import psutil
 import pytest
@@ -207,3 +208,12 @@ class RandomKill(threading.Thread):
         pid = beats[self.victim].pid if self.victim in beats else self.launcher.processes[self.victim].pid
         self.step, self.at = max(b.step for b in beats.values()), time.time()
         os.kill(pid, signal.SIGKILL)
+
+
+def task_instance(dag_id: str, run_id: str, try_number: int = 1) -> types.SimpleNamespace:
+    """What a stage operator's execute uses of Airflow's task instance: its key, its try number and XCom
+    pushes (kept in ``pushed``)."""
+    pushed: dict = {}
+    return types.SimpleNamespace(dag_id=dag_id, run_id=run_id, try_number=try_number, pushed=pushed,
+                                 xcom_push=lambda key, value: pushed.__setitem__(key, value))
+

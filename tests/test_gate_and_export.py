@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import types
 
 import pytest
 
@@ -145,19 +144,39 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
 
 
 def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
-    from trainer.evaluate import change_failures
+    from trainer.gate import checks, failures
+
+    def change_failures(metrics, baseline, change_thresholds):
+        return failures(checks(metrics, {}, change_thresholds, baseline), 7)
 
     relative = {"accuracy": {"direction": "higher_is_better", "absolute": None, "relative": 0.05}}
-    assert change_failures({"accuracy": 0.86}, {"accuracy": 0.9}, relative, 7) == []  # lost 0.04 ≤ 5% of 0.9
-    (failure,) = change_failures({"accuracy": 0.85}, {"accuracy": 0.9}, relative, 7)
+    assert change_failures({"accuracy": 0.86}, {"accuracy": 0.9}, relative) == []  # lost 0.04 ≤ 5% of 0.9
+    (failure,) = change_failures({"accuracy": 0.85}, {"accuracy": 0.9}, relative)
     assert failure == ("accuracy = 0.8500 is worse than the baseline (version 7: 0.9000) by 0.0500, "
                        "more than the allowed 0.0450")
     loss = {"loss": {"direction": "lower_is_better", "absolute": None, "relative": 0.5}}
-    assert change_failures({"loss": 0.29}, {"loss": 0.2}, loss, 7) == []  # 0.09 ≤ 50% of 0.2
+    assert change_failures({"loss": 0.29}, {"loss": 0.2}, loss) == []  # 0.09 ≤ 50% of 0.2
     both = {"loss": {"direction": "lower_is_better", "absolute": 0.01, "relative": 0.5}}
-    (failure,) = change_failures({"loss": 0.215}, {"loss": 0.2}, both, 7)  # the absolute 0.01 is stricter
+    (failure,) = change_failures({"loss": 0.215}, {"loss": 0.2}, both)  # the absolute 0.01 is stricter
     assert failure.endswith("by 0.0150, more than the allowed 0.0100")
-    assert change_failures({"loss": 0.1}, {"loss": 0.2}, both, 7) == []  # better is never a failure
+    assert change_failures({"loss": 0.1}, {"loss": 0.2}, both) == []  # better is never a failure
+
+
+def test_each_threshold_is_one_check_with_its_margin_for_the_page():
+    from trainer.gate import checks, failures
+
+    rows = checks({"accuracy": 0.95, "loss": 0.3}, {"accuracy": {"lower": 0.9, "upper": 0.94}},
+                  {"loss": {"direction": "lower_is_better", "absolute": 0.05, "relative": None}}, {"loss": 0.2})
+    assert [(r["metric"], r["rule"], round(r["margin"], 4), r["passed"]) for r in rows] == [
+        ("accuracy", "≥ 0.9", 0.05, True), ("accuracy", "≤ 0.94", -0.01, False),
+        ("loss", "≤ baseline + 0.05", -0.05, False)]
+    assert failures(rows, 7) == [
+        "accuracy = 0.9500 is above the upper bound 0.94 by 0.0100",
+        "loss = 0.3000 is worse than the baseline (version 7: 0.2000) by 0.1000, more than the allowed 0.0500"]
+    assert checks({"accuracy": 0.9}, {"accuracy": {"lower": 0.9}}, {"accuracy": {"direction": "higher_is_better",
+                                                                                  "absolute": 0.01}}, None)[0]["passed"]
+    assert len(checks({"accuracy": 0.9}, {}, {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}},
+                      None)) == 0  # no baseline: no change check
 
 
 def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
@@ -176,7 +195,7 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
 
 
 def test_the_gate_says_what_decided_it():
-    from trainer.evaluate import gate
+    from trainer.gate import decided_by as gate
 
     assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
         "none: published without a gate (validation.allow_unvalidated)")
@@ -192,7 +211,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(tmp
     from airflow.sdk.exceptions import AirflowFailException
 
     from operators.dag import build_dag
-    from tests.conftest import START, make_spec
+    from tests.conftest import START, make_spec, task_instance
 
     def fails(self, stage, log):
         raise StageFailed("evaluate-0", returncode, {"evaluate-0": ["ERROR: integrity check 'step' failed"]})
@@ -200,7 +219,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(tmp
     monkeypatch.setattr(LocalLauncher, "run", fails)
     evaluate = build_dag(make_spec(str(tmp_path))).get_task("evaluate")
     context = {"run_id": "refused", "data_interval_start": START, "data_interval_end": START + dt.timedelta(days=1),
-               "ti": types.SimpleNamespace(try_number=1)}
+               "ti": task_instance(evaluate.dag_id, "refused")}
     with pytest.raises(Exception) as failure:
         evaluate.execute(context)
     assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)

@@ -8,6 +8,7 @@ so any one of them runs alone."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -292,11 +293,11 @@ def test_a_killed_worker_is_retried_and_resumes_but_a_refused_gate_is_not_retrie
     assert "model not blessed" in airflow.task_log("digits_retry", run_id, "evaluate")
 
 
-def test_trigger_form_in_a_real_browser(airflow):
+@contextlib.contextmanager
+def signed_in_page(airflow, user: str = "admin"):
+    """A page of headless Chromium signed in to the live Airflow as ``user``."""
     from playwright.sync_api import sync_playwright
 
-    airflow.unpause("digits_nightly")
-    before = {r["dag_run_id"] for r in airflow.runs("digits_nightly")}
     os.makedirs(SCREENSHOTS, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
@@ -304,23 +305,33 @@ def test_trigger_form_in_a_real_browser(airflow):
             "--disable-component-update", "--disable-sync"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(f"{airflow.url}/")
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(USERS["admin"][1])
+            page.get_by_label("Username").fill(user)
+            page.get_by_label("Password").fill(USERS[user][1])
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(lambda url: "/auth/login" not in url)
-            page.goto(f"{airflow.url}/dags/digits_nightly")
-            page.get_by_role("button", name="Trigger").first.click()
-            epochs = page.locator("input[name='element_training.epochs']")
-            epochs.fill("4")
-            page.screenshot(path=os.path.join(SCREENSHOTS, "trigger-form.png"))
-            page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
-            new_manual = lambda: [r for r in airflow.runs("digits_nightly")  # noqa: E731
-                                  if r["dag_run_id"] not in before and r["run_type"] == "manual"]
-            (run,) = airflow.wait_for(new_manual, 60, "the triggered run")
-            page.screenshot(path=os.path.join(SCREENSHOTS, "after-trigger.png"))
+            yield page
+            assert not errors, f"JavaScript errors: {errors}"
         finally:
             browser.close()
+
+
+def test_trigger_form_in_a_real_browser(airflow):
+    airflow.unpause("digits_nightly")
+    before = {r["dag_run_id"] for r in airflow.runs("digits_nightly")}
+    with signed_in_page(airflow) as page:
+        page.goto(f"{airflow.url}/dags/digits_nightly")
+        page.get_by_role("button", name="Trigger").first.click()
+        epochs = page.locator("input[name='element_training.epochs']")
+        epochs.fill("4")
+        page.screenshot(path=os.path.join(SCREENSHOTS, "trigger-form.png"))
+        page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
+        new_manual = lambda: [r for r in airflow.runs("digits_nightly")  # noqa: E731
+                              if r["dag_run_id"] not in before and r["run_type"] == "manual"]
+        (run,) = airflow.wait_for(new_manual, 60, "the triggered run")
+        page.screenshot(path=os.path.join(SCREENSHOTS, "after-trigger.png"))
     assert run["triggered_by"] == "ui" and run["conf"]["training.epochs"] == 4, run
     # the form's value reaches the run's effective spec (written when prepare_data starts); the rest of the
     # run is the REST trigger's test: stop it there
@@ -328,3 +339,97 @@ def test_trigger_form_in_a_real_browser(airflow):
     airflow.wait_for(lambda: os.path.exists(spec_file), 240, "the run's spec.json", every=0.5)
     assert read_json(spec_file)["training"]["epochs"] == 4
     airflow.api("PATCH", f"/api/v2/dags/digits_nightly/dagRuns/{run['dag_run_id']}", {"state": "failed"})
+
+
+def page_frame(page):
+    """The training-runs page inside Airflow's UI (its plugin iframe)."""
+    page.wait_for_selector("iframe")
+    return page.frame_locator("iframe").first
+
+
+def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_its_tasks(airflow,
+                                                                                      backfill_experiment):
+    backfill = backfill_experiment
+    earlier, later = (r["dag_run_id"] for r in backfill)
+    # the page, its data and its assets require a signed-in user; a pipeline's page also its DAG's permission
+    for path in ("/tfdist/ui/", "/tfdist/ui/digits_backfill", "/tfdist/static/page.js", "/tfdist/pipelines",
+                 "/tfdist/pipelines/digits_backfill", f"/tfdist/pipelines/digits_backfill/runs/{later}/progress"):
+        assert airflow.request("GET", path, user=None).status_code == 401, path
+    for path in ("/tfdist/ui/other_team_pipeline", "/tfdist/pipelines/other_team_pipeline"):
+        assert airflow.request("GET", path, user="analyst").status_code == 403, path
+    assert "other_team_pipeline" not in {p["dag_id"] for p in airflow.request("GET", "/tfdist/pipelines",
+                                                                                user="analyst").json()}
+    links = airflow.api("GET", f"/api/v2/dags/digits_backfill/dagRuns/{later}/taskInstances/export/links")[
+        "extra_links"]
+    version = next(r["export_version"] for r in airflow.request("GET", "/tfdist/runs/digits_backfill").json()
+                   if r["run_id"] == later)
+    assert f"version={version}" in links["Published version"] and "run=" in links["Training run"]
+
+    with signed_in_page(airflow) as page:
+        # from the navigation: choose the pipeline
+        page.goto(f"{airflow.url}/plugin/training-runs")
+        frame = page_frame(page)
+        frame.locator("#pipeline-select").select_option("digits_backfill")
+        rows = frame.locator("tr.run")
+        rows.first.wait_for()
+        assert rows.count() == 2
+        for run_id in (earlier, later):
+            row = frame.locator(f"tr.run[data-run-id='{run_id}']")
+            assert "backfill" in row.locator("td.type").inner_text()
+            assert "training.epochs=8" in row.locator("td.overrides").inner_text()
+            assert "blessed" in row.locator("td.gate").inner_text()
+        assert f"vs {backfill_version(airflow, earlier)}" in frame.locator(f"tr.run[data-run-id='{later}'] td.gate"
+                                                                         ).inner_text()
+        accuracy = frame.locator("svg.chart[data-metric='accuracy']")
+        assert accuracy.locator(".point").count() == 2  # one series: the experiment's two dates
+        assert accuracy.locator("line.threshold[data-bound='lower']").count() == 1
+        assert frame.locator("tr.version").count() == 2
+        assert frame.locator(f"tr.version[data-version='{version}'] .baseline-badge").count() == 1
+        # filters offer what the runs hold: by run type and by override
+        assert frame.locator("#filter-type option").evaluate_all("options => options.map(o => o.value)") == [
+            "", "backfill"]
+        frame.locator("#filter-override").select_option("-")  # runs without overrides: none here
+        assert frame.locator("tr.run").count() == 0
+        frame.locator("#filter-override").select_option("training.epochs=8")
+        assert frame.locator("tr.run").count() == 2
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs.png"), full_page=True)
+
+        # export's extra link on its task instance page leads to its run and version on the page
+        page.goto(f"{airflow.url}/dags/digits_backfill/runs/{later}/tasks/export/details")
+        page.get_by_role("link", name="Published version").click()
+        frame = page_frame(page)
+        frame.locator(f"tr.run.selected[data-run-id='{later}']").wait_for()
+        frame.locator(f"tr.version.selected[data-version='{version}']").wait_for()
+        assert "/plugin/training-runs/" in page.url
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-from-export-link.png"), full_page=True)
+
+        # the pipeline's own tab
+        page.goto(f"{airflow.url}/dags/digits_backfill/plugin/training-runs-of-dag")
+        page_frame(page).locator("tr.run").first.wait_for()
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-dag-tab.png"))
+
+
+def backfill_version(airflow, run_id: str) -> int:
+    model_dir = os.path.join(airflow.backfill_root, "models", "digits_backfill")
+    return next(m["version"] for m in registry.versions(model_dir) if m["run_id"] == run_id)
+
+
+def test_training_runs_page_follows_a_running_training_without_a_reload(airflow):
+    airflow.unpause("digits_nightly")
+    run_id = airflow.trigger("digits_nightly", {"training.epochs": 300})  # long enough to watch
+    try:
+        with signed_in_page(airflow) as page:
+            page.goto(f"{airflow.url}/plugin/training-runs/tfdist/ui/digits_nightly")
+            frame = page_frame(page)
+            card = frame.locator(f".live-run[data-run-id='{run_id}']")
+            step = card.locator(".step")
+            airflow.wait_for(lambda: step.count() and step.inner_text().strip().isdigit()
+                             and int(step.inner_text()) > 0, 300, "the first training steps on the page")
+            frame.locator("body").evaluate("body => { window.notReloaded = true; }")
+            first = int(step.inner_text())
+            airflow.wait_for(lambda: int(step.inner_text()) > first, 60, "the step to advance on the page")
+            assert frame.locator("body").evaluate("() => window.notReloaded === true")
+            assert card.locator(".eta").inner_text().strip()
+            page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-live.png"), full_page=True)
+    finally:
+        airflow.api("PATCH", f"/api/v2/dags/digits_nightly/dagRuns/{run_id}", {"state": "failed"})

@@ -8,13 +8,13 @@ import json
 import os
 import signal
 import threading
-import types
 
 import pytest
 
 from operators.launchers import StageStopped
-from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for,
-                            prepared_plan, run, wait_for)
+from operators.ui import page_url
+from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for, prepared_plan, run,
+                            task_instance, wait_for)
 from trainer.artifacts import read_json
 
 
@@ -54,7 +54,8 @@ def test_on_kill_stops_every_worker(digits_root):
     plan = prepared_plan(digits_root, "train_on_kill", training={"epochs": 400})
     operator = build_dag(spec).get_task("train")  # in its DAG: the run directory prepared above
     context = {"run_id": "train_on_kill", "data_interval_start": START,
-               "data_interval_end": START + dt.timedelta(days=1), "params": {}, "ti": types.SimpleNamespace(try_number=1)}
+               "data_interval_end": START + dt.timedelta(days=1), "params": {},
+               "ti": task_instance(operator.dag_id, "train_on_kill")}
     errors = []
     thread = threading.Thread(target=lambda: errors.append(_execute(operator, context)))
     thread.start()
@@ -62,6 +63,8 @@ def test_on_kill_stops_every_worker(digits_root):
         f.startswith("ckpt-") for f in os.listdir(plan.layout.checkpoint_dir)), 120, "the first checkpoint")
     workers = operator._launcher.processes
     assert all(proc.poll() is None for proc in workers.values()), "a worker ended before on_kill"
+    # the task's link to its run on the training-runs page is there while it trains
+    assert context["ti"].pushed["_link_TrainingRunLink"] == page_url(operator.dag_id, run="train_on_kill")
     operator.on_kill()
     thread.join(30)
     assert not thread.is_alive() and isinstance(errors[0], StageStopped), errors

@@ -1,5 +1,6 @@
 """The contract between the Airflow side (``operators/``) and the worker runtime (``trainer/``): the run's
-file layout, the run record, each stage's result record, exit codes, and the argv of the pod entrypoint.
+file layout, the run record, each stage's result record, the train stage's progress record, exit codes, and
+the argv of the pod entrypoint.
 Both sides import this module; it imports neither Airflow nor TensorFlow, so a worker image and the
 Airflow side cannot drift apart.
 
@@ -9,6 +10,7 @@ Airflow side never reads the artifact volume."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,6 +47,7 @@ class RunLayout:
     checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
     eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
     heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
+    progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
 
     def result(self, task_id: str) -> str:
         """The result record of the stage ``task_id``."""
@@ -99,6 +102,46 @@ def longest_silent(beats: dict[str, Beat]) -> tuple[str, str]:
     now = time.time()
     return min(beats, key=lambda m: beats[m].time), "the others wait for it: " + ", ".join(
         f"{m} last stepped {now - b.time:.0f} s ago" for m, b in sorted(beats.items()))
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """Where the train stage is, written by its chief (``progress.json``) at most every few seconds while it
+    trains and once at the end; the training-runs page shows it live."""
+
+    step: int
+    total_steps: int
+    epoch: float
+    """Epochs done, fractional."""
+    epochs: int
+    loss: float
+    """The current epoch's mean training loss so far."""
+    accuracy: float
+    examples_per_sec: float | None
+    """Since the first step call (tracing excluded); None until a second call ended."""
+    workers: int
+    global_batch_size: int
+    elapsed_seconds: float
+    updated_at: float
+    """Unix time of the write."""
+
+    @property
+    def seconds_left(self) -> float | None:
+        """At the current rate (None until there is one)."""
+        if not self.examples_per_sec:
+            return None
+        return round((self.total_steps - self.step) * self.global_batch_size / self.examples_per_sec, 1)
+
+    def write(self, path: str) -> None:
+        write_json_atomic(path, dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, path: str) -> "TrainProgress | None":
+        """The progress at ``path``, None when training has not written one yet."""
+        try:
+            return cls(**read_json(path))
+        except FileNotFoundError:
+            return None
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:

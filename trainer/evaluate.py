@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer import data, registry
+from trainer import data, gate, registry
 from trainer.artifacts import read_json, sha256_file, write_json_atomic
 from trainer.models import IntegrityError, restore_checked
 from trainer.contract import EXIT_REFUSED
@@ -52,49 +52,12 @@ def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -
     }
 
 
-def value_failures(metrics: dict[str, float], thresholds: dict[str, dict]) -> list[str]:
-    failures = []
-    for metric, bound in thresholds.items():
-        value = metrics[metric]
-        if bound.get("lower") is not None and value < bound["lower"]:
-            failures.append(f"{metric} = {value:.4f} is below the lower bound {bound['lower']} "
-                            f"by {bound['lower'] - value:.4f}")
-        if bound.get("upper") is not None and value > bound["upper"]:
-            failures.append(f"{metric} = {value:.4f} is above the upper bound {bound['upper']} "
-                            f"by {value - bound['upper']:.4f}")
-    return failures
-
-
 def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, dict[str, float | None]]:
     return {
         k: {"absolute": metrics[k] - baseline[k],
             "relative": (metrics[k] - baseline[k]) / abs(baseline[k]) if baseline[k] else None}
         for k in metrics if k in baseline
     }
-
-
-def change_failures(metrics: dict, baseline: dict, thresholds: dict[str, dict], version: int) -> list[str]:
-    """One line per metric that is worse than the baseline by more than its tolerance."""
-    failures = []
-    for metric, rule in thresholds.items():
-        value, base = metrics[metric], baseline[metric]
-        loss = base - value if rule["direction"] == "higher_is_better" else value - base
-        allowed = [a for a in (rule["absolute"],
-                               None if rule["relative"] is None else rule["relative"] * abs(base)) if a is not None]
-        if allowed and loss > min(allowed) + 1e-12:
-            failures.append(f"{metric} = {value:.4f} is worse than the baseline (version {version}: {base:.4f}) "
-                            f"by {loss:.4f}, more than the allowed {min(allowed):.4f}")
-    return failures
-
-
-def gate(validation: dict, compared_with_baseline: bool) -> str:
-    """What the blessing was decided by, in words, for blessing.json and the version's metadata.json."""
-    if validation.get("allow_unvalidated"):
-        return "none: published without a gate (validation.allow_unvalidated)"
-    applied = ["value thresholds"] if validation["thresholds"] else []
-    if validation["change_thresholds"]:
-        applied.append("change thresholds" + ("" if compared_with_baseline else " (no baseline compared)"))
-    return " and ".join(applied)
 
 
 def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
@@ -167,7 +130,6 @@ def main() -> None:
     if len(scored) > 1:
         report.append(f"  chosen among {len(scored)} retained checkpoints by {selection['metric']}")
     report += [f"  {k} = {v:.4f}" for k, v in metrics.items()]
-    failures = value_failures(metrics, validation["thresholds"])
     baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
     baseline_record, changes = None, {}
     if baseline is None:
@@ -187,9 +149,11 @@ def main() -> None:
                                "run_id": baseline["run_id"], "metrics": base}
             report += [f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} "
                        f"({d['absolute']:+.4f})" for k, d in changes.items()]
-            failures += change_failures(metrics, base, validation["change_thresholds"], baseline["version"])
+    checks = gate.checks(metrics, validation["thresholds"], validation["change_thresholds"],
+                         (baseline_record or {}).get("metrics"))
+    failures = gate.failures(checks, baseline and baseline["version"])
     blessed = not failures
-    decided_by = gate(validation, bool(changes))
+    decided_by = gate.decided_by(validation, bool(changes))
     if validation.get("allow_unvalidated"):
         report.append("  published without a gate: validation.allow_unvalidated is set, no threshold was applied")
     report.append(("BLESSED" if blessed else "NOT BLESSED: " + "; ".join(failures)) + f" (gate: {decided_by})")
@@ -209,6 +173,7 @@ def main() -> None:
         "change_thresholds": validation["change_thresholds"],
         "baseline": baseline_record,
         "deltas": changes,
+        "checks": checks,
         "failures": failures,
         "report": report,
     }

@@ -46,7 +46,7 @@ import types
 
 from trainer import data
 from trainer.artifacts import sha256_file, write_json_atomic
-from trainer.contract import EXIT_REFUSED, beat
+from trainer.contract import EXIT_REFUSED, TrainProgress, beat
 from trainer.models import IntegrityError, build_model, build_optimizer
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
@@ -326,7 +326,7 @@ def pin_elastic_rank() -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats")
+    args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats", "progress")
     spec = load_spec(args.spec)
     manifest = data.verified_manifest(args.data, "train")
     elastic = elastic_run(spec)
@@ -456,6 +456,10 @@ def main() -> None:
             now = time.monotonic()
             if now - clock["last_report"] >= PROGRESS_SECONDS or step == total_steps:
                 rate = steady_rate(step, now, clock["warm"], global_batch)
+                if sync.is_chief:
+                    TrainProgress(step, total_steps, round(step / steps_per_epoch, 3), t["epochs"],
+                                  metrics["loss"], metrics["accuracy"], rate, sync.workers, global_batch,
+                                  round(now - started, 1), time.time()).write(args.progress)
                 say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
                     f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f}"
                     + (f" examples/s {rate:,.0f}" if rate else ""))

@@ -1,0 +1,25 @@
+"""The training-runs page of the Airflow UI: where it lives. The page itself (page.html, page.js, page.css)
+and its data routes are the plugin's FastAPI app (``operators.ui.api``), mounted at ``<base>/tfdist``; the
+operator extra links that lead there are in ``operators.ui.links``."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+APP_PREFIX = "/tfdist"
+NAV_ROUTE = "training-runs"
+"""The page in Airflow's navigation: ``<base>/plugin/training-runs``, the app's page framed in it."""
+
+
+def base_path() -> str:
+    """The path Airflow is served under (``[api] base_url``), '' at the root."""
+    from airflow.sdk import conf
+
+    return urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+
+
+def page_url(dag_id: str, **query: Any) -> str:
+    """The training-runs page of pipeline ``dag_id`` inside Airflow's UI, ``query`` selecting a run or version."""
+    base, args = base_path(), urlencode(query)
+    return f"{base}/plugin/{NAV_ROUTE}{base}{APP_PREFIX}/ui/{quote(dag_id, safe='')}" + (f"?{args}" if args else "")
