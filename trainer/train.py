@@ -50,7 +50,7 @@ from trainer.contract import EXIT_REFUSED, TrainProgress, beat
 from trainer.models import IntegrityError, build_model, build_optimizer
 from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
-STEPS_PER_CALL = 10  # training steps per tf.function call
+STEPS_PER_CALL = 10  # training steps per tf.function call (per worker closure with a parameter server)
 PROGRESS_SECONDS = 2.0
 HOROVOD_FAILED = re.compile(r"Horovod has been shut down|gloo/transport|\{\{node [^}]*Horovod|\[Op:Horovod")
 """A TensorFlow error of a Horovod collective (a peer lost: Gloo's read error, or Horovod shut down after it)."""
@@ -60,6 +60,7 @@ class Mirrored:
     """MultiWorkerMirroredStrategy over the TF_CONFIG cluster; every worker takes part in saving."""
 
     every_worker_saves = True
+    steps_per_call = STEPS_PER_CALL
     learning_rate_scale = 1
 
     def __init__(self, tf):
@@ -118,6 +119,7 @@ class ParameterServer(Mirrored):
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.name, self.is_chief = "chief-0", True
         self.workers = len(resolver.cluster_spec().as_dict()["worker"])
+        self.steps_per_call = STEPS_PER_CALL * self.workers  # each worker's closure runs STEPS_PER_CALL steps
 
     def step_runner(self, replica_step, dataset_fn):
         iterator = iter(self.coordinator.create_per_worker_dataset(
@@ -137,6 +139,7 @@ class Horovod:
     """Horovod ranks (mpirun or horovodrun); rank 0 alone writes checkpoints."""
 
     every_worker_saves = False
+    steps_per_call = STEPS_PER_CALL
 
     def __init__(self, tf, spec):
         import horovod.tensorflow as hvd
@@ -434,7 +437,7 @@ def main() -> None:
         sums, the finished epochs' metrics), ``commit()`` follows every step call."""
         while p.step < total_steps:
             step = p.step
-            steps = min(STEPS_PER_CALL, total_steps - step, every - step % every,
+            steps = min(sync.steps_per_call, total_steps - step, every - step % every,
                         steps_per_epoch - step % steps_per_epoch)
             p.reached = step + steps  # where this step call ends, if it does
             loss_sum, correct_sum = run_steps(steps)
