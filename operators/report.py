@@ -9,6 +9,7 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
+from operators.plan import run_key
 from trainer import gate, registry
 from trainer.artifacts import read_json
 from trainer.contract import RunLayout, TrainProgress
@@ -30,10 +31,11 @@ def progress(run_dir: str) -> dict[str, Any] | None:
             "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.timezone.utc).isoformat()}
 
 
-def run_summary(run_dir: str) -> dict[str, Any]:
-    """One run directory's record, training, gate (each threshold as a check) and published version."""
+def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
+    """One run directory's record, training, gate (each threshold as a check) and published version; the
+    fields are there, empty, for a run that wrote nothing yet (``run_id`` then names it)."""
     layout = RunLayout(run_dir)
-    run = _maybe(layout.run_file) or {"run_id": os.path.basename(run_dir)}
+    run = _maybe(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
     train = _maybe(layout.result("train")) or {}
     blessing = _maybe(os.path.join(layout.eval_dir, "blessing.json")) or {}
     export = _maybe(layout.result("export")) or {}
@@ -108,7 +110,8 @@ class Backfill:
     @property
     def label(self) -> str:
         overrides = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
-        return f"backfill {self.id}: {self.from_date[:10]} → {self.to_date[:10]}" + (f", {overrides}" if overrides else "")
+        dates = f"backfill {self.id}: {self.from_date[:10]} → {self.to_date[:10]}"
+        return f"{dates}, {overrides}" if overrides else dates
 
 
 def _seconds(start: str | None, end: str | None, now: dt.datetime) -> float | None:
@@ -125,7 +128,7 @@ def _series(run_type: str | None, backfill: Backfill | None) -> tuple[str, str]:
     return name, {"scheduled": "nightly (scheduled)", "manual": "manual triggers"}.get(name, name)
 
 
-def overview(dag_id: str, artifact_roots: Iterable[str], model_dirs: Iterable[str],
+def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
              airflow_runs: dict[str, AirflowRun], backfills: dict[int, Backfill]) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
     root remembers), the metrics and thresholds to chart, the published versions."""
@@ -133,13 +136,12 @@ def overview(dag_id: str, artifact_roots: Iterable[str], model_dirs: Iterable[st
     found = {r["run_id"]: r for r in list_runs(dag_id, artifact_roots)}
     runs = []
     for run_id in dict.fromkeys([*airflow_runs, *found]):
-        known, summary = airflow_runs.get(run_id), found.get(run_id) or {"run_id": run_id, "overrides": {}}
+        known = airflow_runs.get(run_id)
+        summary = found.get(run_id) or run_summary(os.path.join(artifact_roots[0], dag_id, "runs", run_key(run_id)),
+                                                   run_id)
         backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
         series, label = _series(known and known.run_type, backfill)
         runs.append({
-            **{k: None for k in ("metrics", "blessed", "gate", "baseline", "final_step", "train_examples_per_sec",
-                                 "export_version", "progress")},
-            "checks": [], "failures": [], "report": [],
             **({"data_interval_start": known.data_interval_start, "data_interval_end": known.data_interval_end}
                if known else {}),
             **summary,
