@@ -378,7 +378,7 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
             assert "backfill" in row.locator("td.type").inner_text()
             assert "training.epochs=8" in row.locator("td.overrides").inner_text()
             assert "blessed" in row.locator("td.gate").inner_text()
-        assert f"vs {backfill_version(airflow, earlier)}" in frame.locator(f"tr.run[data-run-id='{later}'] td.gate"
+        assert f"vs v{backfill_version(airflow, earlier)}" in frame.locator(f"tr.run[data-run-id='{later}'] td.gate"
                                                                          ).inner_text()
         accuracy = frame.locator("svg.chart[data-metric='accuracy']")
         assert accuracy.locator(".point").count() == 2  # one series: the experiment's two dates

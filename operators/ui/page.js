@@ -1,406 +1,395 @@
 "use strict";
-// The training-runs page of one tfdist pipeline (or, without one, the list of pipelines). Data from the
-// plugin's routes next to this page (../pipelines...), as the signed-in Airflow user.
+// The training-runs page of one tfdist pipeline (at .../ui/<dag_id>) or the list of pipelines (at .../ui/).
+// Data from the plugin's routes next to the page (../pipelines...), fetched as the signed-in Airflow user.
 
-const API = new URL("../", location.href);
-const UI = new URL("ui/", API);
-const DAG_ID = decodeURIComponent(location.pathname.split("/ui/").pop().split("/")[0] || "");
+const UI_DIR = new URL("./", location.href);
+const API = new URL("../", UI_DIR);
+const DAG_ID = decodeURIComponent(location.pathname.slice(location.pathname.lastIndexOf("/") + 1));
 const QUERY = new URLSearchParams(location.search);
-const SVG = "http://www.w3.org/2000/svg";
-const LIVE_STATES = new Set(["running", "queued"]);
-const PALETTE = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568"];
+const SVG_NS = "http://www.w3.org/2000/svg";
+const LIVE_STATES = new Set(["queued", "running"]);
+const PALETTE_SIZE = 8;
+const HOUR = 3600e3, DAY = 24 * HOUR;
+const POLL_MS = 2000, BUSY_REFRESH_MS = 10000, IDLE_REFRESH_MS = 60000;
 
 const state = {
-  data: null, sort: {key: "data_interval_end", desc: true}, filters: {type: "", override: "", text: ""},
-  selected: QUERY.get("run"), open: new Set(QUERY.get("run") ? [QUERY.get("run")] : []),
-  version: QUERY.get("version"), scrollPending: Boolean(QUERY.get("run") || QUERY.get("version")),
-  liveCards: new Map(),
+  pipelines: [], data: null, chartKey: "", refreshTimer: 0, refreshing: false, polling: false,
+  sort: {key: "interval", desc: true},
+  filters: {type: "", override: "", text: ""},
+  selected: QUERY.get("run"),
+  open: new Set(QUERY.has("run") ? [QUERY.get("run")] : []),
+  version: QUERY.get("version"),
+  scrollPending: QUERY.has("run") || QUERY.has("version"),
+  cards: new Map(),   // run id → live card {root, parts, progress}
+  errors: new Map(),  // source → message
 };
 
-function el(tag, props = {}, ...children) {
-  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
+// ---- DOM and fetching
+
+const $ = (id) => document.getElementById(id);
+const el = (tag, attrs, ...children) => build(document.createElement(tag), attrs, children);
+const svg = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
+const classes = (...names) => names.filter(Boolean).join(" ") || null;
+
+function build(node, attrs = {}, children = []) {
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
     if (key === "text") node.textContent = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else if (key === "on") for (const [event, handler] of Object.entries(value)) node.addEventListener(event, handler);
-    else node.setAttribute(key === "className" ? "class" : key, value);
+    else if (key === "data") Object.assign(node.dataset, value);
+    else if (key === "style") for (const [name, v] of Object.entries(value)) node.style.setProperty(name, v);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
   }
-  node.append(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  node.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   return node;
 }
 
+const HTTP_ERRORS = {401: "Not signed in to Airflow (401)", 403: "No permission (403)", 404: "Not found (404)"};
+
 async function getJSON(path) {
-  const response = await fetch(new URL(path, API), {credentials: "same-origin", headers: {Accept: "application/json"}});
-  if (!response.ok) {
-    let detail = response.statusText;
-    try { detail = (await response.json()).detail || detail; } catch { /* not JSON */ }
-    const error = new Error(`${response.status}: ${typeof detail === "string" ? detail : JSON.stringify(detail)}`);
-    error.status = response.status;
-    throw error;
+  let response;
+  try {
+    response = await fetch(new URL(path, API), {credentials: "same-origin", headers: {Accept: "application/json"}});
+  } catch (error) {
+    throw Object.assign(new Error(`Could not reach the server: ${error.message}`), {status: 0});
   }
-  return response.json();
+  if (response.ok) return response.json();
+  const body = await response.json().catch(() => ({}));
+  const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail ?? response.statusText);
+  const hint = response.status === 401 ? " Sign in to Airflow, then reload this page." : "";
+  const title = HTTP_ERRORS[response.status] ?? `Error ${response.status}`;
+  throw Object.assign(new Error(`${title}: ${detail.replace(/\.?$/, ".")}${hint}`), {status: response.status});
+}
+
+function setError(source, error) {
+  if (error) state.errors.set(source, error.message); else state.errors.delete(source);
+  const box = $("error");
+  box.hidden = state.errors.size === 0;
+  box.replaceChildren(...[...new Set(state.errors.values())].map((message) => el("p", {text: message})));
 }
 
 // ---- formatting
-const num = (value, digits = 4) => (value === null || value === undefined ? "—" : Number(value).toFixed(digits));
-const signed = (value, digits = 4) => (value >= 0 ? "+" : "−") + Math.abs(value).toFixed(digits);
-const thousands = (value) => (value === null || value === undefined ? "—" : Math.round(value).toLocaleString("en-US"));
+
+const isNum = (v) => typeof v === "number" && Number.isFinite(v);
+const fixed = (v, digits = 4) => (isNum(v) ? v.toFixed(digits) : "—");
+const signed = (v, digits = 4) => (isNum(v) ? (v < 0 ? "−" : "+") + Math.abs(v).toFixed(digits) : "—");
+const count = (v) => (isNum(v) ? Math.round(v).toLocaleString("en-US") : "—");
+const pad2 = (n) => String(n).padStart(2, "0");
+const SHORT_DATE = new Intl.DateTimeFormat("en-US", {month: "short", day: "numeric", timeZone: "UTC"});
+const MONTH = new Intl.DateTimeFormat("en-US", {month: "short", year: "numeric", timeZone: "UTC"});
+const overrideText = ([key, value]) => `${key}=${typeof value === "string" ? value : JSON.stringify(value)}`;
+const overridesOf = (run) => Object.entries(run.overrides || {}).map(overrideText);
+const verdictOf = (run) => ({true: "blessed", false: "refused"})[run.blessed] ?? "unevaluated";
 
 function duration(seconds) {
-  if (seconds === null || seconds === undefined) return "—";
+  if (!isNum(seconds)) return "—";
   const s = Math.round(seconds);
   if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
-  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${pad2(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${pad2(Math.floor((s % 3600) / 60))} min`;
 }
 
-function when(iso, withTime) {
-  if (!iso) return "—";
-  const [date, time] = new Date(iso).toISOString().split("T");
-  return withTime ? `${date} ${time.slice(0, 5)}` : date;
+const timestamp = (iso) => (iso ? `${new Date(iso).toISOString().slice(0, 19).replace("T", " ")} UTC` : "—");
+const ago = (iso) => `${duration(Math.max(0, (Date.now() - Date.parse(iso)) / 1000))} ago`;
+
+/** "2026-11-16 → 11-17": the end without the year it shares with the start; hours when not at midnight. */
+function interval(item) {
+  const {data_interval_start: from, data_interval_end: to} = item;
+  if (!from || !to) return "—";
+  const [start, end] = [new Date(from), new Date(to)];
+  const timed = [start, end].some((d) => d.getUTCHours() || d.getUTCMinutes());
+  const text = (d) => d.toISOString().slice(0, timed ? 16 : 10).replace("T", " ");
+  const [a, b] = [text(start), text(end)];
+  const cut = a.slice(0, 4) !== b.slice(0, 4) ? 0 : timed && a.slice(0, 10) === b.slice(0, 10) ? 11 : 5;
+  return `${a} → ${b.slice(cut)}`;
 }
 
-function interval(run) {
-  const start = run.data_interval_start, end = run.data_interval_end;
-  if (!start || !end) return "—";
-  const hourly = !start.includes("T00:00:00") || !end.includes("T00:00:00");
-  return `${when(start, hourly)} → ${when(end, hourly)}`;
+/** "scheduled__2026-11-23T00:00:00+00:00" → "2026-11-23 00:00" (the type has its own column). */
+function shortRunId(runId) {
+  const found = runId.match(/^(?:\w+?__)?(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?$/);
+  if (found) return `${found[1]} ${found[2]}`;
+  return runId.length > 30 ? `${runId.slice(0, 16)}…${runId.slice(-12)}` : runId;
 }
 
-const overrideText = (key, value) => `${key}=${typeof value === "string" ? value : JSON.stringify(value)}`;
-const overridesOf = (run) => Object.entries(run.overrides || {}).map(([k, v]) => overrideText(k, v));
-const shortRunId = (runId) => runId.replace(/^(scheduled|manual|backfill|asset_triggered)__/, "")
-  .replace(/^(\d{4}-\d\d-\d\d)T(\d\d:\d\d):\d\d(\.\d+)?\+00:00$/, "$1 $2");
+// ---- theme: Airflow's colour mode (localStorage "theme", same origin), else the system's
 
-function showError(error) {
-  const box = document.getElementById("error");
-  box.hidden = !error;
-  const advice = {401: "Sign in to Airflow to see training runs.", 403: "You may not read the runs of this pipeline."};
-  box.textContent = error ? [advice[error.status], error.message].filter(Boolean).join(" ") : "";
+function applyTheme() {
+  const stored = ["dark", "light"].find((mode) => localStorage.getItem("theme") === mode);  // Airflow's own setting
+  document.documentElement.dataset.theme = stored || (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
 }
 
 // ---- top bar and the list of pipelines
-function renderTop(pipelines, data) {
-  const select = el("select", {id: "pipeline-select", "aria-label": "Pipeline", on: {change: (e) => {
-    if (e.target.value) location.href = new URL(encodeURIComponent(e.target.value), UI).href;
-  }}}, el("option", {value: "", text: "Choose a pipeline…"}),
-  pipelines.map((p) => el("option", {value: p.dag_id, text: p.dag_id, selected: p.dag_id === DAG_ID})));
-  const title = data
-    ? el("div", {className: "title"}, el("h1", {text: data.dag_id}),
-      el("span", {className: "muted", text: [data.description, data.model_name && `model ${data.model_name}`]
-        .filter(Boolean).join(" · ")}))
-    : el("div", {className: "title"}, el("h1", {text: "Training runs"}));
-  document.getElementById("top").replaceChildren(title, el("label", {className: "picker"}, "Pipeline ", select));
+
+function renderTop() {
+  const {pipelines, data} = state;
+  const known = pipelines.some((p) => p.dag_id === DAG_ID);
+  $("pipeline-select").replaceChildren(
+    el("option", {value: "", text: "Choose a pipeline…", disabled: Boolean(DAG_ID), selected: !DAG_ID}),
+    ...(DAG_ID && !known ? [el("option", {value: DAG_ID, text: DAG_ID, selected: true})] : []),
+    ...pipelines.map((p) => el("option", {value: p.dag_id, text: p.dag_id, selected: p.dag_id === DAG_ID})));
+  const pipeline = data || pipelines.find((p) => p.dag_id === DAG_ID);
+  $("title").textContent = DAG_ID || "Training runs";
+  $("description").textContent = pipeline?.description || "";
+  $("model").hidden = !pipeline?.model_name;
+  $("model").textContent = pipeline?.model_name ? `model ${pipeline.model_name}` : "";
 }
 
-function renderIndex(pipelines) {
-  const section = document.getElementById("index");
+function renderIndex() {
+  const section = $("index");
   section.hidden = false;
-  section.replaceChildren(el("h2", {text: "Pipelines"}), pipelines.length
-    ? el("ul", {className: "pipelines"}, pipelines.map((p) => el("li", {},
-      el("a", {href: new URL(encodeURIComponent(p.dag_id), UI).href, text: p.dag_id}),
-      el("span", {className: "muted", text: p.description || ""}))))
-    : el("p", {className: "empty", text: "No tfdist pipeline you may read: a DAG built from a spec appears here."}));
+  section.replaceChildren(el("h2", {text: "Pipelines"}), state.pipelines.length
+    ? el("ul", {class: "pipelines"}, state.pipelines.map((p) => el("li", {},
+      el("a", {href: new URL(encodeURIComponent(p.dag_id), UI_DIR).href, text: p.dag_id}),
+      p.model_name ? el("span", {class: "chip", text: `model ${p.model_name}`}) : null,
+      el("span", {class: "muted", text: p.description || ""}))))
+    : el("p", {class: "empty", text: "No pipelines you may read yet: a DAG built from a tfdist spec appears here."}));
 }
 
-// ---- live progress
+// ---- live training progress
+
 function renderLive(runs) {
-  const section = document.getElementById("live");
   const live = runs.filter((r) => LIVE_STATES.has(r.state));
+  const section = $("live");
   section.hidden = live.length === 0;
-  const list = section.querySelector(".cards") || section.appendChild(el("div", {className: "cards"}));
-  if (!section.querySelector("h2")) section.prepend(el("h2", {text: "Training now"}));
-  for (const [runId, card] of state.liveCards) {
-    if (!live.some((r) => r.run_id === runId)) {
-      clearInterval(card.timer);
-      card.root.remove();
-      state.liveCards.delete(runId);
-    }
+  if (!section.firstChild) section.append(el("h2", {text: "Training now"}), el("div", {class: "cards"}));
+  const ids = new Set(live.map((r) => r.run_id));
+  for (const [runId, card] of state.cards) {
+    if (!ids.has(runId)) { card.root.remove(); state.cards.delete(runId); }
   }
   for (const run of live) {
-    if (!state.liveCards.has(run.run_id)) {
-      const card = liveCard(run);
-      state.liveCards.set(run.run_id, card);
-      list.append(card.root);
+    if (!state.cards.has(run.run_id)) {
+      state.cards.set(run.run_id, liveCard(run));
+      section.querySelector(".cards").append(state.cards.get(run.run_id).root);
     }
-    updateCard(state.liveCards.get(run.run_id), run.progress, run.state);
+    const card = state.cards.get(run.run_id);
+    setStateBadge(card.parts.state, run.state);
+    if (run.progress && !card.progress) showProgress(card, run.progress);
   }
+  if (live.length && !state.polling) pollProgress();
 }
 
 function liveCard(run) {
-  const field = (cls, label) => el("div", {className: "field"}, el("span", {className: "label", text: label}),
-    el("span", {className: cls}));
-  const root = el("div", {className: "live-run", dataset: {runId: run.run_id}},
-    el("div", {className: "live-head"}, el("button", {className: "link", type: "button", text: run.run_id,
-      on: {click: () => selectRun(run.run_id)}}), el("span", {className: "badge state-running", text: run.state})),
-    el("div", {className: "bar"}, el("div", {className: "fill"})),
-    el("div", {className: "fields"}, field("step", "step"), field("total", "of"), field("epoch", "epoch"),
-      field("loss", "loss"), field("accuracy", "accuracy"), field("rate", "examples/s"), field("workers", "workers"),
-      field("eta", "time left")),
-    el("div", {className: "muted updated"}));
-  const parts = Object.fromEntries(["step", "total", "epoch", "loss", "accuracy", "rate", "workers", "eta", "fill",
-    "updated"].map((name) => [name, root.querySelector(`.${name}`)]));
-  const card = {root, parts, progress: null, runState: run.state};
-  card.timer = setInterval(() => pollProgress(run.run_id, card), 2000);
-  pollProgress(run.run_id, card);
-  return card;
+  const parts = {};
+  const part = (name, tag = "span", attrs = {}) => (parts[name] = el(tag, {class: name, text: "—", ...attrs}));
+  const stat = (label, name) => el("div", {class: "stat"}, el("span", {class: "label", text: label}), part(name));
+  const root = el("div", {class: "live-run waiting", data: {runId: run.run_id}},
+    el("div", {class: "live-head"},
+      el("button", {type: "button", class: "link run-link", title: run.run_id, text: shortRunId(run.run_id),
+        onclick: () => selectRun(run.run_id)}),
+      typeBadge(run), part("state", "span", {class: "badge"}), overridesChips(run, null),
+      part("updated", "span", {class: "updated muted", text: ""})),
+    el("p", {class: "waiting-note", text: "waiting for the first training steps"}),
+    el("div", {class: "progress"},
+      el("span", {class: "steps"}, part("step"), " / ", part("total-steps"), " steps"),
+      el("div", {class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100}, part("fill", "div", {text: ""})),
+      part("percent"), part("eta")),
+    el("div", {class: "stats"}, stat("epoch", "epoch"), stat("loss", "loss"), stat("accuracy", "accuracy"),
+      stat("examples/s", "rate"), stat("workers", "workers")));
+  return {root, parts, progress: null};
 }
 
-async function pollProgress(runId, card) {
+function setStateBadge(badge, runState) {
+  badge.className = `badge state state-${runState || "none"}`;
+  badge.textContent = runState || "not in Airflow";
+  return badge;
+}
+
+function showProgress(card, p) {
+  const {parts} = card;
+  const percent = p.total_steps ? Math.min(100, (100 * p.step) / p.total_steps) : 0;
+  card.progress = p;
+  card.root.classList.remove("waiting");
+  parts.step.textContent = String(p.step);
+  parts["total-steps"].textContent = String(p.total_steps);
+  parts.fill.style.width = `${percent}%`;
+  parts.fill.parentNode.setAttribute("aria-valuenow", percent.toFixed(0));
+  parts.percent.textContent = `${Math.floor(percent)} %`;
+  parts.eta.textContent = p.finished ? "training finished"
+    : isNum(p.seconds_left) ? `≈ ${duration(p.seconds_left)} left` : "estimating time left…";
+  parts.epoch.textContent = `${fixed(p.epoch, 2)} / ${p.epochs}`;
+  parts.loss.textContent = fixed(p.loss);
+  parts.accuracy.textContent = fixed(p.accuracy);
+  parts.rate.textContent = count(p.examples_per_sec);
+  parts.workers.textContent = String(p.workers);
+  if (p.state) setStateBadge(parts.state, p.state);
+}
+
+/** One poll of every live card's progress; a run that left queued/running brings the overview up to date. */
+async function pollProgress() {
+  const cards = [...state.cards];
+  state.polling = cards.length > 0;
+  if (!state.polling) return;
+  const states = await Promise.all(cards.map(([runId, card]) => pollCard(runId, card)));
+  if (states.some((s) => s && !LIVE_STATES.has(s))) refresh();
+  setTimeout(pollProgress, POLL_MS);
+}
+
+async function pollCard(runId, card) {
   try {
     const progress = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(runId)}/progress`);
-    updateCard(card, progress, progress.state);
+    showProgress(card, progress);
+    setError("progress", null);
+    return progress.state;
   } catch (error) {
-    if (error.status !== 404) showError(error);
+    setError("progress", error.status === 404 ? null : error);
+    return null;
+  } finally {
+    const p = card.progress;
+    card.parts.updated.textContent = p ? `updated ${ago(p.updated_at)} · training for ${duration(p.elapsed_seconds)}` : "";
   }
 }
 
-function updateCard(card, progress, runState) {
-  const {parts} = card;
-  card.progress = progress || card.progress;
-  const p = card.progress;
-  card.root.querySelector(".badge").textContent = runState || card.runState;
-  if (!p) {
-    parts.updated.textContent = "waiting for the first training steps…";
-    return;
-  }
-  parts.step.textContent = String(p.step);
-  parts.total.textContent = String(p.total_steps);
-  parts.epoch.textContent = `${p.epoch.toFixed(2)} / ${p.epochs}`;
-  parts.loss.textContent = num(p.loss);
-  parts.accuracy.textContent = num(p.accuracy);
-  parts.rate.textContent = thousands(p.examples_per_sec);
-  parts.workers.textContent = String(p.workers);
-  parts.eta.textContent = p.finished ? "done" : (p.seconds_left === null ? "estimating…" : `~${duration(p.seconds_left)}`);
-  parts.fill.style.width = `${Math.min(100, (100 * p.step) / p.total_steps)}%`;
-  const age = (Date.now() - Date.parse(p.updated_at)) / 1000;
-  parts.updated.textContent = `updated ${duration(Math.max(0, age))} ago · ${duration(p.elapsed_seconds)} training`;
-}
-
-// ---- charts
-function niceTicks(low, high, count) {
-  const raw = (high - low) / count;
-  const magnitude = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
-  const ticks = [];
-  for (let v = Math.ceil(low / step) * step; v <= high + step / 1e6; v += step) ticks.push(Number(v.toPrecision(12)));
-  return ticks;
-}
-
-function timeTicks(low, high) {
-  const hour = 3600e3, day = 24 * hour;
-  const step = [hour, 3 * hour, 6 * hour, 12 * hour, day, 2 * day, 7 * day, 14 * day, 30 * day, 91 * day]
-    .find((s) => (high - low) / s <= 6) || 365 * day;
-  const ticks = [];
-  for (let t = Math.ceil(low / step) * step; t <= high; t += step) ticks.push(t);
-  return {ticks, hourly: step < day};
-}
+// ---- charts: one per metric, x = data interval end, a line per series
 
 function seriesColors(runs) {
-  const names = [...new Set(runs.map((r) => r.series))].sort((a, b) =>
-    (a === "scheduled" ? -1 : b === "scheduled" ? 1 : a.localeCompare(b, "en", {numeric: true})));
-  return new Map(names.map((name, i) => [name, PALETTE[i % PALETTE.length]]));
+  const rank = (s) => ({scheduled: 0, manual: 1})[s] ?? 2;
+  const names = [...new Set(runs.map((r) => r.series))]
+    .sort((a, b) => rank(a) - rank(b) || String(a).localeCompare(String(b), "en", {numeric: true}));
+  return new Map(names.map((name, i) => [name, {"--c": `var(--s${i % PALETTE_SIZE})`}]));
 }
 
-function renderCharts(data, colors) {
-  const section = document.getElementById("charts");
-  const labels = new Map(data.runs.map((r) => [r.series, r.series_label]));
-  const legend = el("div", {className: "legend"}, [...colors].map(([name, color]) =>
-    el("span", {className: "key"}, el("i", {style: `background:${color}`}), labels.get(name) || name)),
-  el("span", {className: "key"}, el("i", {className: "ring"}), "refused by the gate"),
-  el("span", {className: "key"}, el("i", {className: "dash"}), "value threshold"));
-  const grid = el("div", {className: "chart-grid"}, data.metrics.map((metric) => metricChart(data, metric, colors)));
-  section.replaceChildren(el("h2", {text: "Metrics by data interval"}), legend,
-    data.metrics.length ? grid : el("p", {className: "empty", text: "No evaluated runs yet: the charts appear once a run's evaluate task has scored its model."}));
+function niceTicks(low, high, wanted) {
+  const raw = (high - low) / wanted;
+  const magnitude = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
+  const [from, to] = [Math.floor(low / step + 1e-9), Math.ceil(high / step - 1e-9)];
+  const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  return {min: from * step, max: to * step, digits,
+    ticks: Array.from({length: to - from + 1}, (_, i) => Number(((from + i) * step).toFixed(digits)))};
 }
 
-function metricChart(data, metric, colors) {
-  const W = 520, H = 230, L = 56, R = 14, T = 12, B = 30;
-  const runs = data.runs.filter((r) => r.metrics && r.metrics[metric] !== undefined && r.data_interval_end);
-  const box = el("figure", {className: "chart-box"}, el("figcaption", {},
-    el("strong", {text: metric}), el("span", {className: "muted", text:
-      data.directions[metric] === "lower_is_better" ? " lower is better" : " higher is better"})));
-  if (!runs.length) {
-    box.append(el("p", {className: "empty", text: "no evaluated runs yet"}));
-    return box;
+function timeTicks(t0, t1, most) {
+  const step = [HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY, 7 * DAY, 14 * DAY]
+    .find((s) => (t1 - t0) / s <= most);
+  const ticks = [];
+  if (step) {
+    for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) ticks.push(t);
+    return {ticks, label: (t) => (step < DAY && t % DAY ? `${pad2(new Date(t).getUTCHours())}:00` : SHORT_DATE.format(t))};
   }
-  const bounds = data.thresholds[metric] || {};
-  const xs = runs.map((r) => Date.parse(r.data_interval_end));
-  const ys = [...runs.map((r) => r.metrics[metric]), ...["lower", "upper"].map((b) => bounds[b]).filter((v) => v != null)];
-  let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-  if (x0 === x1) { x0 -= 12 * 3600e3; x1 += 12 * 3600e3; }
-  const pad = (x1 - x0) * 0.04;
-  x0 -= pad; x1 += pad;
-  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-  const span = y1 - y0 || Math.abs(y1) * 0.05 || 0.01;
-  y0 -= span * 0.12; y1 += span * 0.12;
-  const x = (t) => L + ((t - x0) / (x1 - x0)) * (W - L - R);
-  const y = (v) => T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
-  const svg = el("svg:svg", {className: "chart", viewBox: `0 0 ${W} ${H}`, dataset: {metric}, role: "img",
-    "aria-label": `${metric} by data interval`});
-  for (const v of niceTicks(y0, y1, 5)) {
-    svg.append(el("svg:line", {className: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v)}),
-      el("svg:text", {className: "tick", x: L - 6, y: y(v) + 4, "text-anchor": "end", text: String(v)}));
+  const months = [1, 2, 3, 6, 12, 24, 60].find((m) => (t1 - t0) / (m * 30.44 * DAY) <= most) || 120;
+  const month = (m) => Date.UTC(Math.floor(m / 12), m % 12);  // m: months since year 0
+  const first = new Date(t0);
+  for (let m = Math.ceil((first.getUTCFullYear() * 12 + first.getUTCMonth() + 1) / months) * months;
+    month(m) <= t1; m += months) ticks.push(month(m));
+  return {ticks, label: (t) => MONTH.format(t)};
+}
+
+/** [low, high] of values, widened by 6 % and to at least minSpan. */
+function extent(values, minSpan) {
+  const [low, high] = [Math.min(...values), Math.max(...values)];
+  const pad = Math.max((high - low) * 0.06, (minSpan - (high - low)) / 2, 0);
+  return [low - pad, high + pad];
+}
+
+function gateRules(data, metric) {
+  const bounds = data.thresholds?.[metric] || {};
+  const change = data.change_thresholds?.[metric];
+  const allowed = [change?.absolute, isNum(change?.relative) && `${Number((change.relative * 100).toPrecision(6))} %`]
+    .filter((v) => isNum(v) || v);
+  return [isNum(bounds.lower) && `≥ ${bounds.lower}`, isNum(bounds.upper) && `≤ ${bounds.upper}`,
+    allowed.length && `at most ${allowed.join(" and ")} worse than the baseline`].filter(Boolean);
+}
+
+function renderCharts(data) {
+  const section = $("charts");
+  section.hidden = false;
+  const key = JSON.stringify([section.clientWidth, data.metrics, data.thresholds, data.change_thresholds,
+    data.runs.map((r) => [r.run_id, r.series, r.series_label, r.data_interval_start, r.data_interval_end, r.metrics,
+      r.blessed, r.baseline?.version, r.export_version])]);
+  if (key === state.chartKey) return;  // unchanged: keep the drawn charts (and any open tooltip)
+  state.chartKey = key;
+  const plotted = data.runs.filter((r) => r.metrics && r.data_interval_end);
+  const colors = seriesColors(plotted);
+  const head = el("h2", {text: "Metrics by data interval"});
+  if (!plotted.length) {
+    section.replaceChildren(head, el("p", {class: "empty", text:
+      "No evaluated runs yet: a chart per metric appears once a run's evaluate task has scored its model."}));
+    return;
   }
-  const {ticks, hourly} = timeTicks(x0, x1);
-  for (const t of ticks) {
-    svg.append(el("svg:line", {className: "grid", x1: x(t), x2: x(t), y1: T, y2: H - B}),
-      el("svg:text", {className: "tick", x: x(t), y: H - B + 16, "text-anchor": "middle",
-        text: when(new Date(t).toISOString(), hourly).slice(5)}));
-  }
-  for (const bound of ["lower", "upper"]) {
-    if (bounds[bound] == null) continue;
-    svg.append(el("svg:line", {className: "threshold", dataset: {bound}, x1: L, x2: W - R, y1: y(bounds[bound]),
-      y2: y(bounds[bound])}), el("svg:text", {className: "threshold-label", x: W - R - 4, y: y(bounds[bound]) - 4,
-      "text-anchor": "end", text: `${bound} ${bounds[bound]}`}));
-  }
-  const bySeries = new Map();
-  for (const run of runs) bySeries.set(run.series, [...(bySeries.get(run.series) || []), run]);
-  for (const [series, members] of bySeries) {
-    members.sort((a, b) => Date.parse(a.data_interval_end) - Date.parse(b.data_interval_end));
-    const color = colors.get(series);
-    if (members.length > 1) {
-      svg.append(el("svg:polyline", {className: "series-line", stroke: color, points: members.map((r) =>
-        `${x(Date.parse(r.data_interval_end))},${y(r.metrics[metric])}`).join(" ")}));
-    }
-    for (const run of members) svg.append(chartPoint(run, metric, color, x(Date.parse(run.data_interval_end)),
-      y(run.metrics[metric])));
-  }
-  box.append(svg);
-  return box;
-}
-
-function chartPoint(run, metric, color, cx, cy) {
-  const verdict = run.blessed === true ? "blessed" : run.blessed === false ? "refused" : "unevaluated";
-  const point = el("svg:circle", {className: `point ${verdict}${run.run_id === state.selected ? " selected" : ""}`,
-    cx, cy, r: 5, fill: color, stroke: color,
-    dataset: {runId: run.run_id}, on: {click: () => selectRun(run.run_id)}},
-  el("svg:title", {text: [run.run_id, interval(run), `${metric} ${num(run.metrics[metric])}`,
-    verdict === "blessed" ? "blessed" : verdict === "refused" ? "refused by the gate" : "not evaluated",
-    run.export_version ? `version ${run.export_version}` : null].filter(Boolean).join("\n")}));
-  return point;
-}
-
-// ---- runs table
-function columns(data) {
-  return [
-    {key: "run_id", label: "Run", value: (r) => r.run_id, cell: runCell},
-    {key: "run_type", label: "Type", value: (r) => r.series_label || "", cell: typeCell, cls: "type"},
-    {key: "data_interval_end", label: "Data interval", value: (r) => r.data_interval_end || "", cell: (r) => interval(r)},
-    {key: "overrides", label: "Overrides", value: (r) => overridesOf(r).join(" "), cell: overridesCell, cls: "overrides"},
-    ...data.metrics.map((m) => ({key: `metric:${m}`, label: m, numeric: true, value: (r) => (r.metrics || {})[m] ?? null,
-      cell: (r) => num((r.metrics || {})[m])})),
-    {key: "blessed", label: "Gate", value: (r) => (r.blessed === null ? -1 : Number(r.blessed)), cell: gateCell, cls: "gate"},
-    {key: "checks", label: "Checks", value: (r) => Math.min(...r.checks.map((c) => c.margin), Infinity), cell: checksCell},
-    {key: "export_version", label: "Version", numeric: true, value: (r) => r.export_version, cell: (r) => r.export_version ?? "—", cls: "version"},
-    {key: "duration_seconds", label: "Duration", numeric: true, value: (r) => r.duration_seconds, cell: (r) => duration(r.duration_seconds)},
-    {key: "train_examples_per_sec", label: "Examples/s", numeric: true, value: (r) => r.train_examples_per_sec,
-      cell: (r) => thousands(r.train_examples_per_sec)},
-    {key: "state", label: "State", value: (r) => r.state || "", cell: (r) => el("span", {className: `badge state-${r.state || "unknown"}`, text: r.state || "unknown"})},
-  ];
-}
-
-const runCell = (r) => el("span", {title: r.run_id, text: shortRunId(r.run_id)});
-const typeCell = (r) => el("span", {className: `badge type-${r.run_type || "unknown"}`, title: r.series_label,
-  text: r.run_type === "backfill" ? r.series : r.run_type || "unknown"});
-const overridesCell = (r) => (overridesOf(r).length ? overridesOf(r).map((text) => el("span", {className: "chip", text})) : "—");
-
-function gateCell(run) {
-  if (run.blessed === null || run.blessed === undefined) return "—";
-  return el("span", {}, el("span", {className: `badge ${run.blessed ? "good" : "bad"}`, text: run.blessed ? "blessed" : "refused"}),
-    run.baseline ? el("div", {className: "muted small", text: `vs ${run.baseline.version}`}) : null);
-}
-
-function checksCell(run) {
-  if (!run.checks.length) return run.gate ? el("span", {className: "muted", text: run.gate}) : "—";
-  return run.checks.map((c) => el("div", {className: `check ${c.passed ? "pass" : "fail"}`,
-    title: c.kind === "change" ? `baseline ${num(c.baseline)}, change ${signed(c.delta)}` : `value ${num(c.value)}`},
-  `${c.metric} ${c.rule} `, el("span", {className: "margin", text: signed(c.margin)})));
-}
-
-function filteredRuns(data) {
-  const {type, override, text} = state.filters;
-  return data.runs.filter((r) => (!type || (r.run_type || "unknown") === type)
-    && (!override || (override === "-" ? overridesOf(r).length === 0 : overridesOf(r).includes(override)))
-    && (!text || r.run_id.toLowerCase().includes(text.toLowerCase())));
-}
-
-function sortedRuns(runs, cols) {
-  const column = cols.find((c) => c.key === state.sort.key) || cols[2];
-  const sign = state.sort.desc ? -1 : 1;
-  return [...runs].sort((a, b) => {
-    const [va, vb] = [column.value(a), column.value(b)];
-    if (va === vb) return 0;
-    if (va === null || va === undefined) return 1;
-    if (vb === null || vb === undefined) return -1;
-    return (va < vb ? -1 : 1) * sign;
+  const figures = data.metrics.map((metric) => el("figure", {class: "chart-box"}, el("figcaption", {},
+    el("strong", {text: metric}), el("span", {class: "muted", text: [data.directions?.[metric]?.replaceAll("_", " "),
+      ...gateRules(data, metric).map((r) => `gate ${r}`)].filter(Boolean).join(" · ")}))));
+  const grid = el("div", {class: "chart-grid"}, figures);
+  section.replaceChildren(head, el("p", {class: "muted note", text:
+    "x: end of each run's data interval (UTC). Click a point to see its run."}), legend(plotted, colors), grid);
+  data.metrics.forEach((metric, i) => {  // figures in place first: each chart is drawn at its figure's width
+    const runs = plotted.filter((r) => isNum(r.metrics[metric]));
+    figures[i].append(runs.length ? chart(data, metric, runs, colors, figures[i].clientWidth - 24)
+      : el("p", {class: "empty", text: "no evaluated runs yet"}));
   });
-}
-
-function renderFilters(data) {
-  const types = [...new Set(data.runs.map((r) => r.run_type || "unknown"))].sort();
-  const overrides = [...new Set(data.runs.flatMap(overridesOf))].sort();
-  const select = (id, label, options, key) => el("label", {}, `${label} `, el("select", {id, on: {change: (e) => {
-    state.filters[key] = e.target.value; renderRuns(data);
-  }}}, options.map(([value, text]) => el("option", {value, text, selected: state.filters[key] === value}))));
-  document.getElementById("filters").replaceChildren(
-    select("filter-type", "Type", [["", "all"], ...types.map((t) => [t, t])], "type"),
-    select("filter-override", "Override", [["", "all"], ["-", "no overrides"], ...overrides.map((o) => [o, o])], "override"),
-    el("label", {}, "Run ", el("input", {id: "filter-text", type: "search", placeholder: "run id contains…",
-      value: state.filters.text, on: {input: (e) => { state.filters.text = e.target.value; renderRuns(data); }}})));
-}
-
-function renderRuns(data) {
-  const cols = columns(data);
-  const head = el("tr", {}, cols.map((c) => el("th", {dataset: {sort: c.key}, className: c.numeric ? "num" : null,
-    "aria-sort": state.sort.key === c.key ? (state.sort.desc ? "descending" : "ascending") : null,
-    on: {click: () => { state.sort = {key: c.key, desc: state.sort.key === c.key ? !state.sort.desc : false}; renderRuns(data); }}},
-  c.label, state.sort.key === c.key ? (state.sort.desc ? " ▼" : " ▲") : "")));
-  const runs = sortedRuns(filteredRuns(data), cols);
-  const body = el("tbody", {}, runs.flatMap((run) => {
-    const row = el("tr", {className: `run${run.run_id === state.selected ? " selected" : ""}`,
-      dataset: {runId: run.run_id, runType: run.run_type || "unknown"}, on: {click: () => toggleRun(run.run_id)}},
-    cols.map((c) => el("td", {className: [c.cls, c.numeric ? "num" : null].filter(Boolean).join(" ") || null}, c.cell(run))));
-    return state.open.has(run.run_id) ? [row, detailsRow(run, cols.length)] : [row];
-  }));
-  const table = runs.length ? el("table", {}, el("thead", {}, head), body)
-    : el("p", {className: "empty", text: data.runs.length ? "No run matches these filters."
-      : "No runs yet: trigger the DAG or let its schedule run; each run appears here once it starts."});
-  document.getElementById("runs-table").replaceChildren(table);
-}
-
-function detailsRow(run, span) {
-  const baseline = run.baseline ? el("p", {}, `Baseline version ${run.baseline.version}: `,
-    Object.entries(run.baseline.metrics).map(([k, v]) => `${k} ${num(v)}` +
-      (run.metrics && run.metrics[k] !== undefined ? ` → ${num(run.metrics[k])} (${signed(run.metrics[k] - v)})` : ""))
-      .join(", ")) : el("p", {className: "muted", text: "No baseline compared."});
-  return el("tr", {className: "details"}, el("td", {colspan: span},
-    el("div", {className: "details-grid"},
-      el("div", {}, el("h3", {text: "Gate report"}), run.report.length
-        ? el("pre", {text: run.report.join("\n")}) : el("p", {className: "muted", text: "Not evaluated yet."}),
-      run.failures.length ? el("ul", {className: "failures"}, run.failures.map((f) => el("li", {text: f}))) : null),
-      el("div", {}, el("h3", {text: "Run"}), baseline,
-        el("p", {text: `Final step ${run.final_step ?? "—"} · ${thousands(run.train_examples_per_sec)} examples/s · ` +
-          `started ${when(run.started_at, true)} · ${duration(run.duration_seconds)}`}),
-        el("p", {className: "muted mono", text: run.run_id})))));
-}
-
-function toggleRun(runId) {
-  if (state.open.has(runId)) state.open.delete(runId); else state.open.add(runId);
-  state.selected = runId;
-  renderRuns(state.data);
   markSelectedPoints();
 }
 
-function selectRun(runId) {
-  state.selected = runId;
-  state.open.add(runId);
-  state.filters = {type: "", override: "", text: ""};
-  renderFilters(state.data);
-  renderRuns(state.data);
-  markSelectedPoints();
-  document.querySelector(`tr.run[data-run-id="${CSS.escape(runId)}"]`)?.scrollIntoView({block: "center"});
+function legend(runs, colors) {
+  const labels = new Map(runs.map((r) => [r.series, r.series_label || r.series]));
+  const key = (marker, text) => el("span", {class: "key"}, svg("svg", {width: 22, height: 12, "aria-hidden": "true"}, marker), text);
+  return el("div", {class: "legend"},
+    [...colors].map(([series, style]) => key([svg("line", {class: "series-line", x1: 1, x2: 21, y1: 6, y2: 6, style}),
+      svg("circle", {class: "marker blessed", cx: 11, cy: 6, r: 3.5, style})], labels.get(series))),
+    el("span", {class: "sep"}),
+    key(svg("circle", {class: "marker blessed", cx: 11, cy: 6, r: 4, style: {"--c": "var(--fg)"}}), "blessed"),
+    key(refusedMarker(11, 6, 4.5, "marker"), "refused by the gate"),
+    key(svg("circle", {class: "marker unevaluated", cx: 11, cy: 6, r: 4}), "not evaluated"),
+    key(svg("line", {class: "threshold", x1: 1, x2: 21, y1: 6, y2: 6}), "gate threshold"));
+}
+
+function refusedMarker(cx, cy, r, className, attrs = {}) {
+  const arm = r * 0.55;
+  return [svg("circle", {class: `${className} refused`, cx, cy, r, ...attrs}),
+    svg("path", {class: "cross", d: `M${cx - arm} ${cy - arm}L${cx + arm} ${cy + arm}M${cx + arm} ${cy - arm}L${cx - arm} ${cy + arm}`})];
+}
+
+function chart(data, metric, runs, colors, width) {
+  const [W, H, L, R, T, B] = [Math.max(320, width), 240, 54, 16, 12, 28];
+  const bounds = data.thresholds?.[metric] || {};
+  const limits = [["lower", bounds.lower], ["upper", bounds.upper]].filter(([, v]) => isNum(v));
+  const time = (r) => Date.parse(r.data_interval_end);
+  const [x0, x1] = extent(runs.map(time), DAY);
+  const values = [...runs.map((r) => r.metrics[metric]), ...limits.map(([, v]) => v)];
+  const [low, high] = extent(values, Math.abs(values[0]) * 0.02 || 0.01);
+  const unit = values.every((v) => v >= 0 && v <= 1);  // accuracy-like: no axis beyond [0, 1]
+  const yAxis = niceTicks(Math.min(...values) >= 0 ? Math.max(0, low) : low, unit ? Math.min(1, high) : high, 5);
+  const x = (t) => L + ((t - x0) / (x1 - x0)) * (W - L - R);
+  const y = (v) => T + (1 - (v - yAxis.min) / (yAxis.max - yAxis.min)) * (H - T - B);
+  const root = svg("svg", {class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, data: {metric},
+    role: "img", "aria-label": `${metric} by data interval`});
+  for (const v of yAxis.ticks) {
+    root.append(svg("line", {class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v)}),
+      svg("text", {class: "tick", x: L - 8, y: y(v) + 4, "text-anchor": "end", text: v.toFixed(yAxis.digits)}));
+  }
+  const xAxis = timeTicks(x0, x1, Math.max(2, Math.floor((W - L - R) / 90)));
+  for (const t of xAxis.ticks) {
+    root.append(svg("line", {class: "axis", x1: x(t), x2: x(t), y1: H - B, y2: H - B + 4}),
+      svg("text", {class: "tick", x: x(t), y: H - B + 17, "text-anchor": "middle", text: xAxis.label(t)}));
+  }
+  root.append(svg("line", {class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}));
+  for (const [bound, value] of limits) {
+    root.append(svg("line", {class: "threshold", data: {bound}, x1: L, x2: W - R, y1: y(value), y2: y(value)}),
+      svg("text", {class: "threshold-label", x: W - R - 2, y: y(value) + (bound === "lower" ? -5 : 13),
+        "text-anchor": "end", text: `${bound} ${value}`}));
+  }
+  for (const [series, members] of Map.groupBy(runs, (r) => r.series)) {
+    if (members.length < 2) continue;
+    const points = members.toSorted((a, b) => time(a) - time(b)).map((r) => `${x(time(r))} ${y(r.metrics[metric])}`);
+    root.append(svg("path", {class: "series-line", d: `M${points.join("L")}`, style: colors.get(series)}));
+  }
+  for (const run of runs) root.append(...chartPoint(run, metric, colors.get(run.series), x(time(run)), y(run.metrics[metric])));
+  return root;
+}
+
+function chartPoint(run, metric, style, cx, cy) {
+  const verdict = verdictOf(run);
+  const title = [run.run_id, `data interval ${interval(run)}`, `${metric} ${fixed(run.metrics[metric])}`,
+    {blessed: "blessed by the gate", refused: "refused by the gate", unevaluated: "not evaluated"}[verdict] +
+      (run.baseline ? ` (vs v${run.baseline.version})` : ""),
+    run.export_version ? `version ${run.export_version}` : "no version published"].join("\n");
+  const attrs = {cx, cy, r: 5, tabindex: 0, role: "button", "aria-label": `${run.run_id}: ${metric} ${fixed(run.metrics[metric])}`,
+    data: {runId: run.run_id}, style, onclick: () => selectRun(run.run_id),
+    onkeydown: (e) => e.key === "Enter" && selectRun(run.run_id)};
+  const [point, ...rest] = verdict === "refused" ? refusedMarker(cx, cy, 5.5, "point", attrs)
+    : [svg("circle", {class: `point ${verdict}`, ...attrs})];
+  point.append(svg("title", {text: title}));
+  return [point, ...rest];
 }
 
 function markSelectedPoints() {
@@ -409,69 +398,287 @@ function markSelectedPoints() {
   }
 }
 
+// ---- runs table
+
+function columns(data) {
+  return [
+    {key: "run", label: "Run", value: (r) => `${shortRunId(r.run_id)} ${r.run_id}`, cell: runCell},  // as shown
+    {key: "type", label: "Type", value: (r) => `${r.run_type || "~"} ${r.series}`, cell: typeCell, class: "type"},
+    {key: "interval", label: "Data interval", value: (r) => Date.parse(r.data_interval_end) || null,
+      cell: (r) => el("span", {title: `${timestamp(r.data_interval_start)} → ${timestamp(r.data_interval_end)}`, text: interval(r)})},
+    {key: "overrides", label: "Overrides", value: (r) => overridesOf(r).join(" "), cell: (r) => overridesChips(r, "—"), class: "overrides"},
+    ...data.metrics.map((m) => ({key: `metric:${m}`, label: m, numeric: true, value: (r) => r.metrics?.[m] ?? null,
+      cell: (r) => metricCell(r, m), class: "metric"})),
+    {key: "gate", label: "Gate", value: (r) => (r.blessed === null ? null : Number(r.blessed)), cell: gateCell, class: "gate"},
+    {key: "checks", label: "Checks", value: (r) => (r.checks.length ? Math.min(...r.checks.map((c) => c.margin)) : null),
+      cell: checksCell, class: "checks"},
+    {key: "version", label: "Version", numeric: true, value: (r) => r.export_version, cell: (r) => r.export_version ?? "—", class: "version"},
+    {key: "duration", label: "Duration", numeric: true, value: (r) => r.duration_seconds, cell: (r) => duration(r.duration_seconds)},
+    {key: "rate", label: "Examples/s", numeric: true, value: (r) => r.train_examples_per_sec, cell: (r) => count(r.train_examples_per_sec)},
+    {key: "state", label: "State", value: (r) => r.state, cell: (r) => setStateBadge(el("span"), r.state), class: "state"},
+  ];
+}
+
+const runCell = (r) => [el("span", {class: "caret", "aria-hidden": "true", text: state.open.has(r.run_id) ? "▾" : "▸"}),
+  el("span", {class: "run-id", title: r.run_id, text: shortRunId(r.run_id)})];
+
+function typeBadge(run) {
+  const type = run.run_type || "unknown";
+  return el("span", {class: `badge type type-${type}`, title: run.series_label || null,
+    text: type === "backfill" ? run.series : type === "unknown" ? "not in Airflow" : type.replace("_", " ")});
+}
+
+function typeCell(run) {
+  // the backfill's label without what the badge and the overrides column already say
+  const detail = run.run_type === "backfill" && run.series_label?.replace(`${run.series}: `, "")
+    .replace(`, ${overridesOf(run).join(", ")}`, "");
+  return [typeBadge(run), detail ? el("div", {class: "sub", title: run.series_label, text: detail}) : null];
+}
+
+function overridesChips(run, none) {
+  const chips = overridesOf(run).map((text) => el("span", {class: "chip", text}));
+  return chips.length ? el("span", {class: "chips"}, chips) : none;
+}
+
+function metricCell(run, metric) {
+  const failed = run.checks.some((c) => c.metric === metric && !c.passed);
+  return el("span", {class: failed ? "bad" : null, text: fixed(run.metrics?.[metric])});
+}
+
+function gateCell(run) {
+  if (run.blessed === null || run.blessed === undefined) return "—";
+  return [el("span", {class: `badge ${run.blessed ? "good" : "bad"}`, text: run.blessed ? "blessed" : "refused"}),
+    run.baseline ? el("div", {class: "sub", text: `vs v${run.baseline.version}`}) : null];
+}
+
+function checksCell(run) {
+  if (!run.checks.length) return "—";
+  return el("div", {class: "checks-grid"}, run.checks.map((c) => el("div", {class: `check ${c.passed ? "pass" : "fail"}`,
+    title: c.kind === "change" ? `value ${fixed(c.value)}, baseline ${fixed(c.baseline)}, change ${signed(c.delta)}, margin ${signed(c.margin)}`
+      : `value ${fixed(c.value)}, margin ${signed(c.margin)}`},
+  el("span", {class: "mark", text: c.passed ? "✓" : "✗"}), el("span", {text: `${c.metric} ${c.rule}`}),
+  el("span", {class: "value", text: c.kind === "change" ? `Δ ${signed(c.delta)}` : fixed(c.value)}),
+  el("span", {class: "margin", text: signed(c.margin)}))));
+}
+
+function filteredRuns() {
+  const {type, override, text} = state.filters;
+  const needle = text.trim().toLowerCase();
+  return state.data.runs.filter((r) => (!type || (r.run_type || "unknown") === type)
+    && (!override || (override === "-" ? overridesOf(r).length === 0 : overridesOf(r).includes(override)))
+    && (!needle || r.run_id.toLowerCase().includes(needle)));
+}
+
+function sortRuns(runs, column) {
+  const sign = state.sort.desc ? -1 : 1;
+  const missing = (v) => v === null || v === undefined || v === "";
+  return runs.toSorted((a, b) => {
+    const [va, vb] = [column.value(a), column.value(b)];
+    if (missing(va) || missing(vb)) return missing(va) - missing(vb);  // empty cells last either way
+    return sign * (typeof va === "number" ? va - vb : String(va).localeCompare(String(vb), "en", {numeric: true}));
+  });
+}
+
+function buildRunsSection() {
+  const select = (id, label, key) => el("label", {}, `${label} `,
+    el("select", {id, onchange: (e) => { state.filters[key] = e.target.value; renderRuns(); }}));
+  $("runs").append(el("h2", {}, "Runs ", el("span", {class: "count muted"})),
+    el("div", {class: "filters"}, select("filter-type", "Type", "type"), select("filter-override", "Overrides", "override"),
+      el("input", {id: "filter-run", type: "search", placeholder: "Filter by run id…", "aria-label": "Filter by run id",
+        oninput: (e) => { state.filters.text = e.target.value; renderRuns(); }}),
+      el("button", {type: "button", class: "link clear", text: "clear filters", hidden: true, onclick: clearFilters})),
+    el("div", {class: "scroll"}, el("table", {id: "runs-table"}, el("thead"), el("tbody"))),
+    el("p", {class: "empty", hidden: true}));
+}
+
+function setOptions(select, options, key) {
+  if (!options.some(([value]) => value === state.filters[key])) state.filters[key] = "";
+  select.replaceChildren(...options.map(([value, text]) => el("option", {value, text, selected: value === state.filters[key]})));
+}
+
+function renderFilterOptions(data) {
+  const types = [...new Set(data.runs.map((r) => r.run_type || "unknown"))].sort();
+  const overrides = [...new Set(data.runs.flatMap(overridesOf))].sort();
+  setOptions($("filter-type"), [["", "all types"], ...types.map((t) => [t, t === "unknown" ? "not in Airflow" : t.replace("_", " ")])], "type");
+  setOptions($("filter-override"), [["", "all"], ["-", "no overrides"], ...overrides.map((o) => [o, o])], "override");
+}
+
+function clearFilters() {
+  state.filters = {type: "", override: "", text: ""};
+  $("filter-type").value = $("filter-override").value = $("filter-run").value = "";
+  renderRuns();
+}
+
+function renderRuns() {
+  const data = state.data;
+  const cols = columns(data);
+  const column = cols.find((c) => c.key === state.sort.key) || cols[2];
+  const runs = sortRuns(filteredRuns(), column);
+  const section = $("runs");
+  const focused = document.activeElement?.closest("th")?.dataset.sort;
+  section.hidden = false;
+  section.querySelector("h2 .count").textContent = runs.length === data.runs.length ? `${runs.length}` : `${runs.length} of ${data.runs.length}`;
+  section.querySelector(".clear").hidden = !(state.filters.type || state.filters.override || state.filters.text);
+  section.querySelector("thead").replaceChildren(el("tr", {}, cols.map(sortHeader)));
+  section.querySelector("tbody").replaceChildren(...runs.flatMap((run) => {
+    const row = el("tr", {class: classes("run", run.run_id === state.selected && "selected"),
+      data: {runId: run.run_id, runType: run.run_type || "unknown"}, "aria-expanded": String(state.open.has(run.run_id)),
+      onclick: () => getSelection().isCollapsed && toggleRun(run.run_id)},  // not when selecting text to copy
+    cols.map((c) => el("td", {class: classes(c.class, c.numeric && "num")}, c.cell(run))));
+    return state.open.has(run.run_id) ? [row, detailsRow(run, cols.length)] : [row];
+  }));
+  if (focused) section.querySelector(`th[data-sort="${CSS.escape(focused)}"] button`)?.focus();
+  section.querySelector(".scroll").hidden = runs.length === 0;
+  section.querySelector(".filters").hidden = data.runs.length === 0;
+  const empty = section.querySelector(".empty");
+  empty.hidden = runs.length > 0;
+  empty.textContent = data.runs.length ? "No run matches these filters."
+    : "No runs yet: trigger the DAG or wait for its schedule; each run appears here as soon as it starts.";
+}
+
+function sortHeader(column) {
+  const active = state.sort.key === column.key;
+  return el("th", {data: {sort: column.key}, class: classes(column.numeric && "num", active && "sorted"),
+    "aria-sort": active ? (state.sort.desc ? "descending" : "ascending") : null,
+    onclick: () => { state.sort = {key: column.key, desc: active ? !state.sort.desc : false}; renderRuns(); }},
+  el("button", {type: "button", class: "sort", title: `Sort by ${column.label}`}, column.label,
+    el("span", {class: "arrow", "aria-hidden": "true", text: active ? (state.sort.desc ? "▼" : "▲") : ""})));
+}
+
+function detailsRow(run, span) {
+  const block = (title, aside, ...content) => el("div", {class: "block"},
+    el("h3", {}, title, aside ? el("span", {class: "aside", text: aside}) : null), ...content);
+  return el("tr", {class: "details", data: {runId: run.run_id}}, el("td", {colspan: span}, el("div", {class: "details-grid"},
+    block("Gate report", run.gate, run.report.length
+      ? el("pre", {class: "report", text: run.report.join("\n")}) : el("p", {class: "muted", text: "Not evaluated yet."}),
+    run.failures.length ? el("ul", {class: "failures"}, run.failures.map((f) => el("li", {text: f}))) : null),
+    block("Baseline", run.baseline && `version ${run.baseline.version}`, baselineTable(run)),
+    block("Run", null, runFacts(run)))));
+}
+
+function baselineTable(run) {
+  if (!run.baseline) return el("p", {class: "muted", text: "No baseline compared: no earlier version, or no change thresholds."});
+  const better = (metric, delta) => (state.data.directions?.[metric] === "lower_is_better" ? -delta : delta) > 0;
+  return el("table", {class: "mini"}, el("thead", {}, el("tr", {}, ["metric", "baseline", "this run", "Δ"].map((h) =>
+    el("th", {class: h === "metric" ? null : "num", text: h})))),
+  el("tbody", {}, Object.entries(run.baseline.metrics).map(([metric, base]) => {
+    const value = run.metrics?.[metric];
+    const delta = isNum(value) && isNum(base) ? value - base : null;
+    return el("tr", {}, el("td", {text: metric}), el("td", {class: "num", text: fixed(base)}),
+      el("td", {class: "num", text: fixed(value)}),
+      el("td", {class: classes("num", delta && (better(metric, delta) ? "good" : "bad")), text: signed(delta)}));
+  })));
+}
+
+function runFacts(run) {
+  const facts = [["run id", el("span", {class: "mono", text: run.run_id})], ["series", run.series_label],
+    ["started", timestamp(run.started_at)], ["ended", timestamp(run.ended_at)], ["duration", duration(run.duration_seconds)],
+    ["final step", run.final_step ?? "—"], ["examples/s", count(run.train_examples_per_sec)],
+    ["version", run.export_version ?? "none published"], ["overrides", overridesChips(run, "none")]];
+  return el("dl", {class: "facts"}, facts.map(([term, value]) => [el("dt", {text: term}), el("dd", {}, value ?? "—")]));
+}
+
+function toggleRun(runId) {
+  const opening = !state.open.has(runId);
+  if (opening) state.open.add(runId); else state.open.delete(runId);
+  state.selected = opening ? runId : state.selected === runId ? null : state.selected;
+  renderRuns();
+  markSelectedPoints();
+}
+
+/** Select a run (from a chart point, a live card, a version): highlighted, details open, scrolled to. */
+function selectRun(runId) {
+  state.selected = runId;
+  state.open.add(runId);
+  if (!filteredRuns().some((r) => r.run_id === runId)) clearFilters();
+  renderRuns();
+  markSelectedPoints();
+  document.querySelector(`tr.run[data-run-id="${CSS.escape(runId)}"]`)?.scrollIntoView({block: "center", behavior: "smooth"});
+}
+
 // ---- versions
+
 function renderVersions(data) {
-  const section = document.getElementById("versions");
-  const rows = data.versions.map((v) => el("tr", {className: `version${String(v.version) === state.version ? " selected" : ""}`,
-    dataset: {version: String(v.version)}},
-  el("td", {className: "num"}, String(v.version), v.baseline ? el("span", {className: "baseline-badge", text: "current baseline"}) : null),
-  el("td", {}, v.run_id ? el("button", {className: "link", type: "button", title: v.run_id, text: shortRunId(v.run_id),
-    on: {click: () => selectRun(v.run_id)}}) : "—"),
+  const section = $("versions");
+  section.hidden = false;
+  const rows = data.versions.map((v) => el("tr", {class: classes("version", String(v.version) === state.version && "selected"),
+    data: {version: String(v.version)}},
+  el("td", {}, String(v.version), v.baseline ? el("span", {class: "baseline-badge", text: "current baseline"}) : null),
+  el("td", {}, v.run_id ? el("button", {type: "button", class: "link", title: v.run_id, text: shortRunId(v.run_id),
+    onclick: () => selectRun(v.run_id)}) : "—"),
   el("td", {text: interval(v)}),
-  el("td", {text: Object.entries(v.metrics || {}).map(([k, m]) => `${k} ${num(m)}`).join(" · ") || "—"}),
-  el("td", {className: "muted", text: v.gate || "—"})));
-  section.replaceChildren(el("h2", {text: "Published versions"}), rows.length
-    ? el("table", {}, el("thead", {}, el("tr", {}, ["Version", "Run", "Data interval", "Metrics", "Gate"]
-      .map((h) => el("th", {text: h})))), el("tbody", {}, rows))
-    : el("p", {className: "empty", text: "Nothing published yet: export publishes a version once the gate blesses a model."}));
+  el("td", {}, Object.entries(v.metrics || {}).map(([k, m]) => el("span", {class: "metric-pair"}, `${k} `, el("b", {text: fixed(m)})))),
+  el("td", {class: "muted", text: v.gate || "—"})));
+  section.replaceChildren(el("h2", {}, "Published versions ", el("span", {class: "count muted", text: String(rows.length)})), rows.length
+    ? el("div", {class: "scroll"}, el("table", {}, el("thead", {}, el("tr", {}, ["Version", "Run", "Data interval", "Metrics", "Gate"]
+      .map((h) => el("th", {text: h})))), el("tbody", {}, rows)))
+    : el("p", {class: "empty", text: "No published versions yet: export publishes a model once the gate blesses it."}));
 }
 
 // ---- loading
+
 function render(data) {
   state.data = data;
-  const colors = seriesColors(data.runs);
+  renderTop();
   renderLive(data.runs);
-  renderCharts(data, colors);
-  renderFilters(data);
-  renderRuns(data);
+  renderFilterOptions(data);
+  renderRuns();
   renderVersions(data);
-  for (const id of ["charts", "runs", "versions"]) document.getElementById(id).hidden = false;
-  if (state.scrollPending) {
-    state.scrollPending = false;
-    const target = state.selected ? `tr.run[data-run-id="${CSS.escape(state.selected)}"]`
-      : `tr.version[data-version="${CSS.escape(state.version)}"]`;
-    document.querySelector(target)?.scrollIntoView({block: "center"});
-  }
+  renderCharts(data);
+  if (state.scrollPending) scrollToTarget();
+}
+
+/** ?version= scrolls to its version (its run still highlighted), ?run= to the run; once, when the row exists. */
+function scrollToTarget() {
+  const row = state.version ? document.querySelector(`tr.version[data-version="${CSS.escape(state.version)}"]`)
+    : document.querySelector(`tr.run[data-run-id="${CSS.escape(state.selected)}"]`);
+  if (!row) return;
+  state.scrollPending = false;
+  row.scrollIntoView({block: "center"});
 }
 
 async function refresh() {
+  if (state.refreshing) return;
+  state.refreshing = true;
+  clearTimeout(state.refreshTimer);
   try {
-    render(await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}`));
-    showError(null);
+    const data = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}`);
+    setError("overview", null);
+    render(data);
   } catch (error) {
-    showError(error);
+    setError("overview", error);
+    if (!state.data && error.status) return;  // 401/403/404: nothing to show until the user acts
+  } finally {
+    state.refreshing = false;
   }
-  const busy = state.data && state.data.runs.some((r) => LIVE_STATES.has(r.state));
-  setTimeout(refresh, busy ? 10000 : 60000);
+  const busy = state.data?.runs.some((r) => LIVE_STATES.has(r.state));
+  state.refreshTimer = setTimeout(refresh, busy ? BUSY_REFRESH_MS : IDLE_REFRESH_MS);
 }
 
 async function main() {
-  const mode = localStorage.getItem("theme");  // Airflow's own setting: light, dark or system
-  document.documentElement.dataset.theme = mode === "dark" || mode === "light" ? mode
-    : (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
-  let pipelines = [];
+  applyTheme();
+  addEventListener("storage", applyTheme);
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
+  $("pipeline-select").addEventListener("change", (e) => {
+    if (e.target.value) location.href = new URL(encodeURIComponent(e.target.value), UI_DIR).href;
+  });
+  let resizeTimer = 0;
+  addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => state.data && renderCharts(state.data), 150);
+  });
   try {
-    pipelines = await getJSON("pipelines");
+    state.pipelines = await getJSON("pipelines");
   } catch (error) {
-    showError(error);
+    setError("pipelines", error);
   }
-  renderTop(pipelines, null);
+  renderTop();
   if (!DAG_ID) {
-    renderIndex(pipelines);
+    renderIndex();
     return;
   }
+  buildRunsSection();
   await refresh();
-  if (state.data) renderTop(pipelines, state.data);
 }
 
 main();
