@@ -188,26 +188,36 @@ def fault_figures(request):
 
 
 class RandomKill(threading.Thread):
-    """SIGKILLs one training process at a random moment (up to ``within`` seconds) once training has passed
-    step ``after``: a Horovod rank or TF cluster member by its heartbeat (``rank-1``), else a stage process
-    by name (``worker-1`` of a parameter-server cluster, whose workers do not beat)."""
+    """SIGKILLs one training process at a random point of training: inside the step call after the furthest
+    heartbeat passes a step drawn from ``after`` to ``before``. The victim is a Horovod rank or TF cluster
+    member by its heartbeat (``rank-1``), else a stage process by name (``worker-1`` of a parameter-server
+    cluster, whose workers do not beat)."""
 
-    def __init__(self, plan, launcher: LocalLauncher, victim: str, seed: int, after: int, within: float):
+    def __init__(self, plan, launcher: LocalLauncher, victim: str, seed: int, after: int, before: int):
         super().__init__(daemon=True)
-        self.plan, self.launcher, self.victim, self.after = plan, launcher, victim, after
-        self.delay = random.Random(seed).uniform(0, within)
+        self.plan, self.launcher, self.victim = plan, launcher, victim
+        draw = random.Random(seed)
+        self.target, self.delay = draw.randint(after + 1, before), draw.uniform(0, 0.05)
         self.at: float | None = None
         self.step = 0
-        """The furthest step any training process had reached when the victim was killed."""
+        """The furthest step any training process had reached when the victim was killed (a step call that
+        ended as it died included)."""
+
+    def furthest(self) -> int:
+        return max((b.step for b in last_beats(self.plan.layout.heartbeat_dir).values()), default=0)
 
     def run(self) -> None:
-        while max((b.step for b in last_beats(self.plan.layout.heartbeat_dir).values()), default=0) <= self.after:
-            time.sleep(0.05)
+        while self.furthest() < self.target:
+            time.sleep(0.01)
         time.sleep(self.delay)
         beats = last_beats(self.plan.layout.heartbeat_dir)
         pid = beats[self.victim].pid if self.victim in beats else self.launcher.processes[self.victim].pid
-        self.step, self.at = max(b.step for b in beats.values()), time.time()
         os.kill(pid, signal.SIGKILL)
+        self.at = time.time()
+        # the others' last step call may have ended as the victim died (and its checkpoint been saved): their
+        # beats follow within moments, long before a restarted cluster steps again
+        time.sleep(0.5)
+        self.step = self.furthest()
 
 
 def task_instance(dag_id: str, run_id: str, try_number: int = 1) -> types.SimpleNamespace:

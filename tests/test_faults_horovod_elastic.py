@@ -109,14 +109,14 @@ def test_a_killed_rank_leaves_the_other_training_from_its_last_step_call_and_rej
     timeline = Timeline()
     logger, lines = collecting_logger(f"hvd_elastic_{trial}", timeline)
     launcher = LocalLauncher()
-    killer = RandomKill(plan, launcher, "rank-1", seed=trial, after=EVERY, within=1)
+    total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
+    killer = RandomKill(plan, launcher, "rank-1", seed=trial, after=EVERY, before=total // 4)
     killer.start()
     holder = hold_rank_0_through_the_cooldown(plan, timeline)
     result = launcher.run(plan.stage("train"), logger)
     holder.join(timeout=1)
     assert_no_process_of(plan)
 
-    total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
     assert killer.at and result["final_step"] == total and result["workers"] == 2, result
     assert [sizes[:2] for _, sizes in timeline.resized] == [(2, 1), (1, 2)], lines.lines[-40:]
     (lost_at, (_, _, reached, restored)), (back_at, _) = timeline.resized
