@@ -5,6 +5,7 @@ Needs root (mount)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -39,12 +40,20 @@ def small_disk(tmp_path):
 
 
 def fill(root: str, leave: int = 0) -> str:
-    """Take all the disk's free space but ``leave`` bytes; the filler's path (remove it to free the space)."""
+    """Take all the disk's free space but ``leave`` bytes; the filler's path (remove it to free the space).
+    A stage writing meanwhile can take some of the space measured: then measure again."""
     path = os.path.join(root, "filler")
-    free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
     fd = os.open(path, os.O_CREAT | os.O_WRONLY)
     try:
-        os.posix_fallocate(fd, 0, max(1, free - leave))
+        for attempt in range(10):
+            free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+            try:
+                if free > leave:
+                    os.posix_fallocate(fd, os.fstat(fd).st_size, free - leave)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC or attempt == 9:
+                    raise
     finally:
         os.close(fd)
     return path
