@@ -41,6 +41,16 @@ def run_key(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", run_id).strip("_")
 
 
+def runs_root(artifact_root: str, dag_id: str) -> str:
+    """Where a pipeline's run directories live under its artifact root."""
+    return os.path.join(artifact_root, dag_id, "runs")
+
+
+def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
+    """One run's directory: keyed by its pipeline and run, never by wall-clock time."""
+    return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What identifies one run: artifacts are keyed by it, never by wall-clock time."""
@@ -49,10 +59,6 @@ class RunContext:
     run_id: str
     interval_start: dt.datetime
     interval_end: dt.datetime
-
-    @property
-    def run_key(self) -> str:
-        return run_key(self.run_id)
 
     def window_start(self, schedule: str | None, window: int | None) -> dt.datetime:
         """Where the run's window starts: the data interval's start, or ``window`` periods of the schedule
@@ -214,7 +220,7 @@ def build_plan(
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
     from operators.backends import train_stage
 
-    layout = RunLayout(run_dir or os.path.join(spec.artifact_root, ctx.dag_id, "runs", ctx.run_key))
+    layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.dag_id, ctx.run_id))
     module = [python, "-m"]
     common = ["--spec", layout.spec_file]
     train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,

@@ -9,7 +9,7 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from operators.plan import run_key
+from operators.plan import run_path, runs_root
 from trainer import gate, registry
 from trainer.artifacts import read_json
 from trainer.contract import RunLayout, TrainProgress
@@ -73,7 +73,7 @@ def _newest_first(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def list_runs(dag_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
     """One summary per run directory of ``dag_id`` under any of ``artifact_roots``, newest data interval first."""
-    runs_dirs = [os.path.join(root, dag_id, "runs") for root in artifact_roots]
+    runs_dirs = [runs_root(root, dag_id) for root in artifact_roots]
     return _newest_first(run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d)
                          for key in sorted(os.listdir(d)))
 
@@ -137,8 +137,7 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
     runs = []
     for run_id in dict.fromkeys([*airflow_runs, *found]):
         known = airflow_runs.get(run_id)
-        summary = found.get(run_id) or run_summary(os.path.join(artifact_roots[0], dag_id, "runs", run_key(run_id)),
-                                                   run_id)
+        summary = found.get(run_id) or run_summary(run_path(artifact_roots[0], dag_id, run_id), run_id)
         backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
         series, label = _series(known and known.run_type, backfill)
         runs.append({

@@ -23,7 +23,7 @@ import requests
 import yaml
 
 from operators.demo import write_digits_partitions
-from operators.plan import run_key
+from operators.plan import run_path
 from operators.report import format_runs, list_runs
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
@@ -86,10 +86,6 @@ def airflow(tmp_path_factory):
         live.stop()
 
 
-def run_dir(root: str, dag_id: str, run_id: str) -> str:
-    return os.path.join(root, dag_id, "runs", run_key(run_id))
-
-
 def serving_accuracy(export_path: str, data_dir: str) -> float:
     """Load the SavedModel and call its serving signature on the held-out (eval) digits."""
     import tensorflow as tf
@@ -115,7 +111,7 @@ def test_unpaused_nightly_dag_is_scheduled_on_its_data_interval_and_publishes(ai
     start, end = (dt.datetime.fromisoformat(run[k]) for k in ("data_interval_start", "data_interval_end"))
     assert end - start == dt.timedelta(days=1) and end.time() == dt.time() and end.tzinfo is not None
     assert end <= dt.datetime.fromisoformat(run["queued_at"]) < end + dt.timedelta(days=1)
-    directory = run_dir(airflow.root, "digits_nightly", run_id)
+    directory = run_path(airflow.root, "digits_nightly", run_id)
     assert read_json(os.path.join(directory, "run.json"))["data_interval_start"] == start.isoformat()
     log = airflow.task_log("digits_nightly", run_id, "train")
     for worker in ("worker-0", "worker-1"):
@@ -136,7 +132,7 @@ def test_rest_trigger_with_overrides_switching_to_horovod(airflow):
     run_id = airflow.trigger("digits_nightly", conf)
     run = airflow.wait_for_run("digits_nightly", run_id)
     assert run["state"] == "success", airflow.task_states("digits_nightly", run_id)
-    directory = run_dir(airflow.root, "digits_nightly", run_id)
+    directory = run_path(airflow.root, "digits_nightly", run_id)
     assert read_json(os.path.join(directory, "run.json"))["overrides"] == conf
     effective = read_json(os.path.join(directory, "spec.json"))
     assert (effective["training"]["epochs"], effective["model"]["learning_rate"]) == (8, 0.003)
@@ -183,7 +179,7 @@ def test_backfill_experiment_compares_each_date_with_what_was_live_then(airflow,
     versions = [published[r["dag_run_id"]] for r in backfill]
     assert [str(v["version"])[:8] for v in versions] == [r["data_interval_end"][:10].replace("-", "") for r in backfill]
     # the later date is compared, on its own eval data, with the version live as of its date: the earlier one's
-    blessings = [read_json(os.path.join(run_dir(airflow.backfill_root, "digits_backfill", r["dag_run_id"]), "eval",
+    blessings = [read_json(os.path.join(run_path(airflow.backfill_root, "digits_backfill", r["dag_run_id"]), "eval",
                                         "blessing.json")) for r in backfill]
     assert blessings[0]["baseline"] is None
     for earlier, blessing in zip(versions, blessings[1:]):
@@ -242,7 +238,7 @@ def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(ai
     (version,) = registry.versions(os.path.join(airflow.root, "models", "team_a"))
     unvalidated = "none: published without a gate (validation.allow_unvalidated)"
     assert version["gate"] == unvalidated == version["blessing"]["gate"]
-    blessing = read_json(os.path.join(run_dir(airflow.root, "team_a", runs["team_a"]), "eval", "blessing.json"))
+    blessing = read_json(os.path.join(run_path(airflow.root, "team_a", runs["team_a"]), "eval", "blessing.json"))
     assert blessing["gate"] == unvalidated and blessing["blessed"]
     evaluate = airflow.task_log("team_a", runs["team_a"], "evaluate")
     assert "no gate: validation.allow_unvalidated is set" in evaluate and "published without a gate" in evaluate
@@ -269,7 +265,7 @@ def test_the_readme_dag_file_is_found_by_the_dag_processor(airflow):
 def test_a_killed_worker_is_retried_and_resumes_but_a_refused_gate_is_not_retried(airflow):
     airflow.unpause("digits_retry")
     (run_id,) = airflow.wait_for(lambda: [r["dag_run_id"] for r in airflow.runs("digits_retry")], 60, "its run")
-    directory = run_dir(airflow.root, "digits_retry", run_id)
+    directory = run_path(airflow.root, "digits_retry", run_id)
     checkpoints = os.path.join(directory, "checkpoints")
     airflow.wait_for(lambda: os.path.isdir(checkpoints) and any(f.startswith("ckpt-") for f in os.listdir(checkpoints)),
                      240, "the first checkpoint", every=0.1)
@@ -335,7 +331,7 @@ def test_trigger_form_in_a_real_browser(airflow):
     assert run["triggered_by"] == "ui" and run["conf"]["training.epochs"] == 4, run
     # the form's value reaches the run's effective spec (written when prepare_data starts); the rest of the
     # run is the REST trigger's test: stop it there
-    spec_file = os.path.join(run_dir(airflow.root, "digits_nightly", run["dag_run_id"]), "spec.json")
+    spec_file = os.path.join(run_path(airflow.root, "digits_nightly", run["dag_run_id"]), "spec.json")
     airflow.wait_for(lambda: os.path.exists(spec_file), 240, "the run's spec.json", every=0.5)
     assert read_json(spec_file)["training"]["epochs"] == 4
     airflow.api("PATCH", f"/api/v2/dags/digits_nightly/dagRuns/{run['dag_run_id']}", {"state": "failed"})

@@ -14,7 +14,7 @@ import yaml
 
 from operators import plan as plan_module
 from operators.backends.mpi import HOST_DISCOVERY_SCRIPT
-from operators.plan import RunContext, Stage, build_plan, tf_config, version_base
+from operators.plan import RunContext, Stage, build_plan, run_key, tf_config, version_base
 from operators.spec import load_spec
 from tests.conftest import REPO, make_spec
 
@@ -85,8 +85,7 @@ def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
 
 
 def test_run_key_is_safe_for_paths():
-    ctx = RunContext("d", "manual__2026-11-22T03:19:01.713668+00:00", CTX.interval_start, CTX.interval_end)
-    assert ctx.run_key == "manual__2026-11-22T03_19_01.713668_00_00"
+    assert run_key("manual__2026-11-22T03:19:01.713668+00:00") == "manual__2026-11-22T03_19_01.713668_00_00"
 
 
 def test_plan_command_prints_every_process_without_running_anything(tmp_path):

@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
-from operators.plan import run_key
+from operators.plan import run_path
 from operators.report import AirflowRun, Backfill, overview, progress
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
@@ -87,8 +87,7 @@ def build_app() -> FastAPI:
         """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
         _, roots, _ = _pipeline(dag_id, session)
         state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        found = state and next(filter(None, (progress(os.path.join(root, dag_id, "runs", run_key(run_id)))
-                                              for root in roots)), None)
+        found = state and next(filter(None, (progress(run_path(root, dag_id, run_id)) for root in roots)), None)
         if not found:
             raise HTTPException(404, f"no training progress of run {run_id!r} yet")
         return {**found, "state": str(state)}
