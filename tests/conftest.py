@@ -20,6 +20,7 @@ from operators.demo import write_digits_partitions
 from operators.launchers.local import LocalLauncher
 from operators.plan import RunContext, build_plan
 from operators.spec import load_spec
+from trainer.artifacts import read_json
 from trainer.contract import last_beats, record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,6 +133,11 @@ def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
         run(plan, "prepare_data")
         _PREPARED[key] = plan.layout.data_dir
     return plan
+
+
+def steps_of(plan, epochs: int) -> int:
+    """The steps of ``epochs`` over the run's prepared training data, at the global batch of 64."""
+    return read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * epochs
 
 
 def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:

@@ -20,7 +20,7 @@ import pytest
 
 from operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, RandomKill, assert_no_process_of, collecting_logger, prepared_plan, run,
-                            wait_for)
+                            steps_of, wait_for)
 from trainer.artifacts import read_json
 from trainer.contract import last_beats
 from trainer.train import STEPS_PER_CALL
@@ -109,7 +109,7 @@ def test_a_killed_rank_leaves_the_other_training_from_its_last_step_call_and_rej
     timeline = Timeline()
     logger, lines = collecting_logger(f"hvd_elastic_{trial}", timeline)
     launcher = LocalLauncher()
-    total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
+    total = steps_of(plan, EPOCHS)
     killer = RandomKill(plan, launcher, "rank-1", seed=trial, after=EVERY, before=total // 4)
     killer.start()
     holder = hold_rank_0_through_the_cooldown(plan, timeline)

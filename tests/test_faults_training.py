@@ -18,7 +18,7 @@ import pytest
 from operators.launchers import StageFailed
 from operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, REPO, RandomKill, assert_no_process_of, collecting_logger, fault_modes,
-                            prepared_plan, run, wait_for)
+                            prepared_plan, run, steps_of, wait_for)
 from trainer.artifacts import read_json
 from trainer.contract import last_beats
 
@@ -33,10 +33,6 @@ MODES = {
 a worker (a TF cluster member, or a Horovod rank)."""
 EVERY = 20  # checkpoint_every_steps
 DIGEST = re.compile(r"^\[([a-z]+-\d+)\] [a-z]+-\d+: done at step \d+; weights sha256 (\w+);")
-
-
-def steps_of(plan, epochs: int) -> int:
-    return read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * epochs
 
 
 @pytest.mark.parametrize("mode", fault_modes(MODES, "horovod"))

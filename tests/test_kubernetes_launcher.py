@@ -25,7 +25,7 @@ from operators.launchers import StageFailed
 from operators.launchers.k8s_objects import object_name
 from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
 from tests.conftest import (DAY, FAULT_TRIALS, assert_no_process_of, collecting_logger, fault_modes, make_spec,
-                            plan_for, prepared_plan, run, wait_for)
+                            plan_for, prepared_plan, run, steps_of, wait_for)
 from tests.k8s_standin import Cluster
 from trainer.artifacts import read_json
 from trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
@@ -244,8 +244,7 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_lost(
     assert restart["lost"] == [member] and (restart["workers_before"], restart["workers_after"]) == (2, 1)
     assert "was deleted (it is gone)" in restart["why"] and (loss == "deleted") == ("exit code" in restart["why"]), \
         restart
-    total = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * EPOCHS
-    assert result["final_step"] == total and result["workers"] == 1 and result["resumed_from_step"] >= 20, result
+    assert result["final_step"] == steps_of(plan, EPOCHS) and result["workers"] == 1 and result["resumed_from_step"] >= 20, result
     assert result["metrics"]["accuracy"] > 0.9
     assert_nothing_left(cluster, plan)
     fault_figures(f"elastic: a worker pod {loss} (Kubernetes)", mode,
