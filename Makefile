@@ -10,18 +10,18 @@ DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev openssh-server cmake chromium post
 export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
-export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo test bench faults clean
+.PHONY: help setup demo test bench faults wheel clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make test   set up, then run the test suite"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
+	@echo "make wheel  build the package's wheel into dist/ (what the images in docker/ install)"
 
 setup: $(STAMP)
 
@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[trainer,kubernetes,dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[kubernetes,cpu,dev]'
+	rm -rf airflow_tfdist.egg-info  # the build's leftover: on sys.path (from here) a second copy of the package's metadata
 	@echo "Horovod: building the CPU wheel once per machine (a few minutes), then reusing it"
 	wheel=$$(bash docker/build-horovod-wheel.sh $(BIN)/python) && $(BIN)/python -m pip install -q -c constraints.txt "$$wheel"
 	touch $@
@@ -64,5 +65,9 @@ faults: setup
 	  $(BIN)/python -m pytest -n 2 --dist loadfile -m faults
 	$(BIN)/python -m bench.faults --figures $(BENCH_OUT)/faults.jsonl --out $(BENCH_OUT)
 
+wheel: setup
+	rm -rf dist
+	$(BIN)/python -m build --wheel --outdir dist
+
 clean:
-	rm -rf $(VENV) .airflow .demo
+	rm -rf $(VENV) .airflow .demo dist

@@ -27,8 +27,8 @@ def main() -> None:
     parser.add_argument("--bytes-per-pack", type=int, default=0)
     args = parser.parse_args()
 
-    from trainer.models import build_model, build_optimizer
-    from trainer.runtime import import_tensorflow
+    from tfdist.trainer.models import build_model, build_optimizer
+    from tfdist.trainer.runtime import import_tensorflow
 
     tf = import_tensorflow()
     hvd = strategy = None

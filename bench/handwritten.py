@@ -55,8 +55,8 @@ def main() -> None:
         tf.config.threading.set_intra_op_parallelism_threads(cores)
         tf.config.threading.set_inter_op_parallelism_threads(min(2, cores))
 
-    from trainer import data
-    from trainer.models import build_model, build_optimizer
+    from tfdist.trainer import data
+    from tfdist.trainer.models import build_model, build_optimizer
 
     with open(args.spec) as f:
         spec = json.load(f)

@@ -23,14 +23,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from operators.backends import train_stage
-from operators.backends.mpi import ONE_HOST_TUNING
-from trainer.contract import record_run
-from operators.demo import airflow_dags_test, write_digits_partitions
-from operators.launchers.local import LocalLauncher
-from operators.plan import Process, RunContext, Stage, build_plan
-from operators.spec import load_spec
-from trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
+from tfdist.operators.backends import train_stage
+from tfdist.operators.backends.mpi import ONE_HOST_TUNING
+from tfdist.trainer.contract import record_run
+from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
+from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.operators.plan import Process, RunContext, Stage, build_plan
+from tfdist.operators.spec import load_spec
+from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -207,8 +207,7 @@ the DAG builder, before the dag-processor forks; True is Airflow's default."""
 def parse_times(work: str, budget: Budget) -> dict:
     """One parse of each DAG file in a fresh process set up as the dag-processor's fork: Airflow (and, with
     plugins loaded, the tfdist plugin) imported, then the Airflow modules the file imports."""
-    env = {**os.environ, "AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": work,
-           "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins")}
+    env = {**os.environ, "AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": work}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a deployment parses with bytecode caches
     cases = [(setting, name, path) for setting in PLUGIN_LOADING for name, path in DAG_FILES.items()]
     samples: dict[str, dict[str, list]] = {setting: {name: [] for name in DAG_FILES} for setting in PLUGIN_LOADING}

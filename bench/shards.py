@@ -46,8 +46,8 @@ def write_csv_input(path: str, megabytes: float) -> int:
 
 
 def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
-    from operators.spec import load_spec
-    from trainer.artifacts import write_json_atomic
+    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.artifacts import write_json_atomic
 
     spec = load_spec({
         "name": "shards_bench", "artifact_root": workdir, "start_date": "2026-11-01",
@@ -92,7 +92,7 @@ def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
 
 def _prepare(spec: str, out: str, source: str) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-    return [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--result", out + ".result.json",
+    return [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec, "--out", out, "--result", out + ".result.json",
             "--source", source]
 
 
@@ -132,7 +132,7 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
         for repetition in range(repetitions):
             out = os.path.join(workdir, f"out-{size}-{repetition}")
             shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-            runs = [(ours, [sys.executable, "-m", "trainer.prepare", "--spec", spec, "--out", out, "--result",
+            runs = [(ours, [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec, "--out", out, "--result",
                             out + ".result.json", "--source", source]),
                     (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"])]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
@@ -148,7 +148,7 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
 
 
 def bare(source: str, out: str) -> None:
-    """The yardstick, written independently of trainer.data as a good engineer would: load, convert the rows
+    """The yardstick, written independently of tfdist.trainer.data as a good engineer would: load, convert the rows
     to Python lists (the fast way into protobuf) a block at a time, refill one Example per row (cheaper than
     building one), write."""
     import numpy as np

@@ -4,7 +4,7 @@ Each night's run trains on the previous day's partition ``<artifact root>/raw/di
 (``make demo`` lays some down from scikit-learn's digits data), with 2 local TF workers.
 """
 
-from operators import build_dag
+from tfdist.operators import build_dag
 
 SPEC = {
     "name": "digits_nightly",

@@ -6,6 +6,6 @@ it is scheduled until it is fixed."""
 
 from pathlib import Path
 
-from operators import build_dags_from_directory
+from tfdist.operators import build_dags_from_directory
 
 globals().update(build_dags_from_directory(Path(__file__).parent / "specs"))

@@ -4,7 +4,7 @@
     tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
     tfdist models MODEL_DIR            (the published versions of one model)
     tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
-    tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see operators.demo)
+    tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import json
 import os
 import sys
 
-from operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
-from operators.spec import Spec, SpecError, default_artifact_root, load_spec
-from trainer import registry  # file formats only: no TensorFlow
+from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
+from tfdist.operators.spec import Spec, SpecError, default_artifact_root, load_spec
+from tfdist.trainer import registry  # file formats only: no TensorFlow
 
 
 def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:
@@ -31,7 +31,7 @@ def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, k
     """Every object a run on Kubernetes creates, stage by stage, as YAML for ``kubectl apply -f -``."""
     import yaml
 
-    from operators.launchers.k8s_objects import stage_objects
+    from tfdist.operators.launchers.k8s_objects import stage_objects
 
     spec, ctx = _scheduled_run(spec_path, logical_date)
     if spec.kubernetes is None:
@@ -101,14 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plan":
             print_plan(args.spec, args.logical_date)
         elif args.command == "runs":
-            from operators.report import format_runs, list_runs
+            from tfdist.operators.report import format_runs, list_runs
 
             found = list_runs(args.dag_id, [default_artifact_root()])
             print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
             list_models(args.model_dir)
         else:
-            from operators.demo import run_demo
+            from tfdist.operators.demo import run_demo
 
             return run_demo(default_artifact_root(), os.path.abspath(args.logs))
     except SpecError as exc:

@@ -12,12 +12,12 @@ import yaml
 from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowFailException
 
-from operators.evaluate import EvaluateOperator
-from operators.export import ExportModelOperator
-from operators.params import dag_params
-from operators.prepare import PrepareDataOperator
-from operators.spec import NAME_PATTERN, Spec, SpecError, load_spec
-from operators.train import DistributedTrainOperator
+from tfdist.operators.evaluate import EvaluateOperator
+from tfdist.operators.export import ExportModelOperator
+from tfdist.operators.params import dag_params
+from tfdist.operators.prepare import PrepareDataOperator
+from tfdist.operators.spec import NAME_PATTERN, Spec, SpecError, load_spec
+from tfdist.operators.train import DistributedTrainOperator
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from operators.base import StageOperator
-from operators.plan import Plan
+from tfdist.operators.base import StageOperator
+from tfdist.operators.plan import Plan
 
 
 class EvaluateOperator(StageOperator):
@@ -16,7 +16,7 @@ class EvaluateOperator(StageOperator):
 
     Not blessed: the task fails without a retry (``validation.on_failure: fail``), or is skipped (``skip``);
     export does not run either way, and the reason is in the log. XCom: the decision, metrics and failures
-    (trainer.evaluate.RESULT_FIELDS; the whole record is eval/blessing.json)."""
+    (tfdist.trainer.evaluate.RESULT_FIELDS; the whole record is eval/blessing.json)."""
 
     stage = "evaluate"
 

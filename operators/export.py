@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from operators.base import StageOperator
-from operators.plan import Plan
-from operators.ui.links import PublishedVersionLink, TrainingRunLink
+from tfdist.operators.base import StageOperator
+from tfdist.operators.plan import Plan
+from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
 
 
 class ExportModelOperator(StageOperator):

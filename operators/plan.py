@@ -13,8 +13,8 @@ from typing import Any
 
 from croniter import croniter
 
-from operators.spec import Spec
-from trainer.contract import RunLayout
+from tfdist.operators.spec import Spec
+from tfdist.trainer.contract import RunLayout, stage_command
 
 STAGES = ("prepare_data", "train", "evaluate", "export")
 
@@ -134,13 +134,13 @@ class Stage:
     rank_pods: int = 0
     """Horovod: the workers the ranks run on (pods on Kubernetes), ``slots_per_worker`` ranks each."""
     result_file: str = ""
-    """Where the stage's processes write its result record (trainer.contract)."""
+    """Where the stage's processes write its result record (tfdist.trainer.contract)."""
     heartbeat_dir: str = ""
-    """Training: where each training process marks its progress (trainer.contract.beat)."""
+    """Training: where each training process marks its progress (tfdist.trainer.contract.beat)."""
     hang_timeout_seconds: int | None = None
     """Training: the stage fails when no training process has made progress for this long."""
     checkpoint_dir: str = ""
-    """Training: where the chief writes checkpoints (trainer.contract.checkpoint_step reads the latest)."""
+    """Training: where the chief writes checkpoints (tfdist.trainer.contract.checkpoint_step reads the latest)."""
     elastic_sizes: tuple[int, ...] = ()
     """Elastic TF cluster (or Horovod on Kubernetes): the worker counts the launcher may restart the stage with
     after losing workers, largest first; empty: a loss fails the stage."""
@@ -218,25 +218,25 @@ def build_plan(
     overrides: dict[str, Any] | None = None,
 ) -> Plan:
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
-    from operators.backends import train_stage
+    from tfdist.operators.backends import train_stage
 
     layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.dag_id, ctx.run_id))
-    module = [python, "-m"]
     common = ["--spec", layout.spec_file]
-    train = (*module, "trainer.train", *common, "--data", layout.data_dir, "--checkpoints", layout.checkpoint_dir,
-             "--result", layout.result("train"), "--heartbeats", layout.heartbeat_dir,
-             "--progress", layout.progress_file)
+    train = (*stage_command(python, "train"), *common, "--data", layout.data_dir,
+             "--checkpoints", layout.checkpoint_dir, "--result", layout.result("train"),
+             "--heartbeats", layout.heartbeat_dir, "--progress", layout.progress_file)
     source = source or spec.data.source
     sources = [source_for(source, t, spec.artifact_root) for t in partitions(
         ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]
-    prepare = [*module, "trainer.prepare", *common, "--out", layout.data_dir, "--result", layout.result("prepare_data")]
+    prepare = [*stage_command(python, "prepare"), *common, "--out", layout.data_dir,
+               "--result", layout.result("prepare_data")]
     for pattern in dict.fromkeys(sources):
         prepare += ["--source", pattern]
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     published = ["--run", layout.run_file, "--data", layout.data_dir, "--model-dir", model_dir]
-    evaluate = [*module, "trainer.evaluate", *common, *published, "--checkpoints", layout.checkpoint_dir,
+    evaluate = [*stage_command(python, "evaluate"), *common, *published, "--checkpoints", layout.checkpoint_dir,
                 "--train-result", layout.result("train"), "--out", layout.eval_dir, "--result", layout.result("evaluate")]
-    export = [*module, "trainer.export", *common, *published, "--eval", layout.eval_dir,
+    export = [*stage_command(python, "export"), *common, *published, "--eval", layout.eval_dir,
               "--version-base", str(version_base(ctx)), "--result", layout.result("export")]
     single = threads_per_process(spec, 1)
     # on Kubernetes, data.prepare_processes pods write the shards (unset: one pod, its cores writing)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.base import StageOperator
+from tfdist.operators.base import StageOperator
 
 
 class PrepareDataOperator(StageOperator):

@@ -9,10 +9,10 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from operators.plan import run_path, runs_root
-from trainer import gate, registry
-from trainer.artifacts import read_json
-from trainer.contract import RunLayout, TrainProgress
+from tfdist.operators.plan import run_path, runs_root
+from tfdist.trainer import gate, registry
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import RunLayout, TrainProgress
 
 LOWER_IS_BETTER = {"loss"}
 

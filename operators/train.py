@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators.base import StageOperator
+from tfdist.operators.base import StageOperator
 
 
 class DistributedTrainOperator(StageOperator):

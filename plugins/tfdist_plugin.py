@@ -1,54 +1,10 @@
-"""The tfdist Airflow plugin: the training-runs page (``operators.ui``) in the Airflow UI, in its navigation and
-as a tab of every DAG, with the data routes behind it on the API server (``<base>/tfdist``, see
-``operators.ui.api``: Airflow's authentication and DAG permissions apply)."""
+"""tfdist's Airflow plugin, for deployments that copy files into the plugins folder instead of installing the
+package (the ``tfdist`` package itself copied there too, say in a plugins.zip).
 
-from typing import Any, Callable
+An installed tfdist registers its plugin through its ``airflow.plugins`` entry point: this file then registers
+nothing, so the plugin is never registered twice. See README, "Install into an existing Airflow"."""
 
-from airflow.plugins_manager import AirflowPlugin
+from tfdist.operators.plugin import TfdistPlugin, registered_by_entry_point
 
-from operators.ui import APP_PREFIX, NAV_ROUTE, base_path
-
-# With "[core] lazy_load_plugins = False", every Airflow process loads this plugin when it imports
-# Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
-# per parse (README, "Performance").
-try:
-    import operators.dag  # noqa: F401
-    from operators.params import warm_up
-
-    warm_up()
-except ImportError as exc:  # Airflow is being imported by one of our own modules: it warms up nothing here
-    if "partially initialized module 'operators." not in str(exc):
-        raise
-
-
-def build_app() -> Any:
-    from operators.ui.api import build_app
-
-    return build_app()
-
-
-class BuiltOnFirstRequest:
-    """An ASGI app built on its first request: only the API server, which serves it, imports Airflow's API
-    security modules (0.7 s), not every Airflow process that loads this plugin."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build, self._app = build, None
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if self._app is None:
-            self._app = self._build()
-        await self._app(scope, receive, send)
-
-
-def page_views() -> list[dict[str, str]]:
-    """The page in Airflow's navigation (Browse) and as a tab of each DAG (``{DAG_ID}``: the UI fills it in)."""
-    page = f"{base_path()}{APP_PREFIX}/ui/"
-    return [{"name": "Training runs", "href": page, "url_route": NAV_ROUTE, "destination": "nav", "category": "browse"},
-            {"name": "Training runs", "href": page + "{DAG_ID}", "url_route": f"{NAV_ROUTE}-of-dag",
-             "destination": "dag"}]
-
-
-class TfdistPlugin(AirflowPlugin):
-    name = "tfdist"
-    fastapi_apps = [{"app": BuiltOnFirstRequest(build_app), "url_prefix": APP_PREFIX, "name": "tfdist training runs"}]
-    external_views = page_views()
+if registered_by_entry_point():
+    del TfdistPlugin

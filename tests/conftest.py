@@ -16,12 +16,12 @@ import types
 import psutil
 import pytest
 
-from operators.demo import write_digits_partitions
-from operators.launchers.local import LocalLauncher
-from operators.plan import RunContext, build_plan
-from operators.spec import load_spec
-from trainer.artifacts import read_json
-from trainer.contract import last_beats, record_run
+from tfdist.operators.demo import write_digits_partitions
+from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.operators.plan import RunContext, build_plan
+from tfdist.operators.spec import load_spec
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import last_beats, record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)

@@ -38,8 +38,8 @@ Running, Succeeded, Failed) and replicaStatuses follow the launcher Job and the 
 deletes the workers once it ended, runPolicy.backoffLimit is the launcher Job's (a failed launcher pod is
 replaced until it is exceeded).
 
-What it does not model: other image contents (``python`` is this interpreter and the repository is on
-PYTHONPATH) and an image's USER (a container without runAsUser runs as root), volumes other than Secrets,
+What it does not model: other image contents (``python`` is this interpreter, with tfdist installed as in
+the worker image) and an image's USER (a container without runAsUser runs as root), volumes other than Secrets,
 ConfigMaps and the artifact volume, updates of a mounted Secret or ConfigMap (its files are written when the
 container starts: ``discover_hosts.sh`` in a running launcher stays as it was), env from them, the
 scheduler beyond node selectors, and resources beyond memory limits (every other pod is scheduled at once on
@@ -479,7 +479,7 @@ class Pod:
 
     def _environment(self) -> dict[str, str]:
         """The container's environment: its env (values, and fields of the pod the kubelet fills in), HOSTNAME,
-        HOME, and, standing in for the image, this machine's PATH and the repository on PYTHONPATH."""
+        HOME, and, standing in for the image, this machine's PATH (its ``python`` has tfdist installed)."""
         env = {"HOSTNAME": self.hostname, "HOME": self.user[2]}  # HOME: the runtime's, from the user
         meta = self.obj["metadata"]
         fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
@@ -492,7 +492,7 @@ class Pod:
                 env[var["name"]] = fields[path]
             elif "valueFrom" not in var:
                 env[var["name"]] = var.get("value", "")
-        return {**env, "PATH": os.environ["PATH"], "PYTHONPATH": REPO}
+        return {**env, "PATH": os.environ["PATH"]}
 
     def _run(self, volumes: list[tuple[str, str, str]]) -> None:
         """Start the container in the pod's namespaces and cgroup, as its user (not root: in a user namespace

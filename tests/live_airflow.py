@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import requests
 
-from operators.launchers.local import free_ports, terminate_all
+from tfdist.operators.launchers.local import free_ports, terminate_all
 from tests.postgres import Postgres
 
 BIN = os.path.dirname(sys.executable)

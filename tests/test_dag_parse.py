@@ -15,7 +15,7 @@ from tests.conftest import REPO, make_spec
 
 
 def run_python(code: str, **env: str) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(code)], capture_output=True, text=True,
                             cwd=REPO, env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env}, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -100,8 +100,8 @@ def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
 
 
 def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
-    from operators.dag import build_dag
-    from operators.spec import load_spec
+    from tfdist.operators.dag import build_dag
+    from tfdist.operators.spec import load_spec
 
     spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
     params = build_dag(spec).params
@@ -117,17 +117,17 @@ def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_bu
     out = run_python("""
         import sys
         import airflow.sdk
-        from operators.params import _properties
+        from tfdist.operators.params import _properties
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
-        print("dag" if "operators.dag" in sys.modules else "no dag", _properties.cache_info().currsize, heavy)
+        print("dag" if "tfdist.operators.dag" in sys.modules else "no dag", _properties.cache_info().currsize, heavy)
     """)
     state, schemas, heavy = out.split(maxsplit=2)
     assert state == "dag" and int(schemas) >= 10 and heavy.strip() == "[]", out
 
 
 def test_tasks_retry_as_the_spec_says():
-    from operators.dag import build_dag
-    from operators.spec import load_spec
+    from tfdist.operators.dag import build_dag
+    from tfdist.operators.spec import load_spec
 
     dag = build_dag(load_spec(make_spec("/tmp/tfdist-unused", retries={"train": 3, "delay_seconds": 5})))
     assert {t.task_id: t.retries for t in dag.tasks} == {"prepare_data": 1, "train": 3, "evaluate": 1, "export": 1}

@@ -12,14 +12,14 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from trainer import registry
+from tfdist.trainer import registry
 
 pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_the_example_dag_and_shows_its_exported_model(tmp_path):
     root, logs = tmp_path / "artifacts", tmp_path / "logs"
-    done = subprocess.run([sys.executable, "-m", "operators.cli", "demo", "--logs", str(logs)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "tfdist.operators.cli", "demo", "--logs", str(logs)], cwd=REPO,
                           env={**os.environ, "TFDIST_ARTIFACT_ROOT": str(root)}, capture_output=True, text=True,
                           timeout=900)
     log = (logs / "dags-test.log").read_text() if (logs / "dags-test.log").exists() else ""

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from operators.launchers import StageFailed
+from tfdist.operators.launchers import StageFailed
 from tests.conftest import plan_for, run
-from trainer.artifacts import read_json
-from trainer.contract import EXIT_REFUSED
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import EXIT_REFUSED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

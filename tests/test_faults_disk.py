@@ -13,12 +13,12 @@ import threading
 
 import pytest
 
-from operators.demo import write_digits_partitions
-from operators.launchers import StageFailed
+from tfdist.operators.demo import write_digits_partitions
+from tfdist.operators.launchers import StageFailed
 from tests.conftest import DAY, plan_for, run, wait_for
-from trainer import registry
-from trainer.artifacts import read_json, write_json_atomic
-from trainer.contract import checkpoint_step
+from tfdist.trainer import registry
+from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.contract import checkpoint_step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]

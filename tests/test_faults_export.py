@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from operators.launchers import StageFailed
-from operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers import StageFailed
+from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import FAULT_TRIALS, collecting_logger, plan_for, run, wait_for
-from trainer import registry
-from trainer.artifacts import read_json, write_json_atomic
-from trainer.export import claim_version
+from tfdist.trainer import registry
+from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.export import claim_version
 
 RUNS = ("concurrent_a", "concurrent_b")
 EXPORT_KILLS = 4 * FAULT_TRIALS if FAULT_TRIALS > 1 else 1  # make faults (5 trials): 20

@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, RandomKill, assert_no_process_of, collecting_logger, prepared_plan, run,
                             steps_of, wait_for)
-from trainer.artifacts import read_json
-from trainer.contract import last_beats
-from trainer.train import STEPS_PER_CALL
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import last_beats
+from tfdist.trainer.train import STEPS_PER_CALL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

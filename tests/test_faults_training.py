@@ -15,12 +15,12 @@ import time
 import psutil
 import pytest
 
-from operators.launchers import StageFailed
-from operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers import StageFailed
+from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, REPO, RandomKill, assert_no_process_of, collecting_logger, fault_modes,
                             prepared_plan, run, steps_of, wait_for)
-from trainer.artifacts import read_json
-from trainer.contract import last_beats
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import last_beats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -147,7 +147,7 @@ def test_no_training_process_outlives_a_killed_task_process(digits_root, fault_f
     """The Airflow task process SIGKILLed (no on_kill runs): every training process it started ends too."""
     plan = prepared_plan(digits_root, f"task_killed_{trial}", training={"epochs": 400})
     script = ("import json, logging, sys\n"
-              "from operators.launchers.local import LocalLauncher\n"
+              "from tfdist.operators.launchers.local import LocalLauncher\n"
               "from tests.conftest import plan_for\n"
               f"plan = plan_for({digits_root!r}, {plan.context.run_id!r}, training={{'epochs': 400}})\n"
               "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
@@ -157,7 +157,7 @@ def test_no_training_process_outlives_a_killed_task_process(digits_root, fault_f
         if "worker-1: step" in line:
             break
     training = [p for p in psutil.Process(task.pid).children(recursive=True)
-                if "trainer.train" in " ".join(p.cmdline())]
+                if "tfdist.trainer.train" in " ".join(p.cmdline())]
     assert len(training) == 2
     task.kill()
     task.wait()

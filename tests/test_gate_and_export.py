@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from operators.launchers import StageFailed
-from operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers import StageFailed
+from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import DAY, prepared_plan, run
-from trainer import registry
-from trainer.artifacts import read_json, write_json_atomic
-from trainer.contract import EXIT_REFUSED
+from tfdist.trainer import registry
+from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.contract import EXIT_REFUSED
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
@@ -90,9 +90,9 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     import numpy as np
     import tensorflow as tf
 
-    from trainer.artifacts import sha256_file
-    from trainer.evaluate import IntegrityError, check_candidate
-    from trainer.models import restore_model
+    from tfdist.trainer.artifacts import sha256_file
+    from tfdist.trainer.evaluate import IntegrityError, check_candidate
+    from tfdist.trainer.models import restore_model
 
     spec = read_json(plan.layout.spec_file)
     manifest_path = os.path.join(plan.layout.data_dir, "manifest.json")
@@ -144,7 +144,7 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
 
 
 def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
-    from trainer.gate import checks, failures
+    from tfdist.trainer.gate import checks, failures
 
     def change_failures(metrics, baseline, change_thresholds):
         return failures(checks(metrics, {}, change_thresholds, baseline), 7)
@@ -163,7 +163,7 @@ def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
 
 
 def test_each_threshold_is_one_check_with_its_margin_for_the_page():
-    from trainer.gate import checks, failures
+    from tfdist.trainer.gate import checks, failures
 
     rows = checks({"accuracy": 0.95, "loss": 0.3}, {"accuracy": {"lower": 0.9, "upper": 0.94}},
                   {"loss": {"direction": "lower_is_better", "absolute": 0.05, "relative": None}}, {"loss": 0.2})
@@ -182,7 +182,7 @@ def test_each_threshold_is_one_check_with_its_margin_for_the_page():
 def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
     import numpy as np
 
-    from trainer.evaluate import compute_metrics
+    from tfdist.trainer.evaluate import compute_metrics
 
     probabilities = np.array([
         [0.30, 0.20, 0.15, 0.10, 0.09, 0.08, 0.08],  # label 4: 5th likeliest, in the top 5
@@ -195,7 +195,7 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
 
 
 def test_the_gate_says_what_decided_it():
-    from trainer.gate import decided_by as gate
+    from tfdist.trainer.gate import decided_by as gate
 
     assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
         "none: published without a gate (validation.allow_unvalidated)")
@@ -210,7 +210,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(tmp
                                                                               retried):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators.dag import build_dag
+    from tfdist.operators.dag import build_dag
     from tests.conftest import START, make_spec, task_instance
 
     def fails(self, stage, log):

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from operators.launchers import StageStopped
-from operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers import StageStopped
+from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
-from trainer.artifacts import read_json
-from trainer.contract import TrainProgress
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import TrainProgress
 
 DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+);")
 

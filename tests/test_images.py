@@ -6,20 +6,22 @@ build (nothing here can run a Docker build) and that the RBAC is enforced as wri
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
 import subprocess
-import tomllib
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from operators.launchers.k8s_objects import stage_objects
-from operators.plan import RunContext, build_plan
-from operators.spec import load_spec
+from tfdist.operators.launchers.k8s_objects import stage_objects
+from tfdist.operators.plan import RunContext, build_plan
+from tfdist.operators.spec import load_spec
+from tfdist.trainer.contract import stage_command
 from tests.conftest import REPO, make_spec
+from tests.test_packaging import requirement_names
 from tests.test_kubernetes_objects import KUBERNETES, MODES
 
 DOCKER = os.path.join(REPO, "docker")
@@ -45,29 +47,38 @@ def test_there_is_a_cpu_worker_a_gpu_worker_and_an_airflow_image():
     assert DOCKERFILES == ["Dockerfile.airflow", "Dockerfile.worker", "Dockerfile.worker-gpu"]
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.worker", "Dockerfile.worker-gpu"])
-def test_worker_images_hold_the_trainer_and_the_pinned_tensorflow_without_airflow(dockerfile):
-    text = read(dockerfile)
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
-        trainer = tomllib.load(f)["project"]["optional-dependencies"]["trainer"]
-    pinned = next(r for r in trainer if "tensorflow" in r)
-    version = pinned.split("==")[1]
-    assert [r for r in trainer if r not in text and r != pinned] == []  # the trainer's other requirements
-    assert re.findall(r'"tensorflow(?:-cpu|\[and-cuda\])==([\d.]+)"', text) == [version, version]
-    instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-    assert "COPY trainer/ trainer/" in text and "build-horovod-wheel.sh" in text
-    assert "airflow" not in instructions.lower() and "COPY operators/" not in instructions
+def instructions(name: str) -> str:
+    return "\n".join(line for line in read(name).splitlines() if not line.startswith("#"))
+
+
+def installs_the_wheel(text: str, extra: str) -> int:
+    """How often ``text`` installs the wheel that ``make wheel`` built, with ``extra``, pinned by constraints."""
+    return len(re.findall(r'pip install --no-cache-dir -c \S+/constraints\.txt\s+(?:\\\s+)?'
+                          rf'"\$\(ls \S+/dist/airflow_tfdist-\*\.whl\)\[{extra}\]"', text))
+
+
+@pytest.mark.parametrize("dockerfile, extra", [("Dockerfile.worker", "cpu"), ("Dockerfile.worker-gpu", "gpu")])
+def test_worker_images_install_the_wheel_with_their_extra_and_horovod_without_airflow(dockerfile, extra):
+    text = instructions(dockerfile)
+    assert installs_the_wheel(text, extra) == 2  # Horovod is built against the TensorFlow the image runs
+    assert "build-horovod-wheel.sh" in text and "horovod-*.whl" in text
+    assert not any(name.startswith("apache-airflow") for name in requirement_names(extra))
+    assert "COPY trainer/" not in text and "COPY operators/" not in text and "PYTHONPATH" not in text
+    cmd = json.loads(re.search(r"^CMD (.+)$", text, re.M)[1])
+    assert cmd == [*stage_command("python", "pod"), "--help"]
     assert re.search(r"^USER 1000$", text, re.M)  # not root
-    if dockerfile.endswith("gpu"):
+    if extra == "gpu":
         assert "HOROVOD_GPU_OPERATIONS=NCCL" in text and "libnccl2" in text
 
 
-def test_airflow_image_installs_the_package_plugin_dags_and_the_kubernetes_provider():
-    text = read("Dockerfile.airflow")
-    assert re.search(r"^FROM apache/airflow:3\.3\.2-python3\.11$", text, re.M)
-    assert '-c constraints.txt ".[kubernetes]"' in text  # the package with the provider, pinned by constraints
-    assert "COPY --chown=airflow:root plugins/ /opt/airflow/plugins/" in text
-    assert "COPY --chown=airflow:root dags/ /opt/airflow/dags/" in text
+def test_airflow_image_installs_the_wheel_with_the_kubernetes_provider_and_copies_no_plugin_or_dag():
+    text = instructions("Dockerfile.airflow")
+    with open(os.path.join(REPO, "constraints.txt")) as f:
+        airflow = re.search(r"^apache-airflow==(.+)$", f.read(), re.M)[1]
+    assert re.search(rf"^FROM apache/airflow:{re.escape(airflow)}-python3\.11$", text, re.M)
+    assert installs_the_wheel(text, "kubernetes") == 1
+    assert "apache-airflow-providers-cncf-kubernetes" in requirement_names("kubernetes")
+    assert "plugins/" not in text and "dags/" not in text and "COPY operators/" not in text
 
 
 def rbac() -> list[dict]:

@@ -13,12 +13,12 @@ import shutil
 
 import pytest
 
-from operators.demo import airflow_dags_test
-from operators.launchers.k8s_objects import object_name
+from tfdist.operators.demo import airflow_dags_test
+from tfdist.operators.launchers.k8s_objects import object_name
 from tests.conftest import DAY, make_spec
 from tests.k8s_standin import Cluster
-from trainer import registry
-from trainer.artifacts import read_json
+from tfdist.trainer import registry
+from tfdist.trainer.artifacts import read_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]

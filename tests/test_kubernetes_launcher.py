@@ -19,16 +19,16 @@ import types
 import psutil
 import pytest
 
-from operators.dag import build_dag
-from operators.demo import write_digits_partitions
-from operators.launchers import StageFailed
-from operators.launchers.k8s_objects import object_name
-from operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
+from tfdist.operators.dag import build_dag
+from tfdist.operators.demo import write_digits_partitions
+from tfdist.operators.launchers import StageFailed
+from tfdist.operators.launchers.k8s_objects import object_name
+from tfdist.operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
 from tests.conftest import (DAY, FAULT_TRIALS, assert_no_process_of, collecting_logger, fault_modes, make_spec,
                             plan_for, prepared_plan, run, steps_of, wait_for)
 from tests.k8s_standin import Cluster
-from trainer.artifacts import read_json
-from trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]
@@ -302,7 +302,7 @@ def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_
     wait_for(lambda: os.path.exists(checkpoint), 180, "try 1's first checkpoint")
     worker, = [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(f"{first.name}-1-")]
     trainer, = [p for p in psutil.Process(worker.proc.pid).children(recursive=True)
-                if "trainer.train" in p.cmdline()]
+                if "tfdist.trainer.train" in p.cmdline()]
     trainer.kill()
     wait_for(lambda: any(c["type"] == "Failed" for c in cluster.objects[job]["status"].get("conditions", [])), 30,
              "the pod failure policy to fail the Job")

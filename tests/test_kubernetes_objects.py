@@ -23,13 +23,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from operators.cli import main as cli
-from operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
-from operators.plan import RunContext, build_plan
-from operators.spec import SpecError, load_spec, override_refusal
+from tfdist.operators.cli import main as cli
+from tfdist.operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
+from tfdist.operators.plan import RunContext, build_plan
+from tfdist.operators.spec import SpecError, load_spec, override_refusal
 from tests.conftest import REPO, make_spec, wait_for
-from trainer import contract, pod
-from trainer.artifacts import read_json
+from tfdist.trainer import contract, pod
+from tfdist.trainer.artifacts import read_json
 
 KUBERNETES = {"namespace": "ml", "pods": {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4",
                                             "memory": "8Gi"},
@@ -118,7 +118,7 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
                      {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
     config = json.loads(pod.tf_config(name, cluster, 3))
     assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
-    # the pod runs the same training command as a local cluster member, through trainer.pod, watching for hangs
+    # the pod runs the same training command as a local cluster member, through tfdist.trainer.pod, watching for hangs
     assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)
     assert command[command.index("--heartbeats"):][:4] == [
         "--heartbeats", plan.layout.heartbeat_dir, "--hang-timeout", str(spec.training.hang_timeout_seconds)]
@@ -138,7 +138,7 @@ def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
         job, = stage_objects(plan, stage)
         assert job["spec"]["completions"] == 1 and "successPolicy" not in job["spec"]
         container = job["spec"]["template"]["spec"]["containers"][0]
-        assert container["command"] == ["python", "-m", "trainer.pod", "--run-dir", plan.layout.run_dir,
+        assert container["command"] == ["python", "-m", "tfdist.trainer.pod", "--run-dir", plan.layout.run_dir,
                                         "--result", stage.result_file, "--", *stage.processes[0].argv]
         assert stage.result_file == plan.layout.result(task_id)
         assert container["terminationMessagePath"] == "/dev/termination-log"
@@ -155,7 +155,7 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     service, job = stage_objects(plan, stage)
     container = job["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
-    assert command[:3] == ["python", "-m", "trainer.pod"] and "mpirun" not in command
+    assert command[:3] == ["python", "-m", "tfdist.trainer.pod"] and "mpirun" not in command
     assert command[command.index("--horovod-slots") + 1] == "2" and command[command.index("--pods") + 1] == "2"
     assert command[command.index("--") + 1:] == list(stage.rank_command)
     assert job["spec"]["completions"] == 2 and container["resources"]["limits"]["nvidia.com/gpu"] == 2
@@ -169,8 +169,8 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     assert launcher["command"][launcher["command"].index("--hostfile") + 1] == "/etc/mpi/hostfile"
     forwarded = {mpirun[i + 1] for i, arg in enumerate(mpirun) if arg == "-x"}
     launcher_env = {e["name"] for e in launcher["env"]}
-    assert {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "TFDIST_THREADS", "PYTHONUNBUFFERED"} <= forwarded
-    assert {n for n in forwarded if "=" not in n} - {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"} <= launcher_env
+    assert {"PATH", "LD_LIBRARY_PATH", "TFDIST_THREADS", "PYTHONUNBUFFERED"} <= forwarded
+    assert {n for n in forwarded if "=" not in n} - {"PATH", "LD_LIBRARY_PATH"} <= launcher_env
     # the workers' sshd runs as the image's user, with its config; the job's key pair goes to its ~/.ssh
     worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/tfdist/.sshd_config"]
@@ -238,7 +238,7 @@ def test_a_pod_whose_peers_never_resolve_fails_naming_them():
 
 
 def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest(tmp_path, monkeypatch):
-    """trainer.pod's HangWatch: a process of its own stopped (SIGSTOP) for STOPPED_SECONDS; else, once no
+    """tfdist.trainer.pod's HangWatch: a process of its own stopped (SIGSTOP) for STOPPED_SECONDS; else, once no
     member of the stage has stepped for the hang timeout, the one silent longest."""
     monkeypatch.setattr(pod, "STOPPED_SECONDS", 0.5)
     heartbeats = str(tmp_path / "heartbeats")
@@ -268,13 +268,13 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
 
 
 def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp_path):
-    """trainer.pod writes spec.json and run.json from its environment, runs the command, and writes the
+    """tfdist.trainer.pod writes spec.json and run.json from its environment, runs the command, and writes the
     stage's result record as the termination message; a run directory of another spec is refused."""
     spec, plan = k8s_plan(tmp_path, "mirrored")
     run_dir, message = str(tmp_path / "run"), tmp_path / "termination-log"
     result = os.path.join(run_dir, "train", "result.json")
     write = f"import json, os; os.makedirs({os.path.dirname(result)!r}); json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
-    env = {**os.environ, "PYTHONPATH": REPO, "TFDIST_SPEC": json.dumps(spec.to_json_dict()),
+    env = {**os.environ, "TFDIST_SPEC": json.dumps(spec.to_json_dict()),
            "TFDIST_RUN": json.dumps(plan.run_record())}
     argv = contract.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
     done = subprocess.run([*argv[:3], "--message", str(message), *argv[3:]], env=env, capture_output=True, text=True)

@@ -22,14 +22,14 @@ import pytest
 import requests
 import yaml
 
-from operators.demo import write_digits_partitions
-from operators.plan import run_path
-from operators.report import format_runs, list_runs
+from tfdist.operators.demo import write_digits_partitions
+from tfdist.operators.plan import run_path
+from tfdist.operators.report import format_runs, list_runs
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
-from trainer import registry
-from trainer.artifacts import read_json
+from tfdist.trainer import registry
+from tfdist.trainer.artifacts import read_json
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -90,7 +90,7 @@ def serving_accuracy(export_path: str, data_dir: str) -> float:
     """Load the SavedModel and call its serving signature on the held-out (eval) digits."""
     import tensorflow as tf
 
-    from trainer.data import eval_dataset
+    from tfdist.trainer.data import eval_dataset
 
     signature = tf.saved_model.load(export_path).signatures["serving_default"]
     correct = total = 0
@@ -270,7 +270,7 @@ def test_a_killed_worker_is_retried_and_resumes_but_a_refused_gate_is_not_retrie
     airflow.wait_for(lambda: os.path.isdir(checkpoints) and any(f.startswith("ckpt-") for f in os.listdir(checkpoints)),
                      240, "the first checkpoint", every=0.1)
     workers = [p for p in psutil.process_iter(["cmdline"])
-               if "trainer.train" in (cmd := " ".join(p.info["cmdline"] or [])) and directory in cmd]
+               if "tfdist.trainer.train" in (cmd := " ".join(p.info["cmdline"] or [])) and directory in cmd]
     assert len(workers) == 2, workers
     workers[-1].send_signal(signal.SIGKILL)
     run = airflow.wait_for_run("digits_retry", run_id)

@@ -12,10 +12,10 @@ import sys
 import pytest
 import yaml
 
-from operators import plan as plan_module
-from operators.backends.mpi import HOST_DISCOVERY_SCRIPT
-from operators.plan import RunContext, Stage, build_plan, run_key, tf_config, version_base
-from operators.spec import load_spec
+from tfdist.operators import plan as plan_module
+from tfdist.operators.backends.mpi import HOST_DISCOVERY_SCRIPT
+from tfdist.operators.plan import RunContext, Stage, build_plan, run_key, tf_config, version_base
+from tfdist.operators.spec import load_spec
 from tests.conftest import REPO, make_spec
 
 UTC = dt.timezone.utc
@@ -91,7 +91,7 @@ def test_run_key_is_safe_for_paths():
 def test_plan_command_prints_every_process_without_running_anything(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path))))
-    out = subprocess.run([sys.executable, "-m", "operators.cli", "plan", str(spec_path), "--logical-date",
+    out = subprocess.run([sys.executable, "-m", "tfdist.operators.cli", "plan", str(spec_path), "--logical-date",
                           "2026-11-20"], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert "data interval 2026-11-20T00:00:00+00:00 → 2026-11-21T00:00:00+00:00" in out
     assert '[worker-1] env TF_CONFIG={"cluster": {"worker": ["127.0.0.1:<free port>", "127.0.0.1:<free port>"]}' in out
@@ -102,7 +102,7 @@ def test_plan_command_prints_every_process_without_running_anything(tmp_path):
 def test_validate_command_reports_field_errors(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path), training={"num_workers": 0})))
-    result = subprocess.run([sys.executable, "-m", "operators.cli", "validate", str(spec_path)],
+    result = subprocess.run([sys.executable, "-m", "tfdist.operators.cli", "validate", str(spec_path)],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2
     assert "training.num_workers: Input should be greater than or equal to 1 (got 0)" in result.stderr
@@ -116,7 +116,7 @@ def test_horovod_gloo_runs_every_rank_through_horovodrun(tmp_path):
     assert stage.rank_tagged and not stage.tf_cluster
     assert process.argv[:7] == ("/venv/bin/horovodrun", "-np", "4", "-H", "localhost:4", "--gloo",
                                 "/venv/bin/python")
-    assert process.argv[7:9] == ("-m", "trainer.train")
+    assert process.argv[7:9] == ("-m", "tfdist.trainer.train")
 
 
 def test_horovod_mpi_passes_extra_args_as_separate_argv_items(tmp_path):
@@ -127,7 +127,7 @@ def test_horovod_mpi_passes_extra_args_as_separate_argv_items(tmp_path):
     argv = list(process.argv)
     assert argv[:5] == ["mpirun", "-np", "2", "-H", "localhost:2"] and "--tag-output" in argv
     start = argv.index("--mca")
-    assert argv[start:start + len(extra)] == extra and argv[start + len(extra):][:3] == ["python", "-m", "trainer.train"]
+    assert argv[start:start + len(extra)] == extra and argv[start + len(extra):][:3] == ["python", "-m", "tfdist.trainer.train"]
 
 
 def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
@@ -191,7 +191,7 @@ def test_manual_run_trains_on_the_last_complete_interval_as_airflow_infers_it(sc
 
 
 def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
-    from operators.launchers.local import split_rank_tags
+    from tfdist.operators.launchers.local import split_rank_tags
 
     assert split_rank_tags("mpirun-0", "[1,0]<stdout>:rank-0: step 10/88") == [("rank-0", "rank-0: step 10/88")]
     assert split_rank_tags("mpirun-0", "[1,1]<stderr>:warning[1,0]<stdout>:done") == [

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, make_spec
-from trainer.artifacts import read_json, write_json_atomic
-from trainer.contract import EXIT_REFUSED
+from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.contract import EXIT_REFUSED
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
     spec_file = os.path.join(os.path.dirname(out), "spec.json")
     write_json_atomic(spec_file, spec)
-    argv = [sys.executable, "-m", "trainer.prepare", "--spec", spec_file, "--out", out,
+    argv = [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec_file, "--out", out,
             "--result", os.path.join(os.path.dirname(out), "prepare_data", "result.json")]
     for source in sources:
         argv += ["--source", source]
@@ -36,7 +36,7 @@ def npz_input(tmp_path):
 
 
 def npz_spec(root: str) -> dict:
-    from operators.spec import load_spec
+    from tfdist.operators.spec import load_spec
 
     return load_spec(make_spec(root, data={
         "format": "npz", "source": "unused", "features": [{"name": "image", "shape": [4, 4]}, {"name": "size"}],
@@ -70,7 +70,7 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
 def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path, npz_input):
     import tensorflow as tf
 
-    from trainer.data import parse_fn, shard_paths
+    from tfdist.trainer.data import parse_fn, shard_paths
 
     out = str(tmp_path / "run" / "data")
     result = prepare(npz_spec(str(tmp_path)), out, npz_input)
@@ -88,7 +88,7 @@ def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path
 
 def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
     spec = make_spec(str(tmp_path))
-    from operators.spec import load_spec
+    from tfdist.operators.spec import load_spec
 
     resolved = load_spec(spec).to_json_dict()
     missing = prepare(resolved, str(tmp_path / "a" / "data"), str(tmp_path / "nothing" / "*.csv"))
@@ -101,8 +101,8 @@ def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
 
 
 def test_custom_model_factory_gets_normalized_features(tmp_path):
-    from operators.spec import load_spec
-    from trainer.models import build_model
+    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.models import build_model
 
     spec = load_spec(make_spec(str(tmp_path), model={
         "family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}})).to_json_dict()

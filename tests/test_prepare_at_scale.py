@@ -17,9 +17,9 @@ import pytest
 from sklearn.datasets import load_digits
 
 from tests.conftest import REPO, make_spec
-from trainer import readers
-from trainer.artifacts import read_json, write_json_atomic
-from trainer.contract import EXIT_REFUSED
+from tfdist.trainer import readers
+from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.contract import EXIT_REFUSED
 
 FEATURES = [{"name": "pixel", "shape": [64]}]
 
@@ -167,13 +167,13 @@ def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
 def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None = None,
             **data_fields) -> tuple[subprocess.CompletedProcess, str]:
     """Run the prepare stage as the launcher does (its own process); (the process, its output directory)."""
-    from operators.spec import load_spec
+    from tfdist.operators.spec import load_spec
 
     spec = load_spec(make_spec(root, data={"source": "unused", **data_spec(fmt, num_shards=3, **data_fields)}))
     out = os.path.join(root, name, "data")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
-    argv = [sys.executable, "-m", "trainer.prepare", "--spec", spec_file, "--out", out,
+    argv = [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec_file, "--out", out,
             "--result", os.path.join(root, name, "result.json")]
     for source in sources:
         argv += ["--source", source]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import time
 
-from operators.report import AirflowRun, Backfill, overview
-from operators.ui import page_url
-from trainer.artifacts import write_json_atomic
-from trainer.contract import RunLayout, TrainProgress
-from trainer.gate import checks, failures
+from tfdist.operators.report import AirflowRun, Backfill, overview
+from tfdist.operators.ui import page_url
+from tfdist.trainer.artifacts import write_json_atomic
+from tfdist.trainer.contract import RunLayout, TrainProgress
+from tfdist.trainer.gate import checks, failures
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}

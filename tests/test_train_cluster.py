@@ -11,11 +11,11 @@ import threading
 
 import pytest
 
-from operators.launchers import StageStopped
-from operators.ui import page_url
+from tfdist.operators.launchers import StageStopped
+from tfdist.operators.ui import page_url
 from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for, prepared_plan, run,
                             task_instance, wait_for)
-from trainer.artifacts import read_json
+from tfdist.trainer.artifacts import read_json
 
 
 def test_two_workers_train_with_checkpoints(digits_root):
@@ -48,7 +48,7 @@ def test_on_kill_stops_every_worker(digits_root):
     run while they train: the stage ends as stopped (not failed), each worker by the launcher's signals."""
     import threading
 
-    from operators.dag import build_dag
+    from tfdist.operators.dag import build_dag
 
     spec = make_spec(digits_root, training={"epochs": 400})
     plan = prepared_plan(digits_root, "train_on_kill", training={"epochs": 400})

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.artifacts import read_json, write_json_atomic
 
 EXIT_REFUSED = 3
 """Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
@@ -33,6 +33,12 @@ SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
 """Environment of a pod: the run's effective spec and run record (JSON), recorded by the pod itself."""
 TF_PORT, RENDEZVOUS_PORT = 2222, 2223
 TERMINATION_LOG = "/dev/termination-log"
+
+
+def stage_command(python: str, stage: str) -> list[str]:
+    """How a worker process starts the stage ``stage`` (``prepare``, ``train``, ``evaluate``, ``export``, ``pod``):
+    ``python -m tfdist.trainer.<stage>``, the module path taken from this package wherever it is installed."""
+    return [python, "-m", f"{__package__}.{stage}"]
 
 
 @dataclass(frozen=True)
@@ -182,11 +188,11 @@ def encode_result(record: dict[str, Any]) -> str:
 def pod_argv(python: str, run_dir: str, result: str, command: tuple[str, ...] | list[str], *, job: str = "",
              cluster: dict[str, int] | None = None, horovod_slots: int = 0, pods: int = 0,
              hostfile: str = "", heartbeats: str = "", hang_timeout: int | None = None) -> list[str]:
-    """The argv of a pod (``trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
+    """The argv of a pod (``tfdist.trainer.pod``): record the run in ``run_dir``, start ``command`` (as one TF
     cluster member, or as this pod's Horovod ranks, peers named after ``job``, or once every host of an MPI
     ``hostfile`` resolves), watching ``heartbeats`` for a hang (``hang_timeout``), then hand the stage's
     ``result`` record back as the termination message."""
-    argv = [python, "-m", "trainer.pod", "--run-dir", run_dir, "--result", result]
+    argv = [*stage_command(python, "pod"), "--run-dir", run_dir, "--result", result]
     if heartbeats and hang_timeout:
         argv += ["--heartbeats", heartbeats, "--hang-timeout", str(hang_timeout)]
     if hostfile:

@@ -1,4 +1,4 @@
-"""The hash-based split, and TFRecord shards: writing, checking and reading (raw input: trainer.readers)."""
+"""The hash-based split, and TFRecord shards: writing, checking and reading (raw input: tfdist.trainer.readers)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.artifacts import read_json, sha256_file
-from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail
+from tfdist.trainer.artifacts import read_json, sha256_file
+from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.runtime import fail
 
 MANIFEST_VERSION = 2
 """Of the data manifest's layout (2: each shard's size recorded); part of the input fingerprint."""

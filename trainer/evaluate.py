@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from trainer import data, gate, registry
-from trainer.artifacts import read_json, sha256_file, write_json_atomic
-from trainer.models import IntegrityError, restore_checked
-from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer import data, gate, registry
+from tfdist.trainer.artifacts import read_json, sha256_file, write_json_atomic
+from tfdist.trainer.models import IntegrityError, restore_checked
+from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -19,12 +19,12 @@ import shutil
 
 import numpy as np
 
-from trainer import data, registry
-from trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
-from trainer.evaluate import score, serving_predict
-from trainer.models import IntegrityError, restore_checked
-from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer import data, registry
+from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
+from tfdist.trainer.evaluate import score, serving_predict
+from tfdist.trainer.models import IntegrityError, restore_checked
+from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
 

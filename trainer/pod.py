@@ -9,11 +9,11 @@ Horovod's rendezvous (no SSH, no mpirun). The launcher pod of an MPIJob waits un
 hostfile the MPI operator mounts resolves before it starts ``mpirun`` (the workers' names appear once their
 pods are ready, and ssh does not retry a name that does not resolve).
 
-    python -m trainer.pod --run-dir D --result F [--job J (--cluster chief=1,ps=1,worker=2 |
-        --horovod-slots 2 --pods 3) | --hostfile /etc/mpi/hostfile] -- python -m trainer.train ...
+    python -m tfdist.trainer.pod --run-dir D --result F [--job J (--cluster chief=1,ps=1,worker=2 |
+        --horovod-slots 2 --pods 3) | --hostfile /etc/mpi/hostfile] -- python -m tfdist.trainer.train ...
 
 Peers are ``<job>-<index>.<job>``: an Indexed Job's pod hostnames under its headless Service. The Airflow
-side builds this argv with ``trainer.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
+side builds this argv with ``tfdist.trainer.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
 in the Horovod pods)."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import sys
 import threading
 import time
 
-from trainer.artifacts import read_json
-from trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
                               RunLayout, RunMismatch, encode_result, longest_silent, record_run, stalled)
 
 PEER_TIMEOUT_SECONDS = 600

@@ -25,10 +25,10 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from trainer import data, readers
-from trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
-from trainer.contract import EXIT_REFUSED
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say, usable_cores
+from tfdist.trainer import data, readers
+from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
+from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say, usable_cores
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20

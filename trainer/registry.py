@@ -7,7 +7,7 @@ import os
 import shutil
 from typing import Any
 
-from trainer.artifacts import read_json
+from tfdist.trainer.artifacts import read_json
 
 
 def versions(model_dir: str) -> list[dict[str, Any]]:

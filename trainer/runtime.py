@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any, Callable
 
-from trainer.artifacts import read_json
+from tfdist.trainer.artifacts import read_json
 
 
 def parse_args(description: str, *paths: str, extra: list[tuple[str, dict]] = ()) -> argparse.Namespace:

@@ -44,11 +44,11 @@ import tempfile
 import time
 import types
 
-from trainer import data
-from trainer.artifacts import sha256_file, write_json_atomic
-from trainer.contract import EXIT_REFUSED, TrainProgress, beat
-from trainer.models import IntegrityError, build_model, build_optimizer
-from trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer import data
+from tfdist.trainer.artifacts import sha256_file, write_json_atomic
+from tfdist.trainer.contract import EXIT_REFUSED, TrainProgress, beat
+from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call (per worker closure with a parameter server)
 PROGRESS_SECONDS = 2.0

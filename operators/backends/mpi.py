@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import shlex
 
-import trainer
-from operators.plan import Process, Stage, own_cores, threads_per_process
-from operators.spec import Spec
+from tfdist import trainer
+from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
+from tfdist.operators.spec import Spec
 
 # Ranks sharing one machine's cores with their TensorFlow threads (README, "Performance"): Horovod's
 # background thread cycles every 0.1 ms instead of 1 ms, and an OpenMPI rank waiting in a collective

@@ -8,8 +8,8 @@ from the latest checkpoint with the workers it has left (Stage.elastic_sizes).""
 
 from __future__ import annotations
 
-from operators.plan import Process, Stage, own_cores, threads_per_process
-from operators.spec import Spec
+from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
+from tfdist.operators.spec import Spec
 
 
 def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:

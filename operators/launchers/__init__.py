@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from operators.launchers.base import Launcher, StageFailed, StageStopped
-from operators.plan import Plan
+from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped
+from tfdist.operators.plan import Plan
 
 
 def get_launcher(plan: Plan, try_number: int = 1) -> Launcher:
     """The launcher of the run's ``training.launcher``, for one try of a stage of the run."""
     if plan.spec.training.launcher == "kubernetes":
-        from operators.launchers.kubernetes import KubernetesLauncher
+        from tfdist.operators.launchers.kubernetes import KubernetesLauncher
 
         return KubernetesLauncher(plan, try_number)
-    from operators.launchers.local import LocalLauncher
+    from tfdist.operators.launchers.local import LocalLauncher
 
     return LocalLauncher()
 

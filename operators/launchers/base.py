@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from operators.plan import Stage
+from tfdist.operators.plan import Stage
 
 
 class StageFailed(RuntimeError):

@@ -3,7 +3,7 @@ functions of the spec, the stage and the run's identity. No client, no cluster, 
 
 - native (any cluster >= 1.31, no CRD): one Indexed Job per stage; a TF cluster or Horovod stage adds a
   headless Service (``publishNotReadyAddresses``) giving each pod the stable name ``<job>-<index>.<service>``,
-  and its pods start through ``trainer.pod``. The parameter-server Job succeeds when the chief (index 0)
+  and its pods start through ``tfdist.trainer.pod``. The parameter-server Job succeeds when the chief (index 0)
   does; any pod failing fails the Job at once, a disruption (eviction, preemption) by its own rule.
 - kubeflow: the train stage as a TFJob (``kubeflow.org/v1``) or an MPIJob (``kubeflow.org/v2beta1``). An
   MPIJob's pods run as the worker image's user (IMAGE_UID): the workers' sshd with that user's config on
@@ -19,9 +19,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from operators.plan import Plan, Stage
-from operators.spec import KubernetesSpec, Spec
-from trainer.contract import RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, pod_argv
+from tfdist.operators.plan import Plan, Stage
+from tfdist.operators.spec import KubernetesSpec, Spec
+from tfdist.trainer.contract import RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, pod_argv
 
 NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
@@ -33,7 +33,7 @@ home, which holds an MPIJob's SSH set-up: the operator's Secret at ``.ssh``, the
 ``.sshd_config``. An MPIJob pins its pods to this user (securityContext.runAsUser)."""
 MPI_HOSTFILE = "/etc/mpi/hostfile"
 """Where Kubeflow's MPI operator mounts the hostfile it writes into an MPIJob's launcher pod."""
-MPI_FORWARDED_ENV = ("PATH", "PYTHONPATH")
+MPI_FORWARDED_ENV = ("PATH",)
 """The image's variables mpirun passes on to the ranks (``-x``), besides the stage's own: sshd starts the
 ranks' orted with its own minimal environment, not the pod's."""
 
@@ -115,7 +115,7 @@ def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotati
 def _env(plan: Plan, role: str, env: dict[str, str], per_pod: int = 1) -> dict[str, str]:
     """The process's environment in a pod: threads from the role's whole CPUs (shared by the pod's
     ``per_pod`` processes), never this machine's core pinning; the run's spec and record for
-    ``trainer.pod`` to write in the run directory."""
+    ``tfdist.trainer.pod`` to write in the run directory."""
     cpu = _settings(plan.spec).for_role(role).cpu
     threads = {"TFDIST_THREADS": str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
     kept = {k: v for k, v in env.items() if k not in ("TFDIST_CORES", "TFDIST_THREADS", "CUDA_VISIBLE_DEVICES")}

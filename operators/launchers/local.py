@@ -17,10 +17,10 @@ import time
 
 import psutil
 
-from operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
-from operators.plan import Process, Stage, tf_config
-from trainer.artifacts import read_json
-from trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
+from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
+from tfdist.operators.plan import Process, Stage, tf_config
+from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0

@@ -1,6 +1,6 @@
 """The training-runs page of the Airflow UI: where it lives. The page itself (page.html, page.js, page.css)
-and its data routes are the plugin's FastAPI app (``operators.ui.api``), mounted at ``<base>/tfdist``; the
-operator extra links that lead there are in ``operators.ui.links``."""
+and its data routes are the plugin's FastAPI app (``tfdist.operators.ui.api``), mounted at ``<base>/tfdist``; the
+operator extra links that lead there are in ``tfdist.operators.ui.links``."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperatorLink, BaseXCom
 
-from operators.ui import page_url
+from tfdist.operators.ui import page_url
 
 
 class TrainingRunLink(BaseOperatorLink):
@@ -26,3 +26,4 @@ class PublishedVersionLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         result = BaseXCom.get_value(ti_key=ti_key, key="return_value") or {}
         return page_url(ti_key.dag_id, run=ti_key.run_id, version=result["version"]) if "version" in result else ""
+

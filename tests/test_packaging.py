@@ -1,0 +1,210 @@
+"""tfdist installs like an Airflow provider: one import name (``tfdist``) mapped from the repository's folders,
+extras that give each component what it needs and nothing more, the dependency rule between the two halves,
+provider info that Airflow accepts, and a plugin registered once. The wheel itself, installed next to a team's
+project, is tested end to end in tests/test_install.py."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from functools import cache
+from importlib import metadata
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.conftest import REPO
+
+CODE_FOLDERS = {"operators": "tfdist.operators", "trainer": "tfdist.trainer"}
+"""Each folder of package code and the module path it is installed as."""
+DEMO_ONLY = {"sklearn", "numpy"}
+"""What ``tfdist demo`` (operators/demo.py) imports besides: the example data set, from a checkout's dev extra."""
+
+
+@cache
+def pyproject() -> dict:
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def requirement_names(*extras: str) -> set[str]:
+    """The distributions the package requires with ``extras`` (its own extras expanded), canonical names."""
+    project, names, todo = pyproject()["project"], set(), list(extras)
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    while todo:
+        requirements += [Requirement(r) for r in project["optional-dependencies"][todo.pop()]]
+    for requirement in requirements:
+        if canonical(requirement.name) == canonical(project["name"]):
+            todo += requirement.extras
+            names |= requirement_names(*requirement.extras)
+        else:
+            names.add(canonical(requirement.name))
+    return names
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_closure(names: set[str]) -> set[str]:
+    """``names`` and everything they require in this environment (their extras left out)."""
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:  # required on another platform only
+            continue
+        todo += [canonical(r.name) for r in map(Requirement, requires)
+                 if not r.marker or r.marker.evaluate({"extra": ""})]
+    return seen
+
+
+def python_files(folder: str) -> list[str]:
+    return sorted(os.path.join(root, f) for root, _, files in os.walk(os.path.join(REPO, folder))
+                  for f in files if f.endswith(".py"))
+
+
+def imports(path: str, at_import: bool = False) -> set[str]:
+    """The modules a file imports (absolute imports); ``at_import``: only those run when it is imported (not
+    inside a function)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+
+    def walk(node: ast.AST):
+        for child in ast.iter_child_nodes(node):
+            if not (at_import and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
+                yield child
+                yield from walk(child)
+
+    found = set()
+    for node in walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def third_party(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules} - set(sys.stdlib_module_names) - {"tfdist", "__future__"}
+
+
+def test_one_import_name_maps_the_repository_folders_and_every_subpackage():
+    setuptools = pyproject()["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {package: folder for folder, package in CODE_FOLDERS.items()}
+    found = []
+    for folder, package in CODE_FOLDERS.items():
+        for root, _, files in os.walk(os.path.join(REPO, folder)):
+            relative = os.path.relpath(root, os.path.join(REPO, folder))
+            if "__init__.py" in files:
+                found.append(package if relative == "." else f"{package}.{relative.replace(os.sep, '.')}")
+    assert sorted(setuptools["packages"]) == sorted(found)
+    assert {p.split(".")[0] for p in setuptools["packages"]} == {"tfdist"}
+
+
+def test_no_code_imports_the_old_top_level_names():
+    """``operators`` and ``trainer`` are folders of the repository, never import names: a team's own
+    ``plugins/operators/`` package must keep its name."""
+    offenders = [(os.path.relpath(path, REPO), module)
+                 for folder in ("operators", "trainer", "plugins", "dags", "bench", "tests")
+                 for path in python_files(folder) for module in imports(path)
+                 if module.split(".")[0] in CODE_FOLDERS]
+    assert offenders == []
+
+
+def test_the_worker_runtime_never_imports_airflow_and_the_airflow_side_never_imports_tensorflow_at_import():
+    for path in python_files("trainer"):
+        assert not {m for m in imports(path) if m.split(".")[0] == "airflow" or m.startswith("tfdist.operators")}, path
+    for path in python_files("operators"):
+        heavy = {m for m in imports(path, at_import=True) if m.split(".")[0] in ("tensorflow", "keras", "horovod")}
+        assert not heavy, path
+
+
+def test_each_component_installs_what_it_needs_and_nothing_more():
+    """README, "Install into an existing Airflow": the Airflow side with the Kubernetes launcher gets no
+    TensorFlow, a worker gets no Airflow, the CPU and GPU builds of TensorFlow exclude each other."""
+    airflow, kubernetes = requirement_names("airflow"), requirement_names("kubernetes")
+    cpu, gpu, base = requirement_names("cpu"), requirement_names("gpu"), requirement_names()
+    assert "apache-airflow" in airflow and "apache-airflow-providers-cncf-kubernetes" in kubernetes
+    assert not {n for n in airflow | kubernetes if n.startswith("tensorflow")}
+    assert not {n for n in cpu | gpu | base if n.startswith("apache-airflow")}
+    assert "tensorflow-cpu" in cpu and "tensorflow" not in cpu and "tensorflow" in gpu and "tensorflow-cpu" not in gpu
+    gpu_tf, = (Requirement(r) for r in pyproject()["project"]["optional-dependencies"]["gpu"] if "tensorflow" in r)
+    assert gpu_tf.extras == {"and-cuda"}
+
+
+@pytest.mark.parametrize("folder, extra", [("trainer", "cpu"), ("operators", "kubernetes")])
+def test_every_module_the_code_imports_comes_with_its_extra(folder, extra):
+    """The distributions behind each third-party import are required (directly or through what is required);
+    Horovod is built from source (docker/build-horovod-wheel.sh)."""
+    provided = installed_closure(requirement_names(extra))
+    owners = metadata.packages_distributions()
+    missing = {module for path in python_files(folder) for module in third_party(imports(path))
+               if not {canonical(d) for d in owners.get(module, [])} & provided}
+    allowed = {"horovod"} if folder == "trainer" else DEMO_ONLY
+    assert missing <= allowed, missing - allowed
+
+
+def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints():
+    project = pyproject()["project"]
+    requirements = [Requirement(r) for r in project["dependencies"] + sum(
+        (v for k, v in project["optional-dependencies"].items() if k != "dev"), [])]
+    assert not [str(r) for r in requirements if any(s.operator == "==" for s in r.specifier)]
+    ranges = {canonical(r.name): r.specifier for r in requirements}
+    with open(os.path.join(REPO, "constraints.txt")) as f:
+        pinned = {canonical(name): version for name, version in (line.split("==") for line in f.read().split())}
+    for name in ("apache-airflow", "apache-airflow-providers-cncf-kubernetes", "tensorflow-cpu"):
+        assert ranges[name].contains(pinned[name]), name  # what CI and the images install is in range
+    assert not ranges["apache-airflow"].contains("4.0.0") and not ranges["apache-airflow"].contains("3.2.9")
+    assert project["requires-python"] == ">=3.11"
+
+
+def test_provider_info_passes_airflows_schema_and_names_this_distribution():
+    import jsonschema
+
+    from tfdist.operators import operator_modules
+    from tfdist.operators.provider_info import get_provider_info
+
+    info = get_provider_info()
+    import airflow
+
+    with open(os.path.join(os.path.dirname(airflow.__file__), "provider_info.schema.json")) as f:
+        jsonschema.validate(info, json.load(f))
+    project = pyproject()["project"]
+    assert (info["package-name"], info["versions"]) == (project["name"], [project["version"]])
+    assert info["description"] == project["description"]
+    assert operator_modules() == ["tfdist.operators.evaluate", "tfdist.operators.export", "tfdist.operators.prepare",
+                                  "tfdist.operators.train"]
+
+
+PLUGINS = ("from airflow import plugins_manager\n"
+           "plugins, errors = plugins_manager._get_plugins()\n"
+           "print([(p.name, type(p.source).__name__) for p in plugins], errors)")
+
+
+def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_present(tmp_path):
+    """The plugins folder holds plugins/tfdist_plugin.py and tfdist is installed (its entry point): one plugin,
+    from the entry point, and no "already registered" import error."""
+    done = subprocess.run([sys.executable, "-c", PLUGINS], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "[('tfdist', 'EntryPointSource')] {}"
+
+
+def test_the_plugin_declares_its_page_app_and_the_operators_extra_links():
+    from tfdist.operators.export import ExportModelOperator
+    from tfdist.operators.plugin import TfdistPlugin
+
+    assert [type(link) for link in TfdistPlugin.operator_extra_links] == [
+        type(link) for link in ExportModelOperator.operator_extra_links]
+    assert [v["url_route"] for v in TfdistPlugin.external_views] == ["training-runs", "training-runs-of-dag"]
+    assert [a["url_prefix"] for a in TfdistPlugin.fastapi_apps] == ["/tfdist"]
