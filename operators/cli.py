@@ -5,6 +5,7 @@
     tfdist models MODEL_DIR            (the published versions of one model)
     tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
+    tfdist --version
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 
 from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
+from tfdist.operators.provider_info import version
 from tfdist.operators.spec import Spec, SpecError, default_artifact_root, load_spec
 from tfdist.trainer import registry  # file formats only: no TensorFlow
 
@@ -76,6 +78,7 @@ def list_models(model_dir: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tfdist", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="validate a spec file").add_argument("spec")
     plan = sub.add_parser("plan", help="print the resolved plan of one scheduled run")

@@ -66,7 +66,7 @@ def airflow_home(tmp_path_factory) -> str:
     os.environ.update({
         "AIRFLOW_HOME": home,
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),  # the thin file beside the entry point
         "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as recommended: the dag-processor pre-imports tfdist
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     })

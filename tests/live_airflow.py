@@ -51,7 +51,7 @@ class LiveAirflow:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database.url,
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),  # the thin file beside the entry point
             "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__CORE__MULTI_TEAM": "True",

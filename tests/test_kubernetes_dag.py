@@ -41,7 +41,7 @@ def pipelines(tmp_path_factory, digits_root):
                        validation={"thresholds": {"accuracy": {"lower": 0.8}}}, export={"model_name": f"k8s_{mode}"})
              for mode, training in MODES.items()]
     (dags / "k8s_pipelines.py").write_text(
-        '"""Airflow DAGs of the Kubernetes tests."""\nfrom operators import build_dag\n\n'
+        '"""Airflow DAGs of the Kubernetes tests."""\nfrom tfdist.operators import build_dag\n\n'
         f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n")
     saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", f"AIRFLOW_CONN_{CONNECTION.upper()}")}
     os.environ.update({"AIRFLOW__CORE__DAGS_FOLDER": str(dags), f"AIRFLOW_CONN_{CONNECTION.upper()}": json.dumps(

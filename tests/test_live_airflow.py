@@ -38,7 +38,7 @@ DAYS_OF_DATA = 9
 
 
 def dag_file(spec: dict) -> str:
-    return f'"""Airflow DAG for the tests."""\nfrom operators import build_dag\ndag = build_dag({spec!r})\n'
+    return f'"""Airflow DAG for the tests."""\nfrom tfdist.operators import build_dag\ndag = build_dag({spec!r})\n'
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +215,11 @@ def test_plugin_api_requires_airflow_auth_and_finds_runs_under_the_pipelines_own
     assert airflow.request("GET", "/api/v2/dags/other_team_pipeline", user="analyst").status_code == 403
     assert airflow.request("GET", "/tfdist/runs/other_team_pipeline").status_code == 200  # admin
     assert airflow.request("GET", "/tfdist/runs/no_such_pipeline").status_code == 404
+
+    # the installed package's entry point registers the plugin; the plugins folder's thin file adds nothing
+    plugins = airflow.api("GET", "/api/v2/plugins")["plugins"]
+    assert [(p["name"], "EntryPoint" in p["source"]) for p in plugins] == [("tfdist", True)]
+    assert airflow.api("GET", "/api/v2/plugins/importErrors")["import_errors"] == []
 
 
 def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(airflow):
