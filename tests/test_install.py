@@ -1,6 +1,7 @@
 """tfdist installed as a platform team installs it: the wheel built from this tree (``python -m build``), installed
-(not editable) with the constraints file and the extras the README names into a fresh virtual environment, beside
-a team's Airflow project that has its own ``plugins/operators/`` package and a DAG using it. Nothing of tfdist is
+(not editable) with the constraints file and the extras the README names into a fresh virtual environment (or
+into a team's existing Airflow, the oldest release in the package's range), beside a team's Airflow project that
+has its own ``plugins/operators/`` package and a DAG using it. Nothing of tfdist is
 copied into the team's folders; Airflow finds the plugin and the provider through the package's entry points.
 Then the deployment that copies files: the package uninstalled, its ``tfdist/`` folder and the thin plugin file in
 a plugins folder, the plugin registered once from there."""
@@ -17,10 +18,12 @@ import sys
 import zipfile
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from tests.conftest import DAY, REPO
 from tests.test_dag_parse import readme_dag_file
-from tests.test_packaging import pyproject
+from tests.test_packaging import canonical, pinned, pyproject
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.trainer import registry
 
@@ -109,7 +112,36 @@ class Project:
                 for f in names if "__pycache__" not in d and "airflow_home" not in d}
 
 
-def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(tmp_path):
+def oldest_airflow() -> str:
+    """The oldest Airflow release the package's range admits (``>=3.3``: 3.3.0)."""
+    requirement = next(r for r in map(Requirement, pyproject()["project"]["optional-dependencies"]["airflow"])
+                       if r.name == "apache-airflow")
+    lower = Version(next(s.version for s in requirement.specifier if s.operator == ">="))
+    return f"{lower.major}.{lower.minor}.{lower.micro}"
+
+
+def team_constraints(venv: str, path: str) -> str:
+    """constraints.txt for what tfdist adds to a team's environment: its pins of what the team has left out."""
+    frozen = subprocess.run([os.path.join(venv, "bin", "pip"), "freeze"], capture_output=True, text=True,
+                            check=True).stdout
+    installed = {canonical(line.split("==")[0]) for line in frozen.split()}
+    with open(os.path.join(REPO, "constraints.txt")) as f:
+        kept = [line for line in f if canonical(line.split("==")[0]) not in installed]
+    with open(path, "w") as f:
+        f.writelines(kept)
+    return path
+
+
+def pip_install(venv: str, *args: str) -> None:
+    done = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", *args], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("team_airflow", [None, "oldest"], ids=["constraints", "oldest-airflow-in-range"])
+def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(tmp_path, team_airflow):
+    """``constraints``: installed with constraints.txt, the tested set. ``oldest-airflow-in-range``: into a
+    team's existing Airflow, the oldest release the package admits, which the install leaves as it is."""
     wheel = build_wheel(str(tmp_path / "tree"), str(tmp_path / "dist"))
     with zipfile.ZipFile(wheel) as z:
         top_level = {name.split("/")[0] for name in z.namelist()}
@@ -117,11 +149,12 @@ def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(t
 
     venv = str(tmp_path / "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    constraints = os.path.join(REPO, "constraints.txt")
+    if team_airflow:  # the team's Airflow, resolved as pip resolves it today
+        pip_install(venv, f"apache-airflow=={oldest_airflow()}")
+        constraints = team_constraints(venv, str(tmp_path / "team-constraints.txt"))
     extras = readme_install_extras("Airflow, local launcher")
-    done = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", f"{wheel}[{extras}]",
-                           "--constraint", os.path.join(REPO, "constraints.txt")], capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    pip_install(venv, f"{wheel}[{extras}]", "--constraint", constraints)
 
     artifacts = str(tmp_path / "artifacts")
     write_digits_partitions(os.path.join(artifacts, "raw", "digits"), DAY, 3)
@@ -132,6 +165,8 @@ def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(t
             f.write(text)
     ours = project.files()
 
+    airflow_version = project.run("airflow", "version").split()[-1]
+    assert airflow_version == (oldest_airflow() if team_airflow else pinned("apache-airflow"))  # never upgraded
     project.run("airflow", "db", "migrate")
     assert project.json("dags", "list-import-errors", "--local") == []
     assert {d["dag_id"] for d in project.json("dags", "list", "--local")} == {"team_etl", "digits_cnn"}

@@ -47,6 +47,14 @@ def requirement_names(*extras: str) -> set[str]:
     return names
 
 
+@cache
+def pinned(name: str) -> str:
+    """The version constraints.txt pins ``name`` to."""
+    with open(os.path.join(REPO, "constraints.txt")) as f:
+        versions = {canonical(n): v for n, v in (line.split("==") for line in f.read().split())}
+    return versions[canonical(name)]
+
+
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -169,10 +177,8 @@ def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints()
         (v for k, v in project["optional-dependencies"].items() if k != "dev"), [])]
     assert not [str(r) for r in requirements if any(s.operator == "==" for s in r.specifier)]
     ranges = {canonical(r.name): r.specifier for r in requirements}
-    with open(os.path.join(REPO, "constraints.txt")) as f:
-        pinned = {canonical(name): version for name, version in (line.split("==") for line in f.read().split())}
     for name in ("apache-airflow", "apache-airflow-providers-cncf-kubernetes", "tensorflow-cpu"):
-        assert ranges[name].contains(pinned[name]), name  # what CI and the images install is in range
+        assert ranges[name].contains(pinned(name)), name  # what CI and the images install is in range
     assert not ranges["apache-airflow"].contains("4.0.0") and not ranges["apache-airflow"].contains("3.2.9")
     assert project["requires-python"] == ">=3.11"
 
