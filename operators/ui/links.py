@@ -26,4 +26,3 @@ class PublishedVersionLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         result = BaseXCom.get_value(ti_key=ti_key, key="return_value") or {}
         return page_url(ti_key.dag_id, run=ti_key.run_id, version=result["version"]) if "version" in result else ""
-
