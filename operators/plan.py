@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import string
 import sys
 from dataclasses import dataclass, field, replace
@@ -14,10 +13,7 @@ from typing import Any
 from croniter import croniter
 
 from tfdist.operators.spec import Spec
-from tfdist.trainer.contract import RunLayout, stage_command
-
-STAGES = ("prepare_data", "train", "evaluate", "export")
-
+from tfdist.trainer.contract import RunLayout, run_path, stage_command
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
@@ -34,21 +30,6 @@ def manual_interval(schedule: str | None, run_after: dt.datetime) -> tuple[dt.da
         return end - dt.timedelta(days=1), end
     end = run_after if croniter.match(schedule, run_after) else croniter(schedule, run_after).get_prev(dt.datetime)
     return croniter(schedule, end).get_prev(dt.datetime), end
-
-
-def run_key(run_id: str) -> str:
-    """The run's directory name: its run_id with characters unsafe in paths replaced."""
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", run_id).strip("_")
-
-
-def runs_root(artifact_root: str, dag_id: str) -> str:
-    """Where a pipeline's run directories live under its artifact root."""
-    return os.path.join(artifact_root, dag_id, "runs")
-
-
-def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
-    """One run's directory: keyed by its pipeline and run, never by wall-clock time."""
-    return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ import requests
 import yaml
 
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.operators.plan import run_path
 from tfdist.operators.report import format_runs, list_runs
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tfdist.trainer import registry
 from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import run_path
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))

@@ -5,17 +5,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfdist.operators import plan as plan_module
 from tfdist.operators.backends.mpi import HOST_DISCOVERY_SCRIPT
-from tfdist.operators.plan import RunContext, Stage, build_plan, run_key, tf_config, version_base
+from tfdist.operators.plan import RunContext, Stage, build_plan, tf_config, version_base
 from tfdist.operators.spec import load_spec
+from tfdist.trainer.contract import run_key, run_path
 from tests.conftest import REPO, make_spec
 
 UTC = dt.timezone.utc
@@ -26,7 +30,8 @@ CTX = RunContext("digits_test", "scheduled__2026-11-20T00:00:00+00:00",
 def test_stages_and_run_scoped_paths(tmp_path):
     plan = build_plan(load_spec(make_spec(str(tmp_path))), CTX, python="python")
     assert [s.task_id for s in plan.stages] == ["prepare_data", "train", "evaluate", "export"]
-    assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/scheduled__2026-11-20T00_00_00_00_00"
+    assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/{run_key(CTX.run_id)}"
+    assert run_key(CTX.run_id).startswith("scheduled__2026-11-20T00_00_00_00_00-")
     for stage in plan.stages:
         for process in stage.processes:
             assert isinstance(process.argv, tuple) and all(isinstance(a, str) for a in process.argv)
@@ -84,8 +89,31 @@ def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
                           "task": {"type": "worker", "index": 2}}
 
 
-def test_run_key_is_safe_for_paths():
-    assert run_key("manual__2026-11-22T03:19:01.713668+00:00") == "manual__2026-11-22T03_19_01.713668_00_00"
+AIRFLOW_RUN_IDS = st.from_regex(r"\A[A-Za-z0-9_.~:+-]{1,250}\Z")
+"""Run ids Airflow's default ``allowed_run_id_pattern`` accepts (a run id is at most 250 characters)."""
+
+
+def inside_runs_root(run_id: str) -> bool:
+    root = os.path.join(os.sep, "artifacts", "dag", "runs")
+    path = run_path(os.path.join(os.sep, "artifacts"), "dag", run_id)
+    return os.path.dirname(os.path.normpath(path)) == root and os.path.basename(path) == run_key(run_id)
+
+
+def test_run_key_keeps_a_readable_prefix_and_no_run_id_escapes_or_shares_a_directory():
+    assert run_key("manual__2026-11-22T03:19:01.713668+00:00").startswith("manual__2026-11-22T03_19_01_713668_00_00-")
+    for escape in ("..", ".", "../../x", "~"):  # a trigger chooses the run id
+        assert run_key(escape) not in ("", ".", "..") and inside_runs_root(escape)
+    # the scheduled run's id, and a triggered id that read the same once sanitized
+    assert run_key("scheduled__2026-11-20T00:00:00+00:00") != run_key("scheduled__2026-11-20T00_00_00_00_00")
+
+
+@settings(max_examples=500, deadline=None)
+@given(AIRFLOW_RUN_IDS, AIRFLOW_RUN_IDS)
+def test_distinct_run_ids_get_distinct_keys_inside_the_runs_directory(first, second):
+    assert inside_runs_root(first) and len(run_key(first)) <= 255  # a file name's limit
+    twin = re.sub(r"[^A-Za-z0-9_-]", "_", first)  # the same readable prefix as ``first``
+    for other in (second, twin):
+        assert (run_key(first) == run_key(other)) == (first == other)
 
 
 def test_plan_command_prints_every_process_without_running_anything(tmp_path):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import time
 
-from tfdist.operators.report import AirflowRun, Backfill, overview
+from tfdist.operators.report import AirflowRun, Backfill, list_runs, overview
 from tfdist.operators.ui import page_url
 from tfdist.trainer.artifacts import write_json_atomic
-from tfdist.trainer.contract import RunLayout, TrainProgress
+from tfdist.trainer.contract import RunLayout, TrainProgress, run_key
 from tfdist.trainer.gate import checks, failures
 
 DAG = "digits"
@@ -90,3 +90,14 @@ def test_links_lead_into_airflows_ui_under_its_base_path(monkeypatch):
         "/plugin/training-runs/tfdist/ui/digits?run=manual__2026-11-24T10%3A00%3A00%2B00%3A00")
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/ml/")
     assert page_url("digits", version=7) == "/ml/plugin/training-runs/ml/tfdist/ui/digits?version=7"
+
+
+def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path):
+    """Before 0.2.0 a run's directory was its run id with unsafe characters replaced: such directories are
+    found by their run record, not by their name."""
+    old = "scheduled__2026-11-17T00_00_00_00_00"
+    write_run(str(tmp_path), old, "scheduled__2026-11-17T00:00:00+00:00", "2026-11-17T00:00:00+00:00", 0.95, 1)
+    new = write_run(str(tmp_path), run_key("manual__x"), "manual__x", "2026-11-18T00:00:00+00:00", 0.96, 2)
+    listed = {r["run_id"]: r["run_dir"] for r in list_runs(DAG, [str(tmp_path)])}
+    assert listed == {"scheduled__2026-11-17T00:00:00+00:00": os.path.join(tmp_path, DAG, "runs", old),
+                      "manual__x": new.run_dir}

@@ -11,6 +11,7 @@ Airflow side never reads the artifact volume."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -39,6 +40,28 @@ def stage_command(python: str, stage: str) -> list[str]:
     """How a worker process starts the stage ``stage`` (``prepare``, ``train``, ``evaluate``, ``export``, ``pod``):
     ``python -m tfdist.trainer.<stage>``, the module path taken from this package wherever it is installed."""
     return [python, "-m", f"{__package__}.{stage}"]
+
+
+RUN_KEY_READABLE = 64
+"""At most this many characters of a run id stay readable in its run key."""
+
+
+def run_key(run_id: str) -> str:
+    """A run's directory name, one-to-one with its exact run id, whoever chose it (a trigger may): up to
+    RUN_KEY_READABLE characters of it to read (letters, digits, '_' and '-'; others become '_'), then a hash of
+    all of it. Never empty, '.' or '..', never more than one path component."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", run_id)[:RUN_KEY_READABLE] or "run"
+    return f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}"
+
+
+def runs_root(artifact_root: str, dag_id: str) -> str:
+    """Where a pipeline's run directories live under its artifact root."""
+    return os.path.join(artifact_root, dag_id, "runs")
+
+
+def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
+    """One run's directory: keyed by its pipeline and run, never by wall-clock time."""
+    return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
-from tfdist.operators.plan import run_path
 from tfdist.operators.report import AirflowRun, Backfill, overview, progress
+from tfdist.trainer.contract import run_path
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
 NO_CACHE = {"Cache-Control": "no-cache"}  # a plugin upgrade shows at the next load
