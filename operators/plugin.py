@@ -1,39 +1,38 @@
 """The tfdist Airflow plugin, registered by the ``airflow.plugins`` entry point of the installed package: the
 training-runs page (``tfdist.operators.ui``) in the Airflow UI, in its navigation and as a tab of every DAG,
 with the data routes behind it on the API server (``<base>/tfdist``, see ``tfdist.operators.ui.api``: Airflow's
-authentication and DAG permissions apply), and the operators' extra links."""
+authentication and DAG permissions apply). The operators' extra links are declared by the provider info."""
 
-import importlib
+import sys
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from airflow.plugins_manager import AirflowPlugin
 
-from tfdist.operators.provider_info import EXTRA_LINKS
+from tfdist.operators import provider_info, ui
 from tfdist.operators.ui import APP_PREFIX, NAV_ROUTE, base_path
+
+
+def importing_airflow_ourselves() -> bool:
+    """Whether a module of tfdist's Airflow side is importing Airflow, which loads this plugin: the DAG
+    builder is then being imported by that module, and importing it from here would find it half done."""
+    own = {__name__, provider_info.__name__, ui.__name__}
+    return any(name.startswith(f"{__package__}.") and name not in own for name in sys.modules)
+
 
 # With "[core] lazy_load_plugins = False", every Airflow process loads this plugin when it imports
 # Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
 # per parse (README, "Performance").
-try:
+if not importing_airflow_ourselves():
     import tfdist.operators.dag  # noqa: F401
     from tfdist.operators.params import warm_up
 
     warm_up()
-except ImportError as exc:  # Airflow is being imported by one of our own modules: it warms up nothing here
-    if f"partially initialized module '{__package__}." not in str(exc):
-        raise
 
 
 def registered_by_entry_point() -> bool:
     """Whether an installed tfdist registers this plugin through its ``airflow.plugins`` entry point."""
     return any(point.module == __name__ for point in entry_points(group="airflow.plugins"))
-
-
-def extra_links() -> list[type]:
-    """The operators' extra link classes."""
-    return [getattr(importlib.import_module(module), name) for module, _, name in
-            (path.rpartition(".") for path in EXTRA_LINKS)]
 
 
 def build_app() -> Any:
@@ -67,4 +66,3 @@ class TfdistPlugin(AirflowPlugin):
     name = "tfdist"
     fastapi_apps = [{"app": BuiltOnFirstRequest(build_app), "url_prefix": APP_PREFIX, "name": "tfdist training runs"}]
     external_views = page_views()
-    operator_extra_links = [link() for link in extra_links()]

@@ -215,11 +215,22 @@ def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_
     assert done.stdout.split("\n")[0] == "[('tfdist', 'EntryPointSource')] {}"
 
 
-def test_the_plugin_declares_its_page_app_and_the_operators_extra_links():
+@pytest.mark.parametrize("first", ["dag", "params", "base", "ui.links"])
+def test_the_plugin_loads_whichever_module_of_ours_imports_airflow_first(first, tmp_path):
+    """A DAG file or a script that imports one of tfdist's modules before Airflow makes Airflow load the plugin
+    while that module is half imported: the plugin then leaves the DAG builder to it."""
+    code = f"import tfdist.operators.{first}\n{PLUGINS}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "[('tfdist', 'EntryPointSource')] {}"
+
+
+def test_the_plugin_serves_the_page_and_the_provider_declares_the_operators_extra_links():
     from tfdist.operators.export import ExportModelOperator
     from tfdist.operators.plugin import TfdistPlugin
+    from tfdist.operators.provider_info import EXTRA_LINKS
 
-    assert [type(link) for link in TfdistPlugin.operator_extra_links] == [
-        type(link) for link in ExportModelOperator.operator_extra_links]
+    assert EXTRA_LINKS == [f"{type(link).__module__}.{type(link).__name__}"
+                           for link in ExportModelOperator.operator_extra_links]
     assert [v["url_route"] for v in TfdistPlugin.external_views] == ["training-runs", "training-runs-of-dag"]
     assert [a["url_prefix"] for a in TfdistPlugin.fastapi_apps] == ["/tfdist"]
