@@ -17,6 +17,8 @@ import json
 import os
 import time
 
+from tfdist.trainer.contract import MANIFEST
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -43,7 +45,7 @@ def main() -> None:
         first = not strategy.cluster_resolver.task_id
     with open(args.spec) as f:
         spec = json.load(f)
-    with open(os.path.join(args.data, "manifest.json")) as f:
+    with open(os.path.join(args.data, MANIFEST)) as f:
         manifest = json.load(f)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_model(spec, manifest)

@@ -19,6 +19,8 @@ import json
 import os
 import time
 
+from tfdist.trainer.contract import MANIFEST
+
 
 def pin_to_own_cores(mode: str) -> int:
     """Pin this process to its block of the cores by its local index; the block's size (0: not pinned)."""
@@ -60,7 +62,7 @@ def main() -> None:
 
     with open(args.spec) as f:
         spec = json.load(f)
-    with open(os.path.join(args.data, "manifest.json")) as f:
+    with open(os.path.join(args.data, MANIFEST)) as f:
         manifest = json.load(f)
     global_batch = spec["training"]["global_batch_size"]
     files = data.shard_paths(args.data, manifest, "train")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tfdist.operators.backends import train_stage
 from tfdist.operators.backends.mpi import ONE_HOST_TUNING
-from tfdist.trainer.contract import record_run
+from tfdist.trainer.contract import MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import Process, RunContext, Stage, build_plan
@@ -113,7 +113,7 @@ class Training:
         prepared = self.plan("prepare", {})
         run_stage(prepared.stage("prepare_data"))
         self.data, self.spec_file = prepared.layout.data_dir, prepared.layout.spec_file
-        with open(os.path.join(self.data, "manifest.json")) as f:
+        with open(os.path.join(self.data, MANIFEST)) as f:
             examples = json.load(f)["train"]["examples"]
         self.steps = budget.epochs * (examples // self.spec["training"]["global_batch_size"])
 

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, tf_config, version_base
+from tfdist.operators.plan import RunContext, build_plan, process_tf_config, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
 from tfdist.operators.spec import Spec, SpecError, default_artifact_root, load_spec
 from tfdist.trainer import registry  # file formats only: no TensorFlow
@@ -60,7 +60,7 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
             print(f"  [{p.name}] argv: {json.dumps(list(p.argv))}")
             env = dict(p.env)
             if stage.tf_cluster:
-                env["TF_CONFIG"] = tf_config(stage, addresses, p)
+                env["TF_CONFIG"] = process_tf_config(stage, addresses, p)
             for key, value in env.items():
                 print(f"  [{p.name}] env {key}={value}")
             if p.gpus:

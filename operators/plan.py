@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import string
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 from croniter import croniter
 
 from tfdist.operators.spec import Spec
-from tfdist.trainer.contract import RunLayout, run_path, stage_command
+from tfdist.trainer.contract import THREADS_ENV, RunLayout, run_path, stage_command, tf_config
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
@@ -151,12 +150,12 @@ class Plan:
                 "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat()}
 
 
-def tf_config(stage: Stage, addresses: dict[str, str], process: Process) -> str:
+def process_tf_config(stage: Stage, addresses: dict[str, str], process: Process) -> str:
     """TF_CONFIG for one process of a TF cluster; ``addresses`` maps process name → host:port."""
     cluster: dict[str, list[str]] = {}
     for p in stage.processes:
         cluster.setdefault(p.role, []).append(addresses[p.name])
-    return json.dumps({"cluster": cluster, "task": {"type": process.role, "index": process.index}})
+    return tf_config(cluster, process.role, process.index)
 
 
 def version_base(ctx: RunContext) -> int:
@@ -173,7 +172,7 @@ def available_cores() -> list[int]:
 
 def threads_per_process(spec: Spec, processes: int) -> dict[str, str]:
     """Environment giving each of ``processes`` training processes its share of this machine's cores."""
-    return {"TFDIST_THREADS": str(spec.training.cpus_per_worker or max(1, len(available_cores()) // processes))}
+    return {THREADS_ENV: str(spec.training.cpus_per_worker or max(1, len(available_cores()) // processes))}
 
 
 def own_cores(spec: Spec, processes: int) -> list[str]:

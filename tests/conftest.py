@@ -137,7 +137,7 @@ def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
 
 def steps_of(plan, epochs: int) -> int:
     """The steps of ``epochs`` over the run's prepared training data, at the global batch of 64."""
-    return read_json(os.path.join(plan.layout.data_dir, "manifest.json"))["train"]["examples"] // 64 * epochs
+    return read_json(plan.layout.manifest_file)["train"]["examples"] // 64 * epochs
 
 
 def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:

@@ -41,7 +41,7 @@ def test_changed_shards_and_a_cut_checkpoint_are_refused_before_use_naming_the_f
     plan = plan_for(digits_root, "data_changed", training={"epochs": 2})  # its own data: it is damaged below
     run(plan, "prepare_data")
     run(plan, "train")
-    shards = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
+    shards = read_json(plan.layout.manifest_file)
     shard = {split: [os.path.join(plan.layout.data_dir, s["file"]) for s in shards[split]["shards"]]
              for split in ("train", "eval")}
     cases = [("train", shard["train"][1], "sha256", flip_a_byte), ("train", shard["train"][0], "missing", os.remove),

@@ -80,7 +80,7 @@ def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_dis
     assert a.layout.run_dir != b.layout.run_dir and a.model_dir == b.model_dir
     for plan in concurrent_runs:
         assert read_json(plan.layout.run_file)["run_id"] == plan.context.run_id
-        assert read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["run_id"] == plan.context.run_id
+        assert read_json(plan.layout.blessing_file)["run_id"] == plan.context.run_id
         result = read_json(plan.layout.result("train"))
         assert result["checkpoint"].startswith(plan.layout.checkpoint_dir) and result["resumed_from_step"] == 0
     published = {m["run_id"]: m["version"] for m in registry.versions(a.model_dir)}

@@ -68,7 +68,7 @@ def test_a_worker_killed_at_random_fails_the_stage_fast_and_the_retry_resumes_to
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert len(digests) == (1 if mode == "parameter_server" else 2) and len(set(digests.values())) == 1, digests
     run(plan, "evaluate")
-    blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
+    blessing = read_json(plan.layout.blessing_file)
     assert blessing["blessed"], blessing
     fault_figures("1 worker killed, then the retry", mode, killed_at_step=killer.step,
                   seconds_to_stop_the_rest=round(stopped_after, 2), steps_redone=steps_redone,

@@ -28,7 +28,7 @@ def train_and_evaluate(root: str, run_id: str, day: dt.date, training: dict, **s
     plan = prepared_plan(root, run_id, day, training=training, validation=GATE, **sections)
     for task_id in ("train", "evaluate"):
         run(plan, task_id)
-    return plan, read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
+    return plan, read_json(plan.layout.blessing_file)
 
 
 @pytest.mark.e2e
@@ -73,7 +73,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     for task_id in ("train", "evaluate"):
         run(plan, task_id)
     result = read_json(plan.layout.result("train"))
-    blessing = read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))
+    blessing = read_json(plan.layout.blessing_file)
     assert [c["step"] for c in blessing["candidates"]] == [40, 60, 76]  # keep_checkpoints = 3, every 20 steps
     assert blessing["metrics"]["loss"] == min(c["metrics"]["loss"] for c in blessing["candidates"])
     assert blessing["checkpoint"] in [c["checkpoint"] for c in blessing["candidates"]]
@@ -83,7 +83,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     with pytest.raises(StageFailed, match="integrity check 'step' failed") as failure:
         run(plan, "evaluate")
     assert failure.value.returncode == EXIT_REFUSED
-    assert read_json(os.path.join(plan.layout.eval_dir, "blessing.json"))["integrity"]["failed"] == "step"
+    assert read_json(plan.layout.blessing_file)["integrity"]["failed"] == "step"
     write_json_atomic(plan.layout.result("train"), result)
 
     # the other checks, called as the stage calls them
@@ -95,7 +95,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     from tfdist.trainer.models import restore_model
 
     spec = read_json(plan.layout.spec_file)
-    manifest_path = os.path.join(plan.layout.data_dir, "manifest.json")
+    manifest_path = plan.layout.manifest_file
     manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
 
     def check_fails_with(check: str, train_result: dict = result) -> None:

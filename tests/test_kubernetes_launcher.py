@@ -344,12 +344,12 @@ def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, 
     result, lines = launch(pods, "prepare_data")
     assert any(re.search(r"^\[prepare-0\] read 4581 rows from 3 file\(s\) by 2 writer\(s\) \(pods\)$", line)
                for line in lines), lines
-    shards = {split: read_json(os.path.join(plan.layout.data_dir, "manifest.json"))[split]
+    shards = {split: read_json(plan.layout.manifest_file)[split]
               for plan in (local, pods) for split in ("train", "eval")}
-    assert shards and result["train_examples"] == read_json(os.path.join(local.layout.data_dir, "manifest.json")
+    assert shards and result["train_examples"] == read_json(local.layout.manifest_file
                                                               )["train"]["examples"]
-    assert read_json(os.path.join(pods.layout.data_dir, "manifest.json"))["train"] == read_json(
-        os.path.join(local.layout.data_dir, "manifest.json"))["train"]
+    assert read_json(pods.layout.manifest_file)["train"] == read_json(
+        local.layout.manifest_file)["train"]
     assert not os.path.exists(os.path.join(pods.layout.run_dir, "prepare_data", "pods-try-1"))
 
     root = str(tmp_path)

@@ -113,10 +113,10 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
     assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": name}
     command = pod_spec["containers"][0]["command"]
     cluster = command[command.index("--cluster") + 1]
-    roles = [json.loads(pod.tf_config(name, cluster, k))["task"] for k in range(5)]
+    roles = [json.loads(pod.pod_tf_config(name, cluster, k))["task"] for k in range(5)]
     assert roles == [{"type": "chief", "index": 0}, {"type": "ps", "index": 0}, {"type": "ps", "index": 1},
                      {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
-    config = json.loads(pod.tf_config(name, cluster, 3))
+    config = json.loads(pod.pod_tf_config(name, cluster, 3))
     assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
     # the pod runs the same training command as a local cluster member, through tfdist.trainer.pod, watching for hangs
     assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)

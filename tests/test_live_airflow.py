@@ -29,7 +29,7 @@ from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tfdist.trainer import registry
 from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import run_path
+from tfdist.trainer.contract import BLESSING, MANIFEST, run_path
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -94,7 +94,7 @@ def serving_accuracy(export_path: str, data_dir: str) -> float:
 
     signature = tf.saved_model.load(export_path).signatures["serving_default"]
     correct = total = 0
-    for features, labels in eval_dataset(tf, data_dir, read_json(os.path.join(data_dir, "manifest.json"))):
+    for features, labels in eval_dataset(tf, data_dir, read_json(os.path.join(data_dir, MANIFEST))):
         predicted = np.argmax(signature(pixel=features["pixel"])["probabilities"].numpy(), axis=1)
         correct += int((predicted == labels.numpy()).sum())
         total += len(predicted)
@@ -180,7 +180,7 @@ def test_backfill_experiment_compares_each_date_with_what_was_live_then(airflow,
     assert [str(v["version"])[:8] for v in versions] == [r["data_interval_end"][:10].replace("-", "") for r in backfill]
     # the later date is compared, on its own eval data, with the version live as of its date: the earlier one's
     blessings = [read_json(os.path.join(run_path(airflow.backfill_root, "digits_backfill", r["dag_run_id"]), "eval",
-                                        "blessing.json")) for r in backfill]
+                                        BLESSING)) for r in backfill]
     assert blessings[0]["baseline"] is None
     for earlier, blessing in zip(versions, blessings[1:]):
         assert blessing["baseline"]["version"] == earlier["version"], blessing["report"]
@@ -243,7 +243,7 @@ def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(ai
     (version,) = registry.versions(os.path.join(airflow.root, "models", "team_a"))
     unvalidated = "none: published without a gate (validation.allow_unvalidated)"
     assert version["gate"] == unvalidated == version["blessing"]["gate"]
-    blessing = read_json(os.path.join(run_path(airflow.root, "team_a", runs["team_a"]), "eval", "blessing.json"))
+    blessing = read_json(os.path.join(run_path(airflow.root, "team_a", runs["team_a"]), "eval", BLESSING))
     assert blessing["gate"] == unvalidated and blessing["blessed"]
     evaluate = airflow.task_log("team_a", runs["team_a"], "evaluate")
     assert "no gate: validation.allow_unvalidated is set" in evaluate and "published without a gate" in evaluate

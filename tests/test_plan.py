@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tfdist.operators import plan as plan_module
 from tfdist.operators.backends.mpi import HOST_DISCOVERY_SCRIPT
-from tfdist.operators.plan import RunContext, Stage, build_plan, tf_config, version_base
+from tfdist.operators.plan import RunContext, Stage, build_plan, process_tf_config, version_base
 from tfdist.operators.spec import load_spec
 from tfdist.trainer.contract import run_key, run_path
 from tests.conftest import REPO, make_spec
@@ -84,7 +84,7 @@ def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
     assert stage.tf_cluster and [p.name for p in stage.processes] == ["worker-0", "worker-1", "worker-2"]
     assert all(p.gpus == 2 for p in stage.processes)
     addresses = {p.name: f"127.0.0.1:{9000 + p.index}" for p in stage.processes}
-    configs = [json.loads(tf_config(stage, addresses, p)) for p in stage.processes]
+    configs = [json.loads(process_tf_config(stage, addresses, p)) for p in stage.processes]
     assert configs[2] == {"cluster": {"worker": ["127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9002"]},
                           "task": {"type": "worker", "index": 2}}
 
@@ -165,7 +165,7 @@ def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
     assert [p.name for p in stage.processes] == ["chief-0", "ps-0", "worker-0", "worker-1"]
     assert stage.servers == ("ps", "worker") and [p.gpus for p in stage.processes] == [0, 0, 1, 1]
     addresses = {p.name: f"h:{n}" for n, p in enumerate(stage.processes)}
-    config = json.loads(tf_config(stage, addresses, stage.processes[1]))
+    config = json.loads(process_tf_config(stage, addresses, stage.processes[1]))
     assert config == {"cluster": {"chief": ["h:0"], "ps": ["h:1"], "worker": ["h:2", "h:3"]},
                       "task": {"type": "ps", "index": 0}}
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO, make_spec
 from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
@@ -48,23 +48,23 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
     out = str(tmp_path / "run" / "data")
     result = prepare(npz_spec(str(tmp_path)), out, npz_input)
     assert result.returncode == 0, result.stderr
-    manifest = read_json(os.path.join(out, "manifest.json"))
+    manifest = read_json(os.path.join(out, MANIFEST))
     assert manifest["train"]["examples"] + manifest["eval"]["examples"] == 300
     assert 0.15 < manifest["eval"]["examples"] / 300 < 0.35
     assert [s["file"] for s in manifest["train"]["shards"]] == ["train-00000-of-00002.tfrecord",
                                                                 "train-00001-of-00002.tfrecord"]
     assert len(manifest["stats"]["image"]["mean"]) == 16 and len(manifest["stats"]["size"]["mean"]) == 1
-    assert sorted(os.listdir(out)) == sorted(["manifest.json"] + [s["file"] for s in
+    assert sorted(os.listdir(out)) == sorted([MANIFEST] + [s["file"] for s in
                                              manifest["train"]["shards"] + manifest["eval"]["shards"]])
 
     again = prepare(npz_spec(str(tmp_path)), out, npz_input)
     assert again.returncode == 0 and "reusing prepared data" in again.stdout
-    assert read_json(os.path.join(out, "manifest.json")) == manifest
+    assert read_json(os.path.join(out, MANIFEST)) == manifest
 
     np.savez(npz_input, image=np.zeros((10, 4, 4)), size=np.zeros(10), label=np.zeros(10, int))
     refused = prepare(npz_spec(str(tmp_path)), out, npz_input)
     assert refused.returncode == EXIT_REFUSED and "holds data prepared from other input" in refused.stderr
-    assert read_json(os.path.join(out, "manifest.json")) == manifest  # nothing already produced is lost
+    assert read_json(os.path.join(out, MANIFEST)) == manifest  # nothing already produced is lost
 
 
 def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path, npz_input):
@@ -77,7 +77,7 @@ def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path
     assert result.returncode == 0, result.stderr
     line = r"^throughput: 300 records, [\d.]+ MB in [\d.]+s: \d+ records/s, [\d.]+ MB/s$"
     assert re.search(line, result.stdout, re.M)
-    manifest = read_json(os.path.join(out, "manifest.json"))
+    manifest = read_json(os.path.join(out, MANIFEST))
     files = shard_paths(out, manifest, "train") + shard_paths(out, manifest, "eval")
     features, labels = parse_fn(tf, manifest)(tf.data.TFRecordDataset(files).batch(1000).get_single_element())
     written = np.column_stack([features["image"].numpy().reshape(-1, 16), features["size"], labels])

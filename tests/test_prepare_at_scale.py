@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 from tests.conftest import REPO, make_spec
 from tfdist.trainer import readers
 from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
 
 FEATURES = [{"name": "pixel", "shape": [64]}]
 
@@ -182,7 +182,7 @@ def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None
 
 
 def shards_of(out: str) -> tuple[list, dict]:
-    manifest = read_json(os.path.join(out, "manifest.json"))
+    manifest = read_json(os.path.join(out, MANIFEST))
     shards = [(s["file"], s["sha256"], s["examples"]) for split in ("train", "eval") for s in manifest[split]["shards"]]
     return shards, {k: manifest[k] for k in ("stats", "class_counts")}
 
@@ -209,7 +209,7 @@ def test_every_format_and_any_number_of_writers_give_the_same_shards(tmp_path):
                             prepare_processes=processes)
         assert done.returncode == 0, done.stderr
         assert f"read 1797 rows from 3 file(s) by {processes} writer(s) (processes)" in done.stdout
-        assert sorted(os.listdir(out)) == sorted(["manifest.json", *(f for f, _, _ in shards_of(out)[0])])
+        assert sorted(os.listdir(out)) == sorted([MANIFEST, *(f for f, _, _ in shards_of(out)[0])])
         reference = reference or shards_of(out)
         assert shards_of(out) == reference, name
 
@@ -275,7 +275,7 @@ def test_an_s3_source_is_read_from_an_s3_server_as_from_local_files(tmp_path, s3
     local, local_out = prepare(root, "local", "csv", paths)
     assert local.returncode == 0, local.stderr
     assert shards_of(out) == shards_of(local_out)
-    assert [i["path"] for i in read_json(os.path.join(out, "manifest.json"))["inputs"]] == [
+    assert [i["path"] for i in read_json(os.path.join(out, MANIFEST))["inputs"]] == [
         f"s3://logs/digits/2026-11-20/part-{k}.csv" for k in range(3)]
 
 

@@ -32,7 +32,7 @@ def write_run(root: str, key: str, run_id: str, end: str, accuracy: float | None
     blessing = {"blessed": not failures(rows), "gate": "value thresholds", "metrics": metrics,
                 "thresholds": THRESHOLDS, "change_thresholds": CHANGE, "baseline": baseline, "failures": failures(rows),
                 "report": ["validated"]}
-    write_json_atomic(os.path.join(layout.eval_dir, "blessing.json"), blessing | ({"checks": rows} if with_checks else {}))
+    write_json_atomic(layout.blessing_file, blessing | ({"checks": rows} if with_checks else {}))
     if version:
         path = os.path.join(root, "models", "digits", str(version))
         write_json_atomic(layout.result("export"), {"version": version, "path": path})

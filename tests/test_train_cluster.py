@@ -24,7 +24,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     launcher, lines = run(plan, "train")
     assert_all_stopped(launcher)
     result = read_json(plan.layout.result("train"))
-    manifest = read_json(os.path.join(plan.layout.data_dir, "manifest.json"))
+    manifest = read_json(plan.layout.manifest_file)
     steps_per_epoch = manifest["train"]["examples"] // 64
     assert result["final_step"] == 4 * steps_per_epoch and result["workers"] == 2
     assert result["metrics"]["accuracy"] > 0.8 and result["examples_per_sec"] > 0

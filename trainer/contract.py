@@ -30,10 +30,21 @@ EXIT_HUNG = 4
 message."""
 RESULT_MAX_BYTES = 4096
 """The most a termination message holds (the kubelet truncates beyond)."""
+CORES_ENV, THREADS_ENV = "TFDIST_CORES", "TFDIST_THREADS"
+"""Environment of a training process: the cores it pins itself to ('0', '2,3'; Horovod ranks: one block per
+local rank, ';'-separated) and its thread budget."""
+HOSTS_ENV = "TFDIST_HOROVOD_HOSTS"
+"""Elastic Horovod: the job's hosts, 'host:slots' comma-separated, read by trainer/horovod_hosts.sh (which
+spells it again: a shell script) and by each rank to find its block of cores."""
 SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
 """Environment of a pod: the run's effective spec and run record (JSON), recorded by the pod itself."""
 TF_PORT, RENDEZVOUS_PORT = 2222, 2223
 TERMINATION_LOG = "/dev/termination-log"
+
+
+def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
+    """TF_CONFIG of one TF cluster member: every member's address by role, and its own task."""
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
 
 
 def stage_command(python: str, stage: str) -> list[str]:
@@ -64,6 +75,11 @@ def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
     return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
 
 
+MANIFEST, BLESSING = "manifest.json", "blessing.json"
+"""In the data directory, what prepare_data produced (shards, counts, hashes, statistics); in the eval
+directory, the gate's decision."""
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Where one run's artifacts live: ``<artifact root>/<pipeline>/runs/<run key>/``."""
@@ -77,6 +93,8 @@ class RunLayout:
     eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
     heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
     progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
+    manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
+    blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
 
     def result(self, task_id: str) -> str:
         """The result record of the stage ``task_id``."""

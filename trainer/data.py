@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.trainer.artifacts import read_json, sha256_file
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
 from tfdist.trainer.runtime import fail
 
 MANIFEST_VERSION = 2
@@ -76,7 +76,7 @@ def verified_manifest(data_dir: str, *splits: str) -> dict[str, Any]:
     """The data manifest, once every shard of ``splits`` is as prepare_data wrote it: present, of its size, of its
     sha256 (streamed, after the size: a cut shard costs no hashing). Otherwise refuse (EXIT_REFUSED), naming the
     file, the check and the fix, before anything reads the data."""
-    manifest_path = os.path.join(data_dir, "manifest.json")
+    manifest_path = os.path.join(data_dir, MANIFEST)
     if not os.path.exists(manifest_path):
         _refuse(manifest_path, "missing", "the file does not exist")
     manifest = read_json(manifest_path)

@@ -19,7 +19,7 @@ import numpy as np
 from tfdist.trainer import data, gate, registry
 from tfdist.trainer.artifacts import read_json, sha256_file, write_json_atomic
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 
@@ -97,7 +97,7 @@ def main() -> None:
     spec, run = load_spec(args.spec), read_json(args.run)
     validation = spec["validation"]
     manifest = data.verified_manifest(args.data, "eval")
-    manifest_sha = sha256_file(os.path.join(args.data, "manifest.json"))
+    manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
     if not os.path.exists(args.train_result):
         fail(f"no training result at {args.train_result}: run the train task first")
     train_result = read_json(args.train_result)
@@ -112,7 +112,7 @@ def main() -> None:
         try:
             model, step = check_candidate(tf, spec, manifest, manifest_sha, path, train_result)
         except IntegrityError as exc:
-            write_json_atomic(os.path.join(args.out, "blessing.json"), {
+            write_json_atomic(os.path.join(args.out, BLESSING), {
                 "blessed": False, "checkpoint": path, "integrity": {"failed": exc.check}, "failures": [str(exc)],
                 "report": [str(exc)], "run_id": run["run_id"]})
             fail(str(exc), EXIT_REFUSED)
@@ -178,7 +178,7 @@ def main() -> None:
         "report": report,
     }
     write_json_atomic(os.path.join(args.out, "metrics.json"), {"metrics": metrics, "per_class": chosen["per_class"]})
-    write_json_atomic(os.path.join(args.out, "blessing.json"), blessing)
+    write_json_atomic(os.path.join(args.out, BLESSING), blessing)
     write_json_atomic(args.result, {k: blessing[k] for k in RESULT_FIELDS} | {
         "baseline_version": baseline_record and baseline_record["version"]})
     for line in report:

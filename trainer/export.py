@@ -23,7 +23,7 @@ from tfdist.trainer import data, registry
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
@@ -95,7 +95,7 @@ def _owner(path: str) -> dict | None:
 def main() -> None:
     args = parse_args(__doc__, "run", "data", "model-dir", "eval", "version-base", "result")
     spec, run = load_spec(args.spec), read_json(args.run)
-    blessing = read_json(os.path.join(args.eval, "blessing.json"))
+    blessing = read_json(os.path.join(args.eval, BLESSING))
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
         fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
              EXIT_REFUSED)
@@ -121,7 +121,7 @@ def main() -> None:
 
 
 def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int) -> None:
-    manifest_path = os.path.join(args.data, "manifest.json")
+    manifest_path = os.path.join(args.data, MANIFEST)
     manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
     try:

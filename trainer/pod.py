@@ -30,7 +30,7 @@ import time
 
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
-                              RunLayout, RunMismatch, encode_result, longest_silent, record_run, stalled)
+                              RunLayout, RunMismatch, encode_result, longest_silent, record_run, stalled, tf_config)
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
@@ -102,13 +102,12 @@ def members(cluster: str) -> list[tuple[str, int]]:
     return out
 
 
-def tf_config(job: str, cluster: str, index: int, port: int = TF_PORT) -> str:
+def pod_tf_config(job: str, cluster: str, index: int, port: int = TF_PORT) -> str:
     """TF_CONFIG of the pod with completion index ``index``."""
-    spec: dict[str, list[str]] = {}
+    addresses: dict[str, list[str]] = {}
     for k, (role, _) in enumerate(members(cluster)):
-        spec.setdefault(role, []).append(f"{peer(job, k)}:{port}")
-    role, i = members(cluster)[index]
-    return json.dumps({"cluster": spec, "task": {"type": role, "index": i}})
+        addresses.setdefault(role, []).append(f"{peer(job, k)}:{port}")
+    return tf_config(addresses, *members(cluster)[index])
 
 
 def wait_for_peers(hosts: list[str], timeout: float) -> None:
@@ -144,7 +143,7 @@ def run_command(args: argparse.Namespace, index: int, watch: HangWatch | None) -
     MPIJob's launcher waits for the hostfile's hosts."""
     env = dict(os.environ)
     if args.cluster and "TF_CONFIG" not in env:
-        env["TF_CONFIG"] = tf_config(args.job, args.cluster, index)
+        env["TF_CONFIG"] = pod_tf_config(args.job, args.cluster, index)
         wait_for_peers([peer(args.job, k) for k in range(len(members(args.cluster)))], args.peer_timeout)
     if args.hostfile:
         wait_for_peers(hostfile_hosts(args.hostfile), args.peer_timeout)

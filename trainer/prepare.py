@@ -27,7 +27,7 @@ import numpy as np
 
 from tfdist.trainer import data, readers
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, THREADS_ENV
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say, usable_cores
 
 HASH_BLOCK = 8 << 20
@@ -97,7 +97,7 @@ def write_share(share: Share) -> dict[str, Any]:
         return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
     if share.own_process:
-        os.environ["TFDIST_THREADS"] = "1"  # one core per writer process
+        os.environ[THREADS_ENV] = "1"  # one core per writer process
     before = time.monotonic()
     tf = import_tensorflow()
     imported = time.monotonic() - before
@@ -249,7 +249,7 @@ def main() -> None:
     processes = args.pods if pods else data_spec.get("prepare_processes") or max(1, min(
         usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
     fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
-    manifest_path = os.path.join(args.out, "manifest.json")
+    manifest_path = os.path.join(args.out, MANIFEST)
     if os.path.exists(manifest_path):
         if read_json(manifest_path)["input_fingerprint"] == fingerprint:
             if pods:
@@ -307,7 +307,7 @@ def main() -> None:
                        "examples": int(counts[split][i])} for i in range(n)]
             manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
         shutil.rmtree(pods.dir if pods else parts_dir)
-        write_json_atomic(os.path.join(tmp, "manifest.json"), manifest)
+        write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
     say(f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
         f"in {n}+{n} shards to {args.out}")

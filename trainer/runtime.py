@@ -11,6 +11,7 @@ import sys
 from typing import Any, Callable
 
 from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import CORES_ENV, THREADS_ENV
 
 
 def parse_args(description: str, *paths: str, extra: list[tuple[str, dict]] = ()) -> argparse.Namespace:
@@ -30,7 +31,7 @@ def load_spec(path: str) -> dict[str, Any]:
 def pin_to_own_cores() -> None:
     """Pin this process to its cores (TFDIST_CORES: '0' or '2,3'; for Horovod ranks one block per local rank,
     ';'-separated). Called before TensorFlow starts its threads, which inherit the main thread's cores."""
-    blocks = os.environ.get("TFDIST_CORES", "").split(";")
+    blocks = os.environ.get(CORES_ENV, "").split(";")
     local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or os.environ.get("HOROVOD_LOCAL_RANK") or 0)
     own = blocks[local_rank] if local_rank < len(blocks) else ""
     if own:
@@ -57,7 +58,7 @@ def import_tensorflow():
     pin_to_own_cores()
     import tensorflow as tf
 
-    threads = int(os.environ.get("TFDIST_THREADS", "0"))
+    threads = int(os.environ.get(THREADS_ENV, "0"))
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))

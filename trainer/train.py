@@ -46,7 +46,7 @@ import types
 
 from tfdist.trainer import data
 from tfdist.trainer.artifacts import sha256_file, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, TrainProgress, beat
+from tfdist.trainer.contract import CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainProgress, beat
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
 
@@ -311,7 +311,7 @@ def elastic_slot() -> int:
     """This rank's place among the ranks on this machine under elastic horovodrun: each worker is a host of its
     own (TFDIST_HOROVOD_HOSTS, operators/backends/mpi.py), so local ranks repeat across workers; the place is
     the host's position × its slots + the local rank (stable: a returning worker gets its host name back)."""
-    hosts = [entry.rpartition(":") for entry in os.environ.get("TFDIST_HOROVOD_HOSTS", "").split(",") if entry]
+    hosts = [entry.rpartition(":") for entry in os.environ.get(HOSTS_ENV, "").split(",") if entry]
     names = [host for host, _, _ in hosts]
     local_rank = int(os.environ.get("HOROVOD_LOCAL_RANK", 0))
     if os.environ.get("HOROVOD_HOSTNAME") not in names:
@@ -322,7 +322,7 @@ def elastic_slot() -> int:
 def pin_elastic_rank() -> None:
     """Pin this rank to its block of TFDIST_CORES by its ``elastic_slot`` (not its local rank), before TensorFlow
     starts its threads; runtime's own pinning (by local rank) is left nothing to do."""
-    blocks = os.environ.pop("TFDIST_CORES", "").split(";")
+    blocks = os.environ.pop(CORES_ENV, "").split(";")
     index = elastic_slot()
     if index < len(blocks) and blocks[index]:
         os.sched_setaffinity(0, [int(core) for core in blocks[index].split(",")])
@@ -350,7 +350,7 @@ def main() -> None:
         sync = ParameterServer(tf, resolver)
     else:
         sync = Mirrored(tf)
-    manifest_path = os.path.join(args.data, "manifest.json")
+    manifest_path = os.path.join(args.data, MANIFEST)
     global_batch = t["global_batch_size"]
     steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
     total_steps = t["epochs"] * steps_per_epoch

@@ -28,6 +28,7 @@ import shlex
 from tfdist import trainer
 from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
 from tfdist.operators.spec import Spec
+from tfdist.trainer.contract import CORES_ENV, HOSTS_ENV
 
 # Ranks sharing one machine's cores with their TensorFlow threads (README, "Performance"): Horovod's
 # background thread cycles every 0.1 ms instead of 1 ms, and an OpenMPI rank waiting in a collective
@@ -36,9 +37,6 @@ from tfdist.operators.spec import Spec
 ONE_HOST_TUNING = {"HOROVOD_CYCLE_TIME": "0.1", "OMPI_MCA_mpi_yield_when_idle": "1"}
 
 HOST_DISCOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(trainer.__file__)), "horovod_hosts.sh")
-HOSTS_ENV = "TFDIST_HOROVOD_HOSTS"
-"""The elastic job's hosts, 'host:slots' comma-separated: read by the discovery script, and by each rank to
-find its block of TFDIST_CORES (trainer/train.py)."""
 REJOIN_COOLDOWN_SECONDS = (1, 300)
 """horovodrun --blacklist-cooldown-range: a failed host runs ranks again after lower × 2^failures (+ up to
 one lower) seconds, at most the upper: 2-3 s after its first failure, 4-5 s after its second, ... The
@@ -58,7 +56,7 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
     hosts = ["-np", str(ranks), "-H", f"localhost:{ranks}"]
     gpus = ranks if t.gpus_per_worker else 0  # the local launcher runs every rank on this machine
     cores = ";".join(own_cores(spec, ranks))  # one block per local rank: each rank pins itself to its own
-    env = {**threads_per_process(spec, t.processes), **ONE_HOST_TUNING, "TFDIST_CORES": cores}
+    env = {**threads_per_process(spec, t.processes), **ONE_HOST_TUNING, CORES_ENV: cores}
     if t.elastic:
         argv = (horovodrun, "--gloo", *elastic_args(spec), *command)
         # block k*slots + local rank for the ranks of worker k: each rank finds its own from its host name

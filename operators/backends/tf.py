@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
 from tfdist.operators.spec import Spec
+from tfdist.trainer.contract import CORES_ENV
 
 
 def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
@@ -20,7 +21,7 @@ def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:
     env = threads_per_process(spec, t.processes)
     members = [(role, i) for role, count in roles for i in range(count)]
     processes = tuple(
-        Process(role, i, command, {**env, "TFDIST_CORES": cores}, gpus=t.gpus_per_worker if role == "worker" else 0)
+        Process(role, i, command, {**env, CORES_ENV: cores}, gpus=t.gpus_per_worker if role == "worker" else 0)
         for (role, i), cores in zip(members, own_cores(spec, len(members)))
     )
     servers = ("ps", "worker") if t.strategy == "parameter_server" else ()

@@ -21,7 +21,8 @@ from typing import Any
 
 from tfdist.operators.plan import Plan, Stage
 from tfdist.operators.spec import KubernetesSpec, Spec
-from tfdist.trainer.contract import RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT, pod_argv
+from tfdist.trainer.contract import (CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, THREADS_ENV,
+                                     TF_PORT, pod_argv)
 
 NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
@@ -117,8 +118,8 @@ def _env(plan: Plan, role: str, env: dict[str, str], per_pod: int = 1) -> dict[s
     ``per_pod`` processes), never this machine's core pinning; the run's spec and record for
     ``tfdist.trainer.pod`` to write in the run directory."""
     cpu = _settings(plan.spec).for_role(role).cpu
-    threads = {"TFDIST_THREADS": str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
-    kept = {k: v for k, v in env.items() if k not in ("TFDIST_CORES", "TFDIST_THREADS", "CUDA_VISIBLE_DEVICES")}
+    threads = {THREADS_ENV: str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
+    kept = {k: v for k, v in env.items() if k not in (CORES_ENV, THREADS_ENV, "CUDA_VISIBLE_DEVICES")}
     record = {SPEC_ENV: json.dumps(plan.spec.to_json_dict(), sort_keys=True),
               RUN_ENV: json.dumps(plan.run_record(), sort_keys=True)}
     return {"PYTHONUNBUFFERED": "1", **kept, **threads, **record}

@@ -18,7 +18,7 @@ import time
 import psutil
 
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
-from tfdist.operators.plan import Process, Stage, tf_config
+from tfdist.operators.plan import Process, Stage, process_tf_config
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
 
@@ -71,7 +71,7 @@ class LocalLauncher(Launcher):
             ports = free_ports(len(stage.processes))
             addresses = {p.name: f"127.0.0.1:{port}" for p, port in zip(stage.processes, ports)}
             for p in stage.processes:
-                envs[p.name]["TF_CONFIG"] = tf_config(stage, addresses, p)
+                envs[p.name]["TF_CONFIG"] = process_tf_config(stage, addresses, p)
         return envs
 
     def stop_leftovers(self, stage: Stage, log: logging.Logger) -> None:
