@@ -19,6 +19,7 @@ from tests.conftest import DAY, make_spec
 from tests.k8s_standin import Cluster
 from tfdist.trainer import registry
 from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import run_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                                    reason="the stand-in's pods need root (network namespaces)")]
@@ -73,6 +74,6 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
         assert set(found) == {"rank-0", "rank-1"} and len(set(found.values())) == 1, found
     published, = registry.versions(os.path.join(root, "models", dag_id))
     assert published["run_id"] == outcome.run_id and published["metrics"]["accuracy"] >= 0.8
-    run_dir = os.path.join(root, dag_id, "runs", re.sub(r"[^A-Za-z0-9_.=-]+", "_", outcome.run_id).strip("_"))
+    run_dir = run_path(root, dag_id, outcome.run_id)
     assert read_json(os.path.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods
     assert not [key for key in cluster.objects if key[2].startswith(f"tfd-k8s-{mode.replace('_', '-')}")]

@@ -34,13 +34,10 @@ def pyproject() -> dict:
 
 def requirement_names(*extras: str) -> set[str]:
     """The distributions the package requires with ``extras`` (its own extras expanded), canonical names."""
-    project, names, todo = pyproject()["project"], set(), list(extras)
-    requirements = [Requirement(r) for r in project["dependencies"]]
-    while todo:
-        requirements += [Requirement(r) for r in project["optional-dependencies"][todo.pop()]]
-    for requirement in requirements:
+    project, names = pyproject()["project"], set()
+    lines = project["dependencies"] + [line for extra in extras for line in project["optional-dependencies"][extra]]
+    for requirement in map(Requirement, lines):
         if canonical(requirement.name) == canonical(project["name"]):
-            todo += requirement.extras
             names |= requirement_names(*requirement.extras)
         else:
             names.add(canonical(requirement.name))
@@ -184,14 +181,13 @@ def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints()
 
 
 def test_provider_info_passes_airflows_schema_and_names_this_distribution():
+    import airflow
     import jsonschema
 
     from tfdist.operators import operator_modules
     from tfdist.operators.provider_info import get_provider_info
 
     info = get_provider_info()
-    import airflow
-
     with open(os.path.join(os.path.dirname(airflow.__file__), "provider_info.schema.json")) as f:
         jsonschema.validate(info, json.load(f))
     project = pyproject()["project"]
