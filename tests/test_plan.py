@@ -219,7 +219,7 @@ def test_manual_run_trains_on_the_last_complete_interval_as_airflow_infers_it(sc
 
 
 def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
-    from tfdist.operators.launchers.local import split_rank_tags
+    from tfdist.trainer.contract import split_rank_tags
 
     assert split_rank_tags("mpirun-0", "[1,0]<stdout>:rank-0: step 10/88") == [("rank-0", "rank-0: step 10/88")]
     assert split_rank_tags("mpirun-0", "[1,1]<stderr>:warning[1,0]<stdout>:done") == [

@@ -47,6 +47,24 @@ def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
 
 
+RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+"""How mpirun (--tag-output) and horovodrun tag each rank's output, and trainer.pod its own ranks' (rank_tag)."""
+
+
+def rank_tag(rank: int) -> str:
+    """The tag of a line rank ``rank`` wrote, as mpirun and horovodrun write it."""
+    return f"[{rank}]<stdout>:"
+
+
+def split_rank_tags(name: str, line: str) -> list[tuple[str, str]]:
+    """(source, text) pieces of one output line of mpirun --tag-output or horovodrun: ``rank-N`` for each
+    tagged piece, ``name`` for untagged text. mpirun tags each write, not each line, so a line may hold
+    several tagged pieces; empty pieces are dropped."""
+    untagged, *pieces = RANK_TAG.split(line)
+    found = [(name, untagged)] if untagged.strip() else []
+    return found + [(f"rank-{rank}", text) for rank, text in zip(pieces[::2], pieces[1::2]) if text.strip()]
+
+
 def stage_command(python: str, stage: str) -> list[str]:
     """How a worker process starts the stage ``stage`` (``prepare``, ``train``, ``evaluate``, ``export``, ``pod``):
     ``python -m tfdist.trainer.<stage>``, the module path taken from this package wherever it is installed."""

@@ -30,7 +30,8 @@ import time
 
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
-                              RunLayout, RunMismatch, encode_result, longest_silent, record_run, stalled, tf_config)
+                              RunLayout, RunMismatch, encode_result, longest_silent, rank_tag, record_run, stalled,
+                              tf_config)
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
@@ -217,7 +218,7 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
 
 
 def _relay(rank: int | None, proc: subprocess.Popen) -> None:
-    tag = "" if rank is None else f"[{rank}]<stdout>:"
+    tag = "" if rank is None else rank_tag(rank)
     for raw in proc.stdout:
         sys.stdout.write(tag + raw.decode(errors="replace"))
         sys.stdout.flush()

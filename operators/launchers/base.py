@@ -9,6 +9,9 @@ from typing import Any
 
 from tfdist.operators.plan import Stage
 
+TAIL_LINES = 40
+"""How many of each source's last output lines a failure shows."""
+
 
 class StageFailed(RuntimeError):
     """A process of the stage failed. ``tails`` holds the last output lines of every source that printed

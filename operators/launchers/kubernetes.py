@@ -32,11 +32,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk, with_workers
+from tfdist.operators.launchers.base import (TAIL_LINES, Launcher, StageFailed, StageStopped, restart_record, shrunk,
+                                             with_workers)
 from tfdist.operators.launchers.k8s_objects import identity, label_value, stage_objects
-from tfdist.operators.launchers.local import TAIL_LINES, split_rank_tags
 from tfdist.operators.plan import Plan, Stage
-from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, split_rank_tags
 
 POLL_SECONDS = 2.0
 API_OUTAGE_SECONDS = 300

@@ -8,7 +8,6 @@ import ctypes
 import logging
 import os
 import queue
-import re
 import signal
 import socket
 import subprocess
@@ -17,15 +16,13 @@ import time
 
 import psutil
 
-from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
+from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, restart_record, shrunk
 from tfdist.operators.plan import Process, Stage, process_tf_config
 from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import checkpoint_step, last_beats, longest_silent, stalled
+from tfdist.trainer.contract import checkpoint_step, last_beats, longest_silent, split_rank_tags, stalled
 
-TAIL_LINES = 40
 STOP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
-_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output, horovodrun
 
 
 def free_ports(count: int) -> list[int]:
@@ -37,15 +34,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def split_rank_tags(name: str, line: str) -> list[tuple[str, str]]:
-    """(source, text) pieces of one output line of mpirun --tag-output or horovodrun: ``rank-N`` for each
-    tagged piece, ``name`` for untagged text. mpirun tags each write, not each line, so a line may hold
-    several tagged pieces; empty pieces are dropped."""
-    untagged, *pieces = _RANK_TAG.split(line)
-    found = [(name, untagged)] if untagged.strip() else []
-    return found + [(f"rank-{rank}", text) for rank, text in zip(pieces[::2], pieces[1::2]) if text.strip()]
 
 
 def _die_with_parent() -> None:
