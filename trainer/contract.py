@@ -1,6 +1,7 @@
-"""The contract between the Airflow side (``operators/``) and the worker runtime (``trainer/``): the run's
-file layout, the run record, each stage's result record, the train stage's progress record, exit codes, and
-the argv of the pod entrypoint.
+"""The contract between the Airflow side (``tfdist.operators``) and the worker runtime (``tfdist.trainer``):
+the run key and the run's file layout, the run record, each stage's result record, the train stage's progress
+record, exit codes, environment names, a member's TF_CONFIG, the rank tags of Horovod's output, and how a
+stage and the pod entrypoint are started.
 Both sides import this module; it imports neither Airflow nor TensorFlow, so a worker image and the
 Airflow side cannot drift apart.
 
