@@ -15,17 +15,9 @@
   rank/size and keeps the global batch (global // size per rank); the learning rate stays scaled by the
   planned ranks (num_workers × slots_per_worker), so a change of size changes neither. Rank 0 logs
   ``rank-0: world size 2 -> 1 at step 120 (restored commit at step 120)``.
-  Keras 3 and Horovod 0.28.1's elastic helpers (tried with TF 2.21 / Keras 3.15):
-  ``hvd.elastic.TensorFlowKerasState`` and ``horovod.tensorflow.keras.elastic.KerasState`` fail at
-  construction: "TypeError: 'list' object is not callable" (``self.optimizer.variables()``: a list in
-  Keras 3); ``hvd.elastic.TensorFlowState`` over Keras variables fails at construction ("AttributeError:
-  'SymbolicTensor' object has no attribute 'assign'", its broadcast runs in a tf.function where a Keras
-  variable is a tensor); over their ``.value`` (tf.Variable) it builds, but in TF2 eager its ``sync()``
-  broadcasts no variable (only its constructor does, itself a collective a joining rank would run against
-  the survivors' sync): after sync a rank keeps its own values. ``hvd.elastic.run`` turns only
-  UnknownErrors naming HorovodAllreduce/Allgather/Broadcast into a reset and returns None on any other
-  UnknownError. So: ``KerasVariablesState`` below (an ``ObjectState`` that saves, restores and broadcasts
-  the Keras variables itself) and Horovod's ``run_fn`` with our own error mapping.
+  Horovod's own elastic state classes and ``hvd.elastic.run`` do not work with Keras 3 (why: README, "Faults"),
+  so ``KerasVariablesState`` below saves, restores and broadcasts the Keras variables itself, under Horovod's
+  ``run_fn`` with our own error mapping.
 
 Each worker or rank reads its own train shards. The chief (worker 0, the PS chief, rank 0) writes
 checkpoints into the run's checkpoint directory; a restarted run resumes from the latest one."""
