@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from tfdist.trainer.contract import stage_command
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THROUGHPUT = re.compile(r"throughput: (\d+) records, ([\d.]+) MB in ([\d.]+)s")
 
@@ -92,7 +94,7 @@ def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
 
 def _prepare(spec: str, out: str, source: str) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-    return [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec, "--out", out, "--result", out + ".result.json",
+    return [*stage_command(sys.executable, "prepare"), "--spec", spec, "--out", out, "--result", out + ".result.json",
             "--source", source]
 
 
@@ -131,9 +133,7 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
         ours, bare = [], []
         for repetition in range(repetitions):
             out = os.path.join(workdir, f"out-{size}-{repetition}")
-            shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-            runs = [(ours, [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec, "--out", out, "--result",
-                            out + ".result.json", "--source", source]),
+            runs = [(ours, _prepare(spec, out, source)),
                     (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"])]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
                 samples.append(_timed(argv))

@@ -19,11 +19,12 @@ import zipfile
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tests.conftest import DAY, REPO
 from tests.test_dag_parse import readme_dag_file
-from tests.test_packaging import canonical, pinned, pyproject
+from tests.test_packaging import pinned, pyproject
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.trainer import registry
 
@@ -124,9 +125,9 @@ def team_constraints(venv: str, path: str) -> str:
     """constraints.txt for what tfdist adds to a team's environment: its pins of what the team has left out."""
     frozen = subprocess.run([os.path.join(venv, "bin", "pip"), "freeze"], capture_output=True, text=True,
                             check=True).stdout
-    installed = {canonical(line.split("==")[0]) for line in frozen.split()}
+    installed = {canonicalize_name(line.split("==")[0]) for line in frozen.split()}
     with open(os.path.join(REPO, "constraints.txt")) as f:
-        kept = [line for line in f if canonical(line.split("==")[0]) not in installed]
+        kept = [line for line in f if canonicalize_name(line.split("==")[0]) not in installed]
     with open(path, "w") as f:
         f.writelines(kept)
     return path

@@ -17,6 +17,7 @@ from importlib import metadata
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO
 
@@ -37,10 +38,10 @@ def requirement_names(*extras: str) -> set[str]:
     project, names = pyproject()["project"], set()
     lines = project["dependencies"] + [line for extra in extras for line in project["optional-dependencies"][extra]]
     for requirement in map(Requirement, lines):
-        if canonical(requirement.name) == canonical(project["name"]):
+        if canonicalize_name(requirement.name) == canonicalize_name(project["name"]):
             names |= requirement_names(*requirement.extras)
         else:
-            names.add(canonical(requirement.name))
+            names.add(canonicalize_name(requirement.name))
     return names
 
 
@@ -48,12 +49,8 @@ def requirement_names(*extras: str) -> set[str]:
 def pinned(name: str) -> str:
     """The version constraints.txt pins ``name`` to."""
     with open(os.path.join(REPO, "constraints.txt")) as f:
-        versions = {canonical(n): v for n, v in (line.split("==") for line in f.read().split())}
-    return versions[canonical(name)]
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+        versions = {canonicalize_name(n): v for n, v in (line.split("==") for line in f.read().split())}
+    return versions[canonicalize_name(name)]
 
 
 def installed_closure(names: set[str]) -> set[str]:
@@ -68,7 +65,7 @@ def installed_closure(names: set[str]) -> set[str]:
             requires = metadata.requires(name) or []
         except metadata.PackageNotFoundError:  # required on another platform only
             continue
-        todo += [canonical(r.name) for r in map(Requirement, requires)
+        todo += [canonicalize_name(r.name) for r in map(Requirement, requires)
                  if not r.marker or r.marker.evaluate({"extra": ""})]
     return seen
 
@@ -163,7 +160,7 @@ def test_every_module_the_code_imports_comes_with_its_extra(folder, extra):
     provided = installed_closure(requirement_names(extra))
     owners = metadata.packages_distributions()
     missing = {module for path in python_files(folder) for module in third_party(imports(path))
-               if not {canonical(d) for d in owners.get(module, [])} & provided}
+               if not {canonicalize_name(d) for d in owners.get(module, [])} & provided}
     allowed = {"horovod"} if folder == "trainer" else DEMO_ONLY
     assert missing <= allowed, missing - allowed
 
@@ -173,7 +170,7 @@ def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints()
     requirements = [Requirement(r) for r in project["dependencies"] + sum(
         (v for k, v in project["optional-dependencies"].items() if k != "dev"), [])]
     assert not [str(r) for r in requirements if any(s.operator == "==" for s in r.specifier)]
-    ranges = {canonical(r.name): r.specifier for r in requirements}
+    ranges = {canonicalize_name(r.name): r.specifier for r in requirements}
     for name in ("apache-airflow", "apache-airflow-providers-cncf-kubernetes", "tensorflow-cpu"):
         assert ranges[name].contains(pinned(name)), name  # what CI and the images install is in range
     assert not ranges["apache-airflow"].contains("4.0.0") and not ranges["apache-airflow"].contains("3.2.9")

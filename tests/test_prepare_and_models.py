@@ -12,13 +12,13 @@ import pytest
 
 from tests.conftest import REPO, make_spec
 from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, stage_command
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
     spec_file = os.path.join(os.path.dirname(out), "spec.json")
     write_json_atomic(spec_file, spec)
-    argv = [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec_file, "--out", out,
+    argv = [*stage_command(sys.executable, "prepare"), "--spec", spec_file, "--out", out,
             "--result", os.path.join(os.path.dirname(out), "prepare_data", "result.json")]
     for source in sources:
         argv += ["--source", source]

@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 from tests.conftest import REPO, make_spec
 from tfdist.trainer import readers
 from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, stage_command
 
 FEATURES = [{"name": "pixel", "shape": [64]}]
 
@@ -173,7 +173,7 @@ def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None
     out = os.path.join(root, name, "data")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
-    argv = [sys.executable, "-m", "tfdist.trainer.prepare", "--spec", spec_file, "--out", out,
+    argv = [*stage_command(sys.executable, "prepare"), "--spec", spec_file, "--out", out,
             "--result", os.path.join(root, name, "result.json")]
     for source in sources:
         argv += ["--source", source]

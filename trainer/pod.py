@@ -105,10 +105,10 @@ def members(cluster: str) -> list[tuple[str, int]]:
 
 def pod_tf_config(job: str, cluster: str, index: int, port: int = TF_PORT) -> str:
     """TF_CONFIG of the pod with completion index ``index``."""
-    addresses: dict[str, list[str]] = {}
-    for k, (role, _) in enumerate(members(cluster)):
+    ordered, addresses = members(cluster), {}
+    for k, (role, _) in enumerate(ordered):
         addresses.setdefault(role, []).append(f"{peer(job, k)}:{port}")
-    return tf_config(addresses, *members(cluster)[index])
+    return tf_config(addresses, *ordered[index])
 
 
 def wait_for_peers(hosts: list[str], timeout: float) -> None:
