@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -25,6 +26,18 @@ from tfdist.trainer.contract import last_beats, record_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
+ROOT_REQUIRED = os.environ.get("TFDIST_REQUIRE_ROOT") == "1"
+"""Set by .ci/run, which runs as root: there a test that needs root fails instead of skipping."""
+STANDIN_NEEDS_ROOT = "the stand-in's pods need root (network namespaces)"
+
+
+def lacks_root(*tools: str) -> bool:
+    """Whether a root-only test skips here: not root or a tool missing, outside CI."""
+    return (os.geteuid() != 0 or not all(map(shutil.which, tools))) and not ROOT_REQUIRED
+
+
+def needs_root(why: str, *tools: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(lacks_root(*tools), reason=why)
 
 SMALL_SPEC = {
     "name": "digits_test",

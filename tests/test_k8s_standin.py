@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 
@@ -17,16 +16,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests import k8s_standin
+from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
 from tests.k8s_standin import Cluster, image_reference, memory_bytes
 
 NS = "ml"
 MARK = "# standin-test"
 """In every pod's command line: no process carrying it may outlive its cluster."""
-
-
-def require_root() -> None:
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("the stand-in's pods need root (network namespaces)")
 
 
 def until(get, timeout: float = 20, what: str = "the cluster"):
@@ -52,7 +47,8 @@ def assert_nothing_left(cluster: Cluster) -> None:
 def cluster(tmp_path, request, monkeypatch):
     """A started stand-in (``Cluster`` keywords from an indirect parameter; ``cgroups: False`` to do without
     memory cgroups), closed and checked empty after."""
-    require_root()
+    if lacks_root("ip"):
+        pytest.skip(STANDIN_NEEDS_ROOT)
     params = dict(getattr(request, "param", {}))
     if not params.pop("cgroups", True):
         monkeypatch.setattr(k8s_standin, "_memory_cgroup", lambda: None)

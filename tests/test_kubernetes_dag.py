@@ -9,20 +9,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
 import pytest
 
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.k8s_objects import object_name
-from tests.conftest import DAY, make_spec
+from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root
 from tests.k8s_standin import Cluster
 from tfdist.trainer import registry
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import run_path
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
-                                                   reason="the stand-in's pods need root (network namespaces)")]
+pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
 CONNECTION = "k8s_dag_standin"
 MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction, crash and retry, TFJob)
     "parameter_server": {"strategy": "parameter_server", "num_ps": 1, "num_workers": 1},

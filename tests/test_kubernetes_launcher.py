@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -24,14 +23,13 @@ from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.k8s_objects import object_name
 from tfdist.operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
-from tests.conftest import (DAY, FAULT_TRIALS, assert_no_process_of, collecting_logger, fault_modes, make_spec,
-                            plan_for, prepared_plan, run, steps_of, wait_for)
+from tests.conftest import (DAY, FAULT_TRIALS, STANDIN_NEEDS_ROOT, assert_no_process_of, collecting_logger, fault_modes,
+                            make_spec, needs_root, plan_for, prepared_plan, run, steps_of, wait_for)
 from tests.k8s_standin import Cluster
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
-                                                   reason="the stand-in's pods need root (network namespaces)")]
+pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
 CONNECTION = "k8s_standin"
 KUBERNETES = {"namespace": "ml", "connection_id": CONNECTION, "pods": {"image": "tfdist-worker:test", "cpu": "1"},
               "artifact_volume": {"claim_name": "tfdist-artifacts"}, "startup_timeout_seconds": 10}
