@@ -19,8 +19,8 @@ import numpy as np
 from tfdist.trainer import data, gate, registry
 from tfdist.trainer.artifacts import read_json, sha256_file, write_json_atomic
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, MANIFEST
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, EvaluateArgs, MANIFEST
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +93,7 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 
 
 def main() -> None:
-    args = parse_args(__doc__, "run", "data", "model-dir", "checkpoints", "train-result", "out", "result")
+    args = EvaluateArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
     validation = spec["validation"]
     manifest = data.verified_manifest(args.data, "eval")

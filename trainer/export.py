@@ -23,8 +23,8 @@ from tfdist.trainer import data, registry
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, MANIFEST
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, ExportArgs, MANIFEST
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -93,13 +93,13 @@ def _owner(path: str) -> dict | None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, "run", "data", "model-dir", "eval", "version-base", "result")
+    args = ExportArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
     blessing = read_json(os.path.join(args.eval, BLESSING))
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
         fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
              EXIT_REFUSED)
-    version, done = claim_version(args.model_dir, int(args.version_base), run["run_id"], blessing["checkpoint"])
+    version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
               "metrics": blessing["metrics"]}

@@ -27,8 +27,8 @@ import numpy as np
 
 from tfdist.trainer import data, readers
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, THREADS_ENV
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say, usable_cores
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, PrepareArgs, THREADS_ENV
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20
@@ -234,10 +234,7 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
 
 def main() -> None:
     started = time.monotonic()
-    args = parse_args(__doc__, "out", "result", extra=[
-        ("source", {"action": "append", "required": True}),
-        ("pods", {"type": int, "default": 1, "help": "the stage's pods on Kubernetes, each a writer"}),
-        ("coordination", {"help": "with --pods: the directory they meet in, on the shared volume"})])
+    args = PrepareArgs.parse()
     spec = load_spec(args.spec)
     data_spec = spec["data"]
     pods = Pods(args.coordination, args.pods) if args.pods > 1 else None

@@ -1,8 +1,7 @@
-"""Process setup shared by every stage: arguments, the spec, TensorFlow threading, progress output."""
+"""Process setup shared by every stage: the spec, TensorFlow threading, progress output."""
 
 from __future__ import annotations
 
-import argparse
 import errno
 import math
 import os
@@ -12,16 +11,6 @@ from typing import Any, Callable
 
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import CORES_ENV, THREADS_ENV
-
-
-def parse_args(description: str, *paths: str, extra: list[tuple[str, dict]] = ()) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--spec", required=True, help="the run's effective spec (spec.json)")
-    for name in paths:
-        parser.add_argument(f"--{name}", required=True)
-    for name, options in extra:
-        parser.add_argument(f"--{name}", **options)
-    return parser.parse_args()
 
 
 def load_spec(path: str) -> dict[str, Any]:

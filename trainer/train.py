@@ -38,9 +38,9 @@ import types
 
 from tfdist.trainer import data
 from tfdist.trainer.artifacts import sha256_file, write_json_atomic
-from tfdist.trainer.contract import CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainProgress, beat
+from tfdist.trainer.contract import CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress, beat
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, parse_args, run_stage, say
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 STEPS_PER_CALL = 10  # training steps per tf.function call (per worker closure with a parameter server)
 PROGRESS_SECONDS = 2.0
@@ -321,7 +321,7 @@ def pin_elastic_rank() -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, "data", "checkpoints", "result", "heartbeats", "progress")
+    args = TrainArgs.parse()
     spec = load_spec(args.spec)
     manifest = data.verified_manifest(args.data, "train")
     elastic = elastic_run(spec)
