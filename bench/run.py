@@ -23,12 +23,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from tfdist.operators.backends import train_stage
-from tfdist.operators.backends.mpi import ONE_HOST_TUNING
-from tfdist.trainer.contract import MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
-from tfdist.operators.plan import Process, RunContext, Stage, build_plan
+from tfdist.operators.launchers.processes import Process, local_processes
+from tfdist.operators.plan import RunContext, Stage, build_plan
+from tfdist.trainer.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
@@ -89,14 +88,16 @@ class Lines(logging.Handler):
         self.lines.append((time.monotonic(), record.getMessage()))
 
 
-def run_stage(stage: Stage) -> tuple[float, list[tuple[float, str]]]:
-    """(the time the launcher started, the stage's output lines)."""
+def run_stage(plan, stage: Stage, processes: list[Process] | None = None) -> tuple[float, list[tuple[float, str]]]:
+    """(the time the launcher started, the stage's output lines); ``processes``: others than the stage's own,
+    started as the local launcher starts the stage's."""
     log = logging.getLogger(f"tfdist.bench.{stage.task_id}")
     log.setLevel(logging.INFO)
     log.propagate = False
     log.handlers = [Lines()]
     started = time.monotonic()
-    LocalLauncher().run(stage, log)
+    launcher = LocalLauncher(plan)
+    launcher.run(stage, log) if processes is None else launcher.run_processes(stage, processes, log)
     return started, log.handlers[0].lines
 
 
@@ -111,7 +112,7 @@ class Training:
         self.spec["training"].update(epochs=budget.epochs, checkpoint_every_steps=10**6)
         write_digits_partitions(os.path.join(work, "raw", "digits"), DAY, 3)
         prepared = self.plan("prepare", {})
-        run_stage(prepared.stage("prepare_data"))
+        run_stage(prepared, prepared.stage("prepare_data"))
         self.data, self.spec_file = prepared.layout.data_dir, prepared.layout.spec_file
         with open(os.path.join(self.data, MANIFEST)) as f:
             examples = json.load(f)["train"]["examples"]
@@ -129,7 +130,7 @@ class Training:
     def ours(self, run_id: str, mode: str, workers: int) -> dict:
         plan = self.plan(run_id, {**MODES[mode], "num_workers": workers})
         os.symlink(self.data, plan.layout.data_dir)
-        started, lines = run_stage(plan.stage("train"))
+        started, lines = run_stage(plan, plan.stage("train"))
         with open(plan.layout.result("train")) as f:
             rate = json.load(f)["examples_per_sec"]
         first_step = min(t for t, line in lines if re.search(r": first \d+ steps done", line))
@@ -139,27 +140,30 @@ class Training:
     def sync_ms(self, mode: str) -> float:
         """Milliseconds per step of 2 processes doing only the gradient sync and update (bench/collectives.py),
         launched as the train stage launches them."""
-        spec = copy.deepcopy(self.spec)
-        spec["training"].update(MODES[mode], num_workers=2)
-        command = (sys.executable, "-m", "bench.collectives", mode, "--spec", self.spec_file, "--data", self.data,
-                   "--steps", str(self.steps))
-        _, lines = run_stage(train_stage(load_spec(spec), command))
+        plan = self.plan(f"sync-{mode}", {**MODES[mode], "num_workers": 2})
+        stage = plan.stage("train")
+        command = [sys.executable, "-m", "bench.collectives", mode, "--spec", self.spec_file, "--data", self.data,
+                   "--steps", str(self.steps)]
+        _, lines = run_stage(plan, stage, local_processes(plan.spec, stage, command=command))
         return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
 
     def handwritten(self, mode: str, workers: int) -> float:
+        """Examples/s of bench/handwritten.py: plain processes, neither pinned nor given a thread budget."""
         command = (sys.executable, "-m", "bench.handwritten", mode, "--spec", self.spec_file, "--data", self.data,
                    "--steps", str(self.steps), "--steps-per-call", str(STEPS_PER_CALL))
+        training = {"single": {}, "horovod": MODES["horovod"], "ps": MODES["parameter_server"]}.get(mode, {})
+        plan = self.plan(f"handwritten-{mode}-{workers}", {**training, "num_workers": workers})
+        stage = plan.stage("train")
         if mode == "single":
-            stage = Stage("single", (Process("single", 0, command),))
+            processes = [Process("single-0", "single", command)]
         elif mode == "horovod":  # Horovod's documented tuning for one host: a short cycle, ranks yield when idle
             horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
             argv = (horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", *command)
-            stage = Stage("horovod", (Process("horovodrun", 0, argv, ONE_HOST_TUNING),), rank_tagged=True)
-        else:
-            roles = [("chief", 1), ("ps", 1)] if mode == "ps" else []
-            processes = tuple(Process(role, i, command) for role, n in [*roles, ("worker", workers)] for i in range(n))
-            stage = Stage(mode, processes, tf_cluster=True, servers=("ps", "worker") if mode == "ps" else ())
-        _, lines = run_stage(stage)
+            processes = [Process("horovodrun-0", "horovodrun", argv, HOROVOD_SHARED_CORES_ENV, rank_tagged=True)]
+        else:  # the cluster's TF_CONFIG only
+            processes = [Process(p.name, p.role, command, {"TF_CONFIG": p.env["TF_CONFIG"]})
+                         for p in local_processes(plan.spec, stage, command=list(command))]
+        _, lines = run_stage(plan, stage, processes)
         return next(float(m[1]) for _, line in lines if (m := re.search(r"examples/s ([\d.]+)$", line)))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -88,9 +87,8 @@ class StageOperator(BaseOperator):
     def plan(self, context: Any) -> Plan:
         """The run's plan, with the spec after the run's overrides."""
         spec, overrides = self.effective_spec(context)
-        python = "python" if spec.training.launcher == "kubernetes" else sys.executable  # pods: the image's
-        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, python=python,
-                          overrides=overrides, **self.plan_overrides())
+        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, overrides=overrides,
+                          **self.plan_overrides())
 
     def execute(self, context: Any) -> Any:
         run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from tfdist.operators.plan import RunContext, build_plan, process_tf_config, scheduled_interval, version_base
+from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
 from tfdist.operators.spec import Spec, SpecError, default_artifact_root, load_spec
 from tfdist.trainer import registry  # file formats only: no TensorFlow
@@ -39,7 +39,7 @@ def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, k
     if spec.kubernetes is None:
         raise SpecError(["kubernetes: required to plan a run on Kubernetes (pods.image, artifact_volume, ...)"],
                         f"spec {spec_path}")
-    plan = build_plan(spec, ctx, python="python")
+    plan = build_plan(spec, ctx)
     for stage in plan.stages:
         print(f"# task {stage.task_id} of run {ctx.run_id}")
         print(yaml.safe_dump_all(stage_objects(plan, stage, kubeflow=kubeflow),
@@ -47,6 +47,9 @@ def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, k
 
 
 def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
+    """The run's stages as the local launcher starts them: each process's argv and the environment it adds."""
+    from tfdist.operators.launchers.processes import local_processes
+
     spec, ctx = _scheduled_run(spec_path, logical_date)
     start, end = ctx.interval_start, ctx.interval_end
     plan = build_plan(spec, ctx)
@@ -54,17 +57,12 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
     print(f"run directory {plan.layout.run_dir}")
     print(f"export        {plan.model_dir}/<version>, version ≥ {version_base(ctx)}")
     for stage in plan.stages:
-        print(f"\ntask {stage.task_id}: {len(stage.processes)} process(es)")
-        addresses = {p.name: "127.0.0.1:<free port>" for p in stage.processes}
-        for p in stage.processes:
+        processes = local_processes(spec, stage, addresses=["127.0.0.1:<free port>"] * len(stage.members))
+        print(f"\ntask {stage.task_id}: {len(processes)} process(es)")
+        for p in processes:
             print(f"  [{p.name}] argv: {json.dumps(list(p.argv))}")
-            env = dict(p.env)
-            if stage.tf_cluster:
-                env["TF_CONFIG"] = process_tf_config(stage, addresses, p)
-            for key, value in env.items():
+            for key, value in p.env.items():
                 print(f"  [{p.name}] env {key}={value}")
-            if p.gpus:
-                print(f"  [{p.name}] gpus: {p.gpus}")
 
 
 def list_models(model_dir: str) -> None:

@@ -1,18 +1,19 @@
-"""Spec + run context → Plan: pure data (stages and the processes each starts). No Airflow, no TensorFlow."""
+"""Spec + run context → Plan: pure data, launcher-neutral (each stage's arguments and members, not how they start).
+No Airflow, no TensorFlow, no launcher."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 import string
-import sys
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from croniter import croniter
 
 from tfdist.operators.spec import Spec
-from tfdist.trainer.contract import THREADS_ENV, RunLayout, run_path, stage_command, tf_config
+from tfdist.trainer.contract import (EvaluateArgs, ExportArgs, PrepareArgs, RunLayout, StageArgs, TrainArgs,
+                                     run_path)
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
@@ -84,13 +85,12 @@ def source_for(source: str, partition: dt.datetime, artifact_root: str) -> str:
 
 
 @dataclass(frozen=True)
-class Process:
-    """One process to start: argv list (never a shell string) and extra environment."""
+class Member:
+    """One member of a stage: a process of a TF cluster, a Horovod worker (its ``slots`` ranks), or a stage's
+    one process."""
 
     role: str
     index: int
-    argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
 
     @property
@@ -99,33 +99,78 @@ class Process:
 
 
 @dataclass(frozen=True)
+class Elastic:
+    """After losing workers, the stage restarts from its latest checkpoint with the workers it has left."""
+
+    sizes: tuple[int, ...]
+    """The worker counts it may restart with, largest first."""
+    max_restarts: int
+    """Restarts allowed within one run of the stage."""
+
+
+@dataclass(frozen=True)
 class Stage:
+    """One task's stage, launcher-neutral: its arguments and its members, not where or how they start (each
+    launcher realizes it: processes on this machine, or Kubernetes objects)."""
+
     task_id: str
-    processes: tuple[Process, ...]
-    tf_cluster: bool = False
-    """The processes form a TF cluster: the launcher gives each an address and its TF_CONFIG."""
+    args: StageArgs
+    members: tuple[Member, ...]
+    sync: Literal["tf_cluster", "horovod"] | None = None
+    """How the members train together: a TF cluster (each member one process, told the cluster by its
+    TF_CONFIG), or Horovod (each member a worker running ``slots`` ranks); None: one member alone."""
+    slots: int = 1
+    """Horovod: ranks per worker."""
     servers: tuple[str, ...] = ()
-    """Roles that serve until stopped (parameter-server ``ps`` and ``worker``): the stage is done when
-    every other process has succeeded, then the launcher stops them."""
-    rank_tagged: bool = False
-    """The process is mpirun/horovodrun: its output lines carry rank tags, relayed as ``[rank-N]``."""
-    rank_command: tuple[str, ...] = ()
-    """Horovod: the argv of each rank (what mpirun/horovodrun starts), for launchers that start ranks themselves."""
-    rank_pods: int = 0
-    """Horovod: the workers the ranks run on (pods on Kubernetes), ``slots_per_worker`` ranks each."""
-    result_file: str = ""
-    """Where the stage's processes write its result record (tfdist.trainer.contract)."""
-    heartbeat_dir: str = ""
-    """Training: where each training process marks its progress (tfdist.trainer.contract.beat)."""
+    """Roles that serve until stopped (parameter-server ``ps`` and ``worker``): the stage is done when every
+    other member has succeeded, then the launcher stops them."""
+    writers: int | None = None
+    """prepare_data: processes writing shards, each a share of the input (None: the stage chooses)."""
     hang_timeout_seconds: int | None = None
     """Training: the stage fails when no training process has made progress for this long."""
-    checkpoint_dir: str = ""
-    """Training: where the chief writes checkpoints (tfdist.trainer.contract.checkpoint_step reads the latest)."""
-    elastic_sizes: tuple[int, ...] = ()
-    """Elastic TF cluster (or Horovod on Kubernetes): the worker counts the launcher may restart the stage with
-    after losing workers, largest first; empty: a loss fails the stage."""
-    max_restarts: int = 0
-    """Elastic restarts by the launcher allowed within one run of the stage."""
+    elastic: Elastic | None = None
+
+    @property
+    def result_file(self) -> str:
+        """Where the stage writes its result record (tfdist.trainer.contract)."""
+        return self.args.result
+
+    @property
+    def heartbeat_dir(self) -> str:
+        """Training: where each training process marks its progress (tfdist.trainer.contract.beat)."""
+        return self.args.heartbeats if isinstance(self.args, TrainArgs) else ""
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Training: where the chief writes checkpoints (tfdist.trainer.contract.checkpoint_step reads the latest)."""
+        return self.args.checkpoints if isinstance(self.args, TrainArgs) else ""
+
+    @property
+    def workers(self) -> int:
+        return sum(m.role == "worker" for m in self.members)
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return max((m.gpus for m in self.members if m.role == "worker"), default=0)
+
+    def with_workers(self, count: int) -> Stage:
+        """The stage with its first ``count`` workers (a TF cluster's other roles as they were)."""
+        return replace(self, members=tuple(m for m in self.members if m.role != "worker" or m.index < count))
+
+
+def train_stage(spec: Spec, args: TrainArgs) -> Stage:
+    """Horovod (backend mpi): ``num_workers`` workers of ``slots_per_worker`` ranks. A TF cluster (backend tf):
+    ``num_workers`` workers, with a parameter-server chief and ``num_ps`` parameter servers, which serve."""
+    t = spec.training
+    workers = tuple(Member("worker", i, t.gpus_per_worker) for i in range(t.num_workers))
+    elastic = Elastic(t.elastic_sizes, t.max_restarts) if t.elastic else None
+    common = {"hang_timeout_seconds": t.hang_timeout_seconds, "elastic": elastic}
+    if t.backend == "mpi":
+        return Stage("train", args, workers, "horovod", slots=t.mpi_settings.slots_per_worker, **common)
+    if t.strategy == "parameter_server":
+        others = (Member("chief", 0), *(Member("ps", i) for i in range(t.num_ps)))
+        return Stage("train", args, others + workers, "tf_cluster", servers=("ps", "worker"), **common)
+    return Stage("train", args, workers, "tf_cluster", **common)
 
 
 @dataclass(frozen=True)
@@ -150,14 +195,6 @@ class Plan:
                 "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat()}
 
 
-def process_tf_config(stage: Stage, addresses: dict[str, str], process: Process) -> str:
-    """TF_CONFIG for one process of a TF cluster; ``addresses`` maps process name → host:port."""
-    cluster: dict[str, list[str]] = {}
-    for p in stage.processes:
-        cluster.setdefault(p.role, []).append(addresses[p.name])
-    return tf_config(cluster, process.role, process.index)
-
-
 def version_base(ctx: RunContext) -> int:
     """First export version of the run's data interval, from its end (not wall-clock): e.g. 20261121000000.
 
@@ -165,74 +202,38 @@ def version_base(ctx: RunContext) -> int:
     return int(ctx.interval_end.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M")) * 100
 
 
-def available_cores() -> list[int]:
-    """The cores this process may run on (a container's CPU set, not the host's count)."""
-    return sorted(os.sched_getaffinity(0))
-
-
-def threads_per_process(spec: Spec, processes: int) -> dict[str, str]:
-    """Environment giving each of ``processes`` training processes its share of this machine's cores."""
-    return {THREADS_ENV: str(spec.training.cpus_per_worker or max(1, len(available_cores()) // processes))}
-
-
-def own_cores(spec: Spec, processes: int) -> list[str]:
-    """Per training process, the cores it pins itself to (TFDIST_CORES, e.g. '0' or '2,3'), when the run
-    shares this machine's cores evenly (``cpus_per_worker`` unset, no more processes than cores): process
-    k gets block k. Pinned, 2 workers on 2 cores train 25-28% faster (mirrored, Horovod). Empty
-    strings: not pinned."""
-    cores = available_cores()
-    if spec.training.cpus_per_worker or processes > len(cores):
-        return [""] * processes
-    share = len(cores) // processes
-    return [",".join(map(str, cores[k * share:(k + 1) * share])) for k in range(processes)]
-
-
 def build_plan(
     spec: Spec,
     ctx: RunContext,
     *,
-    python: str = sys.executable,
     run_dir: str | None = None,
     source: str | None = None,
     export_root: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Plan:
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
-    from tfdist.operators.backends import train_stage
-
     layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.dag_id, ctx.run_id))
-    common = ["--spec", layout.spec_file]
-    train = (*stage_command(python, "train"), *common, "--data", layout.data_dir,
-             "--checkpoints", layout.checkpoint_dir, "--result", layout.result("train"),
-             "--heartbeats", layout.heartbeat_dir, "--progress", layout.progress_file)
+    model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     source = source or spec.data.source
     sources = [source_for(source, t, spec.artifact_root) for t in partitions(
         ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]
-    prepare = [*stage_command(python, "prepare"), *common, "--out", layout.data_dir,
-               "--result", layout.result("prepare_data")]
-    for pattern in dict.fromkeys(sources):
-        prepare += ["--source", pattern]
-    model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
-    published = ["--run", layout.run_file, "--data", layout.data_dir, "--model-dir", model_dir]
-    evaluate = [*stage_command(python, "evaluate"), *common, *published, "--checkpoints", layout.checkpoint_dir,
-                "--train-result", layout.result("train"), "--out", layout.eval_dir, "--result", layout.result("evaluate")]
-    export = [*stage_command(python, "export"), *common, *published, "--eval", layout.eval_dir,
-              "--version-base", str(version_base(ctx)), "--result", layout.result("export")]
-    single = threads_per_process(spec, 1)
-    # on Kubernetes, data.prepare_processes pods write the shards (unset: one pod, its cores writing)
-    prepare_pods = spec.data.prepare_processes if spec.training.launcher == "kubernetes" else None
+    published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
+    prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), tuple(dict.fromkeys(sources)))
+    train = TrainArgs(layout.spec_file, layout.data_dir, layout.checkpoint_dir, layout.result("train"),
+                      layout.heartbeat_dir, layout.progress_file)
+    evaluate = EvaluateArgs(**published, checkpoints=layout.checkpoint_dir, train_result=layout.result("train"),
+                            out=layout.eval_dir, result=layout.result("evaluate"))
+    export = ExportArgs(**published, eval=layout.eval_dir, version_base=version_base(ctx), result=layout.result("export"))
     return Plan(
         spec=spec,
         layout=layout,
         context=ctx,
         model_dir=model_dir,
-        stages=tuple(replace(stage, result_file=layout.result(stage.task_id)) for stage in (
-            Stage("prepare_data", tuple(Process("prepare", k, tuple(prepare), single)
-                                        for k in range(prepare_pods or 1))),
-            replace(train_stage(spec, train), heartbeat_dir=layout.heartbeat_dir, checkpoint_dir=layout.checkpoint_dir,
-                    hang_timeout_seconds=spec.training.hang_timeout_seconds),
-            Stage("evaluate", (Process("evaluate", 0, tuple(evaluate), single),)),
-            Stage("export", (Process("export", 0, tuple(export), single),)),
-        )),
+        stages=(
+            Stage("prepare_data", prepare, (Member("prepare", 0),), writers=spec.data.prepare_processes),
+            train_stage(spec, train),
+            Stage("evaluate", evaluate, (Member("evaluate", 0),)),
+            Stage("export", export, (Member("export", 0),)),
+        ),
         overrides=overrides or {},
     )

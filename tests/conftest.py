@@ -137,9 +137,7 @@ def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
     that input (the day's partition and the data section), afterwards linked to that run's data (the train,
     evaluate and export stages only read it)."""
     plan = plan_for(root, run_id, day, **sections)
-    argv = plan.stage("prepare_data").processes[0].argv
-    sources = [a for a, flag in zip(argv[1:], argv) if flag == "--source"]
-    key = json.dumps([sources, plan.spec.data.model_dump(mode="json")])
+    key = json.dumps([plan.stage("prepare_data").args.source, plan.spec.data.model_dump(mode="json")])
     if key in _PREPARED:
         os.symlink(_PREPARED[key], plan.layout.data_dir)
     else:
@@ -155,7 +153,7 @@ def steps_of(plan, epochs: int) -> int:
 
 def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:
     logger, lines = collecting_logger(task_id)
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     launcher.run(plan.stage(task_id), logger)
     return launcher, lines.lines
 

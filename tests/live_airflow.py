@@ -19,7 +19,8 @@ from typing import Any
 import psutil
 import requests
 
-from tfdist.operators.launchers.local import free_ports, terminate_all
+from tfdist.operators.launchers.local import terminate_all
+from tfdist.operators.launchers.processes import free_ports
 from tests.postgres import Postgres
 
 BIN = os.path.dirname(sys.executable)

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
-from tfdist.operators.launchers.local import free_ports
+from tfdist.operators.launchers.processes import free_ports
 
 
 def _bin(name: str) -> str:

@@ -4,7 +4,6 @@ checked here; benchmarks are not tests). Not part of ``make test``: ``.ci/run`` 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest

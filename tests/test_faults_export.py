@@ -134,7 +134,7 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
                 shutil.rmtree(m["path"])
 
     unpublish()
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     thread = threading.Thread(target=launcher.run, args=(plan.stage("export"), collecting_logger("export")[0]))
     thread.start()
     wait_for(lambda: "export-0" in launcher.processes, 30, "the export process")
@@ -144,7 +144,7 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
     others = [m["version"] for m in registry.versions(model_dir) if m["run_id"] != run_id]
     for trial in range(EXPORT_KILLS):
         unpublish()
-        launcher, failure = LocalLauncher(), []
+        launcher, failure = LocalLauncher(plan), []
 
         def export() -> None:
             try:

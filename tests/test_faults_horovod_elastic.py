@@ -108,7 +108,7 @@ def test_a_killed_rank_leaves_the_other_training_from_its_last_step_call_and_rej
     plan = prepared_plan(digits_root, f"hvd_elastic_{trial}", training=TRAINING)
     timeline = Timeline()
     logger, lines = collecting_logger(f"hvd_elastic_{trial}", timeline)
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     total = steps_of(plan, EPOCHS)
     killer = RandomKill(plan, launcher, "rank-1", seed=trial, after=EVERY, before=total // 4)
     killer.start()

@@ -46,7 +46,7 @@ def test_a_worker_killed_at_random_fails_the_stage_fast_and_the_retry_resumes_to
     plan = prepared_plan(digits_root, f"killed_{mode}_{trial}",
                          training={**training, "checkpoint_every_steps": EVERY})
     logger, _ = collecting_logger(f"killed_{mode}")
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     killer = RandomKill(plan, launcher, victim, seed=trial, after=EVERY, before=steps_of(plan, training["epochs"]) // 2)
     killer.start()
     with pytest.raises(StageFailed) as failure:
@@ -85,7 +85,7 @@ def test_an_elastic_tf_cluster_continues_with_the_workers_it_has_left(digits_roo
     plan = prepared_plan(digits_root, f"elastic_{mode}_{trial}",
                          training={**training, "min_workers": 1, "checkpoint_every_steps": EVERY})
     logger, lines = collecting_logger(f"elastic_{mode}")
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     killer = RandomKill(plan, launcher, victim, seed=trial, after=EVERY, before=steps_of(plan, training["epochs"]) // 2)
     killer.start()
     result = launcher.run(plan.stage("train"), logger)
@@ -125,7 +125,7 @@ def test_a_stopped_worker_fails_the_stage_within_the_hang_timeout_naming_it(digi
             os.kill(pid, signal.SIGSTOP)
 
     logger, _ = collecting_logger(f"hung_{mode}", stop_it)
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     backstop = threading.Timer(90, launcher.stop)  # undetected, the hang would last forever
     backstop.start()
     with pytest.raises(StageFailed) as failure:
@@ -151,7 +151,7 @@ def test_no_training_process_outlives_a_killed_task_process(digits_root, fault_f
               "from tests.conftest import plan_for\n"
               f"plan = plan_for({digits_root!r}, {plan.context.run_id!r}, training={{'epochs': 400}})\n"
               "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
-              "LocalLauncher().run(plan.stage('train'), logging.getLogger('task'))\n")
+              "LocalLauncher(plan).run(plan.stage('train'), logging.getLogger('task'))\n")
     task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
     for line in task.stdout:
         if "worker-1: step" in line:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tfdist.operators.launchers import StageStopped
+from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
 from tfdist.trainer.artifacts import read_json
@@ -28,7 +29,7 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert sorted(digests) == ["rank-0", "rank-1"], lines[-20:]
     assert len(set(digests.values())) == 1, f"ranks diverged: {digests}"
-    (process,) = plan.stage("train").processes
+    (process,) = local_processes(plan.spec, plan.stage("train"))
     blocks = process.env["TFDIST_CORES"].split(";")
     for rank in (0, 1):
         assert any(line.startswith(f"[rank-{rank}] rank-{rank}: step ") for line in lines)
@@ -55,7 +56,7 @@ def test_stopping_horovodrun_ends_every_rank(digits_root):
 
     seen: set[str] = set()
     logger, _ = collecting_logger("hvd_stop", lambda line: "step" in line and stop_once_both_ranks_train(line))
-    launcher = LocalLauncher()
+    launcher = LocalLauncher(plan)
     with pytest.raises(StageStopped):
         launcher.run(plan.stage("train"), logger)
     assert_all_stopped(launcher)

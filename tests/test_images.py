@@ -98,7 +98,7 @@ def test_the_role_allows_creating_following_and_deleting_everything_a_run_create
                for resource in rule["resources"] for verb in rule["verbs"]}
     spec = load_spec(make_spec("/mnt/tfdist", training=MODES[mode], kubernetes=KUBERNETES))
     start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
-    plan = build_plan(spec, RunContext(spec.name, "r", start, start + dt.timedelta(days=1)), python="python")
+    plan = build_plan(spec, RunContext(spec.name, "r", start, start + dt.timedelta(days=1)))
     kinds = {o["kind"] for s in plan.stages for kubeflow in (False, True)
              for o in stage_objects(plan, s, kubeflow=kubeflow)}
     for kind in kinds:

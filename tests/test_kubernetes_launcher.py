@@ -174,8 +174,8 @@ def test_a_lost_pod_fails_the_stage_named_as_lost_though_it_is_gone(cluster, dig
 
 
 EPOCHS = 150  # 2,850 steps: long enough to be lost in
-ELASTIC = {"horovod": ({"backend": "mpi", "mpi": {"controller": "gloo"}}, "pod-1"), "mirrored": ({}, "worker-1")}
-"""Training section, and the member of pod 1 (a Horovod pod runs its ranks itself)."""
+ELASTIC = {"horovod": ({"backend": "mpi", "mpi": {"controller": "gloo"}}, "worker-1"), "mirrored": ({}, "worker-1")}
+"""Training section, and the member of pod 1 (a Horovod worker: the pod running its ranks)."""
 
 
 @pytest.mark.faults
@@ -252,7 +252,7 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_lost(
 
 
 HUNG = {"mirrored": ({"num_workers": 2}, "worker-1", "worker-1"),
-        "horovod": ({"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo"}}, "pod-1", "rank-1")}
+        "horovod": ({"backend": "mpi", "num_workers": 2, "mpi": {"controller": "gloo"}}, "worker-1", "rank-1")}
 """Training section, the member whose pod holds the process to stop, that process's heartbeat name."""
 
 

@@ -50,7 +50,7 @@ SCHEMAS = os.path.join(REPO, "tests", "fixtures", "k8s-schemas")
 def k8s_plan(tmp_path, mode: str):
     spec = load_spec(make_spec("/mnt/tfdist", training=MODES[mode], kubernetes=KUBERNETES))
     start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
-    return spec, build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)), python="python")
+    return spec, build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
 
 
 def closed(schema: dict) -> dict:
@@ -79,7 +79,7 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
     spec = load_spec(make_spec("/mnt/tfdist", training={**MODES[mode], "num_workers": workers}, kubernetes=KUBERNETES,
                                data={"num_shards": 16}))
     start = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
-    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)), python="python")
+    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
     for stage in plan.stages:
         for kubeflow in (False, True):
             for obj in stage_objects(plan, stage, kubeflow=kubeflow):
@@ -119,7 +119,7 @@ def test_parameter_server_job_succeeds_with_the_chief_and_each_index_knows_its_r
     config = json.loads(pod.pod_tf_config(name, cluster, 3))
     assert config["cluster"]["worker"] == [f"{name}-3.{name}:2222", f"{name}-4.{name}:2222"]
     # the pod runs the same training command as a local cluster member, through tfdist.trainer.pod, watching for hangs
-    assert command[command.index("--") + 1:] == list(plan.stage("train").processes[0].argv)
+    assert command[command.index("--") + 1:] == plan.stage("train").args.command("python")
     assert command[command.index("--heartbeats"):][:4] == [
         "--heartbeats", plan.layout.heartbeat_dir, "--hang-timeout", str(spec.training.hang_timeout_seconds)]
     rules = job["spec"]["podFailurePolicy"]["rules"]
@@ -139,7 +139,7 @@ def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
         assert job["spec"]["completions"] == 1 and "successPolicy" not in job["spec"]
         container = job["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["python", "-m", "tfdist.trainer.pod", "--run-dir", plan.layout.run_dir,
-                                        "--result", stage.result_file, "--", *stage.processes[0].argv]
+                                        "--result", stage.result_file, "--", *stage.args.command("python")]
         assert stage.result_file == plan.layout.result(task_id)
         assert container["terminationMessagePath"] == "/dev/termination-log"
         assert container["volumeMounts"] == [{"name": "artifacts", "mountPath": "/mnt/tfdist"}]
@@ -157,7 +157,7 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     command = container["command"]
     assert command[:3] == ["python", "-m", "tfdist.trainer.pod"] and "mpirun" not in command
     assert command[command.index("--horovod-slots") + 1] == "2" and command[command.index("--pods") + 1] == "2"
-    assert command[command.index("--") + 1:] == list(stage.rank_command)
+    assert command[command.index("--") + 1:] == stage.args.command("python")
     assert job["spec"]["completions"] == 2 and container["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert {e["name"]: e["value"] for e in container["env"]}["TFDIST_THREADS"] == "4"  # 8 CPUs, 2 ranks
     mpijob, = stage_objects(plan, stage, kubeflow=True)

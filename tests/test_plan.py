@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdist.operators import plan as plan_module
-from tfdist.operators.backends.mpi import HOST_DISCOVERY_SCRIPT
-from tfdist.operators.plan import RunContext, Stage, build_plan, process_tf_config, version_base
+from tfdist.operators.launchers import processes as processes_module
+from tfdist.operators.launchers.processes import HOST_DISCOVERY_SCRIPT, local_processes
+from tfdist.operators.plan import RunContext, Stage, build_plan, version_base
 from tfdist.operators.spec import load_spec
 from tfdist.trainer.contract import run_key, run_path
 from tests.conftest import REPO, make_spec
@@ -27,27 +28,34 @@ CTX = RunContext("digits_test", "scheduled__2026-11-20T00:00:00+00:00",
                  dt.datetime(2026, 11, 20, tzinfo=UTC), dt.datetime(2026, 11, 21, tzinfo=UTC))
 
 
+def one_argv(spec, stage: Stage, python: str = "python") -> list[str]:
+    """The argv of the stage's one process, as the local launcher starts it."""
+    (process,) = local_processes(spec, stage, python=python)
+    return list(process.argv)
+
+
 def test_stages_and_run_scoped_paths(tmp_path):
-    plan = build_plan(load_spec(make_spec(str(tmp_path))), CTX, python="python")
+    spec = load_spec(make_spec(str(tmp_path)))
+    plan = build_plan(spec, CTX)
     assert [s.task_id for s in plan.stages] == ["prepare_data", "train", "evaluate", "export"]
     assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/{run_key(CTX.run_id)}"
     assert run_key(CTX.run_id).startswith("scheduled__2026-11-20T00_00_00_00_00-")
     for stage in plan.stages:
-        for process in stage.processes:
+        for process in local_processes(spec, stage, python="python"):
             assert isinstance(process.argv, tuple) and all(isinstance(a, str) for a in process.argv)
             assert process.argv[:2] == ("python", "-m")
             assert plan.layout.spec_file in process.argv
-    prepare = plan.stage("prepare_data").processes[0].argv
+        assert type(stage.args).parse(stage.args.to_argv()) == stage.args  # what the stage's entry point reads
+    prepare = one_argv(spec, plan.stage("prepare_data"))
     assert prepare[prepare.index("--source") + 1] == f"{tmp_path}/raw/digits/2026-11-20/*.csv"
-    export = plan.stage("export").processes[0].argv
+    export = one_argv(spec, plan.stage("export"))
     assert export[export.index("--version-base") + 1] == "20261121000000" == str(version_base(CTX))
 
 
 def test_window_lists_each_partition(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), data={"window": 3}))
-    argv = build_plan(spec, CTX).stage("prepare_data").processes[0].argv
-    sources = [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
-    assert [s.split("/")[-2] for s in sources] == ["2026-11-18", "2026-11-19", "2026-11-20"]
+    assert [s.split("/")[-2] for s in build_plan(spec, CTX).stage("prepare_data").args.source] == [
+        "2026-11-18", "2026-11-19", "2026-11-20"]
 
 
 def at(*args) -> dt.datetime:
@@ -72,19 +80,19 @@ def test_a_run_reads_exactly_the_partitions_of_its_window_in_the_schedules_perio
                                                                                      interval, window, expected):
     spec = load_spec(make_spec(str(tmp_path), schedule=schedule,
                                data={"source": f"{{artifact_root}}/raw/{partition}/part.csv", "window": window}))
-    argv = build_plan(spec, RunContext("d", "r", *interval)).stage("prepare_data").processes[0].argv
-    sources = [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
-    assert sources == [f"{tmp_path}/raw/{p}/part.csv" for p in expected]
+    sources = build_plan(spec, RunContext("d", "r", *interval)).stage("prepare_data").args.source
+    assert list(sources) == [f"{tmp_path}/raw/{p}/part.csv" for p in expected]
 
 
 def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), training={"num_workers": 3, "global_batch_size": 96,
                                                          "gpus_per_worker": 2}))
     stage: Stage = build_plan(spec, CTX).stage("train")
-    assert stage.tf_cluster and [p.name for p in stage.processes] == ["worker-0", "worker-1", "worker-2"]
-    assert all(p.gpus == 2 for p in stage.processes)
-    addresses = {p.name: f"127.0.0.1:{9000 + p.index}" for p in stage.processes}
-    configs = [json.loads(process_tf_config(stage, addresses, p)) for p in stage.processes]
+    assert stage.sync == "tf_cluster" and [m.name for m in stage.members] == ["worker-0", "worker-1", "worker-2"]
+    assert all(m.gpus == 2 for m in stage.members)
+    processes = local_processes(spec, stage, addresses=[f"127.0.0.1:{9000 + k}" for k in range(3)])
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in processes] == ["0,1", "2,3", "4,5"]
+    configs = [json.loads(p.env["TF_CONFIG"]) for p in processes]
     assert configs[2] == {"cluster": {"worker": ["127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9002"]},
                           "task": {"type": "worker", "index": 2}}
 
@@ -139,9 +147,9 @@ def test_validate_command_reports_field_errors(tmp_path):
 def test_horovod_gloo_runs_every_rank_through_horovodrun(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"controller": "gloo",
                                                                                   "slots_per_worker": 2}}))
-    stage = build_plan(spec, CTX, python="/venv/bin/python").stage("train")
-    (process,) = stage.processes
-    assert stage.rank_tagged and not stage.tf_cluster
+    stage = build_plan(spec, CTX).stage("train")
+    (process,) = local_processes(spec, stage, python="/venv/bin/python")
+    assert process.rank_tagged and stage.sync == "horovod"
     assert process.argv[:7] == ("/venv/bin/horovodrun", "-np", "4", "-H", "localhost:4", "--gloo",
                                 "/venv/bin/python")
     assert process.argv[7:9] == ("-m", "tfdist.trainer.train")
@@ -151,8 +159,7 @@ def test_horovod_mpi_passes_extra_args_as_separate_argv_items(tmp_path):
     extra = ["--mca", "btl_tcp_if_include", "lo", "-x", "NCCL_DEBUG=INFO"]
     spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"controller": "mpi",
                                                                                   "extra_args": extra}}))
-    (process,) = build_plan(spec, CTX, python="python").stage("train").processes
-    argv = list(process.argv)
+    argv = one_argv(spec, build_plan(spec, CTX).stage("train"))
     assert argv[:5] == ["mpirun", "-np", "2", "-H", "localhost:2"] and "--tag-output" in argv
     start = argv.index("--mca")
     assert argv[start:start + len(extra)] == extra and argv[start + len(extra):][:3] == ["python", "-m", "tfdist.trainer.train"]
@@ -162,20 +169,21 @@ def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1,
                                                          "gpus_per_worker": 1}))
     stage = build_plan(spec, CTX).stage("train")
-    assert [p.name for p in stage.processes] == ["chief-0", "ps-0", "worker-0", "worker-1"]
-    assert stage.servers == ("ps", "worker") and [p.gpus for p in stage.processes] == [0, 0, 1, 1]
-    addresses = {p.name: f"h:{n}" for n, p in enumerate(stage.processes)}
-    config = json.loads(process_tf_config(stage, addresses, stage.processes[1]))
+    assert [m.name for m in stage.members] == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    assert stage.servers == ("ps", "worker") and [m.gpus for m in stage.members] == [0, 0, 1, 1]
+    processes = local_processes(spec, stage, addresses=[f"h:{n}" for n in range(4)])
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in processes] == ["", "", "0", "1"]
+    config = json.loads(processes[1].env["TF_CONFIG"])
     assert config == {"cluster": {"chief": ["h:0"], "ps": ["h:1"], "worker": ["h:2", "h:3"]},
                       "task": {"type": "ps", "index": 0}}
 
 
 def test_training_processes_get_their_own_cores_only_when_they_share_the_machine_evenly(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_module, "available_cores", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(processes_module, "available_cores", lambda: [0, 1, 2, 3])
 
     def cores(**training):
-        stage = build_plan(load_spec(make_spec(str(tmp_path), training=training)), CTX).stage("train")
-        return [p.env["TFDIST_CORES"] for p in stage.processes]
+        spec = load_spec(make_spec(str(tmp_path), training=training))
+        return [p.env["TFDIST_CORES"] for p in local_processes(spec, build_plan(spec, CTX).stage("train"))]
 
     assert cores() == ["0,1", "2,3"]
     assert cores(strategy="parameter_server", num_ps=1) == ["0", "1", "2", "3"]  # chief, ps, 2 workers
@@ -233,16 +241,17 @@ def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
 def test_an_elastic_tf_cluster_stage_carries_its_allowed_sizes_and_restart_bound(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), training={"num_workers": 4, "min_workers": 2, "max_restarts": 5}))
     stage = build_plan(spec, CTX).stage("train")
-    assert (stage.elastic_sizes, stage.max_restarts) == ((4, 2), 5)
+    assert (stage.elastic.sizes, stage.elastic.max_restarts) == ((4, 2), 5)
     assert stage.checkpoint_dir == build_plan(spec, CTX).layout.checkpoint_dir
-    fixed = build_plan(load_spec(make_spec(str(tmp_path))), CTX).stage("train")
-    assert (fixed.elastic_sizes, fixed.max_restarts) == ((), 0)
+    assert build_plan(load_spec(make_spec(str(tmp_path))), CTX).stage("train").elastic is None
+    assert stage.with_workers(2).workers == 2 and [m.name for m in stage.with_workers(2).members] == [
+        "worker-0", "worker-1"]
 
 
 def test_elastic_horovod_runs_horovodrun_over_gloo_with_one_local_host_name_per_worker(tmp_path):
     spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "num_workers": 2, "min_workers": 1,
                                                          "max_restarts": 2, "mpi": {"controller": "mpi"}}))
-    (process,) = build_plan(spec, CTX).stage("train").processes
+    (process,) = local_processes(spec, build_plan(spec, CTX).stage("train"))
     assert process.argv[1:15] == ("--gloo", "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script",
                                   HOST_DISCOVERY_SCRIPT, "--reset-limit", "4", "--blacklist-cooldown-range", "1", "300")
     assert process.argv[15:17] == (sys.executable, "-m") and os.access(HOST_DISCOVERY_SCRIPT, os.X_OK)

@@ -4,7 +4,6 @@ MultiWorkerMirroredStrategy, checkpoints by the chief; a failing worker stops th
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import threading
@@ -12,6 +11,7 @@ import threading
 import pytest
 
 from tfdist.operators.launchers import StageStopped
+from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.ui import page_url
 from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for, prepared_plan, run,
                             task_instance, wait_for)
@@ -33,7 +33,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     assert result["checkpoint"].endswith(f"ckpt-{result['final_step']}")
     for worker in ("worker-0", "worker-1"):
         assert any(line.startswith(f"[{worker}] {worker}: step ") and "examples/s" in line for line in lines)
-    for process in plan.stage("train").processes:  # pinned as planned (on a machine of 2+ cores), else any core
+    for process in local_processes(plan.spec, plan.stage("train")):  # pinned as planned (on a machine of 2+ cores), else any core
         cores = process.env["TFDIST_CORES"] or ",".join(map(str, sorted(os.sched_getaffinity(0))))
         assert any(line.startswith(f"[{process.name}]") and f"cores {cores})" in line for line in lines), cores
 
@@ -88,10 +88,8 @@ def test_a_retry_stops_workers_left_by_an_earlier_attempt(digits_root):
 
     plan = prepared_plan(digits_root, "train_retry", training={"epochs": 2})
     stage = plan.stage("train")
-    stale = [subprocess.Popen(p.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                                                                          "task": {"type": "worker", "index": p.index}})})
-             for p in stage.processes]
+    stale = [subprocess.Popen(p.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **p.env})
+             for p in local_processes(plan.spec, stage, addresses=["127.0.0.1:1", "127.0.0.1:2"])]
     _, lines = run(plan, "train")
     assert any("stopping 2 process(es) left by an earlier attempt" in line for line in lines)
     assert all(proc.poll() is not None for proc in stale)

@@ -14,7 +14,7 @@ def get_launcher(plan: Plan, try_number: int = 1) -> Launcher:
         return KubernetesLauncher(plan, try_number)
     from tfdist.operators.launchers.local import LocalLauncher
 
-    return LocalLauncher()
+    return LocalLauncher(plan, try_number)
 
 
 __all__ = ["Launcher", "StageFailed", "StageStopped", "get_launcher"]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import abc
 import logging
-from dataclasses import replace
 from typing import Any
 
-from tfdist.operators.plan import Stage
+from tfdist.operators.plan import Elastic, Plan, Stage
 
 TAIL_LINES = 40
 """How many of each source's last output lines a failure shows."""
@@ -35,44 +34,36 @@ class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 
 
-def workers(stage: Stage) -> int:
-    """Horovod's workers (pods), else the TF cluster's."""
-    return stage.rank_pods or sum(p.role == "worker" for p in stage.processes)
-
-
-def with_workers(stage: Stage, count: int) -> Stage:
-    """The stage with its first ``count`` workers (a TF cluster's other roles as they were)."""
-    if stage.rank_pods:
-        return replace(stage, rank_pods=count)
-    return replace(stage, processes=tuple(p for p in stage.processes if p.role != "worker" or p.index < count))
-
-
-def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict]) -> Stage | None:
-    """The elastic stage to restart after losing the members ``lost`` (Horovod pods, TF cluster processes):
-    the workers it has left, at the largest size allowed (a lost chief or parameter server: the same size);
-    None when the stage may not continue (not elastic, nothing lost, ``max_restarts`` used up, too few left)."""
-    if not lost or len(restarts) >= stage.max_restarts:
+def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict], elastic: Elastic | None) -> Stage | None:
+    """The elastic stage to restart after losing the members ``lost``: the workers it has left, at the largest
+    size allowed (a lost chief or parameter server: the same size); None when it may not continue (not
+    ``elastic``, nothing lost, ``max_restarts`` used up, too few left)."""
+    if elastic is None or not lost or len(restarts) >= elastic.max_restarts:
         return None
-    names = {p.name for p in stage.processes if p.role == "worker"}
-    left = workers(stage) - len(set(lost) if stage.rank_pods else names & set(lost))
-    size = next((n for n in stage.elastic_sizes if n <= left), None)
-    return None if size is None else with_workers(stage, size)
+    left = stage.workers - len({m.name for m in stage.members if m.role == "worker"} & set(lost))
+    size = next((n for n in elastic.sizes if n <= left), None)
+    return None if size is None else stage.with_workers(size)
 
 
 def restart_record(stage: Stage, smaller: Stage, lost: tuple[str, ...], why: str, restarts: list[dict],
                    log: logging.Logger, **measured: Any) -> dict[str, Any]:
     """Log an elastic restart and add its record (an item of the result record's ``elastic_restarts``)."""
-    change = {"restart": len(restarts) + 1, "lost": list(lost), "why": why, "workers_before": workers(stage),
-              "workers_after": workers(smaller), **measured}
+    change = {"restart": len(restarts) + 1, "lost": list(lost), "why": why, "workers_before": stage.workers,
+              "workers_after": smaller.workers, **measured}
     log.warning("%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
                 "training.max_restarts; the global batch is kept)", stage.task_id, why, change["workers_after"],
                 change["workers_before"], f"checkpoint at step {measured['resumed_at_step']}"
-                if "resumed_at_step" in measured else "latest checkpoint", change["restart"], stage.max_restarts)
+                if "resumed_at_step" in measured else "latest checkpoint", change["restart"], stage.elastic.max_restarts)
     restarts.append(change)
     return change
 
 
 class Launcher(abc.ABC):
+    """Realizes the stages of one run's plan on a platform, for one try of a task."""
+
+    def __init__(self, plan: Plan, try_number: int = 1) -> None:
+        self.plan, self.try_number = plan, try_number
+
     def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> Any | None:
         """Start the stage (or find the one an earlier try of the task started, by the identity kept in the
         task's state ``store``) and return the trigger that follows it to its end; None when the stage's
@@ -84,11 +75,34 @@ class Launcher(abc.ABC):
         restarted elastically, or None when it may not continue."""
         return None
 
-    @abc.abstractmethod
     def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
-        """Start every process of the stage, relay their output to ``log`` prefixed ``[name]``, return the
-        stage's result record when all succeeded (and stop serving processes then). Raise StageFailed as
-        soon as one fails, after stopping the others."""
+        """Run the stage to its end and return its result record; an elastic stage that lost workers is
+        restarted with those it has left (each restart recorded in the result's ``elastic_restarts``)."""
+        restarts: list[dict] = []
+        while True:
+            try:
+                result = self.run_once(stage, log, restarts)
+                return {**result, "elastic_restarts": restarts} if restarts else result
+            except StageFailed as failure:
+                smaller = shrunk(stage, failure.lost, restarts, self.restart_policy(stage))
+                if smaller is None:
+                    raise
+                restart_record(stage, smaller, failure.lost, failure.summary, restarts, log, **self.measure_loss(stage))
+                stage = smaller
+
+    def restart_policy(self, stage: Stage) -> Elastic | None:
+        """How this launcher restarts the stage after a loss (None: it does not)."""
+        return stage.elastic
+
+    def measure_loss(self, stage: Stage) -> dict[str, Any]:
+        """What the record of an elastic restart tells of the loss, besides who and why."""
+        return {}
+
+    @abc.abstractmethod
+    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+        """Start every member of the stage, relay their output to ``log`` prefixed ``[name]``, return the
+        stage's result record when all succeeded (and stop serving members then). Raise StageFailed as soon
+        as one fails, after stopping the others. ``restarts``: the elastic restarts this run follows."""
 
     @abc.abstractmethod
     def stop(self) -> None:

@@ -17,13 +17,16 @@ import json
 import os
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from tfdist.operators.plan import Plan, Stage
 from tfdist.operators.spec import KubernetesSpec, Spec
-from tfdist.trainer.contract import (CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, THREADS_ENV,
-                                     TF_PORT, pod_argv)
+from tfdist.trainer.contract import (HOROVOD_SHARED_CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG,
+                                     THREADS_ENV, TF_PORT, mpirun_argv, pod_argv)
 
+PYTHON = "python"
+"""The worker images' Python, which runs every pod's command."""
 NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
 TF_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker"}
@@ -113,16 +116,14 @@ def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotati
             "spec": {k: v for k, v in pod.items() if v is not None}}
 
 
-def _env(plan: Plan, role: str, env: dict[str, str], per_pod: int = 1) -> dict[str, str]:
-    """The process's environment in a pod: threads from the role's whole CPUs (shared by the pod's
-    ``per_pod`` processes), never this machine's core pinning; the run's spec and record for
-    ``tfdist.trainer.pod`` to write in the run directory."""
+def _env(plan: Plan, role: str, per_pod: int = 1, horovod: bool = False) -> dict[str, str]:
+    """A process's environment in a pod: threads from the role's whole CPUs (shared by the pod's ``per_pod``
+    processes); the run's spec and record for ``tfdist.trainer.pod`` to write in the run directory."""
     cpu = _settings(plan.spec).for_role(role).cpu
     threads = {THREADS_ENV: str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
-    kept = {k: v for k, v in env.items() if k not in (CORES_ENV, THREADS_ENV, "CUDA_VISIBLE_DEVICES")}
     record = {SPEC_ENV: json.dumps(plan.spec.to_json_dict(), sort_keys=True),
               RUN_ENV: json.dumps(plan.run_record(), sort_keys=True)}
-    return {"PYTHONUNBUFFERED": "1", **kept, **threads, **record}
+    return {"PYTHONUNBUFFERED": "1", **(HOROVOD_SHARED_CORES_ENV if horovod else {}), **threads, **record}
 
 
 def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
@@ -130,37 +131,32 @@ def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
             "annotations": dict(annotations)}
 
 
-def _entrypoint(plan: Plan, stage: Stage, python: str, command: tuple[str, ...], **place) -> list[str]:
+def _entrypoint(plan: Plan, stage: Stage, command: list[str], **place) -> list[str]:
     """The pod's argv; a training stage's pods watch its heartbeats for hangs."""
     watch = {"heartbeats": stage.heartbeat_dir, "hang_timeout": stage.hang_timeout_seconds}
-    return pod_argv(python, plan.layout.run_dir, stage.result_file, command, **(watch if stage.heartbeat_dir else {}),
+    return pod_argv(PYTHON, plan.layout.run_dir, stage.result_file, command, **(watch if stage.heartbeat_dir else {}),
                     **place)
 
 
-def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
-                   python: str = "python", try_number: int = 1) -> list[dict]:
-    """A headless Service (TF cluster and Horovod stages) and one Indexed Job (prepare_data's pods, when
-    several, meet in a directory of the try on the artifact volume)."""
-    spec, first = plan.spec, stage.processes[0]
-    t = spec.training
-    if stage.rank_command:  # Horovod: each pod runs its slots' ranks; pod 0 serves the rendezvous
-        slots = t.mpi_settings.slots_per_worker
-        argv = _entrypoint(plan, stage, python, stage.rank_command, job=name, horovod_slots=slots, pods=stage.rank_pods)
-        role, count, env = "worker", stage.rank_pods, _env(plan, "worker", first.env, slots)
-        gpus = t.gpus_per_worker
-    elif stage.tf_cluster:
-        cluster = Counter(p.role for p in stage.processes)  # roles in completion-index order
-        argv = _entrypoint(plan, stage, python, first.argv, job=name, cluster=cluster)
-        # one pod template for every member (roles differ by index): chief and ps get the workers' settings
-        role, count, env, gpus = "worker", len(stage.processes), _env(plan, "worker", first.env), t.gpus_per_worker
+def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, try_number: int) -> dict:
+    """The stage's Indexed Job: a Horovod pod per worker (running its ranks), a pod per TF cluster member, or
+    the stage's writers (prepare_data's pods, when several, meet in a directory of the try on the volume)."""
+    spec, command = plan.spec, stage.args.command(PYTHON)
+    role, count, env, gpus = "worker", len(stage.members), _env(plan, "worker"), stage.gpus_per_worker
+    if stage.sync == "horovod":  # each pod runs its slots' ranks; pod 0 serves the rendezvous
+        argv = _entrypoint(plan, stage, command, job=name, horovod_slots=stage.slots, pods=stage.workers)
+        env = _env(plan, "worker", stage.slots, horovod=True)
+    elif stage.sync == "tf_cluster":
+        # roles in completion-index order; one pod template for every member: chief and ps get the workers' settings
+        argv = _entrypoint(plan, stage, command, job=name, cluster=Counter(m.role for m in stage.members))
     else:
-        role, count, env, gpus = first.role, len(stage.processes), _env(plan, first.role, first.env), 0
+        role, count, gpus = stage.members[0].role, stage.writers or 1, 0
+        env = _env(plan, role)
         meeting = os.path.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
-        argv = _entrypoint(plan, stage, python, first.argv if count == 1 else
-                           (*first.argv, "--pods", str(count), "--coordination", meeting))
-    clustered = stage.tf_cluster or bool(stage.rank_command)
+        args = replace(stage.args, pods=count, coordination=meeting) if count > 1 else stage.args
+        argv = _entrypoint(plan, stage, args.command(PYTHON))
     template = _pod_template(spec, role, _container(spec, role, "trainer", argv, env, gpus), labels, annotations,
-                             **({"subdomain": name} if clustered else {}))
+                             **({"subdomain": name} if stage.sync else {}))
     job_spec = {
         "completionMode": "Indexed",
         "completions": count,
@@ -176,70 +172,77 @@ def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotation
     }
     if stage.servers:  # parameter servers and workers serve until the chief (index 0) is done
         job_spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec, name, labels, annotations),
-           "spec": job_spec}
-    if not clustered:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec, name, labels, annotations),
+            "spec": job_spec}
+
+
+def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, try_number: int = 1) -> list[dict]:
+    """The stage's Job; a TF cluster or Horovod stage's also a headless Service naming its pods."""
+    job = _job(plan, stage, name, labels, annotations, try_number)
+    if not stage.sync:
         return [job]
     ports = [{"name": "tf", "port": TF_PORT}, {"name": "rendezvous", "port": RENDEZVOUS_PORT}]
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(spec, name, labels, annotations),
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(plan.spec, name, labels, annotations),
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                         "selector": {"batch.kubernetes.io/job-name": name}, "ports": ports}}
     return [service, job]
 
 
-def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
-                     python: str = "python") -> list[dict]:
-    """The train stage as a TFJob (the operator sets each pod's TF_CONFIG) or an MPIJob (mpirun in the
-    launcher pod reaching the worker pods over SSH, as the MPI operator sets up)."""
-    spec = plan.spec
-    k8s, t = _settings(spec), spec.training
-    run_policy = {"cleanPodPolicy": "Running", "backoffLimit": 0, "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished}
-    metadata = _metadata(spec, name, labels, annotations)
-    if stage.tf_cluster:
-        replicas: dict[str, dict] = {}
-        for p in stage.processes:
-            gpus = p.gpus if p.role == "worker" else 0
-            argv = _entrypoint(plan, stage, python, p.argv)
-            container = _container(spec, p.role, "tensorflow", argv, _env(plan, p.role, p.env), gpus)
-            container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
-            replica = replicas.setdefault(TF_REPLICA_TYPES[p.role], {
-                "replicas": 0, "restartPolicy": "Never",
-                "template": _pod_template(spec, p.role, container, labels, annotations)})
-            replica["replicas"] += 1
-        return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata,
-                 "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas}}]
-    slots = t.mpi_settings.slots_per_worker
-    ranks = stage.rank_pods * slots
-    env = _env(plan, "worker", stage.processes[0].env, slots)  # the ranks', held by the launcher for mpirun
+def tfjob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
+    """The TF cluster as a TFJob: the operator sets each pod's TF_CONFIG."""
+    spec, replicas = plan.spec, {}
+    argv = _entrypoint(plan, stage, stage.args.command(PYTHON))
+    for m in stage.members:
+        container = _container(spec, m.role, "tensorflow", argv, _env(plan, m.role), m.gpus)
+        container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
+        replica = replicas.setdefault(TF_REPLICA_TYPES[m.role], {
+            "replicas": 0, "restartPolicy": "Never",
+            "template": _pod_template(spec, m.role, container, labels, annotations)})
+        replica["replicas"] += 1
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata,
+            "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas}}
+
+
+def mpijob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
+    """Horovod as an MPIJob: mpirun in the launcher pod reaching the worker pods over SSH, as the MPI operator
+    sets up."""
+    spec, t = plan.spec, plan.spec.training
+    env = _env(plan, "worker", stage.slots, horovod=True)  # the ranks', held by the launcher for mpirun
     forwarded = [k for k in env if k not in (SPEC_ENV, RUN_ENV) and not k.startswith("OMPI_")]  # mpirun passes OMPI_*
-    forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if t.gpus_per_worker else [])]  # the GPU image's CUDA
-    mpirun = ("mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output",
-              *(arg for var in forwarded for arg in ("-x", var)), *t.mpi_settings.extra_args, *stage.rank_command)
-    launcher = _container(spec, "worker", "launcher",
-                          _entrypoint(plan, stage, python, mpirun, hostfile=MPI_HOSTFILE), env, 0)
+    forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if stage.gpus_per_worker else [])]  # the GPU image's CUDA
+    mpirun = mpirun_argv(stage.workers * stage.slots, stage.args.command(PYTHON), forwarded=tuple(forwarded),
+                         extra_args=t.mpi_settings.extra_args)
+    launcher = _container(spec, "worker", "launcher", _entrypoint(plan, stage, mpirun, hostfile=MPI_HOSTFILE), env, 0)
     launcher.pop("resources", None)  # mpirun only starts and relays the ranks
     worker = _container(spec, "worker", "worker", ["/usr/sbin/sshd", "-De", "-f", f"{IMAGE_HOME}/.sshd_config"], {},
-                        t.gpus_per_worker)
+                        stage.gpus_per_worker)
     for container in (launcher, worker):
         container["securityContext"] = {"runAsUser": IMAGE_UID}
-    return [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": metadata, "spec": {
-        "slotsPerWorker": slots, "runPolicy": run_policy, "mpiImplementation": "OpenMPI",
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": metadata, "spec": {
+        "slotsPerWorker": stage.slots, "runPolicy": run_policy, "mpiImplementation": "OpenMPI",
         "sshAuthMountPath": f"{IMAGE_HOME}/.ssh",
         "mpiReplicaSpecs": {
             "Launcher": {"replicas": 1, "restartPolicy": "Never",
                          "template": _pod_template(spec, "worker", launcher, labels, annotations)},
-            "Worker": {"replicas": stage.rank_pods, "restartPolicy": "Never",
+            "Worker": {"replicas": stage.workers, "restartPolicy": "Never",
                        "template": _pod_template(spec, "worker", worker, labels, annotations)},
-        }}}]
+        }}}
 
 
-def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bool = False,
-                  python: str = "python") -> list[dict]:
+def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict) -> list[dict]:
+    """The train stage as a TFJob or an MPIJob."""
+    run_policy = {"cleanPodPolicy": "Running", "backoffLimit": 0,
+                  "ttlSecondsAfterFinished": _settings(plan.spec).ttl_seconds_after_finished}
+    make = tfjob if stage.sync == "tf_cluster" else mpijob
+    return [make(plan, stage, _metadata(plan.spec, name, labels, annotations), run_policy, labels, annotations)]
+
+
+def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bool = False) -> list[dict]:
     """Every object the stage creates, in the order to create them; ``kubeflow`` (train stage only):
     a TFJob or MPIJob instead of native Jobs."""
     dag_id, run_id = plan.context.dag_id, plan.context.run_id
     name = object_name(dag_id, run_id, stage.task_id)
     labels, annotations = identity(plan.spec, dag_id, run_id, stage.task_id, try_number)
-    if kubeflow and (stage.tf_cluster or stage.rank_command):
-        return kubeflow_objects(plan, stage, name, labels, annotations, python)
-    return native_objects(plan, stage, name, labels, annotations, python, try_number)
+    if kubeflow and stage.sync:
+        return kubeflow_objects(plan, stage, name, labels, annotations)
+    return native_objects(plan, stage, name, labels, annotations, try_number)

@@ -32,8 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from tfdist.operators.launchers.base import (TAIL_LINES, Launcher, StageFailed, StageStopped, restart_record, shrunk,
-                                             with_workers)
+from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.k8s_objects import identity, label_value, stage_objects
 from tfdist.operators.plan import Plan, Stage
 from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, split_rank_tags
@@ -69,7 +68,7 @@ class Watch:
     objects: tuple[tuple[str, str], ...]
     """(kind, name) of every object of the stage, in creation order."""
     members: tuple[str, ...]
-    """Job: the stage's process at each completion index."""
+    """Job: the stage's member at each completion index."""
     rank_tagged: bool
     """Horovod pods (and an MPIJob's launcher) print rank-tagged lines."""
     result_member: str
@@ -90,21 +89,17 @@ class Watch:
         return f"{key}={self.name}"
 
     def member(self, pod: Any) -> str:
-        """Which process of the stage the pod is (``pod-N`` for a Horovod pod running several ranks)."""
+        """Which member of the stage the pod is."""
         if self.kind == "Job":
-            return self.member_at(int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"]))
+            return self.members[int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])]
         labels = pod.metadata.labels
         if self.kind == "MPIJob":  # the MPI operator labels a role, and an index on workers only
             return f"{labels['training.kubeflow.org/job-role']}-{labels.get('training.kubeflow.org/replica-index', 0)}"
         return f"{labels['training.kubeflow.org/replica-type'].lower()}-{labels['training.kubeflow.org/replica-index']}"
 
-    def member_at(self, index: int) -> str:
-        """The Job's process at a completion index."""
-        return f"pod-{index}" if self.rank_tagged else self.members[index]
-
     def named_member(self, pod_name: str) -> str:
-        """The Job's process whose pod had this name (``<job>-<index>-<suffix>``, as Indexed Jobs name pods)."""
-        return self.member_at(int(pod_name.removeprefix(f"{self.name}-").split("-", 1)[0]))
+        """The Job's member whose pod had this name (``<job>-<index>-<suffix>``, as Indexed Jobs name pods)."""
+        return self.members[int(pod_name.removeprefix(f"{self.name}-").split("-", 1)[0])]
 
     def tagged(self, member: str) -> bool:
         return self.rank_tagged and (self.kind == "Job" or member.startswith("launcher"))
@@ -112,7 +107,7 @@ class Watch:
 
 class KubernetesLauncher(Launcher):
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
-        self.plan, self.try_number = plan, try_number
+        super().__init__(plan, try_number)
         self.settings = plan.spec.kubernetes
         self.watch: Watch | None = None
         self._stop_requested = False
@@ -145,9 +140,9 @@ class KubernetesLauncher(Launcher):
 
     def kubeflow_kind(self, stage: Stage) -> str | None:
         """TFJob or MPIJob when the train stage runs as one (``kubernetes.operator``), else None."""
-        if self.settings.operator == "native" or not (stage.tf_cluster or stage.rank_command):
+        if self.settings.operator == "native" or not stage.sync:
             return None
-        kind = "TFJob" if stage.tf_cluster else "MPIJob"
+        kind = "TFJob" if stage.sync == "tf_cluster" else "MPIJob"
         if self.installed(kind):
             return kind
         if self.settings.operator == "kubeflow":
@@ -158,14 +153,11 @@ class KubernetesLauncher(Launcher):
         return None
 
     def watch_for(self, stage: Stage, kind: str, objects: list[dict]) -> Watch:
-        members = tuple(p.name for p in stage.processes)
-        if kind == "TFJob":
-            result = "chief-0" if any(p.role == "chief" for p in stage.processes) else "worker-0"
-        else:
-            result = "launcher-0" if kind == "MPIJob" else ("pod-0" if stage.rank_command else members[0])
+        members = tuple(m.name for m in stage.members)
+        result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or the one member
         return Watch(self.settings.connection_id, self.settings.namespace, stage.task_id, kind,
                      objects[-1]["metadata"]["name"], tuple((o["kind"], o["metadata"]["name"]) for o in objects),
-                     members, bool(stage.rank_command), result, self.settings.startup_timeout_seconds)
+                     members, stage.sync == "horovod", result, self.settings.startup_timeout_seconds)
 
     def read(self, kind: str, name: str) -> Any | None:
         """The object as the cluster has it, or None."""
@@ -253,27 +245,16 @@ class KubernetesLauncher(Launcher):
     def continue_deferred(self, stage: Stage, event: dict[str, Any], log: logging.Logger,
                           store: Any) -> StageTrigger | None:
         restarts = list(event.get("restarts", []))
-        current = with_workers(stage, restarts[-1]["workers_after"]) if restarts else stage
+        current = stage.with_workers(restarts[-1]["workers_after"]) if restarts else stage
         lost = tuple(event.get("lost", ()))
-        smaller = shrunk(current, lost, restarts)
+        smaller = shrunk(current, lost, restarts, stage.elastic)
         if smaller is None:
             return None
         restart_record(current, smaller, lost, event["summary"], restarts, log)
         return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
 
-    def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
-        restarts: list[dict] = []
-        while True:
-            watch = self.start(stage, log)
-            try:
-                result = asyncio.run(follow(watch, log, lambda: self._stop_requested))
-                return {**result, "elastic_restarts": restarts} if restarts else result
-            except StageFailed as failure:
-                smaller = shrunk(stage, failure.lost, restarts)
-                if smaller is None:
-                    raise
-                restart_record(stage, smaller, failure.lost, failure.summary, restarts, log)
-                stage = smaller
+    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+        return asyncio.run(follow(self.start(stage, log), log, lambda: self._stop_requested))
 
     def stop(self) -> None:
         self._stop_requested = True

@@ -9,31 +9,21 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import threading
 import time
 
 import psutil
 
-from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, restart_record, shrunk
-from tfdist.operators.plan import Process, Stage, process_tf_config
+from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped
+from tfdist.operators.launchers.processes import Process, local_processes
+from tfdist.operators.plan import Elastic, Plan, Stage
 from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import checkpoint_step, last_beats, longest_silent, split_rank_tags, stalled
+from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, split_rank_tags, stage_command,
+                                     stalled)
 
 STOP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _die_with_parent() -> None:
@@ -41,37 +31,20 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _gpu_env(process: Process) -> dict[str, str]:
-    devices = range(process.index * process.gpus, (process.index + 1) * process.gpus)
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))}
-
-
 class LocalLauncher(Launcher):
-    def __init__(self) -> None:
+    def __init__(self, plan: Plan, try_number: int = 1) -> None:
+        super().__init__(plan, try_number)
         self.processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
 
-    def environments(self, stage: Stage) -> dict[str, dict[str, str]]:
-        """Extra environment of each process: its own, GPU visibility, and TF_CONFIG for cluster members."""
-        envs = {p.name: {**p.env, **_gpu_env(p)} for p in stage.processes}
-        if stage.tf_cluster:
-            ports = free_ports(len(stage.processes))
-            addresses = {p.name: f"127.0.0.1:{port}" for p, port in zip(stage.processes, ports)}
-            for p in stage.processes:
-                envs[p.name]["TF_CONFIG"] = process_tf_config(stage, addresses, p)
-        return envs
-
     def stop_leftovers(self, stage: Stage, log: logging.Logger) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
         spec), so a retry never runs a second set of workers beside the first."""
-        signatures = set()
-        for p in stage.processes:
-            module = p.argv[p.argv.index("-m") + 1]
-            signatures.add(f"-m {module} --spec {p.argv[p.argv.index('--spec') + 1]} ")
+        signature = " ".join([*stage_command("", stage.args.stage)[1:], "--spec", stage.args.spec, ""])
         ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         leftovers = [proc for proc in psutil.process_iter(["pid", "cmdline"])
-                     if proc.pid not in ours and any(s in " ".join(proc.info["cmdline"] or []) + " " for s in signatures)]
+                     if proc.pid not in ours and signature in " ".join(proc.info["cmdline"] or []) + " "]
         if leftovers:
             log.warning("stopping %d process(es) left by an earlier attempt: %s", len(leftovers),
                         ", ".join(str(p.pid) for p in leftovers))
@@ -79,45 +52,41 @@ class LocalLauncher(Launcher):
 
     def run(self, stage: Stage, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
-        restarts: list[dict] = []
-        while True:
-            try:
-                self._run_once(stage, log, restarts[-1] if restarts else None)
-                break
-            except StageFailed as failure:
-                smaller = shrunk(stage, failure.lost, restarts)
-                if smaller is None:
-                    raise
-                restart_record(stage, smaller, failure.lost, failure.summary, restarts, log,
-                               lost_at_step=max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
-                               resumed_at_step=checkpoint_step(stage.checkpoint_dir), stopped_at=time.time())
-                stage = smaller
-        result = read_json(stage.result_file) if stage.result_file else {}
-        return {**result, "elastic_restarts": restarts} if restarts else result
+        return super().run(stage, log)
 
-    def _run_once(self, stage: Stage, log: logging.Logger, recovering: dict | None) -> None:
+    def restart_policy(self, stage: Stage) -> Elastic | None:
+        """Elastic Horovod restarts within horovodrun's elastic mode, not by the launcher (launchers.processes)."""
+        return None if stage.sync == "horovod" else stage.elastic
+
+    def measure_loss(self, stage: Stage) -> dict:
+        return {"lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
+                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "stopped_at": time.time()}
+
+    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict:
+        self.run_processes(stage, local_processes(self.plan.spec, stage), log, restarts[-1] if restarts else None)
+        return read_json(stage.result_file)
+
+    def run_processes(self, stage: Stage, processes: list[Process], log: logging.Logger,
+                      recovering: dict | None = None) -> None:
         """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
-        envs = self.environments(stage)
         with self._lock:
             self.processes = {}
         try:
-            for p in stage.processes:
-                env = {**os.environ, "PYTHONUNBUFFERED": "1", **envs[p.name]}
+            for p in processes:
                 log.info("starting %s: %s", p.name, " ".join(p.argv))
                 with self._lock:
                     self.processes[p.name] = subprocess.Popen(
-                        p.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                        p.argv, env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env}, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                        preexec_fn=_die_with_parent,
                     )
-            pumps = [
-                threading.Thread(target=self._pump, args=(name, proc, stage.rank_tagged, lines), daemon=True)
-                for name, proc in self.processes.items()
-            ]
+            pumps = [threading.Thread(target=self._pump, args=(p.name, self.processes[p.name], p.rank_tagged, lines),
+                                      daemon=True) for p in processes]
             for t in pumps:
                 t.start()
-            self._wait(stage, lines, tails, log, recovering)
+            self._wait(stage, {p.name: p.role for p in processes}, lines, tails, log, recovering)
             self._terminate()  # servers, once everything else is done
             for t in pumps:
                 t.join()
@@ -144,9 +113,8 @@ class LocalLauncher(Launcher):
         except queue.Empty:
             pass
 
-    def _wait(self, stage: Stage, lines: queue.Queue, tails: dict, log: logging.Logger,
+    def _wait(self, stage: Stage, roles: dict[str, str], lines: queue.Queue, tails: dict, log: logging.Logger,
               recovering: dict | None) -> None:
-        roles = {p.name: p.role for p in stage.processes}
         started = time.time()
         while True:
             self._relay(lines, tails, log, timeout=0.2)
