@@ -17,7 +17,7 @@ from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tests.conftest import DAY, needs_root, plan_for, run, wait_for
 from tfdist.trainer import registry
-from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.artifacts import write_json_atomic
 from tfdist.trainer.contract import checkpoint_step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, needs_root("mounting a tmpfs needs root")]
