@@ -191,8 +191,8 @@ def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotation
 def tfjob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
     """The TF cluster as a TFJob: the operator sets each pod's TF_CONFIG."""
     spec, replicas = plan.spec, {}
-    argv = _entrypoint(plan, stage, stage.args.command(PYTHON))
     for m in stage.members:
+        argv = _entrypoint(plan, stage, stage.args.command(PYTHON))
         container = _container(spec, m.role, "tensorflow", argv, _env(plan, m.role), m.gpus)
         container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
         replica = replicas.setdefault(TF_REPLICA_TYPES[m.role], {
