@@ -140,6 +140,21 @@ def test_the_worker_runtime_never_imports_airflow_and_the_airflow_side_never_imp
         assert not heavy, path
 
 
+FUNCTION_MAX_LINES = 60
+
+
+def test_no_function_of_the_package_or_the_example_dags_is_longer_than_a_screen():
+    """House rule: a function reads at once. Tests and benchmarks are exempt."""
+    long = []
+    for path in [p for folder in (*CODE_FOLDERS, "plugins", "dags") for p in python_files(folder)]:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        long += [f"{os.path.relpath(path, REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+                 for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.end_lineno - node.lineno + 1 > FUNCTION_MAX_LINES]
+    assert not long, long
+
+
 def test_each_component_installs_what_it_needs_and_nothing_more():
     """README, "Install into an existing Airflow": the Airflow side with the Kubernetes launcher gets no
     TensorFlow, a worker gets no Airflow, the CPU and GPU builds of TensorFlow exclude each other."""

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import TRANSIENT_STATUS_CODES, generic_api_retry
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -44,10 +45,29 @@ gives up; the stage's objects are left running then, for the task's retry to fol
 LOG_OVERLAP_SECONDS = 30
 """Each log poll asks for this much more than the time since the last line relayed, so that a clock skew
 between Airflow and the nodes up to it loses no line (lines already relayed are skipped by timestamp)."""
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 STORE_KEY = "kubernetes_objects"
 """The task's state-store key naming the objects a try created: every later try of the task reads it."""
-KUBEFLOW = {"TFJob": ("kubeflow.org", "v1", "tfjobs"), "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs")}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of object whose conditions end a stage, reached through the API's custom-objects calls (which serve
+    any group's resources, batch/v1 Jobs included)."""
+
+    group: str
+    version: str
+    plural: str
+    job_label: str
+    """The label naming the job on its pods."""
+
+    def path(self, namespace: str) -> tuple[str, str, str, str]:
+        """(group, version, namespace, plural): the leading arguments of every custom-objects call."""
+        return self.group, self.version, namespace, self.plural
+
+
+KINDS = {"Job": Kind("batch", "v1", "jobs", "batch.kubernetes.io/job-name"),
+         "TFJob": Kind("kubeflow.org", "v1", "tfjobs", "training.kubeflow.org/job-name"),
+         "MPIJob": Kind("kubeflow.org", "v2beta1", "mpijobs", "training.kubeflow.org/job-name")}
 DONE = {"Complete": "success", "Succeeded": "success", "Failed": "failed"}
 """The conditions ending a Job (Complete, Failed) or a Kubeflow job (Succeeded, Failed)."""
 FAIL_JOB_POD = re.compile(r"(?:Container \S+ for pod|Pod) [^/\s]+/(?P<pod>\S+) "
@@ -85,8 +105,7 @@ class Watch:
 
     @property
     def selector(self) -> str:
-        key = "batch.kubernetes.io/job-name" if self.kind == "Job" else "training.kubeflow.org/job-name"
-        return f"{key}={self.name}"
+        return f"{KINDS[self.kind].job_label}={self.name}"
 
     def member(self, pod: Any) -> str:
         """Which member of the stage the pod is."""
@@ -117,10 +136,6 @@ class KubernetesLauncher(Launcher):
         return KubernetesHook(conn_id=self.settings.connection_id).api_client
 
     @functools.cached_property
-    def batch(self) -> client.BatchV1Api:
-        return client.BatchV1Api(self.api_client)
-
-    @functools.cached_property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api_client)
 
@@ -130,7 +145,7 @@ class KubernetesLauncher(Launcher):
 
     def installed(self, kind: str) -> bool:
         """Whether the cluster serves the Kubeflow kind (API discovery: its CRD is installed)."""
-        group, version, plural = KUBEFLOW[kind]
+        group, version, _, plural = KINDS[kind].path("")
         try:
             return any(r.name == plural for r in self.custom.get_api_resources(group, version).resources)
         except ApiException as exc:
@@ -146,7 +161,7 @@ class KubernetesLauncher(Launcher):
         if self.installed(kind):
             return kind
         if self.settings.operator == "kubeflow":
-            group, version, plural = KUBEFLOW[kind]
+            group, version, _, plural = KINDS[kind].path("")
             raise StageFailed(f"{stage.task_id}", EXIT_REFUSED, {}, how=f"cannot run as a {kind}", detail=(
                 f"kubernetes.operator is 'kubeflow' but the cluster does not serve {plural}.{group}/{version} "
                 "(install Kubeflow's training operator, or use operator 'auto' or 'native')"))
@@ -159,14 +174,12 @@ class KubernetesLauncher(Launcher):
                      objects[-1]["metadata"]["name"], tuple((o["kind"], o["metadata"]["name"]) for o in objects),
                      members, stage.sync == "horovod", result, self.settings.startup_timeout_seconds)
 
+    @generic_api_retry
     def read(self, kind: str, name: str) -> Any | None:
-        """The object as the cluster has it, or None."""
+        """The object's status as the cluster has it, or None when there is no such object."""
         try:
-            if kind == "Job":
-                return self.batch.read_namespaced_job_status(name, self.settings.namespace).to_dict()["status"]
-            group, version, plural = KUBEFLOW[kind]
-            return self.custom.get_namespaced_custom_object(group, version, self.settings.namespace, plural,
-                                                            name).get("status", {})
+            path = KINDS[kind].path(self.settings.namespace)
+            return self.custom.get_namespaced_custom_object(*path, name).get("status") or {}
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -182,26 +195,18 @@ class KubernetesLauncher(Launcher):
         ctx = self.plan.context
         labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
         selector = ",".join(f"{k}={label_value(labels[k])}" for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
-        if watch.kind == "Job":
-            found = [j.metadata.name for j in self.batch.list_namespaced_job(watch.namespace,
-                                                                             label_selector=selector).items]
-        else:
-            group, version, plural = KUBEFLOW[watch.kind]
-            found = [o["metadata"]["name"] for o in self.custom.list_namespaced_custom_object(
-                group, version, watch.namespace, plural, label_selector=selector)["items"]]
-        return watch if watch.name in found else None
+        listed = generic_api_retry(self.custom.list_namespaced_custom_object)(
+            *KINDS[watch.kind].path(watch.namespace), label_selector=selector)
+        return watch if watch.name in [o["metadata"]["name"] for o in listed["items"]] else None
 
     def submit(self, objects: list[dict], log: logging.Logger) -> None:
         """Create the stage's objects, in order."""
         ns = self.settings.namespace
         for obj in objects:
             if obj["kind"] == "Service":
-                self.core.create_namespaced_service(ns, obj)
-            elif obj["kind"] == "Job":
-                self.batch.create_namespaced_job(ns, obj)
+                generic_api_retry(self.core.create_namespaced_service)(ns, obj)
             else:
-                group, version, plural = KUBEFLOW[obj["kind"]]
-                self.custom.create_namespaced_custom_object(group, version, ns, plural, obj)
+                generic_api_retry(self.custom.create_namespaced_custom_object)(*KINDS[obj["kind"]].path(ns), obj)
             log.info("created %s %s/%s", obj["kind"], ns, obj["metadata"]["name"])
 
     def wait_gone(self, watch: Watch, timeout: float = 120) -> None:
@@ -299,7 +304,7 @@ async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] 
             for pod in pods:
                 await _relay(hook, watch, pod, seen, tails, log)
         except (aiohttp.ClientError, asyncio.TimeoutError, AsyncApiException) as exc:
-            if isinstance(exc, AsyncApiException) and exc.status not in TRANSIENT_STATUS:
+            if isinstance(exc, AsyncApiException) and exc.status not in TRANSIENT_STATUS_CODES:
                 raise
             if outage is None:
                 outage = time.monotonic()
@@ -334,13 +339,9 @@ async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] 
 
 
 async def _conditions(api: Any, watch: Watch) -> list[dict[str, Any]]:
-    if watch.kind == "Job":
-        job = await async_client.BatchV1Api(api).read_namespaced_job_status(watch.name, watch.namespace)
-        return [c.to_dict() for c in job.status.conditions or []]
-    group, version, plural = KUBEFLOW[watch.kind]
-    obj = await async_client.CustomObjectsApi(api).get_namespaced_custom_object(group, version, watch.namespace,
-                                                                              plural, watch.name)
-    return obj.get("status", {}).get("conditions") or []
+    obj = await async_client.CustomObjectsApi(api).get_namespaced_custom_object(*KINDS[watch.kind].path(
+        watch.namespace), watch.name)
+    return (obj.get("status") or {}).get("conditions") or []
 
 
 def _not_started(watch: Watch, pods: list) -> Any | None:
@@ -449,13 +450,9 @@ async def delete_objects(watch: Watch, log: logging.Logger | None = None) -> Non
             try:
                 if kind == "Service":
                     await async_client.CoreV1Api(api).delete_namespaced_service(name, watch.namespace)
-                elif kind == "Job":
-                    await async_client.BatchV1Api(api).delete_namespaced_job(name, watch.namespace,
-                                                                             propagation_policy="Foreground")
                 else:
-                    group, version, plural = KUBEFLOW[kind]
                     await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                        group, version, watch.namespace, plural, name, propagation_policy="Foreground")
+                        *KINDS[kind].path(watch.namespace), name, propagation_policy="Foreground")
             except AsyncApiException as exc:
                 if exc.status != 404:
                     raise
