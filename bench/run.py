@@ -29,7 +29,7 @@ from tfdist.trainer.contract import MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import Process, RunContext, Stage, build_plan
-from tfdist.operators.spec import load_spec
+from tfdist.trainer.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,8 +11,8 @@ from typing import Any
 
 from croniter import croniter
 
-from tfdist.operators.spec import Spec
 from tfdist.trainer.contract import THREADS_ENV, RunLayout, run_path, stage_command, tf_config
+from tfdist.trainer.spec import Spec
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""

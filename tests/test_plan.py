@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from tfdist.operators import plan as plan_module
 from tfdist.operators.backends.mpi import HOST_DISCOVERY_SCRIPT
 from tfdist.operators.plan import RunContext, Stage, build_plan, process_tf_config, version_base
-from tfdist.operators.spec import load_spec
 from tfdist.trainer.contract import run_key, run_path
+from tfdist.trainer.spec import load_spec
 from tests.conftest import REPO, make_spec
 
 UTC = dt.timezone.utc

@@ -167,7 +167,7 @@ def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
 def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None = None,
             **data_fields) -> tuple[subprocess.CompletedProcess, str]:
     """Run the prepare stage as the launcher does (its own process); (the process, its output directory)."""
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
 
     spec = load_spec(make_spec(root, data={"source": "unused", **data_spec(fmt, num_shards=3, **data_fields)}))
     out = os.path.join(root, name, "data")

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from tfdist.operators.spec import Spec, SpecError, field_doc, load_spec
+from tfdist.trainer.spec import Spec, SpecError, field_doc, load_spec
 from tests.conftest import make_spec
 
 
@@ -154,7 +154,7 @@ def test_valid_distribution_modes(tmp_path):
 
 @pytest.mark.parametrize("mpirun, controller", [("/usr/bin/mpirun", "mpi"), (None, "gloo")])
 def test_horovod_controller_defaults_to_mpirun_where_installed(tmp_path, monkeypatch, mpirun, controller):
-    monkeypatch.setattr("tfdist.operators.spec.shutil.which", lambda name: mpirun if name == "mpirun" else None)
+    monkeypatch.setattr("tfdist.trainer.spec.model.shutil.which", lambda name: mpirun if name == "mpirun" else None)
     default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
     assert default.mpi_settings.controller == controller
 
@@ -230,7 +230,7 @@ def test_numbers_and_choices_stay_overridable(tmp_path):
 def test_override_policy_is_a_property_of_each_fields_type_and_marker():
     """Whatever fields are added later: free text, lists of text, mappings and dates are never overridable;
     every overridable field is a number, a yes/no value or a fixed choice, and has a description."""
-    from tfdist.operators.spec import FREE_FORM, _policies
+    from tfdist.trainer.spec.overrides import FREE_FORM, _policies
 
     seen = 0
     for path, section, reason in _policies(Spec):

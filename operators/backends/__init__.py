@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfdist.operators.backends import mpi, tf
 from tfdist.operators.plan import Stage
-from tfdist.operators.spec import Spec
+from tfdist.trainer.spec import Spec
 
 BACKENDS = {"tf": tf.train_stage, "mpi": mpi.train_stage}
 

@@ -27,8 +27,8 @@ import shlex
 
 from tfdist import trainer
 from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
-from tfdist.operators.spec import Spec
 from tfdist.trainer.contract import CORES_ENV, HOSTS_ENV
+from tfdist.trainer.spec import Spec
 
 # Ranks sharing one machine's cores with their TensorFlow threads (README, "Performance"): Horovod's
 # background thread cycles every 0.1 ms instead of 1 ms, and an OpenMPI rank waiting in a collective

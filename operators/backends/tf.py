@@ -9,8 +9,8 @@ from the latest checkpoint with the workers it has left (Stage.elastic_sizes).""
 from __future__ import annotations
 
 from tfdist.operators.plan import Process, Stage, own_cores, threads_per_process
-from tfdist.operators.spec import Spec
 from tfdist.trainer.contract import CORES_ENV
+from tfdist.trainer.spec import Spec
 
 
 def train_stage(spec: Spec, command: tuple[str, ...]) -> Stage:

@@ -20,9 +20,9 @@ from collections import Counter
 from typing import Any
 
 from tfdist.operators.plan import Plan, Stage
-from tfdist.operators.spec import KubernetesSpec, Spec
 from tfdist.trainer.contract import (CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, THREADS_ENV,
                                      TF_PORT, pod_argv)
+from tfdist.trainer.spec import KubernetesSpec, Spec
 
 NAME_MAX = 52
 """Job names leave room for '-<index>' in their pods' host names (a DNS label: at most 63 characters)."""
