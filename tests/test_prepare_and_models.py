@@ -101,11 +101,11 @@ def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
 
 
 def test_custom_model_factory_gets_normalized_features(tmp_path):
-    from tfdist.trainer.spec import load_spec
     from tfdist.trainer.models import build_model
+    from tfdist.trainer.spec import load_spec
 
     spec = load_spec(make_spec(str(tmp_path), model={
-        "family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}})).to_json_dict()
+        "family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}}))
     manifest = {"features": [{"name": "pixel", "shape": [64]}], "label": {"num_classes": 10},
                 "stats": {"pixel": {"mean": [8.0] * 64, "variance": [16.0] * 64}}}
     model = build_model(spec, manifest)

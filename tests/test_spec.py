@@ -270,3 +270,36 @@ def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp
     assert problems(make_spec(str(tmp_path), training=uneven)) == [
         "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
         "replicas; lower min_workers or pick a global batch size they divide"]
+
+
+KUBERNETES = {"pods": {"image": "registry.example.com/tfdist-worker:2.21", "node_selector": {"pool": "cpu"}},
+              "roles": {"prepare": {"cpu": "2"}}, "artifact_volume": {"claim_name": "artifacts"}}
+WRITTEN_SPECS = {
+    "defaults": {},
+    "parameter server": {"training": {"strategy": "parameter_server", "num_ps": 1}},
+    "horovod without its section": {"training": {"backend": "mpi"}},
+    "horovod": {"training": {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}}},
+    "custom model": {"model": {"family": "custom", "factory": "no_such_package.models:build",
+                               "kwargs": {"decay": 1e-05, "layers": [8, 4]}}},
+    "cnn": {"model": {"family": "cnn", "image_shape": [8, 8, 1]}},
+    "kubernetes": {"kubernetes": KUBERNETES},
+    "zoned start, overridable": {"start_date": "2026-11-01T02:00:00+02:00", "overridable": ["training.epochs"]},
+}
+
+
+@pytest.mark.parametrize("sections", WRITTEN_SPECS.values(), ids=WRITTEN_SPECS)
+def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sections):
+    """Validated again where the stages run (another machine or a pod: no mpirun, another environment, the
+    custom model's package not importable), spec.json is the same spec, and it and its data section dump to
+    the bytes spec.json holds (what the version's spec digest and the input fingerprint hash)."""
+    from tfdist.trainer.artifacts import digest_json, read_json, write_json_atomic
+    from tfdist.trainer.runtime import load_spec as worker_spec
+
+    spec = load_spec(make_spec(str(tmp_path), **sections))
+    write_json_atomic(path := str(tmp_path / "spec.json"), spec.to_json_dict())
+    monkeypatch.setattr("tfdist.trainer.spec.model.shutil.which", lambda name: None)
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", "/elsewhere")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    again, written = worker_spec(path), read_json(path)
+    assert again == spec and digest_json(again.to_json_dict()) == digest_json(written)
+    assert digest_json(again.data.model_dump(mode="json")) == digest_json(written["data"])
