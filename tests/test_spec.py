@@ -303,3 +303,12 @@ def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sectio
     again, written = worker_spec(path), read_json(path)
     assert again == spec and digest_json(again.to_json_dict()) == digest_json(written)
     assert digest_json(again.data.model_dump(mode="json")) == digest_json(written["data"])
+
+
+def test_a_runs_overrides_keep_each_roles_own_pod_settings(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), overridable=["training.epochs"], kubernetes=KUBERNETES))
+    changed = spec.with_overrides({"training.epochs": 2})
+    assert changed.kubernetes.for_role("prepare") == spec.kubernetes.for_role("prepare")
+    assert changed.kubernetes.for_role("prepare").image == KUBERNETES["pods"]["image"]
+    written = spec.to_json_dict()
+    assert changed.to_json_dict() == {**written, "training": {**written["training"], "epochs": 2}}

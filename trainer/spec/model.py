@@ -611,13 +611,14 @@ class Spec(_Section):
 
     def with_overrides(self, overrides: dict[str, Any]) -> Spec:
         """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused, and
-        so is a run that would start more training processes than its pool slots (fixed at parse time)."""
+        so is a run that would start more training processes than its pool slots (fixed at parse time). Only
+        the fields set are given again: a role's pod settings are those it sets (``KubernetesSpec.for_role``)."""
         refused = sorted(set(overrides) - set(self.overridable))
         if refused:
             raise SpecError([f"{path}: not overridable in this pipeline; overridable: "
                              f"{', '.join(self.overridable) or 'nothing (see the spec field overridable)'}"
                              for path in refused], "run overrides")
-        data = with_values(self.to_json_dict(), overrides)
+        data = with_values(self.model_dump(mode="json", exclude_unset=True), overrides)
         changed = validated(Spec, data, "spec after the run's overrides")
         t, slots = self.training, self.training.pool_slots or self.training.processes
         if t.pool and changed.training.processes > slots:
