@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from tfdist.trainer.models import build_model, build_optimizer
-    from tfdist.trainer.runtime import import_tensorflow
+    from tfdist.trainer.runtime import import_tensorflow, load_spec
 
     tf = import_tensorflow()
     hvd = strategy = None
@@ -43,8 +43,7 @@ def main() -> None:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=(
             tf.distribute.experimental.CommunicationOptions(bytes_per_pack=args.bytes_per_pack)))
         first = not strategy.cluster_resolver.task_id
-    with open(args.spec) as f:
-        spec = json.load(f)
+    spec = load_spec(args.spec)
     with open(os.path.join(args.data, MANIFEST)) as f:
         manifest = json.load(f)
     with strategy.scope() if strategy else contextlib.nullcontext():

@@ -59,12 +59,12 @@ def main() -> None:
 
     from tfdist.trainer import data
     from tfdist.trainer.models import build_model, build_optimizer
+    from tfdist.trainer.runtime import load_spec
 
-    with open(args.spec) as f:
-        spec = json.load(f)
+    spec = load_spec(args.spec)
     with open(os.path.join(args.data, MANIFEST)) as f:
         manifest = json.load(f)
-    global_batch = spec["training"]["global_batch_size"]
+    global_batch = spec.training.global_batch_size
     files = data.shard_paths(args.data, manifest, "train")
     parse = data.parse_fn(tf, manifest)
 

@@ -28,7 +28,7 @@ from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import RunContext, Stage, build_plan
 from tfdist.trainer.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
-from tfdist.operators.spec import load_spec
+from tfdist.trainer.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -48,7 +48,7 @@ def write_csv_input(path: str, megabytes: float) -> int:
 
 
 def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
     from tfdist.trainer.artifacts import write_json_atomic
 
     spec = load_spec({

@@ -1,22 +1,22 @@
 """Airflow-facing package: spec → plan → DAG of operators → launchers → worker processes.
 
-Never imports TensorFlow. The operators are loaded lazily, so ``tfdist.operators.spec`` and
-``tfdist.operators.plan`` stay usable without importing Airflow."""
+Never imports TensorFlow. The operators are loaded lazily, so ``tfdist.operators.plan`` and the spec
+(``tfdist.trainer.spec``, shared with the workers) stay usable without importing Airflow."""
 
 from __future__ import annotations
 
 import importlib
 
 _EXPORTS = {
-    "build_dag": "dag",
-    "build_dags_from_directory": "dag",
-    "PrepareDataOperator": "prepare",
-    "DistributedTrainOperator": "train",
-    "EvaluateOperator": "evaluate",
-    "ExportModelOperator": "export",
-    "Spec": "spec",
-    "SpecError": "spec",
-    "load_spec": "spec",
+    "build_dag": f"{__name__}.dag",
+    "build_dags_from_directory": f"{__name__}.dag",
+    "PrepareDataOperator": f"{__name__}.prepare",
+    "DistributedTrainOperator": f"{__name__}.train",
+    "EvaluateOperator": f"{__name__}.evaluate",
+    "ExportModelOperator": f"{__name__}.export",
+    "Spec": "tfdist.trainer.spec",
+    "SpecError": "tfdist.trainer.spec",
+    "load_spec": "tfdist.trainer.spec",
 }
 
 __all__ = list(_EXPORTS)
@@ -24,10 +24,10 @@ __all__ = list(_EXPORTS)
 
 def operator_modules() -> list[str]:
     """The modules of the four operators."""
-    return sorted({f"{__name__}.{module}" for name, module in _EXPORTS.items() if name.endswith("Operator")})
+    return sorted({module for name, module in _EXPORTS.items() if name.endswith("Operator")})
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.operators.launchers import StageFailed, get_launcher
 from tfdist.operators.plan import Plan, RunContext, build_plan, manual_interval
-from tfdist.operators.spec import Spec, SpecError, field_value, load_spec
 from tfdist.operators.ui.links import TrainingRunLink
 from tfdist.trainer.contract import EXIT_REFUSED, RunMismatch, record_run
+from tfdist.trainer.spec import Spec, SpecError, field_value, load_spec
 
 
 def _as_datetime(value: Any) -> dt.datetime:

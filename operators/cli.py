@@ -18,8 +18,8 @@ import sys
 
 from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
-from tfdist.operators.spec import Spec, SpecError, default_artifact_root, load_spec
 from tfdist.trainer import registry  # file formats only: no TensorFlow
+from tfdist.trainer.spec import Spec, SpecError, default_artifact_root, load_spec
 
 
 def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:

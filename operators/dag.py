@@ -16,8 +16,8 @@ from tfdist.operators.evaluate import EvaluateOperator
 from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
 from tfdist.operators.prepare import PrepareDataOperator
-from tfdist.operators.spec import NAME_PATTERN, Spec, SpecError, load_spec
 from tfdist.operators.train import DistributedTrainOperator
+from tfdist.trainer.spec import NAME_PATTERN, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from tfdist.operators.spec import Spec, field_doc, field_value, section_models
+from tfdist.trainer.spec import Spec, field_doc, field_value, section_models
 
 _KEPT = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
          "pattern", "description")

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from croniter import croniter
 
-from tfdist.operators.spec import Spec
 from tfdist.trainer.contract import (EvaluateArgs, ExportArgs, PrepareArgs, RunLayout, StageArgs, TrainArgs,
                                      run_path)
+from tfdist.trainer.spec import Spec
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""

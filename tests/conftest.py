@@ -20,9 +20,9 @@ import pytest
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import RunContext, build_plan
-from tfdist.operators.spec import load_spec
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import last_beats, record_run
+from tfdist.trainer.spec import load_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)

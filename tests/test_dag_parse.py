@@ -101,7 +101,7 @@ def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
 
 def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
     from tfdist.operators.dag import build_dag
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
 
     spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
     params = build_dag(spec).params
@@ -127,7 +127,7 @@ def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_bu
 
 def test_tasks_retry_as_the_spec_says():
     from tfdist.operators.dag import build_dag
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
 
     dag = build_dag(load_spec(make_spec("/tmp/tfdist-unused", retries={"train": 3, "delay_seconds": 5})))
     assert {t.task_id: t.retries for t in dag.tasks} == {"prepare_data": 1, "train": 3, "evaluate": 1, "export": 1}

@@ -93,8 +93,9 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     from tfdist.trainer.artifacts import sha256_file
     from tfdist.trainer.evaluate import IntegrityError, check_candidate
     from tfdist.trainer.models import restore_model
+    from tfdist.trainer.runtime import load_spec
 
-    spec = read_json(plan.layout.spec_file)
+    spec = load_spec(plan.layout.spec_file)
     manifest_path = plan.layout.manifest_file
     manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
 

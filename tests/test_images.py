@@ -18,8 +18,8 @@ import yaml
 
 from tfdist.operators.launchers.k8s_objects import stage_objects
 from tfdist.operators.plan import RunContext, build_plan
-from tfdist.operators.spec import load_spec
 from tfdist.trainer.contract import stage_command
+from tfdist.trainer.spec import load_spec
 from tests.conftest import REPO, make_spec
 from tests.test_packaging import requirement_names
 from tests.test_kubernetes_objects import KUBERNETES, MODES

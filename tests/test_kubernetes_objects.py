@@ -26,10 +26,10 @@ import yaml
 from tfdist.operators.cli import main as cli
 from tfdist.operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
 from tfdist.operators.plan import RunContext, build_plan
-from tfdist.operators.spec import SpecError, load_spec, override_refusal
 from tests.conftest import REPO, make_spec, wait_for
 from tfdist.trainer import contract, pod
 from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.spec import Spec, SpecError, load_spec, override_refusal
 
 KUBERNETES = {"namespace": "ml", "pods": {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4",
                                             "memory": "8Gi"},
@@ -216,7 +216,7 @@ def test_kubernetes_section_is_validated_and_never_overridable():
         load_spec(make_spec("/mnt/tfdist", kubernetes=KUBERNETES, data={"source": "/elsewhere/{date}.csv"}))
     with pytest.raises(SpecError, match=r"kubernetes\.pods\.cpu: String should match pattern"):
         load_spec(make_spec("/mnt/tfdist", kubernetes={**KUBERNETES, "pods": {"image": "x", "cpu": "four"}}))
-    assert "where, as whom and from which image" in override_refusal("kubernetes.pods.image")
+    assert "where, as whom and from which image" in override_refusal(Spec, "kubernetes.pods.image")
 
 
 def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):

@@ -19,8 +19,8 @@ from tfdist.operators import plan as plan_module
 from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import HOST_DISCOVERY_SCRIPT, local_processes
 from tfdist.operators.plan import RunContext, Stage, build_plan, version_base
-from tfdist.operators.spec import load_spec
 from tfdist.trainer.contract import run_key, run_path
+from tfdist.trainer.spec import load_spec
 from tests.conftest import REPO, make_spec
 
 UTC = dt.timezone.utc

@@ -36,7 +36,7 @@ def npz_input(tmp_path):
 
 
 def npz_spec(root: str) -> dict:
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
 
     return load_spec(make_spec(root, data={
         "format": "npz", "source": "unused", "features": [{"name": "image", "shape": [4, 4]}, {"name": "size"}],
@@ -88,7 +88,7 @@ def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path
 
 def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
     spec = make_spec(str(tmp_path))
-    from tfdist.operators.spec import load_spec
+    from tfdist.trainer.spec import load_spec
 
     resolved = load_spec(spec).to_json_dict()
     missing = prepare(resolved, str(tmp_path / "a" / "data"), str(tmp_path / "nothing" / "*.csv"))
@@ -101,11 +101,11 @@ def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
 
 
 def test_custom_model_factory_gets_normalized_features(tmp_path):
-    from tfdist.operators.spec import load_spec
     from tfdist.trainer.models import build_model
+    from tfdist.trainer.spec import load_spec
 
     spec = load_spec(make_spec(str(tmp_path), model={
-        "family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}})).to_json_dict()
+        "family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}}))
     manifest = {"features": [{"name": "pixel", "shape": [64]}], "label": {"num_classes": 10},
                 "stats": {"pixel": {"mean": [8.0] * 64, "variance": [16.0] * 64}}}
     model = build_model(spec, manifest)

@@ -20,6 +20,7 @@ from tests.conftest import REPO, make_spec
 from tfdist.trainer import readers
 from tfdist.trainer.artifacts import read_json, write_json_atomic
 from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, stage_command
+from tfdist.trainer.spec import DataSpec, load_spec
 
 FEATURES = [{"name": "pixel", "shape": [64]}]
 
@@ -73,7 +74,7 @@ WRITERS = {"csv": write_csv, "jsonl": write_jsonl, "parquet": write_parquet, "np
 
 
 def read_all(pieces: list[readers.Piece], spec: dict) -> tuple[np.ndarray, np.ndarray]:
-    chunks = [c for p in pieces for c in readers.chunks(p, spec)]
+    chunks = [c for p in pieces for c in readers.chunks(p, DataSpec.model_validate({"source": "unused", **spec}))]
     return np.concatenate([c.features["pixel"] for c in chunks]), np.concatenate([c.labels for c in chunks])
 
 
@@ -167,8 +168,6 @@ def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
 def prepare(root: str, name: str, fmt: str, sources: list[str], env: dict | None = None,
             **data_fields) -> tuple[subprocess.CompletedProcess, str]:
     """Run the prepare stage as the launcher does (its own process); (the process, its output directory)."""
-    from tfdist.operators.spec import load_spec
-
     spec = load_spec(make_spec(root, data={"source": "unused", **data_spec(fmt, num_shards=3, **data_fields)}))
     out = os.path.join(root, name, "data")
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from tfdist.operators.spec import Spec, SpecError, field_doc, load_spec
+from tfdist.trainer.spec import Spec, SpecError, field_doc, load_spec
 from tests.conftest import make_spec
 
 
@@ -154,7 +154,7 @@ def test_valid_distribution_modes(tmp_path):
 
 @pytest.mark.parametrize("mpirun, controller", [("/usr/bin/mpirun", "mpi"), (None, "gloo")])
 def test_horovod_controller_defaults_to_mpirun_where_installed(tmp_path, monkeypatch, mpirun, controller):
-    monkeypatch.setattr("tfdist.operators.spec.shutil.which", lambda name: mpirun if name == "mpirun" else None)
+    monkeypatch.setattr("tfdist.trainer.spec.model.shutil.which", lambda name: mpirun if name == "mpirun" else None)
     default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
     assert default.mpi_settings.controller == controller
 
@@ -230,7 +230,7 @@ def test_numbers_and_choices_stay_overridable(tmp_path):
 def test_override_policy_is_a_property_of_each_fields_type_and_marker():
     """Whatever fields are added later: free text, lists of text, mappings and dates are never overridable;
     every overridable field is a number, a yes/no value or a fixed choice, and has a description."""
-    from tfdist.operators.spec import FREE_FORM, _policies
+    from tfdist.trainer.spec.overrides import FREE_FORM, _policies
 
     seen = 0
     for path, section, reason in _policies(Spec):
@@ -270,3 +270,45 @@ def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp
     assert problems(make_spec(str(tmp_path), training=uneven)) == [
         "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
         "replicas; lower min_workers or pick a global batch size they divide"]
+
+
+KUBERNETES = {"pods": {"image": "registry.example.com/tfdist-worker:2.21", "node_selector": {"pool": "cpu"}},
+              "roles": {"prepare": {"cpu": "2"}}, "artifact_volume": {"claim_name": "artifacts"}}
+WRITTEN_SPECS = {
+    "defaults": {},
+    "parameter server": {"training": {"strategy": "parameter_server", "num_ps": 1}},
+    "horovod without its section": {"training": {"backend": "mpi"}},
+    "horovod": {"training": {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}}},
+    "custom model": {"model": {"family": "custom", "factory": "no_such_package.models:build",
+                               "kwargs": {"decay": 1e-05, "layers": [8, 4]}}},
+    "cnn": {"model": {"family": "cnn", "image_shape": [8, 8, 1]}},
+    "kubernetes": {"kubernetes": KUBERNETES},
+    "zoned start, overridable": {"start_date": "2026-11-01T02:00:00+02:00", "overridable": ["training.epochs"]},
+}
+
+
+@pytest.mark.parametrize("sections", WRITTEN_SPECS.values(), ids=WRITTEN_SPECS)
+def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sections):
+    """Validated again where the stages run (another machine or a pod: no mpirun, another environment, the
+    custom model's package not importable), spec.json is the same spec, and it and its data section dump to
+    the bytes spec.json holds (what the version's spec digest and the input fingerprint hash)."""
+    from tfdist.trainer.artifacts import digest_json, read_json, write_json_atomic
+    from tfdist.trainer.runtime import load_spec as worker_spec
+
+    spec = load_spec(make_spec(str(tmp_path), **sections))
+    write_json_atomic(path := str(tmp_path / "spec.json"), spec.to_json_dict())
+    monkeypatch.setattr("tfdist.trainer.spec.model.shutil.which", lambda name: None)
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", "/elsewhere")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    again, written = worker_spec(path), read_json(path)
+    assert again == spec and digest_json(again.to_json_dict()) == digest_json(written)
+    assert digest_json(again.data.model_dump(mode="json")) == digest_json(written["data"])
+
+
+def test_a_runs_overrides_keep_each_roles_own_pod_settings(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), overridable=["training.epochs"], kubernetes=KUBERNETES))
+    changed = spec.with_overrides({"training.epochs": 2})
+    assert changed.kubernetes.for_role("prepare") == spec.kubernetes.for_role("prepare")
+    assert changed.kubernetes.for_role("prepare").image == KUBERNETES["pods"]["image"]
+    written = spec.to_json_dict()
+    assert changed.to_json_dict() == {**written, "training": {**written["training"], "epochs": 2}}

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.trainer.spec import CustomModel, MLPModel, Spec
+
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "rmsprop": "RMSprop"}
 
 
@@ -34,43 +36,43 @@ def _concat(keras, normalized: dict) -> Any:
     return flat[0] if len(flat) == 1 else keras.layers.Concatenate()(flat)
 
 
-def build_model(spec: dict[str, Any], manifest: dict[str, Any]):
+def build_model(spec: Spec, manifest: dict[str, Any]):
     import keras
 
-    m = spec["model"]
+    m = spec.model
     num_classes = manifest["label"]["num_classes"]
     inputs, normalized = _inputs_and_normalized(keras, manifest)
-    if m["family"] == "custom":
-        module, _, function = m["factory"].partition(":")
+    if isinstance(m, CustomModel):
+        module, _, function = m.factory.partition(":")
         factory = getattr(importlib.import_module(module), function)
         shapes = {f["name"]: tuple(f["shape"]) for f in manifest["features"]}
-        user_model = factory(features=shapes, num_classes=num_classes, **m["kwargs"])
+        user_model = factory(features=shapes, num_classes=num_classes, **m.kwargs)
         return keras.Model(inputs, user_model(normalized), name="custom")
     x = _concat(keras, normalized)
-    if m["family"] == "mlp":
-        for units in m["hidden_units"]:
-            x = keras.layers.Dense(units, activation=m["activation"])(x)
-            x = keras.layers.Dropout(m["dropout"])(x)
+    if isinstance(m, MLPModel):
+        for units in m.hidden_units:
+            x = keras.layers.Dense(units, activation=m.activation)(x)
+            x = keras.layers.Dropout(m.dropout)(x)
     else:  # cnn
-        x = keras.layers.Reshape(tuple(m["image_shape"]))(x)
-        for filters in m["filters"]:
-            x = keras.layers.Conv2D(filters, m["kernel_size"], padding="same", activation="relu")(x)
+        x = keras.layers.Reshape(tuple(m.image_shape))(x)
+        for filters in m.filters:
+            x = keras.layers.Conv2D(filters, m.kernel_size, padding="same", activation="relu")(x)
         x = keras.layers.Flatten()(x)
-        x = keras.layers.Dense(m["dense_units"], activation="relu")(x)
-        x = keras.layers.Dropout(m["dropout"])(x)
+        x = keras.layers.Dense(m.dense_units, activation="relu")(x)
+        x = keras.layers.Dropout(m.dropout)(x)
     outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
-    return keras.Model(inputs, outputs, name=m["family"])
+    return keras.Model(inputs, outputs, name=m.family)
 
 
-def build_optimizer(spec: dict[str, Any], scale: float = 1):
+def build_optimizer(spec: Spec, scale: float = 1):
     """The spec's optimizer, its learning rate multiplied by ``scale``."""
     import keras
 
-    m = spec["model"]
-    return getattr(keras.optimizers, OPTIMIZERS[m["optimizer"]])(learning_rate=m["learning_rate"] * scale)
+    m = spec.model
+    return getattr(keras.optimizers, OPTIMIZERS[m.optimizer])(learning_rate=m.learning_rate * scale)
 
 
-def restore_model(tf, spec: dict[str, Any], manifest: dict[str, Any], checkpoint_path: str):
+def restore_model(tf, spec: Spec, manifest: dict[str, Any], checkpoint_path: str):
     """(the spec's model with the checkpoint's weights, the checkpoint's training step); fails if the
     checkpoint lacks any of the model's weights."""
     model = build_model(spec, manifest)
@@ -87,7 +89,7 @@ class IntegrityError(Exception):
         super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
 
 
-def restore_checked(tf, spec: dict[str, Any], manifest: dict[str, Any], path: str):
+def restore_checked(tf, spec: Spec, manifest: dict[str, Any], path: str):
     """``restore_model``, or IntegrityError('restores')."""
     try:
         return restore_model(tf, spec, manifest, path)

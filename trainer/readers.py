@@ -17,10 +17,10 @@ import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-
 import fsspec
 import numpy as np
+
+from tfdist.trainer.spec import DataSpec, Feature
 
 PIECE_BYTES = 64 << 20
 """A CSV or JSON-lines file larger than this is read as several pieces."""
@@ -79,22 +79,21 @@ def pieces(files: list[tuple[str, int]], fmt: str) -> list[Piece]:
     return cut
 
 
-def chunks(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def chunks(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """The piece's rows, checked against the data spec, in chunks."""
-    yield from READERS[data_spec["format"]](piece, data_spec)
+    yield from READERS[data_spec.format](piece, data_spec)
 
 
-def feature_columns(feature: dict[str, Any]) -> list[str]:
+def feature_columns(feature: Feature) -> list[str]:
     """Flat columns of a feature (CSV, Parquet): its name when scalar, else ``<name>_0 .. <name>_<size-1>``."""
-    size = math.prod(feature["shape"])
-    return [feature["name"]] if not feature["shape"] else [f"{feature['name']}_{i}" for i in range(size)]
+    return [feature.name] if not feature.shape else [f"{feature.name}_{i}" for i in range(feature.size)]
 
 
-def _checked(url: str, features: dict[str, np.ndarray], labels: np.ndarray,
-             data_spec: dict[str, Any], row_name) -> Chunk:
+def _checked(url: str, features: dict[str, np.ndarray], labels: np.ndarray, data_spec: DataSpec,
+             row_name) -> Chunk:
     """The chunk, once every feature value is finite and every label an integer class; else BadData naming
     the row (``row_name(i)``: its line or record) and the field."""
-    num_classes, label = data_spec["label"]["num_classes"], data_spec["label"]["name"]
+    num_classes, label = data_spec.label.num_classes, data_spec.label.name
     for name, values in features.items():
         if not np.isfinite(values).all():
             i, j = map(int, np.argwhere(~np.isfinite(values))[0])
@@ -144,9 +143,9 @@ def _line_number(url: str, offset: int) -> int:
     return count + 1
 
 
-def _read_lines(piece: Piece, data_spec: dict[str, Any], parse) -> Iterator[Chunk]:
+def _read_lines(piece: Piece, data_spec: DataSpec, parse) -> Iterator[Chunk]:
     with fsspec.open(piece.url, "rb") as f:
-        header = f.readline() if data_spec["format"] == "csv" else b""
+        header = f.readline() if data_spec.format == "csv" else b""
         for offset, lines in _line_blocks(f, Piece(piece.url, piece.start or len(header), piece.end)):
             kept = [k for k, line in enumerate(lines) if line.strip()]
 
@@ -159,12 +158,12 @@ def _read_lines(piece: Piece, data_spec: dict[str, Any], parse) -> Iterator[Chun
                 yield _checked(piece.url, features, labels, data_spec, row_name)
 
 
-def _csv(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def _csv(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     def parse(header: bytes, lines: list[bytes], row_name) -> tuple[dict, np.ndarray]:
         names = next(csv.reader([header.decode().rstrip("\r\n")]))
         index = {name: i for i, name in enumerate(names)}
-        label = data_spec["label"]["name"]
-        wanted = [label, *(c for f in data_spec["features"] for c in feature_columns(f))]
+        label = data_spec.label.name
+        wanted = [label, *(c for f in data_spec.features for c in feature_columns(f))]
         if missing := [c for c in wanted if c not in index]:
             raise BadData(f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
                           f"(data.features and data.label name the CSV header's columns)")
@@ -177,9 +176,8 @@ def _csv(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
             find_bad_row(lines, names, wanted, row_name)
             raise
         out, at = {}, 1
-        for f in data_spec["features"]:
-            size = len(feature_columns(f))
-            out[f["name"]], at = table[:, at:at + size], at + size
+        for f in data_spec.features:
+            out[f.name], at = table[:, at:at + f.size], at + f.size
         return out, table[:, 0]
 
     def find_bad_row(lines, names, wanted, row_name) -> None:
@@ -196,10 +194,10 @@ def _csv(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
     return _read_lines(piece, data_spec, parse)
 
 
-def _jsonl(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """One JSON object per line: each feature a number or a (nested) list of its shape's size, the label an
     integer."""
-    label = data_spec["label"]["name"]
+    label = data_spec.label.name
 
     def parse(_: bytes, lines: list[bytes], row_name) -> tuple[dict, np.ndarray]:
         try:
@@ -212,7 +210,7 @@ def _jsonl(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
                     raise BadData(f"{piece.url}, {row_name(i)}: not a JSON object ({exc})") from None
             raise
         out = {}
-        for name, size in [(f["name"], math.prod(f["shape"])) for f in data_spec["features"]] + [(label, 1)]:
+        for name, size in [(f.name, f.size) for f in data_spec.features] + [(label, 1)]:
             try:
                 out[name] = np.asarray([row[name] for row in rows], dtype=np.float64).reshape(len(rows), size)
             except (KeyError, TypeError, ValueError):
@@ -233,46 +231,44 @@ def _jsonl(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
 # NPZ and Parquet ----------------------------------------------------------------------------------------
 
 
-def _records(url: str, data_spec: dict[str, Any], features: dict[str, np.ndarray], labels: np.ndarray,
+def _records(url: str, data_spec: DataSpec, features: dict[str, np.ndarray], labels: np.ndarray,
              first: int) -> Chunk:
     return _checked(url, features, labels, data_spec, lambda i: f"record {first + i + 1}")
 
 
-def _npz(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def _npz(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """One array per feature and one for the label, a row per record. A file is read whole (its arrays are
     compressed members of a zip), so memory grows with the largest file, not with the input."""
-    label = data_spec["label"]["name"]
+    label = data_spec.label.name
     with fsspec.open(piece.url, "rb") as f, np.load(io.BytesIO(f.read())) as arrays:
-        names = [label, *(f["name"] for f in data_spec["features"])]
+        names = [label, *(f.name for f in data_spec.features)]
         if missing := [n for n in names if n not in arrays]:
             raise BadData(f"{piece.url}: missing arrays {missing} (data.features and data.label name its arrays)")
         labels = arrays[label]
         columns = {}
-        for f in data_spec["features"]:
-            values = arrays[f["name"]]
-            if len(values) != len(labels) or values[0:1].size not in (0, math.prod(f["shape"])):
-                raise BadData(f"{piece.url}: array '{f['name']}' has shape {values.shape}, expected "
-                              f"({len(labels)}, {', '.join(map(str, f['shape']))}) (data.features[].shape)")
-            columns[f["name"]] = values.reshape(len(labels), -1)
+        for f in data_spec.features:
+            values = arrays[f.name]
+            if len(values) != len(labels) or values[0:1].size not in (0, f.size):
+                raise BadData(f"{piece.url}: array '{f.name}' has shape {values.shape}, expected "
+                              f"({len(labels)}, {', '.join(map(str, f.shape))}) (data.features[].shape)")
+            columns[f.name] = values.reshape(len(labels), -1)
     for first in range(0, len(labels), CHUNK_ROWS):
         rows = slice(first, first + CHUNK_ROWS)
         yield _records(piece.url, data_spec, {n: v[rows].astype(np.float64) for n, v in columns.items()},
                        labels[rows].astype(np.float64), first)
 
 
-def _parquet(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def _parquet(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """A column per scalar feature and for the label; a vector feature is one list column named as the
     feature or a column per element (``<name>_0`` ..). Read by row batches."""
     import pyarrow.parquet as pq
 
-    label = data_spec["label"]["name"]
+    label = data_spec.label.name
     with fsspec.open(piece.url, "rb") as f:
         file = pq.ParquetFile(f)
         present = set(file.schema_arrow.names)
-        sources = {}
-        for feat in data_spec["features"]:
-            flat = feature_columns(feat)
-            sources[feat["name"]] = [feat["name"]] if feat["name"] in present else flat
+        sources = {feat.name: [feat.name] if feat.name in present else feature_columns(feat)
+                   for feat in data_spec.features}
         if missing := [c for c in [label, *(c for cols in sources.values() for c in cols)] if c not in present]:
             raise BadData(f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
                           f"(data.features and data.label name its columns)")
@@ -281,20 +277,20 @@ def _parquet(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
         for batch in file.iter_batches(batch_size=CHUNK_ROWS, columns=wanted):
             n = batch.num_rows
             columns = {}
-            for feat in data_spec["features"]:
-                names, size = sources[feat["name"]], math.prod(feat["shape"])
-                if len(names) == 1 and names[0] == feat["name"] and feat["shape"]:
-                    values = batch.column(feat["name"])
+            for feat in data_spec.features:
+                names, size = sources[feat.name], feat.size
+                if len(names) == 1 and names[0] == feat.name and feat.shape:
+                    values = batch.column(feat.name)
                     try:
-                        columns[feat["name"]] = np.asarray(values.flatten().to_numpy(zero_copy_only=False),
-                                                           dtype=np.float64).reshape(n, size)
+                        columns[feat.name] = np.asarray(values.flatten().to_numpy(zero_copy_only=False),
+                                                        dtype=np.float64).reshape(n, size)
                     except (AttributeError, TypeError, ValueError):
                         sizes = [len(v) if isinstance(v, list) else 0 for v in values.to_pylist()]
                         i = next(k for k, s in enumerate(sizes) if s != size)
-                        raise BadData(f"{piece.url}, record {first + i + 1}, field '{feat['name']}': "
+                        raise BadData(f"{piece.url}, record {first + i + 1}, field '{feat.name}': "
                                       f"{sizes[i]} values, expected {size}") from None
                 else:
-                    columns[feat["name"]] = np.column_stack([_numbers(piece.url, batch, c, first) for c in names])
+                    columns[feat.name] = np.column_stack([_numbers(piece.url, batch, c, first) for c in names])
             yield _records(piece.url, data_spec, columns, _numbers(piece.url, batch, label, first), first)
             first += n
 
@@ -314,14 +310,14 @@ def _numbers(url: str, batch, column: str, first: int) -> np.ndarray:
 # TFRecord files of tf.train.Example ---------------------------------------------------------------------
 
 
-def _tfrecord(piece: Piece, data_spec: dict[str, Any]) -> Iterator[Chunk]:
+def _tfrecord(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """tf.train.Example records (a float_list per feature, an int64_list label), each record's length and
     data checked against their CRC-32C as TensorFlow writes them, parsed a chunk at a time by TensorFlow
     (already imported by the writer process)."""
     import tensorflow as tf
 
-    label = data_spec["label"]["name"]
-    schema = {f["name"]: tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32) for f in data_spec["features"]}
+    label = data_spec.label.name
+    schema = {f.name: tf.io.FixedLenFeature([f.size], tf.float32) for f in data_spec.features}
     schema[label] = tf.io.FixedLenFeature([], tf.int64)
     with fsspec.open(piece.url, "rb") as f:
         first = 0

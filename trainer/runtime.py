@@ -7,14 +7,17 @@ import math
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Callable
 
+from tfdist.trainer import spec
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import CORES_ENV, THREADS_ENV
 
 
-def load_spec(path: str) -> dict[str, Any]:
-    return read_json(path)
+def load_spec(path: str) -> spec.Spec:
+    """The run's effective spec: its ``spec.json`` (``Spec.to_json_dict()``, written by the operator) validated
+    again. Read as JSON, not YAML: YAML 1.1 reads a number such as ``1e-05`` as a string."""
+    return spec.load_spec(read_json(path), f"spec file {path}")
 
 
 def pin_to_own_cores() -> None:

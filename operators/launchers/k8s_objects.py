@@ -21,9 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from tfdist.operators.plan import Plan, Stage
-from tfdist.operators.spec import KubernetesSpec, Spec
 from tfdist.trainer.contract import (HOROVOD_SHARED_CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG,
                                      THREADS_ENV, TF_PORT, mpirun_argv, pod_argv)
+from tfdist.trainer.spec import KubernetesSpec, Spec
 
 PYTHON = "python"
 """The worker images' Python, which runs every pod's command."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from tfdist import trainer
 from tfdist.operators.plan import Stage
-from tfdist.operators.spec import Spec
+from tfdist.trainer.spec import Spec
 from tfdist.trainer.contract import (CORES_ENV, HOROVOD_SHARED_CORES_ENV, HOSTS_ENV, THREADS_ENV, mpirun_argv,
                                      tf_config)
 

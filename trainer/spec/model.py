@@ -1,27 +1,23 @@
-"""The pipeline spec: one validated pydantic model, the only way in.
+"""The spec's sections and the ``Spec`` they make up: field types, bounds, defaults and the checks across fields.
 
-Errors name the field path and what is allowed, e.g.
-'training.num_workers: Input should be greater than or equal to 1 (got 0)'.
-"""
+Each field's docstring is its description (the trigger form shows it; ``overrides.field_doc`` reads it); an
+``AuthorOnly`` mark keeps a field from being overridden by whoever triggers a run."""
 
 from __future__ import annotations
 
 import datetime as dt
 import difflib
-import functools
-import inspect
 import math
 import os
-import re
 import shutil
 import string
-import types
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tfdist.trainer.spec.errors import SpecError, validated
+from tfdist.trainer.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
+
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -36,27 +32,9 @@ def default_artifact_root() -> str:
     return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
 
 
-@dataclass(frozen=True)
-class AuthorOnly:
-    """Marks a spec field (or a whole section) that only the DAG's author sets: whoever triggers a run
-    may not override it, whatever its type. ``reason`` says why."""
-
-    reason: str
-
-
 PARSED = AuthorOnly("the DAG takes it when its file is parsed; a run cannot change it")
 """Fields the DAG and its tasks are built from at parse time."""
 FAMILY = AuthorOnly("it chooses the model section itself, whose other fields change with it")
-FREE_FORM = ("it is not a number, a yes/no value or a fixed choice, so it could name code, a path, a command-line "
-             "argument, an image, a connection or a secret")
-
-
-class SpecError(ValueError):
-    """An invalid spec; 'problems' holds one 'field.path: message' line per problem."""
-
-    def __init__(self, problems: list[str], origin: str = "spec"):
-        self.problems = problems
-        super().__init__(f"Invalid pipeline {origin}:\n" + "\n".join(f"  {p}" for p in problems))
 
 
 class _Section(BaseModel):
@@ -619,7 +597,7 @@ class Spec(_Section):
     @model_validator(mode="after")
     def _overridable_fields(self) -> Spec:
         for path in self.overridable:
-            if reason := override_refusal(path):
+            if reason := override_refusal(Spec, path):
                 raise ValueError(f"overridable: {path!r} cannot be overridden by whoever triggers a run: {reason}; "
                                  f"only the DAG file sets it")
             try:
@@ -633,20 +611,15 @@ class Spec(_Section):
 
     def with_overrides(self, overrides: dict[str, Any]) -> Spec:
         """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused, and
-        so is a run that would start more training processes than its pool slots (fixed at parse time)."""
+        so is a run that would start more training processes than its pool slots (fixed at parse time). Only
+        the fields set are given again: a role's pod settings are those it sets (``KubernetesSpec.for_role``)."""
         refused = sorted(set(overrides) - set(self.overridable))
         if refused:
             raise SpecError([f"{path}: not overridable in this pipeline; overridable: "
                              f"{', '.join(self.overridable) or 'nothing (see the spec field overridable)'}"
                              for path in refused], "run overrides")
-        data = self.to_json_dict()
-        for path, value in overrides.items():
-            *parents, leaf = path.split(".")
-            node = data
-            for part in parents:
-                node = node[part] if node.get(part) is not None else node.setdefault(part, {})
-            node[leaf] = value
-        changed = load_spec(data, "spec after the run's overrides")
+        data = with_values(self.model_dump(mode="json", exclude_unset=True), overrides)
+        changed = validated(Spec, data, "spec after the run's overrides")
         t, slots = self.training, self.training.pool_slots or self.training.processes
         if t.pool and changed.training.processes > slots:
             raise SpecError([f"training: this run would start {changed.training.processes} training processes but "
@@ -662,29 +635,6 @@ class Spec(_Section):
         return self.model_dump(mode="json")
 
 
-@functools.cache
-def _attribute_docs() -> dict[tuple[str, str], str]:
-    """(class, field) → the docstring below the field in this module, read on demand in one pass over its
-    lines (pydantic's use_attribute_docstrings re-parses the module per class: 45 ms per DAG parse)."""
-    docs, section, field = {}, None, None
-    lines = iter(Path(__file__).read_text().splitlines())
-    for line in lines:
-        if match := re.match(r"class (\w+)\(", line):
-            section, field = match[1], None
-        elif match := re.match(r"    (\w+): ", line):
-            field = match[1]
-        elif field and line.startswith(("        ", "    )")):
-            continue  # the field's declaration goes on over several lines
-        elif field and line.startswith('    """'):
-            text = line.strip()[3:]
-            while not text.endswith('"""'):
-                text += "\n" + next(lines).strip()
-            docs[section, field] = inspect.cleandoc(text[:-3])
-            field = None
-        else:
-            field = None
-    return docs
-
 
 def section_models() -> list[type[BaseModel]]:
     """Every spec section model."""
@@ -694,125 +644,3 @@ def section_models() -> list[type[BaseModel]]:
         found += subclasses
         stack += subclasses
     return found
-
-
-def field_doc(model: type[BaseModel], name: str) -> str | None:
-    """The docstring of field ``name`` of spec section ``model`` (or of the base class declaring it)."""
-    docs = _attribute_docs()
-    return next((docs[c.__name__, name] for c in model.__mro__ if (c.__name__, name) in docs), None)
-
-
-def _plain(annotation: Any) -> bool:
-    """A number, a yes/no value or a fixed choice (or an optional value or a list of them)."""
-    origin = get_origin(annotation)
-    if origin is Literal:
-        return True
-    if origin is Annotated:
-        return _plain(get_args(annotation)[0])
-    if origin in (Union, types.UnionType, list):
-        return all(_plain(arg) for arg in get_args(annotation))
-    return annotation in (int, float, bool, type(None))
-
-
-def _sections(annotation: Any) -> list[type[BaseModel]]:
-    """The spec section models a field holds (several for a discriminated union)."""
-    args = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    return [a for a in args if isinstance(a, type) and issubclass(a, _Section)]
-
-
-def _policies(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, type[BaseModel], str | None]]:
-    """(dotted path, declaring section, why a run may not override it or None) for every field below
-    ``model``; a section marked author-only is one entry, its fields are not listed."""
-    for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
-        marked = next((m.reason for m in info.metadata if isinstance(m, AuthorOnly)), None)
-        sections = _sections(info.annotation)
-        if sections and not marked:
-            for section in sections:
-                yield from _policies(section, f"{path}.")
-        else:
-            yield path, model, marked or (None if _plain(info.annotation) else FREE_FORM)
-
-
-@functools.cache
-def override_policy() -> dict[str, str | None]:
-    """Every field path of the spec (and every author-only section) → why a run may not override it, or
-    None where it may. A property of each field: its type (only numbers, yes/no and fixed choices) and
-    its AuthorOnly marker."""
-    policy: dict[str, str | None] = {}
-    for path, _, reason in _policies(Spec):
-        policy[path] = policy.get(path) or reason  # in a union of sections a refusal wins
-    return policy
-
-
-def override_refusal(path: str) -> str | None:
-    """Why whoever triggers a run may not override the field at ``path``, or None (also for a path that
-    is not a field: that is checked against the spec itself)."""
-    policy, parts = override_policy(), path.split(".")
-    return next((policy[p] for p in (".".join(parts[:n]) for n in range(1, len(parts) + 1)) if policy.get(p)), None)
-
-
-def field_value(spec: Spec, path: str) -> Any:
-    """The value at a dotted path of the spec ('training.epochs')."""
-    node: Any = spec
-    for part in path.split("."):
-        node = node[part] if isinstance(node, dict) else getattr(node, part)
-    return node
-
-
-def _field_path(loc: tuple, data: Any, missing: bool) -> str:
-    """Dotted path of an error location, skipping segments that are not keys of the input (union tags);
-    a missing field's own name is kept."""
-    parts, node = [], data
-    for segment in loc[:-1] if missing else loc:
-        if isinstance(node, dict) and segment in node or isinstance(node, list) and isinstance(segment, int):
-            node = node[segment]
-            parts.append(f"[{segment}]" if isinstance(segment, int) else str(segment))
-    if missing:
-        parts.append(str(loc[-1]))
-    return ".".join(parts).replace(".[", "[")
-
-
-def _problems(error: ValidationError, data: Any) -> list[str]:
-    problems = []
-    for e in error.errors():
-        path = _field_path(e["loc"], data, missing=e["type"] == "missing")
-        message = e["msg"].removeprefix("Value error, ")
-        if message.startswith(tuple(f"{field}{sep}" for field in Spec.model_fields for sep in ".:")):
-            problems.append(message)  # cross-field checks name their own field
-            continue
-        if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # name the tag field and its choices
-            path = f"{path}.{e['ctx']['discriminator'].strip(chr(39))}"
-            if e["type"] == "union_tag_invalid":
-                choices = " or ".join(e["ctx"]["expected_tags"].rsplit(", ", 1))
-                message = f"Input should be {choices} (got {e['ctx']['tag']!r})"
-            else:
-                message = "required field is missing"
-        elif e["type"] == "missing":
-            message = "required field is missing"
-        elif e["type"] != "value_error":
-            message += f" (got {e['input']!r})"
-        problems.append(f"{path or '<spec>'}: {message}")
-    return problems
-
-
-def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None) -> Spec:
-    """Validate a spec given as a dict, a YAML/JSON file path or an existing Spec; raise SpecError."""
-    if isinstance(source, Spec):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        origin = origin or f"spec file {path}"
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise SpecError([f"<file>: cannot read YAML: {exc}"], origin) from exc
-    else:
-        data = source
-    origin = origin or "spec"
-    if not isinstance(data, dict):
-        raise SpecError([f"<spec>: must be a mapping of fields, got {type(data).__name__}"], origin)
-    try:
-        return Spec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(_problems(exc, data), origin) from None
