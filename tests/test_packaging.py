@@ -19,7 +19,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO
+from tests.conftest import REPO, plan_for
+from tfdist.operators.launchers.processes import local_processes
+from tfdist.trainer.artifacts import read_json
 
 CODE_FOLDERS = {"operators": "tfdist.operators", "trainer": "tfdist.trainer"}
 """Each folder of package code and the module path it is installed as."""
@@ -153,6 +155,28 @@ def test_no_function_of_the_package_or_the_example_dags_is_longer_than_a_screen(
                  for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and node.end_lineno - node.lineno + 1 > FUNCTION_MAX_LINES]
     assert not long, long
+
+
+WITHOUT_AIRFLOW = ("import runpy, sys\n"
+                   "sys.modules.update({'airflow': None, 'tfdist.operators': None})  # importing them fails\n"
+                   "sys.argv = sys.argv[1:]\n"
+                   "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+"""Runs the module named by its first argument as ``python -m`` does, where Airflow cannot be imported."""
+
+
+@pytest.mark.e2e
+def test_the_worker_runtime_prepares_and_trains_where_airflow_cannot_be_imported(digits_root, tmp_path):
+    """The prepare and train stages started as the launcher starts them (their planned argv and environment) in
+    processes where importing Airflow or tfdist.operators fails, as in a worker image, which has neither."""
+    plan = plan_for(digits_root, "no_airflow", training={"num_workers": 1, "epochs": 1})
+    for task_id in ("prepare_data", "train"):
+        (process,) = local_processes(plan.spec, plan.stage(task_id))
+        python, flag, module, *args = process.argv
+        assert flag == "-m"
+        done = subprocess.run([python, "-c", WITHOUT_AIRFLOW, module, *args], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env={**os.environ, **process.env})
+        assert done.returncode == 0, done.stderr
+    assert read_json(plan.layout.result("train"))["final_step"] > 0
 
 
 def test_each_component_installs_what_it_needs_and_nothing_more():

@@ -95,7 +95,7 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 def main() -> None:
     args = EvaluateArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
-    validation = spec["validation"]
+    validation = spec.validation.model_dump(mode="json")  # as blessing.json records it
     manifest = data.verified_manifest(args.data, "eval")
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
     if not os.path.exists(args.train_result):
@@ -106,7 +106,7 @@ def main() -> None:
     candidates = [train_result["checkpoint"]]
     if selection["mode"] == "best":
         candidates = list(tf.train.get_checkpoint_state(args.checkpoints).all_model_checkpoint_paths)
-    names = spec["model"]["metrics"]
+    names = spec.model.metrics
     scored = []
     for path in candidates:
         try:

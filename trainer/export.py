@@ -25,6 +25,7 @@ from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, ExportArgs, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+from tfdist.trainer.spec import Spec
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -112,7 +113,7 @@ def main() -> None:
     with contextlib.suppress(FileNotFoundError):
         os.remove(claim_path(args.model_dir, version))
     write_json_atomic(args.result, result)
-    keep = spec["export"]["keep_versions"]
+    keep = spec.export.keep_versions
     if keep:
         baseline = blessing["baseline"]
         protected = {version} | ({baseline["version"]} if baseline else set())
@@ -120,7 +121,7 @@ def main() -> None:
             say(f"deleted version {deleted} (export.keep_versions = {keep})")
 
 
-def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int) -> None:
+def publish(args, spec: Spec, run: dict, blessing: dict, out: str, version: int) -> None:
     manifest_path = os.path.join(args.data, MANIFEST)
     manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
@@ -142,7 +143,7 @@ def publish(args, spec: dict, run: dict, blessing: dict, out: str, version: int)
             "run_id": run["run_id"],
             "data_interval_start": run["data_interval_start"],
             "data_interval_end": run["data_interval_end"],
-            "spec_sha256": digest_json(spec),
+            "spec_sha256": digest_json(spec.to_json_dict()),
             "data_manifest_sha256": sha256_file(manifest_path),
             "input_fingerprint": manifest["input_fingerprint"],
             "metrics": blessing["metrics"],

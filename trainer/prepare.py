@@ -29,6 +29,7 @@ from tfdist.trainer import data, readers
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
 from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, PrepareArgs, THREADS_ENV
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
+from tfdist.trainer.spec import DataSpec
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20
@@ -36,7 +37,7 @@ BYTES_PER_WRITER = 32 << 20
 this much input, up to the cores."""
 
 
-def input_fingerprint(files: list[tuple[str, int]], data_spec: dict, threads: int) -> tuple[str, list[dict]]:
+def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads: int) -> tuple[str, list[dict]]:
     def sha256(url: str) -> str:
         digest = hashlib.sha256()
         with fsspec.open(url, "rb") as f:
@@ -47,7 +48,8 @@ def input_fingerprint(files: list[tuple[str, int]], data_spec: dict, threads: in
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:  # hashlib lets go of the GIL
         digests = list(pool.map(sha256, [url for url, _ in files]))
     inputs = [{"path": url, "bytes": size, "sha256": d} for (url, size), d in zip(files, digests)]
-    return digest_json({"inputs": inputs, "data": data_spec, "version": data.MANIFEST_VERSION}), inputs
+    section = data_spec.model_dump(mode="json")  # as spec.json holds it
+    return digest_json({"inputs": inputs, "data": section, "version": data.MANIFEST_VERSION}), inputs
 
 
 def write_result(path: str, data_dir: str, manifest: dict) -> None:
@@ -64,7 +66,7 @@ class Share:
     writer: int
     pieces: list[readers.Piece]
     parts_dir: str
-    data_spec: dict[str, Any]
+    data_spec: DataSpec
     own_process: bool
 
 
@@ -101,18 +103,18 @@ def write_share(share: Share) -> dict[str, Any]:
     before = time.monotonic()
     tf = import_tensorflow()
     imported = time.monotonic() - before
-    n, names = spec["num_shards"], [f["name"] for f in spec["features"]]
-    examples = data.ExampleWriter(tf, names, spec["label"]["name"])
+    n, names = spec.num_shards, [f.name for f in spec.features]
+    examples = data.ExampleWriter(tf, names, spec.label.name)
     writers: dict[tuple[str, int], Any] = {}
     results = []
     try:
         for piece in share.pieces:
             counts = {"train": np.zeros(n, np.int64), "eval": np.zeros(n, np.int64)}
-            classes = np.zeros(spec["label"]["num_classes"], np.int64)
+            classes = np.zeros(spec.label.num_classes, np.int64)
             stats = {name: (0, 0.0, 0.0) for name in names}
             for chunk in readers.chunks(piece, spec):
                 is_eval, shard = data.split_and_shard(data.row_hashes(chunk.features, chunk.labels),
-                                                      spec["eval_fraction"], n)
+                                                      spec.eval_fraction, n)
                 for split, rows in (("train", ~is_eval), ("eval", is_eval)):
                     for index in np.unique(shard[rows]).tolist():
                         mask = rows & (shard == index)
@@ -148,7 +150,7 @@ def refuse(exc: readers.BadData) -> None:
          "prepare_data task", EXIT_REFUSED)
 
 
-def write_all(runs: list[list[readers.Piece]], data_spec: dict, parts_dir: str) -> list[dict]:
+def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: str) -> list[dict]:
     """Each run's write_share result: in this process when one writer does it all, else in a pool of writer
     processes."""
     work = [Share(k, run, parts_dir, data_spec, sum(map(bool, runs)) > 1) for k, run in enumerate(runs) if run]
@@ -207,7 +209,7 @@ class Pods:
         return results
 
 
-def write_share_of_pod(pods: Pods, data_spec: dict) -> None:
+def write_share_of_pod(pods: Pods, data_spec: DataSpec) -> None:
     """A pod other than pod 0: once the plan is there, write its share (unless the data is reused)."""
     plan = pods.wait_plan()
     if "shares" in plan:
@@ -236,14 +238,14 @@ def main() -> None:
     started = time.monotonic()
     args = PrepareArgs.parse()
     spec = load_spec(args.spec)
-    data_spec = spec["data"]
+    data_spec = spec.data
     pods = Pods(args.coordination, args.pods) if args.pods > 1 else None
     if pods and pods.index:
         return write_share_of_pod(pods, data_spec)
     files = readers.expand(args.source)
     if not files:
         fail(f"no input files match {args.source} (data.source of the spec, for this run's window)")
-    processes = args.pods if pods else data_spec.get("prepare_processes") or max(1, min(
+    processes = args.pods if pods else data_spec.prepare_processes or max(1, min(
         usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
     fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
     manifest_path = os.path.join(args.out, MANIFEST)
@@ -259,9 +261,9 @@ def main() -> None:
     if os.path.exists(args.out):
         fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
 
-    n = data_spec["num_shards"]
+    n = data_spec.num_shards
     with publish_dir(args.out) as tmp:
-        runs = shares(readers.pieces(files, data_spec["format"]), processes)
+        runs = shares(readers.pieces(files, data_spec.format), processes)
         if pods:
             pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
             parts_dir = pods.parts_dir
@@ -293,9 +295,9 @@ def main() -> None:
             "version": data.MANIFEST_VERSION,
             "input_fingerprint": fingerprint,
             "inputs": inputs,
-            "features": [{"name": f["name"], "shape": f["shape"]} for f in data_spec["features"]],
-            "label": data_spec["label"],
-            "eval_fraction": data_spec["eval_fraction"],
+            "features": [{"name": f.name, "shape": f.shape} for f in data_spec.features],
+            "label": data_spec.label.model_dump(mode="json"),
+            "eval_fraction": data_spec.eval_fraction,
             "stats": stats,
             "class_counts": sum(r["classes"] for r in results).tolist(),
         }

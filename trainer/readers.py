@@ -17,6 +17,7 @@ import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+
 import fsspec
 import numpy as np
 

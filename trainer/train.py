@@ -143,10 +143,10 @@ class Horovod:
         self.tf, self.hvd = tf, hvd
         # autograph would convert Horovod's Python wrappers at every trace: 1.2 s instead of 0.2 s
         self.grouped_allreduce = tf.autograph.experimental.do_not_convert(hvd.grouped_allreduce)
-        t = spec["training"]
-        mpi = t["mpi"] or {"slots_per_worker": 1, "scale_learning_rate": True}
+        t = spec.training
+        mpi = t.mpi_settings
         # by the planned ranks: a world restarted (or continuing) with fewer keeps the global batch, and so the rate
-        self.learning_rate_scale = t["num_workers"] * mpi["slots_per_worker"] if mpi["scale_learning_rate"] else 1
+        self.learning_rate_scale = t.num_workers * mpi.slots_per_worker if mpi.scale_learning_rate else 1
 
     # the current world: an elastic world changes while the process runs
     name = property(lambda self: f"rank-{self.hvd.rank()}")
@@ -294,9 +294,7 @@ def weights_digest(model) -> str:
 def elastic_run(spec) -> bool:
     """Horovod elastic: the spec asks for it and horovodrun started this rank in elastic mode (another
     launcher starting the ranks itself gets the fixed-size loop)."""
-    t = spec["training"]
-    return (t["backend"] == "mpi" and t.get("min_workers") is not None and t["min_workers"] < t["num_workers"]
-            and os.environ.get("HOROVOD_ELASTIC") == "1")
+    return spec.training.backend == "mpi" and spec.training.elastic and os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
 def elastic_slot() -> int:
@@ -330,12 +328,12 @@ def main() -> None:
     tf = import_tensorflow()
     import keras
 
-    t = spec["training"]
+    t = spec.training
     if elastic:
         sync = ElasticHorovod(tf, spec)
-    elif t["backend"] == "mpi":
+    elif t.backend == "mpi":
         sync = Horovod(tf, spec)
-    elif t["strategy"] == "parameter_server":
+    elif t.strategy == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if resolver.task_type in ("ps", "worker"):
             return serve(tf, resolver)
@@ -343,10 +341,10 @@ def main() -> None:
     else:
         sync = Mirrored(tf)
     manifest_path = os.path.join(args.data, MANIFEST)
-    global_batch = t["global_batch_size"]
+    global_batch = t.global_batch_size
     steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
-    total_steps = t["epochs"] * steps_per_epoch
-    keras.utils.set_random_seed(t["seed"])
+    total_steps = t.epochs * steps_per_epoch
+    keras.utils.set_random_seed(t.seed)
 
     with sync.scope():
         model = build_model(spec, manifest)
@@ -383,7 +381,7 @@ def main() -> None:
         directory = args.checkpoints if sync.is_chief else None
         if directory not in managers:
             managers[directory] = tf.train.CheckpointManager(
-                checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"), max_to_keep=t["keep_checkpoints"])
+                checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"), max_to_keep=t.keep_checkpoints)
         return managers[directory]
 
     files = data.shard_paths(args.data, manifest, "train")
@@ -393,7 +391,7 @@ def main() -> None:
         """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``."""
         return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
             tf.data.TFRecordDataset(files[reader::readers])
-            .shuffle(4096, seed=t["seed"] + reader, reshuffle_each_iteration=True)
+            .shuffle(4096, seed=t.seed + reader, reshuffle_each_iteration=True)
             .repeat()
             .batch(per_replica_batch(global_batch), drop_remainder=True)
             .skip(first_step // (readers if isinstance(sync, ParameterServer) else 1))
@@ -418,7 +416,7 @@ def main() -> None:
 
         return replica_step
 
-    every = t["checkpoint_every_steps"]
+    every = t.checkpoint_every_steps
     started = time.monotonic()
     clock = {"warm": None, "last_report": started, "stepped": started}
     # warm: (time, step) after the first call, which includes tracing: throughput counts from there;
@@ -452,7 +450,7 @@ def main() -> None:
             if now - clock["last_report"] >= PROGRESS_SECONDS or step == total_steps:
                 rate = steady_rate(step, now, clock["warm"], global_batch)
                 if sync.is_chief:
-                    TrainProgress(step, total_steps, round(step / steps_per_epoch, 3), t["epochs"],
+                    TrainProgress(step, total_steps, round(step / steps_per_epoch, 3), t.epochs,
                                   metrics["loss"], metrics["accuracy"], rate, sync.workers, global_batch,
                                   round(now - started, 1), time.time()).write(args.progress)
                 say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tfdist.trainer.spec.errors import SpecError, validated
 from tfdist.trainer.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
 
-
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FACTORY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -468,7 +467,8 @@ class KubernetesSpec(_Section):
         return value
 
     def for_role(self, role: str) -> PodSettings:
-        """The settings of pods of ``role``: 'pods' with the role's own settings over it."""
+        """The settings of pods of ``role``: 'pods' with the fields the role sets over it (in a spec validated from
+        its full JSON dump, spec.json, every field of a role counts as set)."""
         own = self.roles.get(role)
         return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
 
@@ -633,7 +633,6 @@ class Spec(_Section):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
 
 
 def section_models() -> list[type[BaseModel]]:
