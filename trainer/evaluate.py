@@ -7,12 +7,12 @@
 3. Value thresholds, and change thresholds against the baseline: the newest model published as of
    this run's data interval, scored on this run's eval data.
 
-Exit code 0 with a decision either way; 1 when a candidate fails an integrity check."""
+Exit code 0 with a decision either way; EXIT_REFUSED when a candidate fails an integrity check."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from tfdist.trainer.artifacts import read_json, sha256_file, write_json_atomic
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, EvaluateArgs, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+
+if TYPE_CHECKING:
+    from tfdist.trainer.spec import Spec
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +63,7 @@ def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, d
     }
 
 
-def check_candidate(tf, spec, manifest, manifest_sha: str, path: str, train_result: dict):
+def check_candidate(tf, spec: Spec, manifest, manifest_sha: str, path: str, train_result: dict):
     """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
     model, step = restore_checked(tf, spec, manifest, path)
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
@@ -92,21 +95,14 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 """What of the blessing record the task's XCom holds (the whole record is eval/blessing.json)."""
 
 
-def main() -> None:
-    args = EvaluateArgs.parse()
-    spec, run = load_spec(args.spec), read_json(args.run)
-    validation = spec.validation.model_dump(mode="json")  # as blessing.json records it
-    manifest = data.verified_manifest(args.data, "eval")
+def scored_candidates(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
+                      train_result: dict) -> list[dict[str, Any]]:
+    """Each candidate checkpoint's step, metrics and accuracy per label value, once it passes every integrity
+    check; the first one failing one refuses the stage, its blessing record naming the check."""
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
-    if not os.path.exists(args.train_result):
-        fail(f"no training result at {args.train_result}: run the train task first")
-    train_result = read_json(args.train_result)
-    tf = import_tensorflow()
-    selection = validation["checkpoint"]
     candidates = [train_result["checkpoint"]]
-    if selection["mode"] == "best":
+    if spec.validation.checkpoint.mode == "best":
         candidates = list(tf.train.get_checkpoint_state(args.checkpoints).all_model_checkpoint_paths)
-    names = spec.model.metrics
     scored = []
     for path in candidates:
         try:
@@ -118,47 +114,58 @@ def main() -> None:
             fail(str(exc), EXIT_REFUSED)
         probabilities, labels = score(tf, lambda features: model(features, training=False), args.data, manifest)
         scored.append({"checkpoint": path, "step": step, "examples": len(labels),
-                       "metrics": compute_metrics(probabilities, labels, names),
+                       "metrics": compute_metrics(probabilities, labels, spec.model.metrics),
                        "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"])})
         say(f"{path} (step {step}): restores, weights finite, data manifest matches; "
             + ", ".join(f"{k} {v:.4f}" for k, v in scored[-1]["metrics"].items()))
-    sign = 1 if selection["direction"] == "higher_is_better" else -1
-    chosen = max(scored, key=lambda c: sign * c["metrics"][selection["metric"]]) if len(scored) > 1 else scored[0]
-    metrics = chosen["metrics"]
+    return scored
 
+
+def compare_with_baseline(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
+                          metrics: dict[str, float]) -> tuple[dict | None, dict, list[str]]:
+    """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
+    Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply."""
+    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    if baseline is None:
+        if not spec.validation.change_thresholds:
+            return None, {}, []
+        return None, {}, ["  change thresholds: no baseline (nothing published as of this data interval); "
+                          "only value thresholds apply"]
+    try:
+        base = baseline_metrics(tf, baseline, args.data, manifest, spec.model.metrics)
+    except Exception as exc:  # noqa: BLE001 - any failure to score makes the baseline incomparable
+        return {"version": baseline["version"], "path": baseline["path"], "error": str(exc)}, {}, [
+            f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
+            "only value thresholds apply"]
+    changes = deltas(metrics, base)
+    record = {"version": baseline["version"], "path": baseline["path"], "run_id": baseline["run_id"], "metrics": base}
+    return record, changes, [f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} "
+                             f"({d['absolute']:+.4f})" for k, d in changes.items()]
+
+
+def blessing_record(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
+                    scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
+    selection = spec.validation.checkpoint
+    sign = 1 if selection.direction == "higher_is_better" else -1
+    chosen = max(scored, key=lambda c: sign * c["metrics"][selection.metric]) if len(scored) > 1 else scored[0]
+    metrics = chosen["metrics"]
     report = [f"validated {chosen['checkpoint']} on {chosen['examples']} eval examples"]
     if len(scored) > 1:
-        report.append(f"  chosen among {len(scored)} retained checkpoints by {selection['metric']}")
+        report.append(f"  chosen among {len(scored)} retained checkpoints by {selection.metric}")
     report += [f"  {k} = {v:.4f}" for k, v in metrics.items()]
-    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
-    baseline_record, changes = None, {}
-    if baseline is None:
-        if validation["change_thresholds"]:
-            report.append("  change thresholds: no baseline (nothing published as of this data interval); "
-                          "only value thresholds apply")
-    else:
-        try:
-            base = baseline_metrics(tf, baseline, args.data, manifest, names)
-        except Exception as exc:  # noqa: BLE001 - any failure to score makes the baseline incomparable
-            baseline_record = {"version": baseline["version"], "path": baseline["path"], "error": str(exc)}
-            report.append(f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
-                          "only value thresholds apply")
-        else:
-            changes = deltas(metrics, base)
-            baseline_record = {"version": baseline["version"], "path": baseline["path"],
-                               "run_id": baseline["run_id"], "metrics": base}
-            report += [f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} "
-                       f"({d['absolute']:+.4f})" for k, d in changes.items()]
-    checks = gate.checks(metrics, validation["thresholds"], validation["change_thresholds"],
-                         (baseline_record or {}).get("metrics"))
+    baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, metrics)
+    report += lines
+    gate_rules = spec.validation.model_dump(mode="json")  # as blessing.json records them
+    checks = gate.checks(metrics, gate_rules["thresholds"], gate_rules["change_thresholds"],
+                         (baseline or {}).get("metrics"))
     failures = gate.failures(checks, baseline and baseline["version"])
-    blessed = not failures
-    decided_by = gate.decided_by(validation, bool(changes))
-    if validation.get("allow_unvalidated"):
+    decided_by = gate.decided_by(gate_rules, bool(changes))
+    if spec.validation.allow_unvalidated:
         report.append("  published without a gate: validation.allow_unvalidated is set, no threshold was applied")
-    report.append(("BLESSED" if blessed else "NOT BLESSED: " + "; ".join(failures)) + f" (gate: {decided_by})")
-    blessing = {
-        "blessed": blessed,
+    report.append(("BLESSED" if not failures else "NOT BLESSED: " + "; ".join(failures)) + f" (gate: {decided_by})")
+    return {
+        "blessed": not failures,
         "gate": decided_by,
         "run_id": run["run_id"],
         "data_interval_end": run["data_interval_end"],
@@ -169,19 +176,32 @@ def main() -> None:
         "metrics": metrics,
         "per_class": chosen["per_class"],
         "candidates": [{k: c[k] for k in ("checkpoint", "step", "metrics")} for c in scored],
-        "thresholds": validation["thresholds"],
-        "change_thresholds": validation["change_thresholds"],
-        "baseline": baseline_record,
+        "thresholds": gate_rules["thresholds"],
+        "change_thresholds": gate_rules["change_thresholds"],
+        "baseline": baseline,
         "deltas": changes,
         "checks": checks,
         "failures": failures,
         "report": report,
     }
-    write_json_atomic(os.path.join(args.out, "metrics.json"), {"metrics": metrics, "per_class": chosen["per_class"]})
+
+
+def main() -> None:
+    args = EvaluateArgs.parse()
+    spec, run = load_spec(args.spec), read_json(args.run)
+    manifest = data.verified_manifest(args.data, "eval")
+    if not os.path.exists(args.train_result):
+        fail(f"no training result at {args.train_result}: run the train task first")
+    train_result = read_json(args.train_result)
+    tf = import_tensorflow()
+    scored = scored_candidates(tf, args, spec, run, manifest, train_result)
+    blessing = blessing_record(tf, args, spec, run, manifest, scored)
+    write_json_atomic(os.path.join(args.out, "metrics.json"),
+                      {"metrics": blessing["metrics"], "per_class": blessing["per_class"]})
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
     write_json_atomic(args.result, {k: blessing[k] for k in RESULT_FIELDS} | {
-        "baseline_version": baseline_record and baseline_record["version"]})
-    for line in report:
+        "baseline_version": blessing["baseline"] and blessing["baseline"]["version"]})
+    for line in blessing["report"]:
         say(line)
 
 

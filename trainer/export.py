@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,7 +26,9 @@ from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, ExportArgs, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
-from tfdist.trainer.spec import Spec
+
+if TYPE_CHECKING:
+    from tfdist.trainer.spec import Spec
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -121,7 +124,7 @@ def main() -> None:
             say(f"deleted version {deleted} (export.keep_versions = {keep})")
 
 
-def publish(args, spec: Spec, run: dict, blessing: dict, out: str, version: int) -> None:
+def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int) -> None:
     manifest_path = os.path.join(args.data, MANIFEST)
     manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()

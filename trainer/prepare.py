@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import numpy as np
@@ -29,7 +29,9 @@ from tfdist.trainer import data, readers
 from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
 from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, PrepareArgs, THREADS_ENV
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
-from tfdist.trainer.spec import DataSpec
+
+if TYPE_CHECKING:
+    from tfdist.trainer.spec import DataSpec
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20
@@ -38,6 +40,8 @@ this much input, up to the cores."""
 
 
 def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads: int) -> tuple[str, list[dict]]:
+    """The digest of the input files' contents, the data spec (as spec.json holds it) and the manifest version;
+    each file's path, size and sha256."""
     def sha256(url: str) -> str:
         digest = hashlib.sha256()
         with fsspec.open(url, "rb") as f:
@@ -48,8 +52,8 @@ def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:  # hashlib lets go of the GIL
         digests = list(pool.map(sha256, [url for url, _ in files]))
     inputs = [{"path": url, "bytes": size, "sha256": d} for (url, size), d in zip(files, digests)]
-    section = data_spec.model_dump(mode="json")  # as spec.json holds it
-    return digest_json({"inputs": inputs, "data": section, "version": data.MANIFEST_VERSION}), inputs
+    data_section = data_spec.model_dump(mode="json")
+    return digest_json({"inputs": inputs, "data": data_section, "version": data.MANIFEST_VERSION}), inputs
 
 
 def write_result(path: str, data_dir: str, manifest: dict) -> None:
@@ -234,11 +238,90 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
     return {"file": name, "bytes": size, "sha256": digest.hexdigest()}
 
 
+def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bool:
+    """Whether the output directory already holds data prepared from this input (then its result is written);
+    refuse one holding anything else."""
+    manifest_path = os.path.join(args.out, MANIFEST)
+    if os.path.exists(manifest_path):
+        if read_json(manifest_path)["input_fingerprint"] == fingerprint:
+            if pods:
+                pods.publish_plan({"reuse": True})
+            say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
+            write_result(args.result, args.out, read_json(manifest_path))
+            return True
+        fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
+             EXIT_REFUSED)
+    if os.path.exists(args.out):
+        fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
+    return False
+
+
+def write_parts(runs: list[list[readers.Piece]], data_spec: DataSpec, pods: Pods | None,
+                tmp: str) -> tuple[list[dict], str]:
+    """(every writer's write_share result, the directory of their parts): the pods' (pod 0 writes the first run),
+    or this process's writers' in ``tmp``."""
+    if pods:
+        pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
+        try:
+            first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False))
+        except readers.BadData as exc:
+            refuse(exc)
+        return [first, *pods.wait_results()], pods.parts_dir
+    os.makedirs(parts_dir := os.path.join(tmp, "parts"))
+    return write_all(runs, data_spec, parts_dir), parts_dir
+
+
+def row_counts(results: list[dict], files: list[tuple[str, int]], writers: str,
+               num_shards: int) -> dict[str, np.ndarray]:
+    """Rows per split and shard over the writers' pieces, logged with the files and ``writers`` that read them;
+    an input without rows, or with too few for the train shards, is refused."""
+    counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
+    records = int(counts["train"].sum() + counts["eval"].sum())
+    say(f"read {records} rows from {len(files)} file(s) by {writers}")
+    if not records:
+        fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's "
+             "window?)")
+    if (counts["train"] == 0).any():
+        fail(f"{records} rows are too few for {num_shards} train shards (data.num_shards): some shard would be empty")
+    return counts
+
+
+def train_stats(results: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """Each feature's mean and variance over the train rows, merged over the writers' pieces in input order."""
+    stats = {}
+    for name in results[0]["stats"]:
+        count, mean, squares = 0, 0.0, 0.0
+        for r in results:
+            count, mean, squares = merged((count, mean, squares), r["stats"][name])
+        stats[name] = {"mean": np.atleast_1d(mean).tolist(), "variance": np.atleast_1d(squares / count).tolist()}
+    return stats
+
+
+def data_manifest(data_spec: DataSpec, fingerprint: str, inputs: list[dict], results: list[dict],
+                  counts: dict[str, np.ndarray], parts_dir: str, out_dir: str) -> dict[str, Any]:
+    """The manifest of the shards, joined into ``out_dir`` from the writers' parts."""
+    n = data_spec.num_shards
+    manifest = {
+        "version": data.MANIFEST_VERSION,
+        "input_fingerprint": fingerprint,
+        "inputs": inputs,
+        "features": [{"name": f.name, "shape": f.shape} for f in data_spec.features],
+        "label": data_spec.label.model_dump(mode="json"),
+        "eval_fraction": data_spec.eval_fraction,
+        "stats": train_stats(results),
+        "class_counts": sum(r["classes"] for r in results).tolist(),
+    }
+    for split in ("train", "eval"):
+        shards = [{**join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
+                   "examples": int(counts[split][i])} for i in range(n)]
+        manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
+    return manifest
+
+
 def main() -> None:
     started = time.monotonic()
     args = PrepareArgs.parse()
-    spec = load_spec(args.spec)
-    data_spec = spec.data
+    data_spec = load_spec(args.spec).data
     pods = Pods(args.coordination, args.pods) if args.pods > 1 else None
     if pods and pods.index:
         return write_share_of_pod(pods, data_spec)
@@ -248,69 +331,24 @@ def main() -> None:
     processes = args.pods if pods else data_spec.prepare_processes or max(1, min(
         usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
     fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
-    manifest_path = os.path.join(args.out, MANIFEST)
-    if os.path.exists(manifest_path):
-        if read_json(manifest_path)["input_fingerprint"] == fingerprint:
-            if pods:
-                pods.publish_plan({"reuse": True})
-            say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
-            write_result(args.result, args.out, read_json(manifest_path))
-            return
-        fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
-             EXIT_REFUSED)
-    if os.path.exists(args.out):
-        fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
-
-    n = data_spec.num_shards
+    if reuse_prepared(args, pods, fingerprint):
+        return
     with publish_dir(args.out) as tmp:
         runs = shares(readers.pieces(files, data_spec.format), processes)
-        if pods:
-            pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
-            parts_dir = pods.parts_dir
-            try:
-                done = [write_share(Share(0, runs[0], parts_dir, data_spec, False)), *pods.wait_results()]
-            except readers.BadData as exc:
-                refuse(exc)
-        else:
-            os.makedirs(parts_dir := os.path.join(tmp, "parts"))
-            done = write_all(runs, data_spec, parts_dir)
-        results, writers = [r for d in done for r in d["pieces"]], sum(map(bool, runs))
+        done, parts_dir = write_parts(runs, data_spec, pods, tmp)
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
-        counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
-        records = int(counts["train"].sum() + counts["eval"].sum())
-        kind = "pods" if pods else "processes"
-        say(f"read {records} rows from {len(files)} file(s) by {writers} writer(s) ({kind})")
-        if not records:
-            fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's "
-                 "window?)")
-        if (counts["train"] == 0).any():
-            fail(f"{records} rows are too few for {n} train shards (data.num_shards): some shard would be empty")
-        stats = {}
-        for name in results[0]["stats"]:
-            count, mean, squares = 0, 0.0, 0.0
-            for r in results:
-                count, mean, squares = merged((count, mean, squares), r["stats"][name])
-            stats[name] = {"mean": np.atleast_1d(mean).tolist(), "variance": np.atleast_1d(squares / count).tolist()}
-        manifest = {
-            "version": data.MANIFEST_VERSION,
-            "input_fingerprint": fingerprint,
-            "inputs": inputs,
-            "features": [{"name": f.name, "shape": f.shape} for f in data_spec.features],
-            "label": data_spec.label.model_dump(mode="json"),
-            "eval_fraction": data_spec.eval_fraction,
-            "stats": stats,
-            "class_counts": sum(r["classes"] for r in results).tolist(),
-        }
-        for split in ("train", "eval"):
-            shards = [{**join_parts(parts_dir, tmp, split, i, data.shard_name(split, i, n)),
-                       "examples": int(counts[split][i])} for i in range(n)]
-            manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
+        results = [r for d in done for r in d["pieces"]]
+        writers = f"{sum(map(bool, runs))} writer(s) ({'pods' if pods else 'processes'})"
+        counts = row_counts(results, files, writers, data_spec.num_shards)
+        manifest = data_manifest(data_spec, fingerprint, inputs, results, counts, parts_dir, tmp)
         shutil.rmtree(pods.dir if pods else parts_dir)
         write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
+    n = data_spec.num_shards
     say(f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
         f"in {n}+{n} shards to {args.out}")
     seconds = time.monotonic() - started
+    records = manifest["train"]["examples"] + manifest["eval"]["examples"]
     megabytes = sum(s["bytes"] for split in ("train", "eval") for s in manifest[split]["shards"]) / 1e6
     say(f"throughput: {records} records, {megabytes:.2f} MB in {seconds:.3f}s: {records / seconds:.0f} records/s, "
         f"{megabytes / seconds:.2f} MB/s")

@@ -25,6 +25,7 @@ checkpoints into the run's checkpoint directory; a restarted run resumes from th
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -35,12 +36,16 @@ import shutil
 import tempfile
 import time
 import types
+from typing import TYPE_CHECKING, Any
 
 from tfdist.trainer import data
 from tfdist.trainer.artifacts import sha256_file, write_json_atomic
 from tfdist.trainer.contract import CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress, beat
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+
+if TYPE_CHECKING:
+    from tfdist.trainer.spec import Spec, TrainingSpec
 
 STEPS_PER_CALL = 10  # training steps per tf.function call (per worker closure with a parameter server)
 PROGRESS_SECONDS = 2.0
@@ -133,7 +138,7 @@ class Horovod:
     every_worker_saves = False
     steps_per_call = STEPS_PER_CALL
 
-    def __init__(self, tf, spec):
+    def __init__(self, tf, training: TrainingSpec):
         import horovod.tensorflow as hvd
 
         hvd.init()
@@ -143,10 +148,9 @@ class Horovod:
         self.tf, self.hvd = tf, hvd
         # autograph would convert Horovod's Python wrappers at every trace: 1.2 s instead of 0.2 s
         self.grouped_allreduce = tf.autograph.experimental.do_not_convert(hvd.grouped_allreduce)
-        t = spec.training
-        mpi = t.mpi_settings
+        mpi = training.mpi_settings
         # by the planned ranks: a world restarted (or continuing) with fewer keeps the global batch, and so the rate
-        self.learning_rate_scale = t.num_workers * mpi.slots_per_worker if mpi.scale_learning_rate else 1
+        self.learning_rate_scale = training.num_workers * mpi.slots_per_worker if mpi.scale_learning_rate else 1
 
     # the current world: an elastic world changes while the process runs
     name = property(lambda self: f"rank-{self.hvd.rank()}")
@@ -291,15 +295,15 @@ def weights_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
-def elastic_run(spec) -> bool:
+def elastic_run(training: TrainingSpec) -> bool:
     """Horovod elastic: the spec asks for it and horovodrun started this rank in elastic mode (another
     launcher starting the ranks itself gets the fixed-size loop)."""
-    return spec.training.backend == "mpi" and spec.training.elastic and os.environ.get("HOROVOD_ELASTIC") == "1"
+    return training.backend == "mpi" and training.elastic and os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
 def elastic_slot() -> int:
     """This rank's place among the ranks on this machine under elastic horovodrun: each worker is a host of its
-    own (TFDIST_HOROVOD_HOSTS, operators/backends/mpi.py), so local ranks repeat across workers; the place is
+    own (TFDIST_HOROVOD_HOSTS, operators/launchers/processes.py), so local ranks repeat across workers; the place is
     the host's position × its slots + the local rank (stable: a returning worker gets its host name back)."""
     hosts = [entry.rpartition(":") for entry in os.environ.get(HOSTS_ENV, "").split(",") if entry]
     names = [host for host, _, _ in hosts]
@@ -318,93 +322,115 @@ def pin_elastic_rank() -> None:
         os.sched_setaffinity(0, [int(core) for core in blocks[index].split(",")])
 
 
-def main() -> None:
-    args = TrainArgs.parse()
-    spec = load_spec(args.spec)
-    manifest = data.verified_manifest(args.data, "train")
-    elastic = elastic_run(spec)
+def gradient_sync(tf, training: TrainingSpec, elastic: bool):
+    """This process's gradient sync, by the spec's mode; None for a parameter-server cluster's ps or worker task,
+    which serves instead."""
     if elastic:
-        pin_elastic_rank()
-    tf = import_tensorflow()
-    import keras
-
-    t = spec.training
-    if elastic:
-        sync = ElasticHorovod(tf, spec)
-    elif t.backend == "mpi":
-        sync = Horovod(tf, spec)
-    elif t.strategy == "parameter_server":
+        return ElasticHorovod(tf, training)
+    if training.backend == "mpi":
+        return Horovod(tf, training)
+    if training.strategy == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if resolver.task_type in ("ps", "worker"):
             return serve(tf, resolver)
-        sync = ParameterServer(tf, resolver)
-    else:
-        sync = Mirrored(tf)
-    manifest_path = os.path.join(args.data, MANIFEST)
-    global_batch = t.global_batch_size
-    steps_per_epoch = max(1, manifest["train"]["examples"] // global_batch)
-    total_steps = t.epochs * steps_per_epoch
-    keras.utils.set_random_seed(t.seed)
+        return ParameterServer(tf, resolver)
+    return Mirrored(tf)
 
-    with sync.scope():
-        model = build_model(spec, manifest)
-        optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
-        optimizer.build(model.trainable_variables)
-        # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
-        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter)
-    latest = tf.train.latest_checkpoint(args.checkpoints)
-    if latest:
-        try:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        except Exception as exc:  # noqa: BLE001 - a cut file raises DataLossError, a mismatch AssertionError, ...
-            fail(str(IntegrityError("restores", latest, f"{type(exc).__name__}: {exc}. Delete its files "
-                                    f"({latest}.index, {latest}.data-*) to resume from the checkpoint before it")),
-                 EXIT_REFUSED)
-    sync.start(model, optimizer)
-    start_step = int(step_counter.numpy())
-    if start_step >= total_steps and os.path.exists(args.result):
-        say(f"{sync.name}: already trained to step {start_step} ({latest}); nothing to do")
-        return
-    say(f"{sync.name}: {'resuming from ' + latest if latest else 'starting fresh'} at step {start_step} of "
-        f"{total_steps} ({steps_per_epoch} steps/epoch, global batch {global_batch}, {sync.workers} workers, "
-        f"cores {','.join(map(str, sorted(os.sched_getaffinity(0))))})")
-    os.makedirs(args.heartbeats, exist_ok=True)
-    managers = {}
 
-    def manager():
+def new_progress(step: int) -> dict:
+    """Training progress from ``step``: the step, the current epoch's sums, the finished epochs' metrics."""
+    return dict(step=step, epoch_loss=0.0, epoch_correct=0.0, epoch_steps=0, epoch_examples=0, history=[])
+
+
+class TrainingRun:
+    """One training process's run: its model and checkpoint (built on creation), the restore, the training loop
+    (fixed-size, or one per world under Horovod elastic) with its progress and checkpoints, and the result."""
+
+    def __init__(self, tf, sync, spec: Spec, args: TrainArgs, manifest: dict[str, Any]) -> None:
+        import keras
+
+        self.tf, self.sync, self.args, self.training = tf, sync, args, spec.training
+        self.global_batch = self.training.global_batch_size
+        self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
+        self.total_steps = self.training.epochs * self.steps_per_epoch
+        keras.utils.set_random_seed(self.training.seed)
+        with sync.scope():
+            self.model = build_model(spec, manifest)
+            self.optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
+            self.optimizer.build(self.model.trainable_variables)
+            # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
+            self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_counter)
+        self.files = data.shard_paths(args.data, manifest, "train")
+        self.parse = data.parse_fn(tf, manifest)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+        self.managers: dict[str | None, Any] = {}
+        self.latest, self.start_step = None, 0
+        # started: when training began; warm: (time, step) after the first step call, which includes tracing:
+        # throughput counts from there; stepped: when the last step call ended (throughput counts training, not
+        # the checkpoints saved after it); last_report: when progress was last reported
+        self.started = self.warm = self.stepped = self.last_report = None
+
+    def run(self) -> None:
+        """Restore; unless a finished run's result is there, train to the last step and write the result."""
+        self.restore()
+        sync = self.sync
+        if self.start_step >= self.total_steps and os.path.exists(self.args.result):
+            say(f"{sync.name}: already trained to step {self.start_step} ({self.latest}); nothing to do")
+            return
+        cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        say(f"{sync.name}: {'resuming from ' + self.latest if self.latest else 'starting fresh'} at step "
+            f"{self.start_step} of {self.total_steps} ({self.steps_per_epoch} steps/epoch, global batch "
+            f"{self.global_batch}, {sync.workers} workers, cores {cores})")
+        os.makedirs(self.args.heartbeats, exist_ok=True)
+        self.started = self.stepped = self.last_report = time.monotonic()
+        self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
+
+    def restore(self) -> None:
+        """The latest checkpoint's weights, optimizer state and step, if there is one (one that does not restore
+        refuses the stage); then the sync's start."""
+        self.latest = self.tf.train.latest_checkpoint(self.args.checkpoints)
+        if self.latest:
+            try:
+                self.checkpoint.restore(self.latest).assert_existing_objects_matched()
+            except Exception as exc:  # noqa: BLE001 - a cut file raises DataLossError, a mismatch AssertionError, ...
+                fail(str(IntegrityError("restores", self.latest, f"{type(exc).__name__}: {exc}. Delete its files "
+                                        f"({self.latest}.index, {self.latest}.data-*) to resume from the checkpoint "
+                                        "before it")), EXIT_REFUSED)
+        self.sync.start(self.model, self.optimizer)
+        self.start_step = int(self.step_counter.numpy())
+
+    def manager(self):
         """The chief's CheckpointManager on the run's checkpoint directory (with MultiWorkerMirrored, every other
         worker's on a directory of its own); None for ranks that do not save. Made at the first save: an
         elastic rank may become rank 0 on the way."""
+        sync = self.sync
         if not (sync.is_chief or sync.every_worker_saves):
             return None
-        directory = args.checkpoints if sync.is_chief else None
-        if directory not in managers:
-            managers[directory] = tf.train.CheckpointManager(
-                checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"), max_to_keep=t.keep_checkpoints)
-        return managers[directory]
+        directory = self.args.checkpoints if sync.is_chief else None
+        if directory not in self.managers:
+            self.managers[directory] = self.tf.train.CheckpointManager(
+                self.checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"),
+                max_to_keep=self.training.keep_checkpoints)
+        return self.managers[directory]
 
-    files = data.shard_paths(args.data, manifest, "train")
-    parse = data.parse_fn(tf, manifest)
-
-    def dataset_fn(reader, readers, per_replica_batch, first_step=start_step):
+    def dataset(self, reader: int, readers: int, per_replica_batch, first_step: int):
         """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``."""
         return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
-            tf.data.TFRecordDataset(files[reader::readers])
-            .shuffle(4096, seed=t.seed + reader, reshuffle_each_iteration=True)
+            self.tf.data.TFRecordDataset(self.files[reader::readers])
+            .shuffle(4096, seed=self.training.seed + reader, reshuffle_each_iteration=True)
             .repeat()
-            .batch(per_replica_batch(global_batch), drop_remainder=True)
-            .skip(first_step // (readers if isinstance(sync, ParameterServer) else 1))
-            .map(parse, num_parallel_calls=data.READ_PARALLELISM)
+            .batch(per_replica_batch(self.global_batch), drop_remainder=True)
+            .skip(first_step // (readers if isinstance(self.sync, ParameterServer) else 1))
+            .map(self.parse, num_parallel_calls=data.READ_PARALLELISM)
             .prefetch(2)
         )
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
-
-    def replica_step_for(batch):
+    def replica_step(self, batch: int):
         """One replica's training step, its loss averaged over ``batch`` examples (the step's, over replicas)."""
+        tf, model, optimizer, sync, loss_fn = self.tf, self.model, self.optimizer, self.sync, self.loss_fn
 
-        def replica_step(features_labels):
+        def step(features_labels):
             features, labels = features_labels
             with tf.GradientTape() as tape:
                 probabilities = model(features, training=True)
@@ -414,116 +440,144 @@ def main() -> None:
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
             return loss, correct
 
-        return replica_step
+        return step
 
-    every = t.checkpoint_every_steps
-    started = time.monotonic()
-    clock = {"warm": None, "last_report": started, "stepped": started}
-    # warm: (time, step) after the first call, which includes tracing: throughput counts from there;
-    # stepped: when the last step call ended (throughput counts training, not the checkpoints saved after it)
+    def train_fixed(self) -> types.SimpleNamespace:
+        """Train with the world the process started in; the final progress."""
+        progress = types.SimpleNamespace(**new_progress(self.start_step))
+        run_steps = self.sync.step_runner(self.replica_step(self.global_batch),
+                                          lambda r, n, b: self.dataset(r, n, b, first_step=self.start_step))
+        self.train(run_steps, progress, self.global_batch)
+        return progress
 
-    def train(run_steps, p, batch, commit=lambda: None) -> None:
-        """Steps from ``p.step`` to the last, ``batch`` examples each; ``p`` holds the progress (step, the epoch's
-        sums, the finished epochs' metrics), ``commit()`` follows every step call."""
-        while p.step < total_steps:
+    def train_elastic(self):
+        """Train in Horovod's elastic loop (module docstring); the final state."""
+        # each world has its own dataset iterator: with tf.data's autotune on, destroying the ended worlds' ones
+        # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed
+        without_autotune = self.tf.data.Options()
+        without_autotune.autotune.enabled = False
+        state = self.sync.state([*self.model.variables, *self.optimizer.variables], **new_progress(self.start_step),
+                                world_size=self.sync.workers)
+        state.reached = self.start_step  # the end of this rank's last step call (not part of the state)
+        self.sync.run(functools.partial(self.train_world, dataset_options=without_autotune), state)
+        return state
+
+    def train_world(self, state, dataset_options) -> None:
+        """One world's training: entered at the start and again after every reset, with the committed state
+        synchronized from rank 0."""
+        sync, every = self.sync, self.training.checkpoint_every_steps
+        size = sync.workers
+        if state.world_size != size:
+            if sync.is_chief:  # reached: the end of the step call the world changed in (or at)
+                say(f"{sync.name}: world size {state.world_size} -> {size} at step {state.reached} "
+                    f"(restored commit at step {state.step})")
+                self.last_report = float("-inf")  # report the first step call of the new world
+            state.world_size = size
+        batch = self.global_batch // size * size
+        run_steps = sync.step_runner(self.replica_step(batch), lambda r, n, b: self.dataset(
+            r, n, b, first_step=state.step).with_options(dataset_options))
+
+        def commit() -> None:
+            """Keep this step call's state (host memory, no collective); at checkpoint boundaries also ask
+            rank 0's driver notifications whether hosts came back (a collective: 5-6 ms with Gloo on 2
+            cores, a third of the throughput if done after every step call)."""
+            if state.step % every == 0:
+                state.commit()  # save, then check_host_updates: raises HostsUpdatedInterrupt
+            else:
+                state.save()
+
+        self.train(run_steps, state, batch, commit)
+
+    def train(self, run_steps, p, batch: int, commit=lambda: None) -> None:
+        """Steps from ``p.step`` to the last, ``batch`` examples each; ``p`` holds the progress (``new_progress``),
+        ``commit()`` follows every step call."""
+        sync, total, per_epoch = self.sync, self.total_steps, self.steps_per_epoch
+        every = self.training.checkpoint_every_steps
+        while p.step < total:
             step = p.step
-            steps = min(sync.steps_per_call, total_steps - step, every - step % every,
-                        steps_per_epoch - step % steps_per_epoch)
+            steps = min(sync.steps_per_call, total - step, every - step % every, per_epoch - step % per_epoch)
             p.reached = step + steps  # where this step call ends, if it does
             loss_sum, correct_sum = run_steps(steps)
-            clock["stepped"] = time.monotonic()
+            self.stepped = time.monotonic()
             p.step = step = step + steps
-            beat(args.heartbeats, sync.name, step)
-            if clock["warm"] is None:
-                clock["warm"] = (time.monotonic(), step)
-                say(f"{sync.name}: first {steps} steps done in {clock['warm'][0] - started:.2f}s (tracing included)")
+            beat(self.args.heartbeats, sync.name, step)
+            if self.warm is None:
+                self.warm = (time.monotonic(), step)
+                say(f"{sync.name}: first {steps} steps done in {self.warm[0] - self.started:.2f}s (tracing included)")
             p.epoch_loss, p.epoch_correct = p.epoch_loss + loss_sum, p.epoch_correct + correct_sum
             p.epoch_steps, p.epoch_examples = p.epoch_steps + steps, p.epoch_examples + steps * batch
             metrics = {"loss": p.epoch_loss / p.epoch_steps, "accuracy": p.epoch_correct / p.epoch_examples}
-            saver = manager() if step % every == 0 or step == total_steps else None
-            if saver:
-                step_counter.assign(step)
-                saver.save(checkpoint_number=step)
-                if sync.is_chief:
-                    say(f"{sync.name}: saved checkpoint {saver.latest_checkpoint}")
-            now = time.monotonic()
-            if now - clock["last_report"] >= PROGRESS_SECONDS or step == total_steps:
-                rate = steady_rate(step, now, clock["warm"], global_batch)
-                if sync.is_chief:
-                    TrainProgress(step, total_steps, round(step / steps_per_epoch, 3), t.epochs,
-                                  metrics["loss"], metrics["accuracy"], rate, sync.workers, global_batch,
-                                  round(now - started, 1), time.time()).write(args.progress)
-                say(f"{sync.name}: step {step}/{total_steps} epoch {step / steps_per_epoch:.2f} "
-                    f"loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.4f}"
-                    + (f" examples/s {rate:,.0f}" if rate else ""))
-                clock["last_report"] = now
-            if step % steps_per_epoch == 0:
+            if step % every == 0 or step == total:
+                self.save_checkpoint(step)
+            self.report(step, metrics)
+            if step % per_epoch == 0:
                 p.history = [*p.history, metrics]  # a new list: a commit keeps a reference, not a copy
                 p.epoch_loss, p.epoch_correct, p.epoch_steps, p.epoch_examples = 0.0, 0.0, 0, 0
             commit()
 
-    progress = dict(step=start_step, epoch_loss=0.0, epoch_correct=0.0, epoch_steps=0, epoch_examples=0, history=[])
-    if elastic:
-        # each world has its own dataset iterator: with tf.data's autotune on, destroying the ended worlds' ones
-        # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed
-        without_autotune = tf.data.Options()
-        without_autotune.autotune.enabled = False
-
-        def train_elastic(state) -> None:
-            """One world's training: entered at the start and again after every reset, with the committed
-            state synchronized from rank 0."""
-            size = sync.workers
-            if state.world_size != size:
-                if sync.is_chief:  # reached: the end of the step call the world changed in (or at)
-                    say(f"{sync.name}: world size {state.world_size} -> {size} at step {state.reached} "
-                        f"(restored commit at step {state.step})")
-                    clock["last_report"] = float("-inf")  # report the first step call of the new world
-                state.world_size = size
-            per_rank = global_batch // size
-            run_steps = sync.step_runner(replica_step_for(per_rank * size),
-                                         lambda r, n, b: dataset_fn(r, n, b, first_step=state.step).with_options(
-                                             without_autotune))
-
-            def commit() -> None:
-                """Keep this step call's state (host memory, no collective); at checkpoint boundaries also ask
-                rank 0's driver notifications whether hosts came back (a collective: 5-6 ms with Gloo on 2
-                cores, a third of the throughput if done after every step call)."""
-                if state.step % every == 0:
-                    state.commit()  # save, then check_host_updates: raises HostsUpdatedInterrupt
-                else:
-                    state.save()
-
-            train(run_steps, state, per_rank * size, commit)
-
-        state = sync.state([*model.variables, *optimizer.variables], **progress, world_size=sync.workers)
-        state.reached = start_step  # the end of this rank's last step call (not part of the state)
-        sync.run(train_elastic, state)
-        p = state
-    else:
-        p = types.SimpleNamespace(**progress)
-        train(sync.step_runner(replica_step_for(global_batch), dataset_fn), p, global_batch)
-    step, history, warm = p.step, p.history, clock["warm"]
-    finished = time.monotonic()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    say(f"{sync.name}: done at step {step}; weights sha256 {weights_digest(model)}; peak RSS {peak_mb:.0f} MB")
-    saver = manager()
-    if not sync.is_chief:
+    def save_checkpoint(self, step: int) -> None:
+        saver = self.manager()
         if saver:
-            shutil.rmtree(saver.directory, ignore_errors=True)
-        return
-    write_json_atomic(args.result, {
-        "checkpoint": saver.latest_checkpoint,
-        "checkpoint_dir": args.checkpoints,
-        "final_step": step,
-        "resumed_from_step": start_step,
-        "data_manifest_sha256": sha256_file(manifest_path),
-        "metrics": history[-1] if history else {},
-        "loss_per_epoch": [round(m["loss"], 5) for m in history],
-        "examples_per_sec": steady_rate(step, clock["stepped"], warm, global_batch),
-        "workers": sync.workers,
-        "train_seconds": round(finished - started, 2),
-    })
-    say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
+            self.step_counter.assign(step)
+            saver.save(checkpoint_number=step)
+            if self.sync.is_chief:
+                say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
+
+    def report(self, step: int, metrics: dict[str, float]) -> None:
+        """Log the progress (the chief also writes it to the progress record) every PROGRESS_SECONDS and at the
+        last step."""
+        now = time.monotonic()
+        if now - self.last_report < PROGRESS_SECONDS and step != self.total_steps:
+            return
+        sync, epoch = self.sync, step / self.steps_per_epoch
+        rate = steady_rate(step, now, self.warm, self.global_batch)
+        if sync.is_chief:
+            TrainProgress(step, self.total_steps, round(epoch, 3), self.training.epochs, metrics["loss"],
+                          metrics["accuracy"], rate, sync.workers, self.global_batch, round(now - self.started, 1),
+                          time.time()).write(self.args.progress)
+        say(f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} loss {metrics['loss']:.4f} "
+            f"accuracy {metrics['accuracy']:.4f}" + (f" examples/s {rate:,.0f}" if rate else ""))
+        self.last_report = now
+
+    def finish(self, p) -> None:
+        """Log the final weights' digest; the chief writes the result record, another worker that saved removes
+        its own checkpoint directory."""
+        finished = time.monotonic()
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        sync, args, history = self.sync, self.args, p.history
+        say(f"{sync.name}: done at step {p.step}; weights sha256 {weights_digest(self.model)}; "
+            f"peak RSS {peak_mb:.0f} MB")
+        saver = self.manager()
+        if not sync.is_chief:
+            if saver:
+                shutil.rmtree(saver.directory, ignore_errors=True)
+            return
+        write_json_atomic(args.result, {
+            "checkpoint": saver.latest_checkpoint,
+            "checkpoint_dir": args.checkpoints,
+            "final_step": p.step,
+            "resumed_from_step": self.start_step,
+            "data_manifest_sha256": sha256_file(os.path.join(args.data, MANIFEST)),
+            "metrics": history[-1] if history else {},
+            "loss_per_epoch": [round(m["loss"], 5) for m in history],
+            "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
+            "workers": sync.workers,
+            "train_seconds": round(finished - self.started, 2),
+        })
+        say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
+
+
+def main() -> None:
+    args = TrainArgs.parse()
+    spec = load_spec(args.spec)
+    manifest = data.verified_manifest(args.data, "train")
+    elastic = elastic_run(spec.training)
+    if elastic:
+        pin_elastic_rank()
+    tf = import_tensorflow()
+    sync = gradient_sync(tf, spec.training, elastic)
+    if sync is not None:
+        TrainingRun(tf, sync, spec, args, manifest).run()
 
 
 if __name__ == "__main__":
