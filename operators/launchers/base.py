@@ -53,7 +53,8 @@ def restart_record(stage: Stage, smaller: Stage, lost: tuple[str, ...], why: str
     log.warning("%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
                 "training.max_restarts; the global batch is kept)", stage.task_id, why, change["workers_after"],
                 change["workers_before"], f"checkpoint at step {measured['resumed_at_step']}"
-                if "resumed_at_step" in measured else "latest checkpoint", change["restart"], stage.elastic.max_restarts)
+                if "resumed_at_step" in measured else "latest checkpoint", change["restart"],
+                stage.elastic.max_restarts)
     restarts.append(change)
     return change
 

@@ -142,13 +142,14 @@ def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, t
     """The stage's Indexed Job: a Horovod pod per worker (running its ranks), a pod per TF cluster member, or
     the stage's writers (prepare_data's pods, when several, meet in a directory of the try on the volume)."""
     spec, command = plan.spec, stage.args.command(PYTHON)
-    role, count, env, gpus = "worker", len(stage.members), _env(plan, "worker"), stage.gpus_per_worker
+    role, count, gpus = "worker", len(stage.members), stage.gpus_per_worker
     if stage.sync == "horovod":  # each pod runs its slots' ranks; pod 0 serves the rendezvous
         argv = _entrypoint(plan, stage, command, job=name, horovod_slots=stage.slots, pods=stage.workers)
         env = _env(plan, "worker", stage.slots, horovod=True)
     elif stage.sync == "tf_cluster":
         # roles in completion-index order; one pod template for every member: chief and ps get the workers' settings
         argv = _entrypoint(plan, stage, command, job=name, cluster=Counter(m.role for m in stage.members))
+        env = _env(plan, "worker")
     else:
         role, count, gpus = stage.members[0].role, stage.writers or 1, 0
         env = _env(plan, role)
@@ -176,7 +177,8 @@ def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, t
             "spec": job_spec}
 
 
-def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, try_number: int = 1) -> list[dict]:
+def native_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict,
+                   try_number: int = 1) -> list[dict]:
     """The stage's Job; a TF cluster or Horovod stage's also a headless Service naming its pods."""
     job = _job(plan, stage, name, labels, annotations, try_number)
     if not stage.sync:

@@ -145,9 +145,10 @@ class KubernetesLauncher(Launcher):
 
     def installed(self, kind: str) -> bool:
         """Whether the cluster serves the Kubeflow kind (API discovery: its CRD is installed)."""
-        group, version, _, plural = KINDS[kind].path("")
+        found = KINDS[kind]
         try:
-            return any(r.name == plural for r in self.custom.get_api_resources(group, version).resources)
+            resources = self.custom.get_api_resources(found.group, found.version).resources
+            return any(r.name == found.plural for r in resources)
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -161,9 +162,10 @@ class KubernetesLauncher(Launcher):
         if self.installed(kind):
             return kind
         if self.settings.operator == "kubeflow":
-            group, version, _, plural = KINDS[kind].path("")
+            missing = KINDS[kind]
             raise StageFailed(f"{stage.task_id}", EXIT_REFUSED, {}, how=f"cannot run as a {kind}", detail=(
-                f"kubernetes.operator is 'kubeflow' but the cluster does not serve {plural}.{group}/{version} "
+                f"kubernetes.operator is 'kubeflow' but the cluster does not serve "
+                f"{missing.plural}.{missing.group}/{missing.version} "
                 "(install Kubeflow's training operator, or use operator 'auto' or 'native')"))
         return None
 
