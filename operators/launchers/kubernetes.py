@@ -171,7 +171,10 @@ class KubernetesLauncher(Launcher):
 
     def watch_for(self, stage: Stage, kind: str, objects: list[dict]) -> Watch:
         members = tuple(m.name for m in stage.members)
-        result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or the one member
+        if not stage.sync:  # a stage's writers, one pod each (k8s_objects)
+            role = stage.members[0].role
+            members = tuple(f"{role}-{index}" for index in range(objects[-1]["spec"]["completions"]))
+        result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or pod 0
         return Watch(self.settings.connection_id, self.settings.namespace, stage.task_id, kind,
                      objects[-1]["metadata"]["name"], tuple((o["kind"], o["metadata"]["name"]) for o in objects),
                      members, stage.sync == "horovod", result, self.settings.startup_timeout_seconds)
