@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import requests
 
-from tfdist.operators.launchers.local import terminate_all
 from tfdist.operators.launchers.processes import free_ports
+from tfdist.trainer.stopping import stop_processes
 from tests.postgres import Postgres
 
 BIN = os.path.dirname(sys.executable)
@@ -98,7 +98,7 @@ class LiveAirflow:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process = psutil.Process(proc.pid)
                 victims += [process, *process.children(recursive=True)]
-        terminate_all(victims, grace=20)  # as the local launcher stops: a process may end in the meantime
+        stop_processes(others=victims, grace=20)  # as the local launcher stops: a process may end in the meantime
         self.database.stop()
 
     @staticmethod

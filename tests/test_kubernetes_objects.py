@@ -27,7 +27,7 @@ from tfdist.operators.cli import main as cli
 from tfdist.operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
 from tfdist.operators.plan import RunContext, build_plan
 from tests.conftest import REPO, make_spec, wait_for
-from tfdist.trainer import contract, pod
+from tfdist.trainer import contract, pod, stopping
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.spec import Spec, SpecError, load_spec, override_refusal
 
@@ -257,7 +257,7 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
         watch = pod.HangWatch(heartbeats, timeout=10)
         assert not watch.hung({"worker-1": sleeper.pid})
         sleeper.send_signal(signal.SIGSTOP)
-        wait_for(lambda: pod.is_stopped(sleeper.pid), 5, "the signal to stop it")
+        wait_for(lambda: stopping.is_stopped(sleeper.pid), 5, "the signal to stop it")
         assert not watch.hung({"worker-1": sleeper.pid})  # seen stopped from now on
         time.sleep(0.6)
         assert watch.hung({"worker-1": sleeper.pid})

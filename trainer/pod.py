@@ -30,8 +30,9 @@ import time
 
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
-                              RunLayout, RunMismatch, encode_result, longest_silent, rank_tag, record_run, stalled,
-                              tf_config)
+                                     RunLayout, RunMismatch, encode_result, longest_silent, rank_tag, record_run, stalled,
+                                     tf_config)
+from tfdist.trainer.stopping import is_stopped, stop_processes
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
@@ -40,9 +41,6 @@ STOPPED_SECONDS = 3
 """A training process stopped (SIGSTOP) this long fails its pod, whatever the hang timeout: TF's coordination
 service gives up on a stopped MultiWorkerMirrored worker after 10 s and fails a peer instead, hiding the cause."""
 HEARTBEAT_SCAN_SECONDS = 2.0
-STOP_GRACE_SECONDS = 3.0
-"""How long a process told to stop (SIGTERM) may take before it is killed: TF's MultiWorkerMirrored workers
-catch SIGTERM (its preemption notifier) and train on; well within the pod's 30 s termination grace period."""
 """How often a pod reads the stage's heartbeats: every pod reads every member's file from the shared volume."""
 
 
@@ -77,15 +75,6 @@ class HangWatch:
         who, why = longest_silent(beats)
         self.report = f"{who} made no training progress for {self.timeout} s (training.hang_timeout_seconds): {why}"
         return True
-
-
-def is_stopped(pid: int) -> bool:
-    """The process is stopped by a signal (state T in /proc/<pid>/stat; a debugger's tracing stop is t)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] == "T"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def peer(job: str, index: int) -> str:
@@ -179,8 +168,7 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
     """Start the processes (rank, member, argv, env); relay output (Horovod ranks tagged '[rank]<stdout>:' as
     horovodrun does); when one fails, stop the rest and return its exit code; when the pod is told to stop
     (the kubelet's SIGTERM: deleted, evicted), stop them and return 128 + SIGTERM; when ``watch`` finds the stage
-    hung, kill them (a stopped process acts on no other signal) and return EXIT_HUNG. Stopping is SIGTERM, then
-    SIGKILL after STOP_GRACE_SECONDS."""
+    hung, kill them and return EXIT_HUNG."""
     started = [(rank, member, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
                for rank, member, argv, env in processes]
     pumps = [threading.Thread(target=_relay, args=(rank, proc), daemon=True) for rank, _, proc in started]
@@ -202,16 +190,7 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
             break
         time.sleep(0.2)
     code = EXIT_HUNG if hung else 128 + signal.SIGTERM if told_to_stop.is_set() else first_failure()
-    for _, _, proc in started:
-        if proc.poll() is None:
-            proc.kill() if hung else proc.terminate()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for _, _, proc in started:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes([proc for _, _, proc in started], first=signal.SIGKILL if hung else signal.SIGTERM)
     for t in pumps:
         t.join()
     return code if code >= 0 else 128 - code

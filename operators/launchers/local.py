@@ -21,8 +21,8 @@ from tfdist.operators.plan import Elastic, Plan, Stage
 from tfdist.trainer.artifacts import read_json
 from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, split_rank_tags, stage_command,
                                      stalled)
+from tfdist.trainer.stopping import is_stopped, stop_processes
 
-STOP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -48,7 +48,7 @@ class LocalLauncher(Launcher):
         if leftovers:
             log.warning("stopping %d process(es) left by an earlier attempt: %s", len(leftovers),
                         ", ".join(str(p.pid) for p in leftovers))
-            terminate_all(leftovers)
+            stop_processes(others=leftovers)
 
     def run(self, stage: Stage, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
@@ -178,10 +178,9 @@ class LocalLauncher(Launcher):
         members = {b.pid: member for member, b in last_beats(stage.heartbeat_dir).items()}
         for name, proc in self.processes.items():
             with contextlib.suppress(psutil.NoSuchProcess):
-                root = psutil.Process(proc.pid)
-                for p in (root, *root.children(recursive=True)):
-                    if p.status() == psutil.STATUS_STOPPED:
-                        return members.get(p.pid, name), p.pid
+                for pid in (proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))):
+                    if is_stopped(pid):
+                        return members.get(pid, name), pid
         return None
 
     def stop(self) -> None:
@@ -191,38 +190,9 @@ class LocalLauncher(Launcher):
     def _terminate(self) -> None:
         with self._lock:
             started = list(self.processes.values())
-        descendants = []
-        for proc in started:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                descendants += psutil.Process(proc.pid).children(recursive=True)
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        terminate_all(descendants, started)
+        stop_processes(started)
 
 
 def failed_first(tails: dict, name: str) -> dict[str, list[str]]:
     """Every source's last lines, the failed one's first."""
     return {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
-
-
-def terminate_all(victims: list[psutil.Process], children: list[subprocess.Popen] = (),
-                  grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after ``grace`` seconds (processes that end meanwhile
-    are skipped). Our own ``children`` are waited for through their Popen (psutil would reap them and lose
-    their exit status)."""
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.terminate()
-    deadline = time.monotonic() + grace
-    _, alive = psutil.wait_procs(victims, timeout=grace)
-    for child in children:
-        try:
-            child.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    for victim in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
-    psutil.wait_procs(alive, timeout=grace)
