@@ -49,7 +49,7 @@ def write_csv_input(path: str, megabytes: float) -> int:
 
 def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
     from tfdist.trainer.spec import load_spec
-    from tfdist.trainer.artifacts import write_json_atomic
+    from tfdist.trainer.contract import write_json_atomic
 
     spec = load_spec({
         "name": "shards_bench", "artifact_root": workdir, "start_date": "2026-11-01",

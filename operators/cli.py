@@ -18,7 +18,7 @@ import sys
 
 from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
-from tfdist.trainer import registry  # file formats only: no TensorFlow
+from tfdist.trainer.contract import registry
 from tfdist.trainer.spec import Spec, SpecError, default_artifact_root, load_spec
 
 

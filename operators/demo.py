@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tfdist.trainer import registry  # file formats only: no TensorFlow
+from tfdist.trainer.contract import registry
 
 DEMO_DAG = "digits_nightly"
 _SHOWN = re.compile(r"(\[(?:worker|chief|ps|rank|prepare|evaluate|export)-\d+\].*?|ERROR.*?|\w+Error.*?)"

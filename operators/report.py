@@ -9,9 +9,7 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from tfdist.trainer import gate, registry
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import RunLayout, TrainProgress, run_path, runs_root
+from tfdist.trainer.contract import RunLayout, TrainProgress, gate, read_json, registry, run_path, runs_root
 
 LOWER_IS_BETTER = {"loss"}
 

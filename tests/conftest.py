@@ -20,8 +20,7 @@ import pytest
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import RunContext, build_plan
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import last_beats, record_run
+from tfdist.trainer.contract import last_beats, read_json, record_run
 from tfdist.trainer.spec import load_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

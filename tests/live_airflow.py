@@ -20,7 +20,7 @@ import psutil
 import requests
 
 from tfdist.operators.launchers.processes import free_ports
-from tfdist.trainer.stopping import stop_processes
+from tfdist.trainer.contract.stopping import stop_processes
 from tests.postgres import Postgres
 
 BIN = os.path.dirname(sys.executable)

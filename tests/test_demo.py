@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tfdist.trainer import registry
+from tfdist.trainer.contract import registry
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,7 @@ import pytest
 
 from tfdist.operators.launchers import StageFailed
 from tests.conftest import plan_for, run
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, read_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

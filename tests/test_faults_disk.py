@@ -16,9 +16,7 @@ import pytest
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tests.conftest import DAY, needs_root, plan_for, run, wait_for
-from tfdist.trainer import registry
-from tfdist.trainer.artifacts import write_json_atomic
-from tfdist.trainer.contract import checkpoint_step
+from tfdist.trainer.contract import checkpoint_step, registry, write_json_atomic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, needs_root("mounting a tmpfs needs root")]
 SECTIONS = {"training": {"num_workers": 1, "epochs": 12, "checkpoint_every_steps": 20},

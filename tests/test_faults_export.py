@@ -19,8 +19,7 @@ import pytest
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import FAULT_TRIALS, collecting_logger, plan_for, run, wait_for
-from tfdist.trainer import registry
-from tfdist.trainer.artifacts import read_json, write_json_atomic
+from tfdist.trainer.contract import read_json, registry, write_json_atomic
 from tfdist.trainer.export import claim_version
 
 RUNS = ("concurrent_a", "concurrent_b")

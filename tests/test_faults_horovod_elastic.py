@@ -21,8 +21,7 @@ import pytest
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, RandomKill, assert_no_process_of, collecting_logger, prepared_plan, run,
                             steps_of, wait_for)
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import last_beats
+from tfdist.trainer.contract import last_beats, read_json
 from tfdist.trainer.train import STEPS_PER_CALL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]

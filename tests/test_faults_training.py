@@ -19,8 +19,7 @@ from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import (FAULT_TRIALS, REPO, RandomKill, assert_no_process_of, collecting_logger, fault_modes,
                             prepared_plan, run, steps_of, wait_for)
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import last_beats
+from tfdist.trainer.contract import last_beats, read_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

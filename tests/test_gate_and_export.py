@@ -11,9 +11,7 @@ import pytest
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import DAY, prepared_plan, run
-from tfdist.trainer import registry
-from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED
+from tfdist.trainer.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
@@ -90,7 +88,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     import numpy as np
     import tensorflow as tf
 
-    from tfdist.trainer.artifacts import sha256_file
+    from tfdist.trainer.contract import sha256_file
     from tfdist.trainer.evaluate import IntegrityError, check_candidate
     from tfdist.trainer.models import restore_model
     from tfdist.trainer.runtime import load_spec
@@ -145,7 +143,7 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
 
 
 def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
-    from tfdist.trainer.gate import checks, failures
+    from tfdist.trainer.contract.gate import checks, failures
 
     def change_failures(metrics, baseline, change_thresholds):
         return failures(checks(metrics, {}, change_thresholds, baseline), 7)
@@ -164,7 +162,7 @@ def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
 
 
 def test_each_threshold_is_one_check_with_its_margin_for_the_page():
-    from tfdist.trainer.gate import checks, failures
+    from tfdist.trainer.contract.gate import checks, failures
 
     rows = checks({"accuracy": 0.95, "loss": 0.3}, {"accuracy": {"lower": 0.9, "upper": 0.94}},
                   {"loss": {"direction": "lower_is_better", "absolute": 0.05, "relative": None}}, {"loss": 0.2})
@@ -196,7 +194,7 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
 
 
 def test_the_gate_says_what_decided_it():
-    from tfdist.trainer.gate import decided_by as gate
+    from tfdist.trainer.contract.gate import decided_by as gate
 
     assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
         "none: published without a gate (validation.allow_unvalidated)")

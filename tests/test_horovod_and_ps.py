@@ -12,8 +12,7 @@ from tfdist.operators.launchers import StageStopped
 from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.launchers.local import LocalLauncher
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import TrainProgress
+from tfdist.trainer.contract import TrainProgress, read_json
 
 DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+);")
 

@@ -26,7 +26,7 @@ from tests.conftest import DAY, REPO
 from tests.test_dag_parse import readme_dag_file
 from tests.test_packaging import pinned, pyproject
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.trainer import registry
+from tfdist.trainer.contract import registry
 
 pytestmark = pytest.mark.e2e
 

@@ -16,9 +16,7 @@ from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.k8s_objects import object_name
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root
 from tests.k8s_standin import Cluster
-from tfdist.trainer import registry
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import run_path
+from tfdist.trainer.contract import read_json, registry, run_path
 
 pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
 CONNECTION = "k8s_dag_standin"

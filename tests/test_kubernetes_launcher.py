@@ -26,8 +26,7 @@ from tfdist.operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher,
 from tests.conftest import (DAY, FAULT_TRIALS, STANDIN_NEEDS_ROOT, assert_no_process_of, collecting_logger, fault_modes,
                             make_spec, needs_root, plan_for, prepared_plan, run, steps_of, wait_for)
 from tests.k8s_standin import Cluster
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats
+from tfdist.trainer.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats, read_json
 
 pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
 CONNECTION = "k8s_standin"

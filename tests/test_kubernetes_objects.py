@@ -27,8 +27,8 @@ from tfdist.operators.cli import main as cli
 from tfdist.operators.launchers.k8s_objects import NAME_MAX, label_value, object_name, stage_objects
 from tfdist.operators.plan import RunContext, build_plan
 from tests.conftest import REPO, make_spec, wait_for
-from tfdist.trainer import contract, pod, stopping
-from tfdist.trainer.artifacts import read_json
+from tfdist.trainer import contract, pod
+from tfdist.trainer.contract import read_json, stopping
 from tfdist.trainer.spec import Spec, SpecError, load_spec, override_refusal
 
 KUBERNETES = {"namespace": "ml", "pods": {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4",

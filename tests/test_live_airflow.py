@@ -27,9 +27,7 @@ from tfdist.operators.report import format_runs, list_runs
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
-from tfdist.trainer import registry
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import BLESSING, MANIFEST, run_path
+from tfdist.trainer.contract import BLESSING, MANIFEST, read_json, registry, run_path
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO, plan_for
 from tfdist.operators.launchers.processes import local_processes
-from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import read_json
 
 CODE_FOLDERS = {"operators": "tfdist.operators", "trainer": "tfdist.trainer"}
 """Each folder of package code and the module path it is installed as."""
@@ -140,6 +140,15 @@ def test_the_worker_runtime_never_imports_airflow_and_the_airflow_side_never_imp
     for path in python_files("operators"):
         heavy = {m for m in imports(path, at_import=True) if m.split(".")[0] in ("tensorflow", "keras", "horovod")}
         assert not heavy, path
+
+
+def test_the_airflow_side_reaches_the_worker_runtime_only_through_the_contract_and_the_spec_model():
+    """tfdist.trainer.contract and tfdist.trainer.spec are what both sides share; the rest of the worker runtime
+    (its stages, readers, models) is the worker's own."""
+    shared = ("tfdist.trainer.contract", "tfdist.trainer.spec")
+    for path in [p for folder in ("operators", "plugins", "dags") for p in python_files(folder)]:
+        reached = {m for m in imports(path) if m == "tfdist.trainer" or m.startswith("tfdist.trainer.")}
+        assert not {m for m in reached if not m.startswith(shared)}, path
 
 
 FUNCTION_MAX_LINES = 60

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, make_spec
-from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, stage_command
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, read_json, stage_command, write_json_atomic
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:

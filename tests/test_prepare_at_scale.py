@@ -18,8 +18,7 @@ from sklearn.datasets import load_digits
 
 from tests.conftest import REPO, make_spec
 from tfdist.trainer import readers
-from tfdist.trainer.artifacts import read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, stage_command
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, read_json, stage_command, write_json_atomic
 from tfdist.trainer.spec import DataSpec, load_spec
 
 FEATURES = [{"name": "pixel", "shape": [64]}]

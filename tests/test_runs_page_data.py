@@ -9,9 +9,8 @@ import time
 
 from tfdist.operators.report import AirflowRun, Backfill, list_runs, overview
 from tfdist.operators.ui import page_url
-from tfdist.trainer.artifacts import write_json_atomic
-from tfdist.trainer.contract import RunLayout, TrainProgress, run_key
-from tfdist.trainer.gate import checks, failures
+from tfdist.trainer.contract import RunLayout, TrainProgress, run_key, write_json_atomic
+from tfdist.trainer.contract.gate import checks, failures
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from tfdist.trainer.stopping import is_stopped, stop_processes
+from tfdist.trainer.contract.stopping import is_stopped, stop_processes
 
 STUBBORN = ("import signal, subprocess, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

@@ -15,7 +15,7 @@ from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.ui import page_url
 from tests.conftest import (START, assert_all_stopped, assert_no_process_of, make_spec, plan_for, prepared_plan, run,
                             task_instance, wait_for)
-from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract import read_json
 
 
 def test_two_workers_train_with_checkpoints(digits_root):

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.trainer.artifacts import read_json, sha256_file
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST
+from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file
 from tfdist.trainer.runtime import fail
 
 MANIFEST_VERSION = 2

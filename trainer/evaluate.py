@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tfdist.trainer import data, gate, registry
-from tfdist.trainer.artifacts import read_json, sha256_file, write_json_atomic
+from tfdist.trainer import data
+from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, EvaluateArgs, gate, read_json, registry,
+                                     sha256_file, write_json_atomic)
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, EvaluateArgs, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 if TYPE_CHECKING:

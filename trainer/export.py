@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tfdist.trainer import data, registry
-from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
+from tfdist.trainer import data
+from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, ExportArgs, digest_json, publish_dir, read_json,
+                                     registry, sha256_file, write_json_atomic)
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
-from tfdist.trainer.contract import BLESSING, EXIT_REFUSED, ExportArgs, MANIFEST
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     for version in range(base, base + MAX_VERSIONS_PER_INTERVAL):
         path, claim = os.path.join(model_dir, str(version)), claim_path(model_dir, version)
         if os.path.exists(path):
-            if _owner(os.path.join(path, "metadata.json")) == owner:
+            if _owner(registry.metadata_file(path)) == owner:
                 return version, True
             continue
         try:
@@ -140,7 +140,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         if expected is not None and abs(accuracy - expected) > 1e-3:
             fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
                  EXIT_REFUSED)
-        write_json_atomic(os.path.join(tmp, "metadata.json"), {
+        write_json_atomic(registry.metadata_file(tmp), {
             "model_name": os.path.basename(args.model_dir),
             "version": version,
             "run_id": run["run_id"],

@@ -28,11 +28,10 @@ import sys
 import threading
 import time
 
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG, TF_PORT,
-                                     RunLayout, RunMismatch, encode_result, longest_silent, rank_tag, record_run, stalled,
-                                     tf_config)
-from tfdist.trainer.stopping import is_stopped, stop_processes
+from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG,
+                                     TF_PORT, RunLayout, RunMismatch, encode_result, longest_silent, rank_tag,
+                                     read_json, record_run, stalled, tf_config)
+from tfdist.trainer.contract.stopping import is_stopped, stop_processes
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600

@@ -26,8 +26,8 @@ import fsspec
 import numpy as np
 
 from tfdist.trainer import data, readers
-from tfdist.trainer.artifacts import digest_json, publish_dir, read_json, write_json_atomic
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, PrepareArgs, THREADS_ENV
+from tfdist.trainer.contract import (EXIT_REFUSED, MANIFEST, THREADS_ENV, PrepareArgs, digest_json, publish_dir,
+                                     read_json, write_json_atomic)
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
 if TYPE_CHECKING:

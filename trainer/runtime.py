@@ -10,8 +10,7 @@ import sys
 from typing import Callable
 
 from tfdist.trainer import spec
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import CORES_ENV, THREADS_ENV
+from tfdist.trainer.contract import CORES_ENV, THREADS_ENV, read_json
 
 
 def load_spec(path: str) -> spec.Spec:

@@ -39,8 +39,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from tfdist.trainer import data
-from tfdist.trainer.artifacts import sha256_file, write_json_atomic
-from tfdist.trainer.contract import CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress, beat
+from tfdist.trainer.contract import (CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress, beat,
+                                     sha256_file, write_json_atomic)
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 

@@ -18,10 +18,9 @@ import psutil
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, Stage
-from tfdist.trainer.artifacts import read_json
-from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, split_rank_tags, stage_command,
-                                     stalled)
-from tfdist.trainer.stopping import is_stopped, stop_processes
+from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, read_json, split_rank_tags,
+                                     stage_command, stalled)
+from tfdist.trainer.contract.stopping import is_stopped, stop_processes
 
 _PR_SET_PDEATHSIG = 1
 

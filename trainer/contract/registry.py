@@ -7,14 +7,21 @@ import os
 import shutil
 from typing import Any
 
-from tfdist.trainer.artifacts import read_json
+from tfdist.trainer.contract.records import read_json
+
+METADATA = "metadata.json"
+"""In each version's directory: what was published, from which run, data and checkpoint, and why."""
+
+
+def metadata_file(version_dir: str) -> str:
+    return os.path.join(version_dir, METADATA)
 
 
 def versions(model_dir: str) -> list[dict[str, Any]]:
     """Every published version's metadata (plus its ``path``), oldest first."""
     found = []
     for name in os.listdir(model_dir) if os.path.isdir(model_dir) else []:
-        metadata_path = os.path.join(model_dir, name, "metadata.json")
+        metadata_path = metadata_file(os.path.join(model_dir, name))
         if name.isdigit() and os.path.exists(metadata_path):
             found.append({**read_json(metadata_path), "path": os.path.join(model_dir, name)})
     return sorted(found, key=lambda m: m["version"])

@@ -1,0 +1,112 @@
+"""How the train stage shows it is alive and how far it got: heartbeats, the progress record, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tfdist.trainer.contract.records import read_json, write_json_atomic
+
+class Beat(NamedTuple):
+    time: float
+    """When the member last finished a step call (the file's mtime)."""
+    pid: int
+    step: int
+    """The global step it had reached."""
+
+
+def beat(heartbeat_dir: str, member: str, step: int) -> None:
+    """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing, at global ``step``."""
+    path = os.path.join(heartbeat_dir, member)
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{os.getpid()} {step}")
+    except OSError as exc:  # raised by the close, which names no file
+        raise OSError(exc.errno, exc.strerror, path + ".tmp") from exc
+    os.replace(path + ".tmp", path)
+
+
+def last_beats(heartbeat_dir: str) -> dict[str, Beat]:
+    """Each training process's last heartbeat, by member name."""
+    beats = {}
+    for entry in os.scandir(heartbeat_dir) if os.path.isdir(heartbeat_dir) else ():
+        if not entry.name.endswith(".tmp"):
+            try:
+                with open(entry.path) as f:
+                    pid, step = f.read().split()
+                beats[entry.name] = Beat(entry.stat().st_mtime, int(pid), int(step))
+            except (FileNotFoundError, ValueError):
+                continue
+    return beats
+
+
+def stalled(heartbeat_dir: str, since: float, timeout: float) -> dict[str, Beat] | None:
+    """The beats since ``since`` when none of them is newer than ``timeout`` seconds, else None (also before
+    the first beat: starting a cluster is bounded by its own timeouts)."""
+    beats = {m: b for m, b in last_beats(heartbeat_dir).items() if b.time >= since}
+    if not beats or time.time() - max(b.time for b in beats.values()) < timeout:
+        return None
+    return beats
+
+
+def longest_silent(beats: dict[str, Beat]) -> tuple[str, str]:
+    """(the member silent longest, how long each has been silent): in a hung collective every member waits for
+    the one that stopped stepping first."""
+    now = time.time()
+    return min(beats, key=lambda m: beats[m].time), "the others wait for it: " + ", ".join(
+        f"{m} last stepped {now - b.time:.0f} s ago" for m, b in sorted(beats.items()))
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """Where the train stage is, written by its chief (``progress.json``) at most every few seconds while it
+    trains and once at the end; the training-runs page shows it live."""
+
+    step: int
+    total_steps: int
+    epoch: float
+    """Epochs done, fractional."""
+    epochs: int
+    loss: float
+    """The current epoch's mean training loss so far."""
+    accuracy: float
+    examples_per_sec: float | None
+    """Since the first step call (tracing excluded); None until a second call ended."""
+    workers: int
+    global_batch_size: int
+    elapsed_seconds: float
+    updated_at: float
+    """Unix time of the write."""
+
+    @property
+    def seconds_left(self) -> float | None:
+        """At the current rate (None until there is one)."""
+        if not self.examples_per_sec:
+            return None
+        return round((self.total_steps - self.step) * self.global_batch_size / self.examples_per_sec, 1)
+
+    def write(self, path: str) -> None:
+        write_json_atomic(path, dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, path: str) -> "TrainProgress | None":
+        """The progress at ``path``, None when training has not written one yet."""
+        try:
+            return cls(**read_json(path))
+        except FileNotFoundError:
+            return None
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+    """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
+    file), 0 when there is none."""
+    try:
+        with open(os.path.join(checkpoint_dir, "checkpoint")) as f:
+            found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.MULTILINE)
+    except FileNotFoundError:
+        return 0
+    return int(found.group(1)) if found else 0
