@@ -22,7 +22,9 @@ from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.k8s_objects import object_name
-from tfdist.operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher, StageTrigger, follow
+from tfdist.operators.launchers.k8s_follow import follow
+from tfdist.operators.launchers.k8s_trigger import StageTrigger
+from tfdist.operators.launchers.kubernetes import STORE_KEY, KubernetesLauncher
 from tests.conftest import (DAY, FAULT_TRIALS, STANDIN_NEEDS_ROOT, assert_no_process_of, collecting_logger, fault_modes,
                             make_spec, needs_root, plan_for, prepared_plan, run, steps_of, wait_for)
 from tests.k8s_standin import Cluster
@@ -162,9 +164,9 @@ def test_a_lost_pod_fails_the_stage_named_as_lost_though_it_is_gone(cluster, dig
     plan = k8s_plan(digits_root, f"k8s_{loss}", num_workers=2, epochs=200)
     launcher, _, finished = train_in_background(plan)
     name = object_name(plan.context.dag_id, plan.context.run_id, "train")
-    pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
+    pod, = [p for p in launcher.cluster.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
             if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
-    lose_pod(launcher.core, pod.metadata.name, loss)
+    lose_pod(launcher.cluster.core, pod.metadata.name, loss)
     failure = finished()
     assert isinstance(failure, StageFailed), failure
     assert failure.process == f"worker-1 (pod {pod.metadata.name})" and failure.lost == ("worker-1",), str(failure)
@@ -202,10 +204,10 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_lost(
 
     def lose_after_a_checkpoint():
         wait_for(lambda: checkpoint_step(plan.layout.checkpoint_dir) >= 100, 180, "a checkpoint at step 100")
-        pod, = [p for p in launcher.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
+        pod, = [p for p in launcher.cluster.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
                 if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
         lost["at"] = time.time()
-        lose_pod(launcher.core, pod.metadata.name, loss)
+        lose_pod(launcher.cluster.core, pod.metadata.name, loss)
 
     async def events(trigger):
         return [event.payload async for event in trigger.run()]

@@ -287,3 +287,12 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
     assert refused.returncode == contract.EXIT_REFUSED and "produced from a different spec" in refused.stderr
     with pytest.raises(ValueError, match="exceeds 4096"):
         contract.encode_result({"x": "y" * 5000})
+
+
+def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
+    """A deferred task's trigger is stored by its class path; 0.2.0 stored StageTrigger's at launchers.kubernetes."""
+    from airflow.sdk.module_loading import import_string
+
+    from tfdist.operators.launchers.k8s_trigger import StageTrigger
+
+    assert import_string("tfdist.operators.launchers.kubernetes.StageTrigger") is StageTrigger
