@@ -4,7 +4,11 @@ API discovery and the Kubeflow custom resources its ``crds`` install; a Job cont
 Jobs); a TFJob controller (as Kubeflow's training operator v1 reconciles TFJobs); an MPIJob controller (as
 Kubeflow's MPI operator v2beta1, v0.6, reconciles MPIJobs); a garbage collector following owner references;
 and a kubelet that runs each pod's container command as real processes. ``drop_connections`` makes the API
-cut off its responses for a while (an API server restart, dropped log streams). Needs root.
+cut off its responses for a while (an API server restart, dropped log streams). Lists carry a resourceVersion,
+and watches (``watch=true``, from a ``resourceVersion``, with bookmarks, by label or ``metadata.name`` field
+selector) stream every change after it, or a 410 Expired ERROR event once the history (``history_limit``
+changes) no longer reaches back to it; a log read with ``follow=true`` streams each new line and ends when the
+container has ended. Needs root.
 
 Each pod gets what a pod has: its own network namespace with an address on a bridge (so every TF server can
 listen on port 2222, as in a cluster), interface ``eth0``, its own host name, a ``/dev`` of its own (a tmpfs
@@ -48,10 +52,16 @@ recreates a failed OnFailure or Always replica instead, with no back-off and no 
 controller replaces failed pods up to backoffLimit, with no back-off), PID and IPC namespaces (a container's
 other processes are killed when its main process ends, as the runtime does), label selectors beyond
 ``key=value``, admission, defaulting and schema checks (tests validate objects offline; controllers apply
-their defaults in memory), watches, updates and patches, authentication, real DNS (so no ``dnsConfig``),
+their defaults in memory), updates and patches, authentication, real DNS (so no ``dnsConfig``),
 TTLs, deadlines, suspension, the training operator's webhooks, the MPI operator's Intel MPI and MPICH modes,
 ``runLauncherAsWorker``, scaling of workers and its elastic Horovod, gang scheduling and dynamic workers, and
-kubelet restarts. Deleting is synchronous (the call returns once the object, its dependents and their
+kubelet restarts. How a real API server differs in what it serves: it records each write as one change,
+where the stand-in compares its objects every RECORD_SECONDS (two changes within that time are one event); its
+watches are served from a watch cache, its lists may be too; an object whose labels change out of a watch's
+selector is a DELETED event there, unmodelled here; it sends bookmarks about once a minute (here every
+BOOKMARK_SECONDS); ``pods/log`` is proxied through the node's kubelet (here read from the pod's log file);
+long-running requests (watches, followed logs) are outside its max-inflight limits and capped by its
+``--min-request-timeout``. Deleting is synchronous (the call returns once the object, its dependents and their
 processes are gone; no other finalizers, no Terminating state) except for a Job's pod deleted or evicted by
 itself: it carries the Job controller's job-tracking finalizer, so it is marked (deletionTimestamp), stopped
 by the kubelet (SIGTERM, then SIGKILL after the grace period), given a terminal phase, counted by the Job
@@ -60,6 +70,8 @@ controller, and only then gone from the API, before the Job's conditions say wha
 from __future__ import annotations
 
 import base64
+import collections
+import contextlib
 import copy
 import datetime as dt
 import fractions
@@ -144,6 +156,12 @@ left, empty: the least a bind mount needs."""
 JOIN_CGROUP = 'echo $$ > "$0" && exec "$@"'
 """Run in the pod's cgroup (joined before ``ip netns exec``, whose fresh /sys has no cgroup file systems)."""
 _clusters = itertools.count()
+RECORD_SECONDS = 0.02
+"""How often the stand-in records its objects' changes for watches (a real API server records each write)."""
+BOOKMARK_SECONDS = 1.0
+"""How often a watch that asked for bookmarks gets one (a real API server: about once a minute)."""
+LOG_FOLLOW_SECONDS = 0.05
+"""How often a followed log is read for new lines."""
 
 
 def now() -> str:
@@ -158,6 +176,33 @@ def _index(pod: Pod) -> int:
 def _matches(obj: dict, selector: str) -> bool:
     labels = obj["metadata"].get("labels") or {}
     return all(labels.get(k) == v for k, v in (term.split("=", 1) for term in selector.split(",") if term))
+
+
+def _flag(query: dict, name: str) -> bool:
+    """A boolean query parameter: clients send true, True or 1."""
+    return query.get(name, "").lower() in ("true", "1")
+
+
+def _log_lines(lines: list[str], query: dict, first: bool) -> list[str]:
+    """The log lines (as the kubelet stores them: '<RFC 3339 time> <text>') a pods/log query gets, each ending in a
+    newline: those within sinceSeconds, then, in the first answer, the last tailLines of them; without their
+    time unless timestamps=true."""
+    if "sinceSeconds" in query:
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=int(query["sinceSeconds"]))
+        lines = [line for line in lines if dt.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+                 .replace(tzinfo=dt.timezone.utc) >= since]
+    if first and "tailLines" in query:
+        lines = lines[len(lines) - min(len(lines), int(query["tailLines"])):]
+    if not _flag(query, "timestamps"):
+        lines = [line.split(" ", 1)[1] if " " in line else "" for line in lines]
+    return [line + "\n" for line in lines]
+
+
+def _selected(obj: dict, query: dict) -> bool:
+    """Whether a list or watch with this query's labelSelector and fieldSelector (``metadata.name=``) has it."""
+    fields = dict(term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if term)
+    return _matches(obj, query.get("labelSelector", "")) and fields.get("metadata.name", obj["metadata"]["name"]) == \
+        obj["metadata"]["name"]
 
 
 def memory_bytes(quantity: str | int) -> int:
@@ -656,9 +701,11 @@ class Pod:
 class Cluster:
     """The stand-in: ``start()`` serves the API on 127.0.0.1; ``kubeconfig`` points a client at it.
     ``images``: the image names its registry has (None: every image pulls); ``crds``: the Kubeflow kinds
-    installed, by plural (``tfjobs``, ``mpijobs``)."""
+    installed, by plural (``tfjobs``, ``mpijobs``); ``history_limit``: how many changes a watch may resume
+    from."""
 
-    def __init__(self, workdir: str, images: Iterable[str] | None = None, crds: Iterable[str] = ()):
+    def __init__(self, workdir: str, images: Iterable[str] | None = None, crds: Iterable[str] = (),
+                 history_limit: int = 10000):
         self.id = f"{os.getpid() % 1000}{next(_clusters)}"
         self.workdir, self.bridge = workdir, f"tfd{self.id}br"
         self.subnet = f"10.{200 + os.getpid() % 50}.{self.id[-1]}"
@@ -682,6 +729,14 @@ class Cluster:
         ``drop_connections``)."""
         self.addresses = (f"{self.subnet}.{n}" for n in itertools.count(2))
         self._stopping = False
+        self.revision = 0
+        """The newest resourceVersion given out: one counter for every kind, as etcd's revision."""
+        self.history: collections.deque[tuple[int, str, tuple[str, str, str], str]] = collections.deque(
+            maxlen=history_limit)
+        """The last ``history_limit`` changes (resourceVersion, event type, key, the object as JSON): what a watch
+        from an older resourceVersion would need is gone (410 Gone)."""
+        self.recorded = threading.Condition()
+        self._last: dict[tuple[str, str, str], str] = {}
 
     def run(self, *argv: str, check: bool = True) -> None:
         subprocess.run(argv, check=check, capture_output=True)
@@ -701,7 +756,44 @@ class Cluster:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self._controllers = threading.Thread(target=self._control, daemon=True)
         self._controllers.start()
+        self._recorder = threading.Thread(target=self._record_changes, daemon=True)
+        self._recorder.start()
         return self
+
+    def _record_changes(self) -> None:
+        """Give every changed object a new resourceVersion and record the change for watches: the objects are
+        compared with their last recorded state every RECORD_SECONDS (the controllers change them in place)."""
+        while not self._stopping:
+            time.sleep(RECORD_SECONDS)
+            try:
+                with self.lock:
+                    self._record()
+            except RuntimeError:  # an object changed size while read outside the lock: next round
+                continue
+            with self.recorded:
+                self.recorded.notify_all()
+
+    def changes_after(self, revision: int) -> list[tuple[str, dict]] | None:
+        """(event type, object) of every change after ``revision``, oldest first; None when the history no longer
+        reaches back to it. Call with the lock held."""
+        if self.history and revision < self.history[0][0] - 1:
+            return None
+        newer = itertools.takewhile(lambda change: change[0] > revision, reversed(self.history))
+        return [(type_, json.loads(text)) for _, type_, _, text in reversed(list(newer))]
+
+    def _record(self) -> None:
+        for key, obj in self.objects.items():
+            text = json.dumps(obj, sort_keys=True)
+            if self._last.get(key) != text:
+                self.revision += 1
+                obj["metadata"]["resourceVersion"] = str(self.revision)
+                self._last[key], kind = json.dumps(obj, sort_keys=True), "MODIFIED" if key in self._last else "ADDED"
+                self.history.append((self.revision, kind, key, self._last[key]))
+        for key in [k for k in self._last if k not in self.objects]:
+            self.revision += 1
+            last = json.loads(self._last.pop(key))
+            last["metadata"]["resourceVersion"] = str(self.revision)
+            self.history.append((self.revision, "DELETED", key, json.dumps(last)))
 
     def drop_connections(self, seconds: float) -> None:
         """For ``seconds``, cut every GET's response off mid-body and close the connection: an API server
@@ -722,6 +814,7 @@ class Cluster:
         self.server.server_close()
         self.changed.set()
         self._controllers.join()
+        self._recorder.join()
         pods = list(self.pods.values())
         _together(pod.stop for pod in pods)
         for pod in pods:
@@ -1509,6 +1602,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         kind, namespace, name, query = self._route()
         if kind == "Log":
             return self._log(namespace, name, query)
+        if kind not in (None, "Event") and not name and _flag(query, "watch"):
+            return self._watch(kind, namespace, query)
         if kind == "Event":
             wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
             with c.lock:
@@ -1520,10 +1615,66 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with c.lock:  # a copy, as the controllers change objects meanwhile
             obj = copy.deepcopy(c.objects.get((kind, namespace, name))) if name else None
             items = [] if name else copy.deepcopy([o for (k, ns, _), o in c.objects.items() if k == kind and ns ==
-                                                   namespace and _matches(o, query.get("labelSelector", ""))])
+                                                   namespace and _selected(o, query)])
+            revision = c.revision
         if name:
             return self._send(200, obj) if obj else self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-        self._send(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind], "metadata": {}, "items": items})
+        self._send(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind],
+                         "metadata": {"resourceVersion": str(revision)}, "items": items})
+
+    def _watch(self, kind: str, namespace: str, query: dict) -> None:
+        """A watch: the changes after ``resourceVersion`` (without one: every object as ADDED first), as JSON
+        lines of a chunked response, with bookmarks when asked; a resourceVersion older than the cluster's
+        history gets a 410 Expired ERROR event, as from a real API server's watch cache."""
+        c, cursor = self.cluster, int(query.get("resourceVersion") or 0)
+        ends = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        bookmarks, bookmarked = _flag(query, "allowWatchBookmarks"), time.monotonic()
+        with c.lock:
+            if cursor:
+                events = c.changes_after(cursor)
+            else:
+                events = [("ADDED", copy.deepcopy(o)) for (k, ns, _), o in c.objects.items() if (k, ns) == (kind, namespace)]
+                cursor = c.revision
+        self._start_stream()
+        try:
+            while events is not None and not c._stopping and time.monotonic() < ends:
+                if time.monotonic() < c.outage_until:
+                    self.close_connection = True  # cut off: no closing chunk
+                    return
+                for type_, obj in events:
+                    if obj["kind"] == kind and obj["metadata"]["namespace"] == namespace and _selected(obj, query):
+                        self._chunk({"type": type_, "object": obj})
+                    cursor = max(cursor, int(obj["metadata"].get("resourceVersion") or cursor))
+                if bookmarks and time.monotonic() - bookmarked > BOOKMARK_SECONDS:
+                    self._chunk({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": API_VERSIONS[kind],
+                                                                "metadata": {"resourceVersion": str(cursor)}}})
+                    bookmarked = time.monotonic()
+                with c.recorded:
+                    c.recorded.wait(0.2)
+                with c.lock:
+                    events = c.changes_after(cursor)
+            if events is None:
+                self._chunk({"type": "ERROR", "object": {
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
+                    "message": f"too old resource version: {cursor} ({c.history[0][0] - 1})"}})
+            self._end_stream()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _start_stream(self, content_type: str = "application/json") -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, body: dict | bytes) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _log(self, namespace: str, name: str, query: dict) -> None:
         pod = self.cluster.pods.get(name)
@@ -1535,14 +1686,36 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 else waiting["reason"]
             return self._status(400, "BadRequest", f'container "{pod.container["name"]}" in pod "{name}" is waiting '
                                                    f"to start: {why}")
+        if _flag(query, "follow"):
+            return self._follow_log(pod, query)
         lines = open(pod.log_path).read().splitlines() if os.path.exists(pod.log_path) else []
-        if "sinceSeconds" in query:
-            since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=int(query["sinceSeconds"]))
-            lines = [l for l in lines if dt.datetime.strptime(l.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
-                     .replace(tzinfo=dt.timezone.utc) >= since]
-        if query.get("timestamps", "false").lower() != "true":
-            lines = [line.split(" ", 1)[1] if " " in line else "" for line in lines]
-        self._send(200, "".join(line + "\n" for line in lines))
+        self._send(200, "".join(_log_lines(lines, query, first=True)))
+
+    def _follow_log(self, pod: Pod, query: dict) -> None:
+        """A followed log: its lines so far, then each new one, until the container ended and its last line was
+        sent (the stream then ends, as the kubelet's)."""
+        self._start_stream("text/plain")
+        first, position, ended = True, 0, False
+        try:
+            while not ended:
+                ended = bool(pod.terminated) or pod.stopping.is_set() or self.cluster._stopping
+                if time.monotonic() < self.cluster.outage_until:
+                    self.close_connection = True  # cut off: no closing chunk
+                    return
+                with open(pod.log_path, "rb") if os.path.exists(pod.log_path) else contextlib.nullcontext() as f:
+                    data = b""
+                    if f:
+                        f.seek(position)
+                        data = f.read()
+                    data = data[:data.rfind(b"\n") + 1]  # whole lines only
+                    position += len(data)
+                if lines := _log_lines(data.decode(errors="replace").splitlines(), query, first):
+                    self._chunk("".join(lines).encode())
+                first = False
+                time.sleep(0 if ended else LOG_FOLLOW_SECONDS)
+            self._end_stream()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def do_POST(self) -> None:
         kind, namespace, name, _ = self._route()

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests import k8s_standin
@@ -145,6 +145,86 @@ def test_a_running_pod_has_a_running_state_and_a_job_deleted_without_policy_orph
     batch.delete_namespaced_job("orphan", NS)  # batch/v1's default: the pods are orphaned, and run on
     pod, = pods_of(core, "job-name=orphan")
     assert pod.status.phase == "Running" and not pod.metadata.owner_references
+
+
+@pytest.mark.parametrize("cluster", [{"history_limit": 40}], indirect=True)
+def test_watches_resume_from_a_resource_version_and_one_too_old_is_gone(cluster):
+    """Through the real client's watch (kubernetes.watch.Watch): every change of a Job's pod from the list's
+    resourceVersion on, the end of the stream at timeoutSeconds, and 410 Gone for a version the history lost."""
+    core, batch, _ = apis(cluster)
+    batch.create_namespaced_job(NS, job("before", "pass"))
+    until(lambda: cluster.revision, what="a first change")
+    listed = core.list_namespaced_pod(NS, label_selector="app=w")
+    batch.create_namespaced_job(NS, job("w", "print('hi')"))
+    phases = []
+    for event in watch.Watch().stream(core.list_namespaced_pod, NS, label_selector="app=w", timeout_seconds=30,
+                                      resource_version=listed.metadata.resource_version):
+        phases.append((event["type"], event["object"].status.phase))
+        if event["object"].status.phase == "Succeeded":
+            break
+    assert int(listed.metadata.resource_version) > 0
+    assert phases[0][0] == "ADDED" and phases[-1] == ("MODIFIED", "Succeeded") and len(phases) >= 2
+    (pod,) = pods_of(core, "app=w")
+    assert int(pod.metadata.resource_version) > int(listed.metadata.resource_version)
+    started = time.monotonic()
+    assert not list(watch.Watch().stream(core.list_namespaced_pod, NS, label_selector="app=none", timeout_seconds=1,
+                                         resource_version=pod.metadata.resource_version))
+    assert time.monotonic() - started < 10
+    for n in range(8):  # more changes than the history holds
+        batch.create_namespaced_job(NS, job(f"more-{n}", "pass"))
+    until(lambda: cluster.history[0][0] > int(listed.metadata.resource_version) + 1, what="the history to move on")
+    with pytest.raises(ApiException) as gone:
+        next(iter(watch.Watch().stream(core.list_namespaced_pod, NS, timeout_seconds=5,
+                                       resource_version=listed.metadata.resource_version)))
+    assert gone.value.status == 410
+
+
+def test_a_watch_of_one_job_by_name_sees_it_end_and_bookmarks_carry_the_version_on(cluster):
+    _, batch, custom = apis(cluster)
+    batch.create_namespaced_job(NS, job("named", "import time; time.sleep(2)"))
+    batch.create_namespaced_job(NS, job("other", "pass"))
+    seen, bookmarks = set(), []
+    for event in watch.Watch().stream(custom.list_namespaced_custom_object, "batch", "v1", NS, "jobs",
+                                      field_selector="metadata.name=named", allow_watch_bookmarks=True,
+                                      timeout_seconds=30):
+        if event["type"] == "BOOKMARK":
+            bookmarks.append(event["raw_object"]["metadata"]["resourceVersion"])
+            continue
+        seen.add(event["raw_object"]["metadata"]["name"])
+        if any(c["type"] == "Complete" for c in event["raw_object"]["status"].get("conditions") or []):
+            break
+    assert seen == {"named"} and bookmarks
+
+
+def test_a_followed_log_streams_each_line_once_and_ends_with_its_container(cluster):
+    """Through the real client's streaming read (``follow``, ``_preload_content=False``): each line as it is
+    written, with its time, then the end of the stream once the container ended; tailLines of it."""
+    core, batch, _ = apis(cluster)
+    batch.create_namespaced_job(NS, job("talker", "import time\nfor i in range(5): print(i, flush=True); time.sleep(0.3)"))
+    pod = until(lambda: [p for p in pods_of(core, "app=talker") if p.status.phase != "Pending"])[0]
+    stream = core.read_namespaced_pod_log(pod.metadata.name, NS, follow=True, timestamps=True, _preload_content=False)
+    lines = b"".join(stream.stream()).decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["0", "1", "2", "3", "4"]
+    assert all(line.split(" ", 1)[0].endswith("Z") for line in lines)
+    tail = core.read_namespaced_pod_log(pod.metadata.name, NS, tail_lines=2, _preload_content=False)
+    assert tail.data == b"3\n4\n"  # raw: this client turns a log it decodes into the text of its bytes' repr
+    assert terminated(core, "talker").exit_code == 0
+
+
+def test_a_dropped_connection_cuts_a_watch_and_a_followed_log_off_mid_stream(cluster):
+    core, batch, _ = apis(cluster)
+    batch.create_namespaced_job(NS, job("long", "import time\nwhile True: print('.', flush=True); time.sleep(0.2)"))
+    pod = until(lambda: [p for p in pods_of(core, "app=long") if p.status.phase == "Running"])[0]
+    log = core.read_namespaced_pod_log(pod.metadata.name, NS, follow=True, _preload_content=False)
+    events = watch.Watch().stream(core.list_namespaced_pod, NS, label_selector="app=long", timeout_seconds=30)
+    next(iter(events))
+    cluster.drop_connections(2)
+    with pytest.raises(Exception) as cut:
+        for _ in log.stream():
+            pass
+    assert "IncompleteRead" in repr(cut.value) or "ProtocolError" in repr(cut.value)
+    with pytest.raises(Exception):
+        list(events)
 
 
 @pytest.mark.parametrize("cluster", [{}, {"cgroups": False}], ids=["cgroup", "polled"], indirect=True)
