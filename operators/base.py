@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from tfdist.operators.launchers import StageFailed, get_launcher
 from tfdist.operators.plan import Plan, RunContext, build_plan, manual_interval
@@ -49,6 +49,7 @@ class StageOperator(BaseOperator):
         self.data_interval_end = data_interval_end
         self.artifact_root = self.spec.artifact_root
         self._launcher = None
+        self._run_id: str | None = None
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
@@ -98,7 +99,7 @@ class StageOperator(BaseOperator):
             self.log.info("this run overrides %s", plan.overrides)
         self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
                       plan.context.interval_start, plan.context.interval_end)
-        self._launcher = get_launcher(plan, context["ti"].try_number)
+        self._launcher, self._run_id = get_launcher(plan, context["ti"].try_number), context["run_id"]
         stage = plan.stage(self.stage)
         try:
             trigger = self._launcher.start_deferred(stage, self.log, context.get("task_state_store"))
@@ -110,6 +111,9 @@ class StageOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from None
         except StageFailed as exc:
             self.fail(exc.returncode, str(exc))
+        except AirflowTaskTimeout:
+            self._launcher.stop()  # the task is over: on_kill follows, but the task still counts as running then
+            raise
         return self.result(record, plan, context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
@@ -133,5 +137,25 @@ class StageOperator(BaseOperator):
         return record
 
     def on_kill(self) -> None:
-        if self._launcher is not None:
-            self._launcher.stop()
+        """Stop the stage, unless its launcher's objects outlive this process and the task still runs: then the
+        process was told to stop by its worker shutting down or being evicted, not by a user or a failure, and
+        the task's next try follows the objects on."""
+        if self._launcher is None:
+            return
+        if self._launcher.outlives_task and self._still_running():
+            self.log.warning("%s: told to stop while the task still runs (its worker shuts down, or was evicted): "
+                             "the stage is left running for the task's next try to follow", self.task_id)
+            return
+        self._launcher.stop()
+
+    def _still_running(self) -> bool:
+        """Whether Airflow still has this try running (a user's kill, a failure or a timeout has ended it); when
+        that cannot be learnt, the stage is left running: the next try follows or replaces it."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance  # the running task's, not at parse
+
+        try:
+            return RuntimeTaskInstance.get_ti_count(dag_id=self.dag_id, task_ids=[self.task_id], run_ids=[self._run_id],
+                                                    states=["running"]) > 0
+        except Exception as exc:  # noqa: BLE001 - on_kill must not fail
+            self.log.warning("%s: could not learn whether the task still runs (%s)", self.task_id, exc)
+            return True

@@ -32,7 +32,8 @@ def pipelines(tmp_path_factory, digits_root):
     cluster = Cluster(str(tmp_path_factory.mktemp("standin"))).start()
     dags = tmp_path_factory.mktemp("k8s_dags")
     kubernetes = {"namespace": "ml", "connection_id": CONNECTION, "pods": {"image": "tfdist-worker:test", "cpu": "1"},
-                  "artifact_volume": {"claim_name": "tfdist-artifacts"}, "startup_timeout_seconds": 60}
+                  "artifact_volume": {"claim_name": "tfdist-artifacts"}, "startup_timeout_seconds": 60,
+                  "log_members": "all"}
     specs = [make_spec(digits_root, name=f"k8s_{mode}", kubernetes=kubernetes,
                        training={"launcher": "kubernetes", "epochs": 3, **training},
                        validation={"thresholds": {"accuracy": {"lower": 0.8}}}, export={"model_name": f"k8s_{mode}"})

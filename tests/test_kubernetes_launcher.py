@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import types
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -110,13 +111,37 @@ def test_a_retry_follows_the_running_job_of_the_earlier_try(cluster, digits_root
     watch = KubernetesLauncher(plan, 1).start(stage, collecting_logger("k8s.try1")[0], store)
     assert store[STORE_KEY]["name"] == watch.name
     before = list(cluster.created)
-    assert KubernetesLauncher(plan, 2).find(stage, watch, Store()) == watch  # by labels
+    assert KubernetesLauncher(plan, 2).find(stage, watch, Store())[0] == watch  # by labels
     logger, lines = collecting_logger("k8s.try2")
     second = KubernetesLauncher(plan, 2)
     result = asyncio.run(follow(second.start(stage, logger, store), logger))
     assert cluster.created == before, "try 2 created objects of its own"
     assert any("following Job" in line for line in lines.lines) and "chief-0" in weights(lines.lines)
     assert result["final_step"] == read_json(plan.layout.result("train"))["final_step"]
+    assert_nothing_left(cluster, plan)
+
+
+def test_a_retry_replaces_a_job_made_from_another_spec_or_not_by_its_task(cluster, digits_root):
+    """A retry never follows a Job of another spec (its spec-hash annotation) nor one its task did not create
+    (its uid, kept in the task's state store): it deletes that Job, says why, and creates its own."""
+    plan = k8s_plan(digits_root, "k8s_respec", strategy="parameter_server", num_ps=1, num_workers=1)
+    store = Store()
+    first = KubernetesLauncher(plan, 1).start(plan.stage("train"), collecting_logger("k8s.respec1")[0], store)
+    assert first.uid and store[STORE_KEY]["uid"] == first.uid
+    settings = plan.spec.kubernetes.model_copy(update={"ttl_seconds_after_finished": 60})
+    changed = replace(plan, spec=plan.spec.model_copy(update={"kubernetes": settings}))
+    logger, lines = collecting_logger("k8s.respec2")
+    replaced = KubernetesLauncher(changed, 2).start(changed.stage("train"), logger, store)
+    assert any(f"Job {first.name} was made from another spec" in line for line in lines.lines), lines.lines
+    assert replaced.uid not in ("", first.uid) and store[STORE_KEY]["uid"] == replaced.uid
+    store.set(STORE_KEY, {**store[STORE_KEY], "uid": "another-uid"})
+    logger, lines = collecting_logger("k8s.respec3")
+    third = KubernetesLauncher(changed, 3)
+    again = third.start(changed.stage("train"), logger, store)
+    assert any(f"Job {first.name} is not the one this task created (uid {replaced.uid}" in line
+               for line in lines.lines), lines.lines
+    assert again.uid not in (replaced.uid, first.uid)
+    third.stop()
     assert_nothing_left(cluster, plan)
 
 
@@ -437,7 +462,7 @@ def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(digits_root, 
         training = {"epochs": 1, "launcher": "kubernetes", "backend": "mpi", "num_workers": 2,
                     "mpi": {"controller": "mpi", "slots_per_worker": 2}}
         plan = prepared_plan(digits_root, "k8s_mpijob", training=training,
-                             kubernetes={**KUBERNETES, "connection_id": "k8s_mpi"})
+                             kubernetes={**KUBERNETES, "connection_id": "k8s_mpi", "log_members": "all"})
         result, lines = launch(plan, "train")
         name = object_name(plan.context.dag_id, plan.context.run_id, "train")
         assert kubeflow.created == [("MPIJob", name)] and result["workers"] == 4

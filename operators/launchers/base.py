@@ -62,6 +62,9 @@ def restart_record(stage: Stage, smaller: Stage, lost: tuple[str, ...], why: str
 class Launcher(abc.ABC):
     """Realizes the stages of one run's plan on a platform, for one try of a task."""
 
+    outlives_task = False
+    """Whether the stage's processes run on when the task process ends (else they end with it)."""
+
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         self.plan, self.try_number = plan, try_number
 

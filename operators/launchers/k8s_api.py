@@ -43,8 +43,12 @@ class Kind:
 KINDS = {"Job": Kind("batch", "v1", "jobs", "batch.kubernetes.io/job-name"),
          "TFJob": Kind("kubeflow.org", "v1", "tfjobs", "training.kubeflow.org/job-name"),
          "MPIJob": Kind("kubeflow.org", "v2beta1", "mpijobs", "training.kubeflow.org/job-name")}
-DONE = {"Complete": "success", "Succeeded": "success", "Failed": "failed"}
-"""The conditions ending a Job (Complete, Failed) or a Kubeflow job (Succeeded, Failed)."""
+DONE = {"SuccessCriteriaMet": "success", "Complete": "success", "Succeeded": "success", "FailureTarget": "failed",
+        "Failed": "failed"}
+"""The conditions ending a stage: a Job's (SuccessCriteriaMet and FailureTarget come first, then Complete or
+Failed once its pods are gone) or a Kubeflow job's (Succeeded, Failed)."""
+
+
 @dataclass(frozen=True)
 class Watch:
     """What following a started stage needs; plain data, so that a trigger carries it."""
@@ -64,6 +68,12 @@ class Watch:
     result_member: str
     """The member whose termination message is the stage's result record."""
     startup_timeout_seconds: int
+    log_members: int | None = 2
+    """How many members' whole logs are relayed, the result member first; None: every member's."""
+    uid: str = ""
+    """The uid the cluster gave the object that ends the stage: a retry follows only that object."""
+    spec_hash: str = ""
+    """A hash of the stage's objects as this task made them (SPEC_HASH_ANNOTATION on the ending object)."""
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON values (what the task state store and a trigger's kwargs hold)."""
@@ -77,14 +87,22 @@ class Watch:
     def selector(self) -> str:
         return f"{KINDS[self.kind].job_label}={self.name}"
 
-    def member(self, pod: Any) -> str:
+    def member(self, pod: dict) -> str:
         """Which member of the stage the pod is."""
+        meta = pod["metadata"]
         if self.kind == "Job":
-            return self.members[int(pod.metadata.annotations["batch.kubernetes.io/job-completion-index"])]
-        labels = pod.metadata.labels
+            return self.members[int(meta["annotations"]["batch.kubernetes.io/job-completion-index"])]
+        labels = meta["labels"]
         if self.kind == "MPIJob":  # the MPI operator labels a role, and an index on workers only
             return f"{labels['training.kubeflow.org/job-role']}-{labels.get('training.kubeflow.org/replica-index', 0)}"
         return f"{labels['training.kubeflow.org/replica-type'].lower()}-{labels['training.kubeflow.org/replica-index']}"
+
+    def relayed(self, member: str) -> bool:
+        """Whether the member's whole log reaches the task log: the result member and the first others, up to
+        log_members."""
+        if self.log_members is None or member == self.result_member:
+            return True
+        return member in [m for m in self.members if m != self.result_member][:self.log_members - 1]
 
     def named_member(self, pod_name: str) -> str:
         """The Job's member whose pod had this name (``<job>-<index>-<suffix>``, as Indexed Jobs name pods)."""
@@ -125,11 +143,10 @@ class Cluster:
             raise
 
     @generic_api_retry
-    def read(self, kind: str, name: str) -> Any | None:
-        """The object's status as the cluster has it, or None when there is no such object."""
+    def read(self, kind: str, name: str) -> dict | None:
+        """The object as the cluster has it, or None when there is no such object."""
         try:
-            path = KINDS[kind].path(self.settings.namespace)
-            return self.custom.get_namespaced_custom_object(*path, name).get("status") or {}
+            return self.custom.get_namespaced_custom_object(*KINDS[kind].path(self.settings.namespace), name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -141,15 +158,18 @@ class Cluster:
             *KINDS[kind].path(self.settings.namespace), label_selector=selector)
         return [o["metadata"]["name"] for o in listed["items"]]
 
-    def submit(self, objects: list[dict], log: logging.Logger) -> None:
-        """Create the stage's objects, in order."""
-        ns = self.settings.namespace
+    def submit(self, objects: list[dict], log: logging.Logger) -> str:
+        """Create the stage's objects, in order; the uid the cluster gave the last (the one that ends the stage)."""
+        ns, uid = self.settings.namespace, ""
         for obj in objects:
             if obj["kind"] == "Service":
                 generic_api_retry(self.core.create_namespaced_service)(ns, obj)
             else:
-                generic_api_retry(self.custom.create_namespaced_custom_object)(*KINDS[obj["kind"]].path(ns), obj)
+                created = generic_api_retry(self.custom.create_namespaced_custom_object)(*KINDS[obj["kind"]].path(ns),
+                                                                                         obj)
+                uid = created["metadata"]["uid"]
             log.info("created %s %s/%s", obj["kind"], ns, obj["metadata"]["name"])
+        return uid
 
     def wait_gone(self, watch: Watch, timeout: float = 120) -> None:
         """Return once the deleted object is gone (a foreground deletion waits for its pods), so that its
@@ -161,22 +181,25 @@ class Cluster:
             time.sleep(1)
 
 
-async def delete_objects(watch: Watch, log: logging.Logger | None = None) -> None:
-    """Delete the stage's objects (their pods with them), newest first; those already gone are skipped."""
-    async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as api:
-        for kind, name in reversed(watch.objects):
-            try:
-                if kind == "Service":
-                    await async_client.CoreV1Api(api).delete_namespaced_service(name, watch.namespace)
-                else:
-                    await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                        *KINDS[kind].path(watch.namespace), name, propagation_policy="Foreground")
-            except AsyncApiException as exc:
-                if exc.status != 404:
-                    raise
-                continue
-            if log:
-                log.info("deleted %s %s/%s", kind, watch.namespace, name)
+async def delete_objects(watch: Watch, log: logging.Logger | None = None, api: Any = None) -> None:
+    """Delete the stage's objects (their pods with them), newest first; those already gone are skipped. ``api``:
+    the client to use, else one from the stage's connection."""
+    if api is None:
+        async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as own:
+            return await delete_objects(watch, log, own)
+    for kind, name in reversed(watch.objects):
+        try:
+            if kind == "Service":
+                await async_client.CoreV1Api(api).delete_namespaced_service(name, watch.namespace)
+            else:
+                await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    *KINDS[kind].path(watch.namespace), name, propagation_policy="Foreground")
+        except AsyncApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        if log:
+            log.info("deleted %s %s/%s", kind, watch.namespace, name)
 
 
 def run_in_thread(coroutine: Any) -> None:

@@ -1,5 +1,6 @@
 """How a stage's pods ended, in words: the result record the result pod handed back, the pod a failed stage
-failed for and how (exit code, OOMKilled, eviction, a hang it found, deleted), and a pod that never started."""
+failed for and how (exit code, OOMKilled, eviction, a hang it found, deleted), and a pod that never started.
+Pods are the API's JSON objects, as a watch delivers them."""
 
 from __future__ import annotations
 
@@ -18,33 +19,37 @@ FAIL_JOB_POD = re.compile(r"(?:Container \S+ for pod|Pod) [^/\s]+/(?P<pod>\S+) "
 """The pod a Job's pod failure policy failed it for, as the Job controller's condition message names it."""
 
 
-def termination(pod: Any) -> Any | None:
+def termination(pod: dict) -> dict | None:
     """The container's terminated state, None while it runs."""
-    statuses = pod.status.container_statuses or []
-    return statuses[0].state.terminated if statuses and statuses[0].state else None
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return (statuses[0].get("state") or {}).get("terminated") if statuses else None
 
 
-def result_record(watch: Watch, pods: list, tails: dict) -> dict[str, Any]:
+def name_of(pod: dict) -> str:
+    return pod["metadata"]["name"]
+
+
+def result_record(watch: Watch, pods: list[dict], tails: dict) -> dict[str, Any]:
     """The result record the result pod handed back as its termination message."""
     pod = next((p for p in pods if watch.member(p) == watch.result_member and termination(p)), None)
-    message = termination(pod).message if pod else None
+    message = termination(pod).get("message") if pod else None
     try:
         return json.loads(message)
     except (TypeError, ValueError):
-        raise StageFailed(f"{watch.result_member}" + (f" (pod {pod.metadata.name})" if pod else ""), None, dict(tails),
+        raise StageFailed(f"{watch.result_member}" + (f" (pod {name_of(pod)})" if pod else ""), None, dict(tails),
                           how="ended without handing back the stage's result record",
                           detail=f"termination message {message!r}") from None
 
 
-def failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
+def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFailed:
     """The pod the Job's failure names (else the first that failed), how it ended (exit code, OOMKilled,
     eviction, the hang it found, deleted) and the job's reason; a pod disrupted (evicted, preempted, its node
     gone), deleted, stopped by a signal other than for memory, or hung counts as lost (an elastic stage may
     continue without it)."""
     job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
-    failed = [p for p in pods if p.status.phase == "Failed" and termination(p)]
+    failed = [p for p in pods if p["status"].get("phase") == "Failed" and termination(p)]
     named = FAIL_JOB_POD.search(ended.get("message") or "") if watch.kind == "Job" else None
-    if named and not any(p.metadata.name == named["pod"] for p in failed):
+    if named and not any(name_of(p) == named["pod"] for p in failed):
         # the pod was deleted (by a user, a drain, the pod garbage collector for a lost node), then counted and
         # let go by the Job controller: the Job's message is what is left of it
         member = watch.named_member(named["pod"])
@@ -54,19 +59,43 @@ def failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     if not failed:
         return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
                            detail=f"{ended.get('reason')}: {ended.get('message')}")
-    pod = next((p for p in failed if named and p.metadata.name == named["pod"]), None) or min(
-        failed, key=lambda p: termination(p).finished_at or dt.datetime.max.replace(tzinfo=dt.timezone.utc))
+    pod = next((p for p in failed if named and name_of(p) == named["pod"]), None) or min(
+        failed, key=lambda p: termination(p).get("finishedAt") or "9999")
+    return _pod_failure(watch, pod, tails, job)
+
+
+def _pod_failure(watch: Watch, pod: dict, tails: dict, job: str) -> StageFailed:
     terminated, member = termination(pod), watch.member(pod)
     ordered = {member: list(tails.pop(member, []))} | dict(tails)
-    why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
-    if terminated.reason == "OOMKilled":
-        limit = (pod.spec.containers[0].resources.limits or {}).get("memory")
+    reason, code = terminated.get("reason"), terminated.get("exitCode")
+    why = f", {reason}" if reason not in (None, "Error", "Completed") else ""
+    if reason == "OOMKilled":
+        limit = (pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}).get("memory")
         why += f": it used more than its memory limit {limit} (kubernetes.pods.memory or roles.<role>.memory)"
-    disrupted = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
-                     None)
-    how = f"was disrupted ({disrupted.reason}: {disrupted.message})" if disrupted else None
-    if terminated.exit_code == EXIT_HUNG:
-        how = f"stopped the hung stage: {terminated.message.strip()}"
-    killed = terminated.exit_code in (128 + signal.SIGKILL, 128 + signal.SIGTERM) and terminated.reason != "OOMKilled"
-    return StageFailed(f"{member} (pod {pod.metadata.name}{why})", terminated.exit_code, ordered, how=how, detail=job,
-                       lost=(member,) if disrupted or killed or terminated.exit_code == EXIT_HUNG else ())
+    disrupted = next((c for c in pod["status"].get("conditions") or []
+                      if c["type"] == "DisruptionTarget" and c["status"] == "True"), None)
+    how = f"was disrupted ({disrupted.get('reason')}: {disrupted.get('message')})" if disrupted else None
+    if code == EXIT_HUNG:
+        how = f"stopped the hung stage: {(terminated.get('message') or '').strip()}"
+    killed = code in (128 + signal.SIGKILL, 128 + signal.SIGTERM) and reason != "OOMKilled"
+    return StageFailed(f"{member} (pod {name_of(pod)}{why})", code, ordered, how=how, detail=job,
+                       lost=(member,) if disrupted or killed or code == EXIT_HUNG else ())
+
+
+def not_started(watch: Watch, pods: list[dict]) -> dict | None:
+    """A pod still Pending startup_timeout_seconds after it was created, if any."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return next((p for p in pods if p["status"].get("phase") == "Pending" and (now - dt.datetime.fromisoformat(
+        p["metadata"]["creationTimestamp"].replace("Z", "+00:00"))).total_seconds() > watch.startup_timeout_seconds),
+                None)
+
+
+def start_failure(watch: Watch, pod: dict, events: list[dict], tails: dict) -> StageFailed:
+    """The stage failed as its pod did not start: why it waits, and the warnings about it."""
+    waiting = [f"{w['reason']}: {w.get('message')}" for s in pod["status"].get("containerStatuses") or []
+               if (w := (s.get("state") or {}).get("waiting")) and w.get("reason")]
+    reasons = "; ".join(dict.fromkeys(waiting + [f"{e.get('reason')}: {e.get('message')}" for e in events
+                                                 if e.get("type") == "Warning"]))
+    return StageFailed(f"{watch.member(pod)} (pod {name_of(pod)})", None, dict(tails),
+                       how=f"was not running after {watch.startup_timeout_seconds} s "
+                           "(kubernetes.startup_timeout_seconds)", detail=reasons or "no warning event")

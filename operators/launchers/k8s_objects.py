@@ -22,7 +22,7 @@ from typing import Any
 
 from tfdist.operators.plan import Plan, Stage
 from tfdist.trainer.contract import (HOROVOD_SHARED_CORES_ENV, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG,
-                                     THREADS_ENV, TF_PORT, mpirun_argv, pod_argv)
+                                     THREADS_ENV, TF_PORT, digest_json, mpirun_argv, pod_argv)
 from tfdist.trainer.spec import KubernetesSpec, Spec
 
 PYTHON = "python"
@@ -59,6 +59,16 @@ def label_value(value: str) -> str:
         return value
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", value)[:51].strip("_.-")
     return f"{readable}-{_digest(value)}".lstrip("-")
+
+
+SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
+"""On the object that ends a stage: the hash of the stage's objects as made (spec_hash); a retry follows an earlier
+try's objects only when it makes the same."""
+
+
+def spec_hash(plan: Plan, stage: Stage, kubeflow: bool) -> str:
+    """The hash of what the stage's objects say, whatever the try that makes them."""
+    return digest_json(stage_objects(plan, stage, 0, kubeflow=kubeflow))[:16]
 
 
 def identity(spec: Spec, dag_id: str, run_id: str, task_id: str, try_number: int) -> tuple[dict, dict]:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from dataclasses import replace
 from typing import Any
 
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.k8s_api import DONE, KINDS, Cluster, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.k8s_follow import follow
-from tfdist.operators.launchers.k8s_objects import identity, label_value, stage_objects
+from tfdist.operators.launchers.k8s_objects import (SPEC_HASH_ANNOTATION, identity, label_value, spec_hash,
+                                                    stage_objects)
 from tfdist.operators.launchers.k8s_trigger import StageTrigger
 from tfdist.operators.plan import Plan, Stage
 from tfdist.trainer.contract import EXIT_REFUSED
@@ -29,6 +31,8 @@ STORE_KEY = "kubernetes_objects"
 
 
 class KubernetesLauncher(Launcher):
+    outlives_task = True
+
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         super().__init__(plan, try_number)
         self.settings = plan.spec.kubernetes
@@ -54,7 +58,7 @@ class KubernetesLauncher(Launcher):
                 "(install Kubeflow's training operator, or use operator 'auto' or 'native')"))
         return None
 
-    def watch_for(self, stage: Stage, kind: str, objects: list[dict]) -> Watch:
+    def watch_for(self, stage: Stage, kind: str, objects: list[dict], digest: str) -> Watch:
         members = tuple(m.name for m in stage.members)
         if not stage.sync:  # a stage's writers, one pod each (k8s_objects)
             role = stage.members[0].role
@@ -62,42 +66,61 @@ class KubernetesLauncher(Launcher):
         result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or pod 0
         return Watch(self.settings.connection_id, self.settings.namespace, stage.task_id, kind,
                      objects[-1]["metadata"]["name"], tuple((o["kind"], o["metadata"]["name"]) for o in objects),
-                     members, stage.sync == "horovod", result, self.settings.startup_timeout_seconds)
+                     members, stage.sync == "horovod", result, self.settings.startup_timeout_seconds,
+                     None if self.settings.log_members == "all" else self.settings.log_members, spec_hash=digest)
 
-    def find(self, stage: Stage, watch: Watch, store: Any) -> Watch | None:
-        """The stage's objects made by an earlier try: those named in the task's state store, else the
-        ones carrying this run's and stage's labels."""
+    def find(self, stage: Stage, watch: Watch, store: Any) -> tuple[Watch, dict] | None:
+        """The stage's object made by an earlier try, and what its Watch says: the one named in the task's state
+        store, else the one carrying this run's and stage's labels."""
         known = store.get(STORE_KEY) if store is not None else None
         if known:
             earlier = Watch.from_dict(known)
-            return earlier if self.cluster.read(earlier.kind, earlier.name) is not None else None
+            found = self.cluster.read(earlier.kind, earlier.name)
+            return (earlier, found) if found is not None else None
         ctx = self.plan.context
         labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
         selector = ",".join(f"{k}={label_value(labels[k])}" for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
-        return watch if watch.name in self.cluster.labelled(watch.kind, selector) else None
+        if watch.name not in self.cluster.labelled(watch.kind, selector):
+            return None
+        found = self.cluster.read(watch.kind, watch.name)
+        return (replace(watch, uid=found["metadata"]["uid"]), found) if found is not None else None
+
+    @staticmethod
+    def not_to_follow(earlier: Watch, found: dict, digest: str) -> str | None:
+        """Why the earlier try's object may not be followed: it ended, it is not the one the task created (its
+        uid), or it was made from another spec (its spec hash); None when it may."""
+        status, meta = found.get("status") or {}, found["metadata"]
+        ended = [c["type"] for c in status.get("conditions") or [] if c["type"] in DONE and c["status"] == "True"]
+        if ended:
+            return f"of an earlier try is {ended[-1]}"  # the last: Failed after FailureTarget
+        if earlier.uid and meta["uid"] != earlier.uid:
+            return f"is not the one this task created (uid {meta['uid']}, the task's state store names {earlier.uid})"
+        made_from = (meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+        if made_from != digest:
+            return f"was made from another spec (spec hash {made_from}, this try's {digest})"
+        return None
 
     def start(self, stage: Stage, log: logging.Logger, store: Any = None) -> Watch:
-        """Create the stage's objects, or find those of an earlier try still running (a failed or finished
-        one is deleted and the stage starts again: training resumes from the run's latest checkpoint)."""
+        """Create the stage's objects, or follow those an earlier try of the task created, unless they ended or
+        differ (deleted then, and the stage starts again: training resumes from the run's latest checkpoint)."""
         kind = self.kubeflow_kind(stage) or "Job"
-        objects = stage_objects(self.plan, stage, self.try_number, kubeflow=kind != "Job")
-        watch = self.watch_for(stage, kind, objects)
-        earlier = self.find(stage, watch, store)
-        if earlier is not None:
-            status = self.cluster.read(earlier.kind, earlier.name) or {}
-            ended = [c["type"] for c in status.get("conditions") or [] if c["type"] in DONE and c["status"] == "True"]
-            if not ended:
-                log.info("following %s %s started by an earlier try", earlier.kind, earlier.name)
-                self.watch = earlier
-                return earlier
-            log.warning("%s %s of an earlier try is %s: deleting it and starting again", earlier.kind, earlier.name,
-                        ended[0])
-            run_in_thread(delete_objects(earlier, log))
-            self.cluster.wait_gone(earlier)
+        objects, digest = stage_objects(self.plan, stage, self.try_number, kubeflow=kind != "Job"), \
+            spec_hash(self.plan, stage, kubeflow=kind != "Job")
+        objects[-1]["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = digest
+        watch = self.watch_for(stage, kind, objects, digest)
+        if (earlier := self.find(stage, watch, store)) is not None:
+            if (why := self.not_to_follow(*earlier, digest)) is None:
+                log.info("following %s %s (uid %s) started by an earlier try", earlier[0].kind, earlier[0].name,
+                         earlier[1]["metadata"]["uid"])
+                self.watch = earlier[0]
+                return earlier[0]
+            log.warning("%s %s %s: deleting it and starting again", earlier[0].kind, earlier[0].name, why)
+            run_in_thread(delete_objects(earlier[0], log))
+            self.cluster.wait_gone(earlier[0])
         if self._stop_requested:
             raise StageStopped(f"{stage.task_id} stopped before its Kubernetes objects were created")
-        self.watch = watch
-        self.cluster.submit(objects, log)
+        self.watch = watch  # a stop meanwhile deletes what was created so far
+        self.watch = watch = replace(watch, uid=self.cluster.submit(objects, log))
         if store is not None:
             store.set(STORE_KEY, watch.to_dict())
         return watch

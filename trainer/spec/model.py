@@ -457,6 +457,10 @@ class KubernetesSpec(_Section):
     """Pods not running by then fail the stage, with the scheduler's reason."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
     """Finished objects are deleted this long after they finish."""
+    log_members: Annotated[int, Field(ge=1)] | Literal["all"] = 2
+    """How many members' whole logs reach the task log: the result member (chief, worker 0, rank 0's pod or the
+    MPIJob's launcher) first, then the others in order; 'all' for every member (small jobs, debugging). Any
+    other member's last lines are shown when it fails, is lost or hangs."""
 
     @field_validator("pods")
     @classmethod
