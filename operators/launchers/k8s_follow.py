@@ -298,6 +298,9 @@ class Follower:
     async def outcome(self, ended: dict) -> dict[str, Any]:
         """The stage's result record, or StageFailed naming the pod and why, once its relayed logs delivered
         their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read."""
+        await self._list(lambda **kw: self.core.list_namespaced_pod(  # the pods as the ending condition left them:
+            self.watch.namespace, label_selector=self.watch.selector, **kw),  # their watch may lag the object's
+            lambda _, pod: self.pods.__setitem__(name_of(pod), pod))
         pods = list(self.pods.values())
         failed = DONE[ended["type"]] == "failed"
         if failed:
