@@ -9,7 +9,7 @@ import re
 import signal
 from typing import Any
 
-from tfdist.operators.launchers.base import StageFailed
+from tfdist.operators.launchers.base import StageFailed, failed_first
 from tfdist.operators.launchers.k8s_api import Watch
 from tfdist.trainer.contract import EXIT_HUNG
 
@@ -49,7 +49,7 @@ def failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
         # let go by the Job controller: the Job's message is what is left of it
         member = watch.named_member(named["pod"])
         return StageFailed(f"{member} (pod {named['pod']})", int(named["code"]) if named["code"] else None,
-                           {member: list(tails.pop(member, []))} | dict(tails), how="was deleted (it is gone)",
+                           failed_first(tails, member), how="was deleted (it is gone)",
                            detail=job, lost=(member,))
     if not failed:
         return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
@@ -57,7 +57,7 @@ def failure(watch: Watch, ended: dict, pods: list, tails: dict) -> StageFailed:
     pod = next((p for p in failed if named and p.metadata.name == named["pod"]), None) or min(
         failed, key=lambda p: termination(p).finished_at or dt.datetime.max.replace(tzinfo=dt.timezone.utc))
     terminated, member = termination(pod), watch.member(pod)
-    ordered = {member: list(tails.pop(member, []))} | dict(tails)
+    ordered = failed_first(tails, member)
     why = f", {terminated.reason}" if terminated.reason not in (None, "Error", "Completed") else ""
     if terminated.reason == "OOMKilled":
         limit = (pod.spec.containers[0].resources.limits or {}).get("memory")

@@ -77,9 +77,10 @@ async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] 
         if late := _not_started(watch, pods):
             events = (await hook.get_pod_events(late.metadata.name, watch.namespace)).items
             await delete_objects(watch, log)
-            waiting = [f"{s.state.waiting.reason}: {s.state.waiting.message}" for s in late.status.container_statuses or []
-                       if s.state and s.state.waiting and s.state.waiting.reason]
-            reasons = "; ".join(dict.fromkeys(waiting + [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]))
+            waiting = [f"{s.state.waiting.reason}: {s.state.waiting.message}" for s in late.status.container_statuses
+                       or [] if s.state and s.state.waiting and s.state.waiting.reason]
+            warnings = [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]
+            reasons = "; ".join(dict.fromkeys(waiting + warnings))
             raise StageFailed(f"{watch.member(late)} (pod {late.metadata.name})", None, dict(tails),
                               how=f"was not running after {watch.startup_timeout_seconds} s "
                                   "(kubernetes.startup_timeout_seconds)", detail=reasons or "no warning event")

@@ -73,7 +73,8 @@ class KubernetesLauncher(Launcher):
             return earlier if self.cluster.read(earlier.kind, earlier.name) is not None else None
         ctx = self.plan.context
         labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
-        selector = ",".join(f"{k}={label_value(labels[k])}" for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
+        selector = ",".join(f"{k}={label_value(labels[k])}"
+                            for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
         return watch if watch.name in self.cluster.labelled(watch.kind, selector) else None
 
     def start(self, stage: Stage, log: logging.Logger, store: Any = None) -> Watch:
