@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import contextlib
 import copy
 import datetime as dt
 import fractions
@@ -1633,7 +1632,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if cursor:
                 events = c.changes_after(cursor)
             else:
-                events = [("ADDED", copy.deepcopy(o)) for (k, ns, _), o in c.objects.items() if (k, ns) == (kind, namespace)]
+                events = [("ADDED", copy.deepcopy(o)) for (k, ns, _), o in c.objects.items()
+                          if (k, ns) == (kind, namespace)]
                 cursor = c.revision
         self._start_stream()
         try:
@@ -1695,27 +1695,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """A followed log: its lines so far, then each new one, until the container ended and its last line was
         sent (the stream then ends, as the kubelet's)."""
         self._start_stream("text/plain")
-        first, position, ended = True, 0, False
+        first, ended, pending, log = True, False, b"", None
         try:
             while not ended:
                 ended = bool(pod.terminated) or pod.stopping.is_set() or self.cluster._stopping
                 if time.monotonic() < self.cluster.outage_until:
                     self.close_connection = True  # cut off: no closing chunk
                     return
-                with open(pod.log_path, "rb") if os.path.exists(pod.log_path) else contextlib.nullcontext() as f:
-                    data = b""
-                    if f:
-                        f.seek(position)
-                        data = f.read()
-                    data = data[:data.rfind(b"\n") + 1]  # whole lines only
-                    position += len(data)
-                if lines := _log_lines(data.decode(errors="replace").splitlines(), query, first):
+                if log is None and os.path.exists(pod.log_path):
+                    log = open(pod.log_path, "rb")
+                whole, _, pending = (pending + (log.read() if log else b"")).rpartition(b"\n")  # whole lines only
+                if lines := _log_lines(whole.decode(errors="replace").splitlines(), query, first):
                     self._chunk("".join(lines).encode())
                 first = False
                 time.sleep(0 if ended else LOG_FOLLOW_SECONDS)
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            if log:
+                log.close()
 
     def do_POST(self) -> None:
         kind, namespace, name, _ = self._route()

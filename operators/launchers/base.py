@@ -30,6 +30,11 @@ class StageFailed(RuntimeError):
         super().__init__(self.summary + "\n" + "\n".join(blocks))
 
 
+def failed_first(tails: dict, name: str) -> dict[str, list[str]]:
+    """Every source's last lines, the failed one's first."""
+    return {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
+
+
 class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 

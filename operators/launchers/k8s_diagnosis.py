@@ -10,7 +10,7 @@ import re
 import signal
 from typing import Any
 
-from tfdist.operators.launchers.base import StageFailed
+from tfdist.operators.launchers.base import StageFailed, failed_first
 from tfdist.operators.launchers.k8s_api import Watch
 from tfdist.trainer.contract import EXIT_HUNG
 
@@ -54,7 +54,7 @@ def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFa
         # let go by the Job controller: the Job's message is what is left of it
         member = watch.named_member(named["pod"])
         return StageFailed(f"{member} (pod {named['pod']})", int(named["code"]) if named["code"] else None,
-                           {member: list(tails.pop(member, []))} | dict(tails), how="was deleted (it is gone)",
+                           failed_first(tails, member), how="was deleted (it is gone)",
                            detail=job, lost=(member,))
     if not failed:
         return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
@@ -66,7 +66,7 @@ def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFa
 
 def _pod_failure(watch: Watch, pod: dict, tails: dict, job: str) -> StageFailed:
     terminated, member = termination(pod), watch.member(pod)
-    ordered = {member: list(tails.pop(member, []))} | dict(tails)
+    ordered = failed_first(tails, member)
     reason, code = terminated.get("reason"), terminated.get("exitCode")
     why = f", {reason}" if reason not in (None, "Error", "Completed") else ""
     if reason == "OOMKilled":

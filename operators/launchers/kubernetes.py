@@ -79,7 +79,8 @@ class KubernetesLauncher(Launcher):
             return (earlier, found) if found is not None else None
         ctx = self.plan.context
         labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
-        selector = ",".join(f"{k}={label_value(labels[k])}" for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
+        selector = ",".join(f"{k}={label_value(labels[k])}"
+                            for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
         if watch.name not in self.cluster.labelled(watch.kind, selector):
             return None
         found = self.cluster.read(watch.kind, watch.name)

@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped
+from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, Stage
 from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, read_json, split_rank_tags,
@@ -190,8 +190,3 @@ class LocalLauncher(Launcher):
         with self._lock:
             started = list(self.processes.values())
         stop_processes(started)
-
-
-def failed_first(tails: dict, name: str) -> dict[str, list[str]]:
-    """Every source's last lines, the failed one's first."""
-    return {name: list(tails.pop(name, [])), **{n: list(t) for n, t in tails.items()}}
