@@ -726,6 +726,16 @@ class Cluster:
         self.outage_until = 0.0
         """Until this time.monotonic(), every GET is answered with a response cut off mid-body (see
         ``drop_connections``)."""
+        self.forbidden: set[tuple[str, str]] = set()
+        """(verb, resource) pairs that RBAC denies the client, e.g. ``("watch", "pods")``: answered 403 Forbidden,
+        as a real API server answers a service account whose Role lacks the verb."""
+        self.create_delay = 0.0
+        """A create is answered this many seconds after the object exists (a slow admission webhook, a loaded
+        API server)."""
+        self.requests: collections.Counter[str] = collections.Counter()
+        """Requests served, by ``"<verb> <resource>"`` (``watch pods``, ``get pods/log``, ``list jobs``, ...)."""
+        self.bytes_sent: collections.Counter[str] = collections.Counter()
+        """Response body bytes sent, by the same key."""
         self.addresses = (f"{self.subnet}.{n}" for n in itertools.count(2))
         self._stopping = False
         self.revision = 0
@@ -1554,6 +1564,8 @@ DISCOVERY_ROUTE = re.compile(r"^/apis(?:/([^/]+)/([^/]+))?/?$")
 class _Handler(http.server.BaseHTTPRequestHandler):
     cluster: Cluster
     protocol_version = "HTTP/1.1"
+    what = ""
+    """The request being answered, as counted in ``Cluster.requests``."""
 
     def log_message(self, *args) -> None:
         pass
@@ -1568,8 +1580,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self.cluster.served(m[1], m[2], m[4]), m[3], m[5], query
         return None, "", None, query
 
+    def _admitted(self, method: str, name: str | None, query: dict) -> bool:
+        """Count the request by verb and resource; False (answered 403) when RBAC denies the verb."""
+        parts = urllib.parse.urlsplit(self.path).path.split("/")
+        at = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts) - 1
+        resource = "/".join(parts[at:at + 1] + parts[at + 2:at + 3])
+        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
+            "get" if name else "watch" if _flag(query, "watch") else "list")
+        self.what = f"{verb} {resource}"
+        self.cluster.requests[self.what] += 1
+        if (verb, resource) in self.cluster.forbidden:
+            self._status(403, "Forbidden", f'{resource} is forbidden: User "system:serviceaccount:tfdist:airflow" '
+                                           f'cannot {verb} resource "{resource}" in the namespace')
+            return False
+        return True
+
     def _send(self, code: int, body: dict | str) -> None:
         data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.cluster.bytes_sent[self.what] += len(data)
         self.send_response(code)
         self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -1585,7 +1613,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(length)) if length else {}
 
     def do_GET(self) -> None:
-        c = self.cluster
+        c, self.what = self.cluster, ""
         if time.monotonic() < c.outage_until:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -1599,6 +1627,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(200, found) if found else self._status(404, "NotFound", "the server could not find "
                                                                                       "the requested resource")
         kind, namespace, name, query = self._route()
+        if not self._admitted("GET", name, query):
+            return None
         if kind == "Log":
             return self._log(namespace, name, query)
         if kind not in (None, "Event") and not name and _flag(query, "watch"):
@@ -1669,6 +1699,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _chunk(self, body: dict | bytes) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode() + b"\n"
+        self.cluster.bytes_sent[self.what] += len(data)
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
@@ -1717,8 +1748,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 log.close()
 
     def do_POST(self) -> None:
-        kind, namespace, name, _ = self._route()
+        kind, namespace, name, query = self._route()
         obj = self._body()
+        if not self._admitted("POST", name, query):
+            return None
         if kind == "Eviction":
             if not self.cluster.evict(namespace, name):
                 return self._status(404, "NotFound", f'pods "{name}" not found')
@@ -1733,11 +1766,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with c.lock:
             c.created.append((kind, name))
             created = copy.deepcopy(obj)
+        time.sleep(c.create_delay)
         self._send(201, created)
 
     def do_DELETE(self) -> None:
         kind, namespace, name, query = self._route()
         options = self._body()
+        if not self._admitted("DELETE", name, query):
+            return None
         propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or (
             "Orphan" if options.get("orphanDependents") else None)
         obj = self.cluster.delete(kind, namespace, name, propagation) if kind and name else None

@@ -227,6 +227,26 @@ def test_a_dropped_connection_cuts_a_watch_and_a_followed_log_off_mid_stream(clu
         list(events)
 
 
+def test_a_verb_rbac_denies_is_forbidden_and_requests_are_counted_by_verb_and_resource(cluster):
+    """What the bench counts, and a Role without ``watch``: the real client gets 403 Forbidden for a watch of
+    pods, and may still list them; a create waits ``create_delay`` with its object already made."""
+    core, batch, _ = apis(cluster)
+    cluster.forbidden.add(("watch", "pods"))
+    cluster.create_delay = 1.5
+    started = time.monotonic()
+    batch.create_namespaced_job(NS, job("counted", "print('one line')"))
+    assert time.monotonic() - started >= 1.5 and ("Job", "counted") in cluster.created
+    with pytest.raises(ApiException) as denied:
+        next(iter(watch.Watch().stream(core.list_namespaced_pod, NS, label_selector="app=counted",
+                                       timeout_seconds=5)))
+    assert denied.value.status == 403 and 'cannot watch resource "pods"' in json.loads(denied.value.body)["message"]
+    (pod,) = until(lambda: [p for p in pods_of(core, "app=counted") if p.status.phase == "Succeeded"])
+    text = core.read_namespaced_pod_log(pod.metadata.name, NS, _preload_content=False).data
+    assert cluster.requests["create jobs"] == 1 and cluster.requests["watch pods"] == 1
+    assert cluster.requests["list pods"] >= 1 and cluster.requests["get pods/log"] == 1
+    assert cluster.bytes_sent["get pods/log"] == len(text) == len("one line\n")
+
+
 @pytest.mark.parametrize("cluster", [{}, {"cgroups": False}], ids=["cgroup", "polled"], indirect=True)
 def test_a_container_past_its_memory_limit_is_oom_killed(cluster, request):
     polled = request.node.callspec.id == "polled"

@@ -360,7 +360,8 @@ def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_
 def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, digits_root, tmp_path):
     """data.prepare_processes pods (Indexed Job) each write their share of a three-day window; pod 0 joins the
     parts from the shared volume: the same shards as prepare_data in one local process. A bad row in pod 1's
-    share fails the stage naming pod 1, the file, the line and the field; nothing is published."""
+    share fails the stage naming pod 1, the file, the line and the field; nothing is published. With
+    log_members 1, pod 1's log is not relayed, yet the failure shows its last lines."""
     data = {"window": 3, "prepare_processes": 2}
     local = plan_for(digits_root, "prepare_local", data={**data, "prepare_processes": 1})
     run(local, "prepare_data")
@@ -381,12 +382,46 @@ def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, 
     last = os.path.join(root, "raw", "digits", DAY.isoformat(), "digits.csv")
     with open(last, "a") as f:
         f.write(",".join(["1"] * 63 + ["oops", "3"]) + "\n")
-    bad = plan_for(root, "prepare_bad", data=data, training={"launcher": "kubernetes"}, kubernetes=KUBERNETES)
+    bad = plan_for(root, "prepare_bad", data=data, training={"launcher": "kubernetes"},
+                   kubernetes={**KUBERNETES, "log_members": 1})
+    logger, relayed = collecting_logger("k8s.prepare_bad")
     with pytest.raises(StageFailed) as failure:
-        launch(bad, "prepare_data")
+        KubernetesLauncher(bad, 1).run(bad.stage("prepare_data"), logger)
     assert failure.value.process.startswith("prepare-1 (pod ") and failure.value.returncode == EXIT_REFUSED
-    assert f"{last}, line 1529, field 'pixel_63': 'oops' is not a number" in str(failure.value)
+    assert any(line.startswith("[prepare-0] ") for line in relayed.lines), relayed.lines
+    assert not any(line.startswith("[prepare-1] ") for line in relayed.lines), relayed.lines
+    assert f"{last}, line 1529, field 'pixel_63': 'oops' is not a number" in "\n".join(
+        failure.value.tails["prepare-1"])
     assert not os.path.exists(bad.layout.data_dir)
+
+
+def test_where_the_api_refuses_watches_the_stage_is_followed_by_listing_and_says_so(cluster, digits_root):
+    """A Role without the watch verb (403): the follow lists the Job and its pods every POLL_SECONDS instead,
+    says so in the task log, and relays each line once."""
+    cluster.forbidden |= {("watch", "jobs"), ("watch", "pods")}
+    try:
+        result, lines = launch(plan_for(digits_root, "k8s_polled", training={"launcher": "kubernetes"},
+                                        kubernetes=KUBERNETES), "prepare_data")
+    finally:
+        cluster.forbidden.clear()
+    assert result["train_examples"] > 0
+    assert sum("the Kubernetes API refuses to watch (403 pods is forbidden" in line for line in lines) == 1, lines
+    assert sum("the Kubernetes API refuses to watch (403 jobs is forbidden" in line for line in lines) == 1, lines
+    assert sum(re.match(r"\[prepare-0\] (read|wrote) ", line) is not None for line in lines) == 2, lines
+    assert cluster.requests["watch pods"] >= 1 and cluster.requests["list pods"] >= 2
+
+
+def test_a_job_deleted_by_someone_else_fails_the_stage_saying_so(cluster, digits_root):
+    """Not by this task (kubectl delete, a namespace's cleanup): the DELETED event ends the follow at once."""
+    plan = k8s_plan(digits_root, "k8s_deleted_job", num_workers=2, epochs=200)
+    launcher, _, finished = train_in_background(plan)
+    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    launcher.cluster.custom.delete_namespaced_custom_object("batch", "v1", "ml", "jobs", name,
+                                                            propagation_policy="Background")
+    failure = finished()
+    assert isinstance(failure, StageFailed), failure
+    assert failure.summary.startswith(f"Job {name} was deleted before it ended; not by this task"), failure.summary
+    assert_nothing_left(cluster, plan)
 
 
 def test_a_failing_pod_fails_the_stage_naming_it_with_its_exit_code_and_last_lines(cluster, tmp_path):

@@ -53,12 +53,14 @@ def _stamp(text: str) -> tuple[str, str]:
 
 async def _opened(request: Any) -> aiohttp.ClientResponse:
     """The raw response of a request made with ``_preload_content=False`` (which the client hands back whatever
-    its status), or the API's error."""
+    its status), or the API's error with its Status message."""
     response = await request
     if not 200 <= response.status <= 299:
-        body = await response.read()
+        body = (await response.read()).decode(errors="replace")
         response.release()
-        raise AsyncApiException(status=response.status, reason=body.decode(errors="replace")[:300])
+        with contextlib.suppress(ValueError, AttributeError):
+            body = json.loads(body)["message"]  # a Status object's
+        raise AsyncApiException(status=response.status, reason=body[:300])
     return response
 
 
@@ -70,6 +72,7 @@ class Follower:
         self.watch, self.api, self.log = watch, api, log
         self.core, self.custom = async_client.CoreV1Api(api), async_client.CustomObjectsApi(api)
         self.conditions: list[dict] = []
+        self.gone = False
         self.pods: dict[str, dict] = {}
         self.changed = asyncio.Event()
         self.seen: dict[str, tuple[tuple[str, str], int]] = {}  # pod → (last timestamp relayed, lines at it)
@@ -86,14 +89,26 @@ class Follower:
     def watch_object(self) -> Any:
         kind, ns = KINDS[self.watch.kind], self.watch.namespace
         return self._follow_list(lambda **kw: self.custom.list_namespaced_custom_object(
-            *kind.path(ns), field_selector=f"metadata.name={self.watch.name}", **kw), self._on_object)
+            *kind.path(ns), field_selector=f"metadata.name={self.watch.name}", **kw), self._object_listed,
+            self._on_object)
 
     def watch_pods(self) -> Any:
-        return self._follow_list(lambda **kw: self.core.list_namespaced_pod(
-            self.watch.namespace, label_selector=self.watch.selector, **kw), self._on_pod)
+        return self._follow_list(self._list_pods, self._pods_listed, self._on_pod)
+
+    def _list_pods(self, **kw: Any) -> Any:
+        return self.core.list_namespaced_pod(self.watch.namespace, label_selector=self.watch.selector, **kw)
+
+    def _object_listed(self, items: list[dict]) -> None:
+        self._on_object("ADDED", items[0]) if items else self._on_object("DELETED", {})
 
     def _on_object(self, kind: str, obj: dict) -> None:
-        self.conditions = [] if kind == "DELETED" else (obj.get("status") or {}).get("conditions") or []
+        """The object's conditions; a deleted object keeps its last ones (it may have ended first)."""
+        self.gone = kind == "DELETED"
+        self.conditions = (obj.get("status") or {}).get("conditions") or self.conditions
+
+    def _pods_listed(self, items: list[dict]) -> None:
+        self.pods = {name_of(pod): pod for pod in items}
+        self._start_streams()
 
     def _on_pod(self, kind: str, pod: dict) -> None:
         if kind == "DELETED":
@@ -102,14 +117,15 @@ class Follower:
             self.pods[name_of(pod)] = pod
         self._start_streams()
 
-    async def _follow_list(self, call: Callable[..., Any], on_change: Callable[[str, dict], None]) -> None:
+    async def _follow_list(self, call: Callable[..., Any], on_list: Callable[[list[dict]], None],
+                           on_change: Callable[[str, dict], None]) -> None:
         """List, then watch from the list's version, forever: a watch that ends is resumed from its last
         version, one whose version is gone (410) lists again, one the API refuses (403, 405) becomes a poll."""
         version, polling = None, False
         while True:
             try:
                 if version is None or polling:
-                    version = await self._list(call, on_change)
+                    version = await self._list(call, on_list)
                 if polling:
                     await asyncio.sleep(POLL_SECONDS)
                     continue
@@ -128,15 +144,14 @@ class Follower:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
                 await self._unanswered(exc)
 
-    async def _list(self, call: Callable[..., Any], on_change: Callable[[str, dict], None]) -> str:
+    async def _list(self, call: Callable[..., Any], on_list: Callable[[list[dict]], None]) -> str:
         response = await _opened(call(_preload_content=False))
         try:
             listed = json.loads(await response.read())
         finally:
             response.release()
         self._answered()
-        for item in listed["items"]:
-            on_change("ADDED", item)
+        on_list(listed["items"])
         self.changed.set()
         return listed["metadata"]["resourceVersion"]
 
@@ -281,6 +296,10 @@ class Follower:
                                       "its objects were left running for the task's retry to follow"))
             if ended := next((c for c in self.conditions if c["type"] in DONE and c["status"] == "True"), None):
                 return ended
+            if self.gone:
+                raise StageFailed(f"{self.watch.kind} {self.watch.name}", None, dict(self.tails),
+                                  how="was deleted before it ended", detail=(
+                                      "not by this task: by a user, a namespace's cleanup or another controller"))
             if late := not_started(self.watch, list(self.pods.values())):
                 raise start_failure(self.watch, late, await self._events(name_of(late)), self.tails)
             self.changed.clear()
@@ -297,10 +316,9 @@ class Follower:
 
     async def outcome(self, ended: dict) -> dict[str, Any]:
         """The stage's result record, or StageFailed naming the pod and why, once its relayed logs delivered
-        their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read."""
-        await self._list(lambda **kw: self.core.list_namespaced_pod(  # the pods as the ending condition left them:
-            self.watch.namespace, label_selector=self.watch.selector, **kw),  # their watch may lag the object's
-            lambda _, pod: self.pods.__setitem__(name_of(pod), pod))
+        their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read. The pods are
+        listed once more (their watch may lag the object's), those already gone kept as last seen."""
+        await self._list(self._list_pods, lambda items: self.pods.update({name_of(p): p for p in items}))
         pods = list(self.pods.values())
         failed = DONE[ended["type"]] == "failed"
         if failed:
