@@ -172,11 +172,13 @@ def assert_no_process_of(plan) -> None:
     assert not left, f"processes left behind: {left}"
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
+def wait_for(predicate, timeout: float, what: str):
+    """The predicate's first true value, asked every 0.1 s until ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+    return value
 
 
 FAULT_TRIALS = int(os.environ.get("TFDIST_FAULT_TRIALS", "1"))

@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.k8s_objects import object_name
-from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root
+from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, wait_for
 from tests.k8s_standin import Cluster
 from tfdist.trainer.contract import read_json, registry, run_path
 
@@ -37,7 +42,7 @@ def pipelines(tmp_path_factory, digits_root):
     specs = [make_spec(digits_root, name=f"k8s_{mode}", kubernetes=kubernetes,
                        training={"launcher": "kubernetes", "epochs": 3, **training},
                        validation={"thresholds": {"accuracy": {"lower": 0.8}}}, export={"model_name": f"k8s_{mode}"})
-             for mode, training in MODES.items()]
+             for mode, training in {**MODES, "evicted": MODES["parameter_server"]}.items()]
     (dags / "k8s_pipelines.py").write_text(
         '"""Airflow DAGs of the Kubernetes tests."""\nfrom tfdist.operators import build_dag\n\n'
         f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n")
@@ -74,3 +79,45 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     run_dir = run_path(root, dag_id, outcome.run_id)
     assert read_json(os.path.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods
     assert not [key for key in cluster.objects if key[2].startswith(f"tfd-k8s-{mode.replace('_', '-')}")]
+
+
+@pytest.mark.parametrize("by", ["its worker", "a user"])
+def test_sigterm_to_the_task_leaves_its_job_running_unless_a_user_ended_the_task(pipelines, by, tmp_path):
+    """The real task runner (``airflow dags test`` runs each task in its process, its state in the metadata
+    DB) gets SIGTERM while the train task creates its Job (the stand-in answers creates late). Its worker
+    shutting down or evicted: the task still runs, so on_kill leaves the Job for the task to follow (here the
+    same try goes on, defers and succeeds). A user marking the task failed (the API server's write to the DB,
+    then the supervisor's SIGTERM): on_kill deletes the Job and the try fails."""
+    cluster, _ = pipelines
+    dag_id, log = "k8s_evicted", tmp_path / "dags-test.log"
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True)
+    created, cluster.create_delay = len(cluster.created), 3
+    with open(log, "w") as out:
+        proc = subprocess.Popen([airflow, "dags", "test", dag_id, DAY.isoformat()], stdout=out, stderr=out)
+    try:
+        (job,) = wait_for(lambda: [n for k, n in cluster.created[created:] if k == "Job" and "-train-" in n], 120,
+                          "the train Job to be created")
+        if by == "a user":
+            with sqlite3.connect(os.path.join(os.environ["AIRFLOW_HOME"], "airflow.db")) as db:
+                db.execute("UPDATE task_instance SET state = 'failed' WHERE dag_id = ? AND task_id = 'train' "
+                           "AND state = 'running'", (dag_id,))
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(cluster.create_delay + 1)
+        cluster.create_delay = 0
+        assert (("Job", "ml", job) in cluster.objects) == (by == "its worker")
+        if by == "a user":
+            wait_for(lambda: "train stopped while its Kubernetes objects were created" in log.read_text(), 60,
+                     "the try to fail")
+        else:
+            proc.wait(300)
+            assert re.search(r"DagRun Finished: .*state=success", log.read_text()), log.read_text()[-4000:]
+            assert [n for k, n in cluster.created[created:] if k == "Job" and "-train-" in n] == [job]
+    finally:
+        cluster.create_delay = 0
+        proc.kill()
+        proc.wait()
+        for kind, namespace, name in [k for k in cluster.objects if k[0] == "Job" and "-evicted-" in k[2]]:
+            cluster.delete(kind, namespace, name, "Background")  # what a killed retry may have left
+    left = "told to stop while the task still runs (its worker shuts down, or was evicted)"
+    assert (left in log.read_text()) == (by == "its worker"), log.read_text()[-4000:]

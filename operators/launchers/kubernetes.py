@@ -122,6 +122,9 @@ class KubernetesLauncher(Launcher):
             raise StageStopped(f"{stage.task_id} stopped before its Kubernetes objects were created")
         self.watch = watch  # a stop meanwhile deletes what was created so far
         self.watch = watch = replace(watch, uid=self.cluster.submit(objects, log))
+        if self._stop_requested:  # during a create: the object it made may have been missed
+            self.stop()
+            raise StageStopped(f"{stage.task_id} stopped while its Kubernetes objects were created")
         if store is not None:
             store.set(STORE_KEY, watch.to_dict())
         return watch
