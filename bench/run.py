@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from bench import follow
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
@@ -56,6 +57,10 @@ class Budget:
     runs that path, so the tiny budget skips it)."""
     prepare_base_mb: float
     """prepare_data at scale: the 1× input (PREPARE_FACTORS times it: memory; 8×: one vs two writers)."""
+    follow_pods: tuple[int, ...]
+    """Following a Kubernetes stage (bench/follow.py): its pod counts."""
+    follow_seconds: float
+    """... and the steady window at each."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -63,9 +68,11 @@ PREPARE_FACTORS = (1, 8, 64)
 
 BUDGETS = {
     "tiny": Budget(repetitions=1, epochs=2, worker_counts=(2,), shard_sizes=(2_000, 4_000), parse_repetitions=1,
-                   modes=("mirrored", "horovod"), airflow_run=False, prepare_base_mb=0.5),
+                   modes=("mirrored", "horovod"), airflow_run=False, prepare_base_mb=0.5, follow_pods=(2, 8),
+                   follow_seconds=5),
     "full": Budget(repetitions=3, epochs=20, worker_counts=(1, 2), shard_sizes=(20_000, 200_000), parse_repetitions=7,
-                   modes=tuple(MODES), airflow_run=True, prepare_base_mb=50),
+                   modes=tuple(MODES), airflow_run=True, prepare_base_mb=50, follow_pods=(2, 8, 32, 64, 128),
+                   follow_seconds=30),
 }
 
 
@@ -282,7 +289,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
     writers = {int(k): v for k, v in scaling["writers"].items()}
     rows.append(ratio_row("prepare records/s, 2 writer processes / 1 (8× input)", writers[2], writers[1], "≥ 1.5",
                           lambda m: m >= 1.5))
-    return rows
+    return rows + follow.rows(results["follow"], ratio_row)
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
@@ -316,7 +323,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     if "airflow" in results:
         out.append(("Airflow task process peak RSS (airflow dags test, workers excluded)",
                     f"{results['airflow']['peak_rss_mb']:,.0f} MB"))
-    return out
+    return out + follow.absolutes(results["follow"])
 
 
 def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
@@ -375,6 +382,8 @@ def main() -> None:
         print("prepare_data at scale", flush=True)
         results["prepare_scaling"] = shards.scaling(os.path.join(work, "scaling"), budget.prepare_base_mb,
                                                     PREPARE_FACTORS, budget.repetitions)
+        print("following a Kubernetes stage", flush=True)
+        results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)

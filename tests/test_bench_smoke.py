@@ -4,6 +4,7 @@ checked here; benchmarks are not tests). Not part of ``make test``: ``.ci/run`` 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -21,7 +22,8 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
     report = json.loads((out / "latest.json").read_text())
     figures = [row["figure"] for row in report["rows"]]
     for expected in ("throughput mirrored, 2 worker(s)", "plugin tax horovod", "train start → first steps",
-                     "DAG file parse, plugins loaded: digits_nightly", "shard writing"):
+                     "DAG file parse, plugins loaded: digits_nightly", "shard writing",
+                     *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else [])):
         assert any(f.startswith(expected) for f in figures), (expected, figures)
     assert all(row["median"] > 0 for row in report["rows"])
     assert (out / "latest.md").read_text().count("|") > 20

@@ -41,26 +41,32 @@ def result_record(watch: Watch, pods: list[dict], tails: dict) -> dict[str, Any]
                           detail=f"termination message {message!r}") from None
 
 
-def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFailed:
-    """The pod the Job's failure names (else the first that failed), how it ended (exit code, OOMKilled,
-    eviction, the hang it found, deleted) and the job's reason; a pod disrupted (evicted, preempted, its node
-    gone), deleted, stopped by a signal other than for memory, or hung counts as lost (an elastic stage may
-    continue without it)."""
-    job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
+def culprit(watch: Watch, ended: dict, pods: list[dict]) -> dict | None:
+    """The failed pod the stage failed for: the one the Job's failure names, else the first that failed."""
     failed = [p for p in pods if p["status"].get("phase") == "Failed" and termination(p)]
     named = FAIL_JOB_POD.search(ended.get("message") or "") if watch.kind == "Job" else None
-    if named and not any(name_of(p) == named["pod"] for p in failed):
+    if named:
+        return next((p for p in failed if name_of(p) == named["pod"]), None)
+    return min(failed, key=lambda p: termination(p).get("finishedAt") or "9999", default=None)
+
+
+def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFailed:
+    """The culprit pod, how it ended (exit code, OOMKilled, eviction, the hang it found, deleted) and the job's
+    reason; a pod disrupted (evicted, preempted, its node gone), deleted, stopped by a signal other than for
+    memory, or hung counts as lost (an elastic stage may continue without it)."""
+    job = f"{watch.kind} {watch.name} failed: {ended.get('reason')}: {ended.get('message')}"
+    named = FAIL_JOB_POD.search(ended.get("message") or "") if watch.kind == "Job" else None
+    pod = culprit(watch, ended, pods)
+    if named and pod is None:
         # the pod was deleted (by a user, a drain, the pod garbage collector for a lost node), then counted and
         # let go by the Job controller: the Job's message is what is left of it
         member = watch.named_member(named["pod"])
         return StageFailed(f"{member} (pod {named['pod']})", int(named["code"]) if named["code"] else None,
                            failed_first(tails, member), how="was deleted (it is gone)",
                            detail=job, lost=(member,))
-    if not failed:
+    if pod is None:
         return StageFailed(f"{watch.kind} {watch.name}", None, dict(tails), how="failed",
                            detail=f"{ended.get('reason')}: {ended.get('message')}")
-    pod = next((p for p in failed if named and name_of(p) == named["pod"]), None) or min(
-        failed, key=lambda p: termination(p).get("finishedAt") or "9999")
     return _pod_failure(watch, pod, tails, job)
 
 

@@ -24,8 +24,8 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 
 from tfdist.operators.launchers.base import TAIL_LINES, StageFailed, StageStopped
 from tfdist.operators.launchers.k8s_api import DONE, KINDS, Watch, delete_objects
-from tfdist.operators.launchers.k8s_diagnosis import (failure, name_of, not_started, result_record, start_failure,
-                                                      termination)
+from tfdist.operators.launchers.k8s_diagnosis import (culprit, failure, name_of, not_started, result_record,
+                                                      start_failure, termination)
 from tfdist.trainer.contract import split_rank_tags
 
 WATCH_SECONDS = 300
@@ -79,7 +79,6 @@ class Follower:
         self.tails: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=TAIL_LINES))
         self.streams: dict[str, asyncio.Task] = {}
-        self.tailed: set[str] = set()
         self.limit = asyncio.Semaphore(MAX_STREAMS)
         self.answered = time.monotonic()
         self.outage: BaseException | None = None
@@ -196,8 +195,6 @@ class Follower:
                 continue
             if self.watch.relayed(member):
                 self.streams[name] = asyncio.ensure_future(self._stream(name, member))
-            elif pod["status"].get("phase") == "Failed" and termination(pod):
-                self.streams[name] = asyncio.ensure_future(self.tail(name, member))
 
     async def _stream(self, name: str, member: str) -> None:
         """Relay the pod's log as it is written, to its end (the container's); a dropped stream resumes after the
@@ -258,15 +255,16 @@ class Follower:
         self._relay(member, text)
 
     def _relay(self, member: str, text: str) -> None:
-        for source, piece in split_rank_tags(member, text) if self.watch.tagged(member) else [(member, text)]:
+        for source, piece in self._pieces(member, text):
             self.tails[source].append(piece)
             self.log.info("[%s] %s", source, piece)
 
+    def _pieces(self, member: str, text: str) -> list[tuple[str, str]]:
+        """(source, text) of a member's log line: a Horovod pod's by the rank each piece is tagged with."""
+        return split_rank_tags(member, text) if self.watch.tagged(member) else [(member, text)]
+
     async def tail(self, name: str, member: str) -> None:
         """Keep the last lines of a pod not relayed, for the failure to show."""
-        if name in self.tailed:
-            return
-        self.tailed.add(name)
         with contextlib.suppress(AsyncApiException, aiohttp.ClientError, asyncio.TimeoutError):
             response = await _opened(self.core.read_namespaced_pod_log(
                 name, self.watch.namespace, tail_lines=TAIL_LINES, _preload_content=False))
@@ -275,7 +273,7 @@ class Follower:
             finally:
                 response.release()
             for line in text.splitlines():
-                for source, piece in split_rank_tags(member, line) if self.watch.tagged(member) else [(member, line)]:
+                for source, piece in self._pieces(member, line):
                     self.tails[source].append(piece)
 
     # the end -----------------------------------------------------------------------------------------
@@ -319,11 +317,10 @@ class Follower:
         their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read. The pods are
         listed once more (their watch may lag the object's), those already gone kept as last seen."""
         await self._list(self._list_pods, lambda items: self.pods.update({name_of(p): p for p in items}))
-        pods = list(self.pods.values())
         failed = DONE[ended["type"]] == "failed"
-        if failed:
-            await asyncio.gather(*(self.tail(name_of(p), self.watch.member(p)) for p in pods
-                                   if termination(p) and not self.watch.relayed(self.watch.member(p))))
+        if failed and (pod := culprit(self.watch, ended, list(self.pods.values()))):
+            if not self.watch.relayed(member := self.watch.member(pod)):
+                await self.tail(name_of(pod), member)
         draining = [t for name, t in self.streams.items() if not failed or termination(self.pods.get(name, {}))]
         if draining:
             await asyncio.wait(draining, timeout=DRAIN_SECONDS)
@@ -352,6 +349,8 @@ async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] 
                 task.cancel()
             await asyncio.gather(*watches, return_exceptions=True)
         outcome = await follower.outcome(ended)
+        log.info("%s %s ended (%s, %s): deleting its objects", watch.kind, watch.name, ended["type"],
+                 ended.get("reason"))
         await delete_objects(watch, log, api)
     if isinstance(outcome, StageFailed):
         raise outcome
