@@ -25,6 +25,8 @@ import time
 import psutil
 from kubernetes import client, config
 
+from tests.conftest import wait_for
+from tests.k8s_standin import Cluster
 from tfdist.operators.launchers.k8s_api import Watch
 
 CONNECTION = "bench_k8s_standin"
@@ -119,13 +121,18 @@ def condition_set_at(cluster, name: str, condition: str = "FailureTarget") -> fl
     return dt.datetime.fromisoformat(stamps[0].replace("Z", "+00:00")).timestamp()
 
 
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return value
+def steady(cluster, follower: psutil.Process, lines_file: str, seconds: float) -> dict:
+    """Over ``seconds`` of a follow with nothing to tell: requests by kind, log bytes fetched and relayed, the
+    follower's CPU."""
+    requests, sent, cpu, started = dict(cluster.requests), dict(cluster.bytes_sent), follower.cpu_times(), time.time()
+    time.sleep(seconds)
+    ended, cpu_after, minutes = time.time(), follower.cpu_times(), seconds / 60
+    window = {k: v - requests.get(k, 0) for k, v in sorted(cluster.requests.items()) if v - requests.get(k, 0)}
+    return {"steady_requests_per_minute": {k: v / minutes for k, v in window.items()},
+            "log_bytes_fetched": cluster.bytes_sent["get pods/log"] - sent.get("get pods/log", 0),
+            "log_bytes_relayed": sum(len(line.split("] ", 1)[1]) + 1 for at, line in relayed(lines_file)
+                                     if started <= at < ended and LINE.match(line)),
+            "cpu_seconds_per_minute": (sum(cpu_after[:2]) - sum(cpu[:2])) / minutes}
 
 
 def one(cluster, work: str, pods: int, seconds: float) -> dict:
@@ -135,55 +142,38 @@ def one(cluster, work: str, pods: int, seconds: float) -> dict:
     api.create_namespaced_custom_object("batch", "v1", NAMESPACE, "jobs", job(name, pods))
     running = lambda: [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)  # noqa: E731
                        and p.phase == "Running"]
-    wait(lambda: len(running()) == pods, 60 + pods, f"{pods} pods to run")
+    wait_for(lambda: len(running()) == pods, 60 + pods, f"{pods} pods to run")
     files = {k: os.path.join(work, f"{name}.{k}") for k in ("watch", "lines", "out")}
     with open(files["watch"], "w") as f:
         json.dump(watch_of(name, pods).to_dict(), f)
     before, began = dict(cluster.requests), time.time()
-    follower = subprocess.Popen([sys.executable, "-m", "bench.follow", "--child", files["watch"], files["lines"],
-                                 files["out"]])
-    process = psutil.Process(follower.pid)
-    wait(lambda: os.path.exists(files["lines"]) and len(relayed(files["lines"])) >= 2 * LOG_MEMBERS, 120,
-         "the follower to relay")
+    follower = subprocess.Popen([sys.executable, "-m", "bench.follow", "--child", *files.values()])
+    wait_for(lambda: os.path.exists(files["lines"]) and len(relayed(files["lines"])) >= 2 * LOG_MEMBERS, 120,
+             "the follower to relay")
     time.sleep(2)
-    requests, sent, cpu, started = dict(cluster.requests), dict(cluster.bytes_sent), process.cpu_times(), time.time()
-    time.sleep(seconds)
-    ended, cpu_after = time.time(), process.cpu_times()
-    window = {k: v - requests.get(k, 0) for k, v in cluster.requests.items() if v - requests.get(k, 0)}
-    fetched = cluster.bytes_sent["get pods/log"] - sent.get("get pods/log", 0)
-    relayed_bytes = sum(len(line.split("] ", 1)[1]) + 1 for at, line in relayed(files["lines"])
-                        if started <= at < ended and LINE.match(line))
+    figures = steady(cluster, psutil.Process(follower.pid), files["lines"], seconds)
     cluster.drop_connections(1.0)
     time.sleep(max(5.0, seconds / 3))
-    victim = cluster.pods[running()[-1].obj["metadata"]["name"]]
     killed_at = time.time()
-    os.killpg(victim.proc.pid, signal.SIGKILL)
+    os.killpg(cluster.pods[running()[-1].obj["metadata"]["name"]].proc.pid, signal.SIGKILL)
     follower.wait(120)
+    finished = time.time()
     total = {k: v - before.get(k, 0) for k, v in sorted(cluster.requests.items()) if v - before.get(k, 0)}
-    follow_minutes = (time.time() - began) / 60
     with open(files["out"]) as f:
         out = json.load(f)
-    wait(lambda: not [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)], 120,
-         "the pods to be deleted")
-    minutes = (ended - started) / 60
-    return {"pods": pods, "steady_requests_per_minute": {k: v / minutes for k, v in sorted(window.items())},
-            "requests_of_the_follow": total, "requests_per_minute": sum(total.values()) / follow_minutes,
-            "log_bytes_fetched": fetched, "log_bytes_relayed": relayed_bytes,
-            "cpu_seconds_per_minute": (sum(cpu_after[:2]) - sum(cpu[:2])) / minutes,
-            "lag_p99_ms": out["lag_p99_ms"], "lag_max_ms": out["lag_max_ms"],
-            "kill_to_failure_seconds": (seen := next(at for at, line in relayed(files["lines"]) if ENDED.match(line)))
-            - killed_at, "condition_to_failure_seconds": seen - condition_set_at(cluster, name),
-            "outcome": out["outcome"],
-            **counted(relayed(files["lines"]))}
+    seen = next(at for at, line in relayed(files["lines"]) if ENDED.match(line))
+    wait_for(lambda: not [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)], 120,
+             "the pods to be deleted")
+    return {"pods": pods, **figures, **out, "requests_of_the_follow": total,
+            "requests_per_minute": sum(total.values()) / ((finished - began) / 60),
+            "kill_to_failure_seconds": seen - killed_at,
+            "condition_to_failure_seconds": seen - condition_set_at(cluster, name), **counted(relayed(files["lines"]))}
 
 
 def measure(work: str, counts: tuple[int, ...], seconds: float) -> dict:
     """One row per pod count; a note instead where the stand-in cannot run (not root)."""
     if os.geteuid() != 0:
         return {"skipped": "needs root (the stand-in cluster gives each pod a network namespace)"}
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tests.k8s_standin import Cluster
-
     os.makedirs(work, exist_ok=True)
     cluster = Cluster(work).start()
     os.environ[f"AIRFLOW_CONN_{CONNECTION.upper()}"] = json.dumps(
@@ -224,7 +214,8 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
         out += [(f"follow {r['pods']} pods: requests per minute in the steady window", kinds),
                 (f"follow {r['pods']} pods: requests of the whole follow (a drop included)", every),
                 (f"follow {r['pods']} pods: follower CPU, event-loop lag",
-                 f"{r['cpu_seconds_per_minute']:.2f} s/min, p99 {r['lag_p99_ms']:.0f} ms, max {r['lag_max_ms']:.0f} ms"),
+                 f"{r['cpu_seconds_per_minute']:.2f} s/min, p99 {r['lag_p99_ms']:.0f} ms, "
+                 f"max {r['lag_max_ms']:.0f} ms"),
                 (f"follow {r['pods']} pods: log bytes fetched, relayed (steady)",
                  f"{r['log_bytes_fetched']:,}, {r['log_bytes_relayed']:,}"),
                 (f"follow {r['pods']} pods: how the stage ended", r["outcome"][:120]),
