@@ -185,12 +185,13 @@ def measure(work: str, counts: tuple[int, ...], seconds: float) -> dict:
 
 
 def rows(results: dict, ratio_row) -> list[dict]:
-    """The table's rows: the costs at the largest N against N=8 (or the smallest), then per N the bytes
+    """The table's rows: the costs at the largest N against N=8 (or the smallest N), then per N the bytes
     fetched against relayed and the seconds from a pod's kill to the stage's failure."""
     if "rows" not in results:
         return []
     by = {r["pods"]: r for r in results["rows"]}
-    base, top = (8 if 8 in by else min(by)), max(by)
+    top = max(by)
+    base = 8 if 8 in by and top > 8 else min(by)
     out = [ratio_row(f"follow {top} pods / {base} pods: {figure}", [by[top][key]], [max(by[base][key], 1e-9)],
                      "≤ 1.5", lambda m: m <= 1.5)
            for figure, key in (("API requests per minute of the follow", "requests_per_minute"),
