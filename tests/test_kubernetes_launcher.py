@@ -373,8 +373,8 @@ def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, 
               for plan in (local, pods) for split in ("train", "eval")}
     assert shards and result["train_examples"] == read_json(local.layout.manifest_file
                                                               )["train"]["examples"]
-    assert read_json(pods.layout.manifest_file)["train"] == read_json(
-        local.layout.manifest_file)["train"]
+    for key in ("train", "statistics"):  # the same shards and data statistics, by two pods or one process
+        assert read_json(pods.layout.manifest_file)[key] == read_json(local.layout.manifest_file)[key], key
     assert not os.path.exists(os.path.join(pods.layout.run_dir, "prepare_data", "pods-try-1"))
 
     root = str(tmp_path)

@@ -12,8 +12,9 @@ import numpy as np
 from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file
 from tfdist.trainer.runtime import fail
 
-MANIFEST_VERSION = 2
-"""Of the data manifest's layout (2: each shard's size recorded); part of the input fingerprint."""
+MANIFEST_VERSION = 3
+"""Of the data manifest's layout (2: each shard's size recorded; 3: the data statistics); part of the input
+fingerprint."""
 READ_PARALLELISM = 2  # fixed: tf.data autotune stalls process exit for tens of seconds
 
 

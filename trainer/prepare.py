@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import numpy as np
 
-from tfdist.trainer import data, readers
+from tfdist.trainer import data, readers, statistics
 from tfdist.trainer.contract import (EXIT_REFUSED, MANIFEST, THREADS_ENV, PrepareArgs, digest_json, publish_dir,
                                      read_json, write_json_atomic)
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
@@ -97,8 +97,8 @@ def merged(a: tuple, b: tuple) -> tuple:
 
 def write_share(share: Share) -> dict[str, Any]:
     """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; per piece:
-    rows, per-shard counts, class counts and the train rows' moments. Also the seconds its TensorFlow import
-    took (not the stage's work)."""
+    rows, per-shard counts, class counts per split, the train rows' moments and every row's statistics. Also
+    the seconds its TensorFlow import took (not the stage's work)."""
     if not share.pieces:
         return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
@@ -114,8 +114,8 @@ def write_share(share: Share) -> dict[str, Any]:
     try:
         for piece in share.pieces:
             counts = {"train": np.zeros(n, np.int64), "eval": np.zeros(n, np.int64)}
-            classes = np.zeros(spec.label.num_classes, np.int64)
-            stats = {name: (0, 0.0, 0.0) for name in names}
+            classes = {split: np.zeros(spec.label.num_classes, np.int64) for split in counts}
+            stats, described = {name: (0, 0.0, 0.0) for name in names}, {}
             for chunk in readers.chunks(piece, spec):
                 is_eval, shard = data.split_and_shard(data.row_hashes(chunk.features, chunk.labels),
                                                       spec.eval_fraction, n)
@@ -128,9 +128,11 @@ def write_share(share: Share) -> dict[str, Any]:
                         examples.write(writers[split, index], {k: v[mask] for k, v in chunk.features.items()},
                                        chunk.labels[mask])
                     counts[split] += np.bincount(shard[rows], minlength=n)
-                classes += np.bincount(chunk.labels, minlength=len(classes))
+                    classes[split] += np.bincount(chunk.labels[rows], minlength=spec.label.num_classes)
                 stats = {k: merged(stats[k], moments(v[~is_eval])) for k, v in chunk.features.items()}
-            results.append({"counts": counts, "classes": classes, "stats": stats})
+                described = {k: statistics.merged(described[k], statistics.of_chunk(v)) if k in described
+                             else statistics.of_chunk(v) for k, v in chunk.features.items()}
+            results.append({"counts": counts, "classes": classes, "stats": stats, "statistics": described})
     finally:
         for writer in writers.values():
             writer.close()
@@ -192,9 +194,12 @@ class Pods:
         return read_json(self.plan_path)
 
     def write_result(self, result: dict) -> None:
-        pieces = [{"counts": {split: v.tolist() for split, v in p["counts"].items()}, "classes": p["classes"].tolist(),
+        pieces = [{"counts": {split: v.tolist() for split, v in p["counts"].items()},
+                   "classes": {split: v.tolist() for split, v in p["classes"].items()},
                    "stats": {name: [n, np.asarray(m).tolist(), np.asarray(s).tolist()]
-                             for name, (n, m, s) in p["stats"].items()}} for p in result["pieces"]]
+                             for name, (n, m, s) in p["stats"].items()},
+                   "statistics": {name: statistics.to_json(s) for name, s in p["statistics"].items()}}
+                  for p in result["pieces"]]
         write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
 
     def wait_results(self) -> list[dict]:
@@ -205,9 +210,11 @@ class Pods:
                 time.sleep(self.POLL_SECONDS)
             result = read_json(path)
             result["pieces"] = [{"counts": {split: np.asarray(v) for split, v in p["counts"].items()},
-                                 "classes": np.asarray(p["classes"]),
+                                 "classes": {split: np.asarray(v) for split, v in p["classes"].items()},
                                  "stats": {name: (n, np.asarray(m), np.asarray(s))
-                                           for name, (n, m, s) in p["stats"].items()}}
+                                           for name, (n, m, s) in p["stats"].items()},
+                                 "statistics": {name: statistics.from_json(s)
+                                                for name, s in p["statistics"].items()}}
                                 for p in result["pieces"]]
             results.append(result)
         return results
@@ -297,6 +304,21 @@ def train_stats(results: list[dict]) -> dict[str, dict[str, list[float]]]:
     return stats
 
 
+def data_statistics(results: list[dict]) -> dict[str, Any]:
+    """What the data gate compares: each feature's statistics over every row (merged over the writers' pieces
+    in input order), and per split the rows and the label's class counts."""
+    features = {}
+    for name in results[0]["statistics"]:
+        merged_stats = results[0]["statistics"][name]
+        for r in results[1:]:
+            merged_stats = statistics.merged(merged_stats, r["statistics"][name])
+        features[name] = statistics.summary(merged_stats)
+    return {"bins": statistics.SCHEME, "features": features,
+            **{split: {"rows": int(sum(r["counts"][split].sum() for r in results)),
+                       "class_counts": sum(r["classes"][split] for r in results).tolist()}
+               for split in ("train", "eval")}}
+
+
 def data_manifest(data_spec: DataSpec, fingerprint: str, inputs: list[dict], results: list[dict],
                   counts: dict[str, np.ndarray], parts_dir: str, out_dir: str) -> dict[str, Any]:
     """The manifest of the shards, joined into ``out_dir`` from the writers' parts."""
@@ -309,7 +331,8 @@ def data_manifest(data_spec: DataSpec, fingerprint: str, inputs: list[dict], res
         "label": data_spec.label.model_dump(mode="json"),
         "eval_fraction": data_spec.eval_fraction,
         "stats": train_stats(results),
-        "class_counts": sum(r["classes"] for r in results).tolist(),
+        "class_counts": sum(r["classes"]["train"] + r["classes"]["eval"] for r in results).tolist(),
+        "statistics": data_statistics(results),
     }
     for split in ("train", "eval"):
         shards = [{**join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
