@@ -289,6 +289,12 @@ def table(results: dict, budget: Budget) -> list[dict]:
     writers = {int(k): v for k, v in scaling["writers"].items()}
     rows.append(ratio_row("prepare records/s, 2 writer processes / 1 (8× input)", writers[2], writers[1], "≥ 1.5",
                           lambda m: m >= 1.5))
+    rows.append(ratio_row("prepare records/s with the data statistics / without (8× input, one writer)",
+                          scaling["statistics"]["with"], scaling["statistics"]["without"], "≥ 0.9",
+                          lambda m: m >= 0.9))
+    top = max(memory)
+    rows.append(ratio_row(f"data gate seconds, {top}× input / 1×", [memory[top]["data_gate_seconds"]],
+                          [memory[1]["data_gate_seconds"]], "≤ 1.5 (independent of the input)", lambda m: m <= 1.5))
     return rows + follow.rows(results["follow"], ratio_row)
 
 
@@ -311,6 +317,9 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     for factor, m in results["prepare_scaling"]["memory"].items():
         out.append((f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows, one writer",
                     f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s']:,.0f} records/s"))
+    for factor, m in results["prepare_scaling"]["memory"].items():
+        out.append((f"data gate, {factor}× input: read the statistics and check them",
+                    f"{1000 * m['data_gate_seconds']:.1f} ms"))
     for processes, rates in results["prepare_scaling"]["writers"].items():
         out.append((f"prepare, 8× input, {processes} writer process(es)",
                     f"{statistics.median(rates):,.0f} records/s"))

@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 
-from tfdist.trainer.contract import stage_command
+from tfdist.trainer.contract import MANIFEST, read_json, stage_command
+from tfdist.trainer.contract.data_gate import checks as data_gate_checks
+from tfdist.trainer.spec.model import DataChecks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THROUGHPUT = re.compile(r"throughput: (\d+) records, ([\d.]+) MB in ([\d.]+)s")
@@ -109,18 +111,33 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
         for k in range(factor):
             os.link(base, os.path.join(folder, f"part-{k:03d}.csv"))
     one, two = _spec_file(workdir, "csv", 1), _spec_file(workdir, "csv", 2)
-    memory = {}
+    memory, first = {}, None
     for factor in factors:
-        source = os.path.join(workdir, f"x{factor}", "*.csv")
-        (rate, _), peak = _run(_prepare(one, os.path.join(workdir, "out"), source))
+        source, out = os.path.join(workdir, f"x{factor}", "*.csv"), os.path.join(workdir, "out")
+        (rate, _), peak = _run(_prepare(one, out, source))
         memory[factor] = {"input_mb": factor * os.path.getsize(base) / 1e6, "rows": factor * rows,
                           "peak_rss_mb": peak, "records_per_s": rate}
-    writers = {1: [], 2: []}
+        first, memory[factor]["data_gate_seconds"] = data_gate_seconds(out, first)
+    writers, statistics_cost = {1: [], 2: []}, {"with": [], "without": []}
+    x8 = os.path.join(workdir, "x8", "*.csv")
     for repetition in range(repetitions):
         for processes, spec in (((1, one), (2, two)) if repetition % 2 == 0 else ((2, two), (1, one))):
-            writers[processes].append(_timed(_prepare(spec, os.path.join(workdir, "out"),
-                                                      os.path.join(workdir, "x8", "*.csv")))[0])
-    return {"memory": memory, "writers": writers}
+            writers[processes].append(_timed(_prepare(spec, os.path.join(workdir, "out"), x8))[0])
+        cases = [("with", lambda: _prepare(one, os.path.join(workdir, "out"), x8)),
+                 ("without", lambda: [sys.executable, "-m", "bench.without_statistics",
+                                      *_prepare(one, os.path.join(workdir, "out"), x8)[3:]])]
+        for name, argv in cases if repetition % 2 == 0 else cases[::-1]:
+            statistics_cost[name].append(_timed(argv())[0])
+    return {"memory": memory, "writers": writers, "statistics": statistics_cost}
+
+
+def data_gate_seconds(out: str, baseline: dict | None) -> tuple[dict, float]:
+    """(the prepared data's statistics, the seconds the data gate takes to read them and check them against the
+    baseline's: the first input's, or themselves)."""
+    started = time.perf_counter()
+    now = read_json(os.path.join(out, MANIFEST))["statistics"]
+    data_gate_checks(now, baseline or now, DataChecks().model_dump(mode="json"))
+    return baseline or now, time.perf_counter() - started
 
 
 def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict]:

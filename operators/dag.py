@@ -1,4 +1,5 @@
-"""Spec → Airflow DAG: prepare_data → train → evaluate → export. Nothing heavy happens at parse time."""
+"""Spec → Airflow DAG: prepare_data → validate_data → train → evaluate → export. Nothing heavy happens at parse
+time."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
 from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
+from tfdist.operators.validate_data import ValidateDataOperator
 from tfdist.trainer.spec import NAME_PATTERN, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
         pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
         (
             PrepareDataOperator(task_id="prepare_data", spec=spec)
+            >> ValidateDataOperator(task_id="validate_data", spec=spec)
             >> DistributedTrainOperator(task_id="train", spec=spec, **pool)
             >> EvaluateOperator(task_id="evaluate", spec=spec)
             >> ExportModelOperator(task_id="export", spec=spec)

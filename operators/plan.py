@@ -12,7 +12,7 @@ from typing import Any, Literal
 from croniter import croniter
 
 from tfdist.trainer.contract import (EvaluateArgs, ExportArgs, PrepareArgs, RunLayout, StageArgs, TrainArgs,
-                                     run_path)
+                                     ValidateDataArgs, run_path)
 from tfdist.trainer.spec import Spec
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
@@ -219,6 +219,8 @@ def build_plan(
         ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]
     published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
     prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), tuple(dict.fromkeys(sources)))
+    validate = ValidateDataArgs(layout.spec_file, layout.run_file, layout.data_dir, model_dir,
+                                layout.data_validation_dir, layout.result("validate_data"))
     train = TrainArgs(layout.spec_file, layout.data_dir, layout.checkpoint_dir, layout.result("train"),
                       layout.heartbeat_dir, layout.progress_file)
     evaluate = EvaluateArgs(**published, checkpoints=layout.checkpoint_dir, train_result=layout.result("train"),
@@ -231,6 +233,7 @@ def build_plan(
         model_dir=model_dir,
         stages=(
             Stage("prepare_data", prepare, (Member("prepare", 0),), writers=spec.data.prepare_processes),
+            Stage("validate_data", validate, (Member("validate", 0),)),
             train_stage(spec, train),
             Stage("evaluate", evaluate, (Member("evaluate", 0),)),
             Stage("export", export, (Member("export", 0),)),

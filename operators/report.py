@@ -10,6 +10,7 @@ import os
 from typing import Any, Iterable
 
 from tfdist.trainer.contract import RunLayout, TrainProgress, gate, read_json, registry, run_path, runs_root
+from tfdist.trainer.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
 
@@ -28,6 +29,19 @@ def progress(run_dir: str) -> dict[str, Any] | None:
             "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.timezone.utc).isoformat()}
 
 
+def data_validation(run_dir: str) -> dict[str, Any] | None:
+    """The data gate's record of the run (its checks, this run's and the baseline's statistics), if any."""
+    return _maybe(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION))
+
+
+def data_decision(run: dict[str, Any]) -> str:
+    """The data gate's decision in a word or two: refused, passed, passed with warnings, or '-'."""
+    if run.get("data_decision") is None:
+        return "-"
+    return "REFUSED" if run["data_decision"] == "refused" else "passed" + (" (warned)" if run["data_failures"]
+                                                                             else "")
+
+
 def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     """One run directory's record, training, gate (each threshold as a check) and published version; the
     fields are there, empty, for a run that wrote nothing yet (``run_id`` then names it)."""
@@ -36,6 +50,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     train = _maybe(layout.result("train")) or {}
     blessing = _maybe(layout.blessing_file) or {}
     export = _maybe(layout.result("export")) or {}
+    data_gate = data_validation(run_dir) or {}
     baseline = blessing.get("baseline") or {}
     metrics = blessing.get("metrics")
     checks = blessing.get("checks")
@@ -49,6 +64,9 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "final_step": train.get("final_step"),
         "train_examples_per_sec": train.get("examples_per_sec"),
         "train_seconds": train.get("train_seconds"),
+        "data_decision": data_gate.get("decision"),
+        "data_failures": [*data_gate.get("refused", []), *data_gate.get("warned", [])],
+        "data_baseline_version": data_gate.get("baseline_version"),
         "metrics": metrics,
         "blessed": blessing.get("blessed"),
         "gate": blessing.get("gate"),
@@ -162,16 +180,16 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
 
 
 def format_runs(runs: list[dict[str, Any]]) -> str:
-    """A side-by-side table: window, overrides, metrics, gate decision, exported version."""
-    header = ("run", "window", "overrides", "accuracy", "loss", "gate", "version")
+    """A side-by-side table: window, overrides, data gate decision, metrics, gate decision, exported version."""
+    header = ("run", "window", "overrides", "data", "accuracy", "loss", "gate", "version")
     rows = [header]
     for r in runs:
         metrics = r["metrics"] or {}
         gate_decision = {True: "blessed", False: "NOT blessed", None: "-"}[r["blessed"]]
         window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
         overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
-        rows.append((r["run_id"], window, overrides, *(f"{metrics[k]:.4f}" if k in metrics else "-"
-                                                       for k in ("accuracy", "loss")),
-                     gate_decision, str(r["export_version"] or "-")))
+        shown = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in ("accuracy", "loss")]
+        rows.append((r["run_id"], window, overrides, data_decision(r), *shown, gate_decision,
+                     str(r["export_version"] or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -41,8 +41,8 @@ def test_dagbag_loads_both_examples_with_four_tasks():
             dag = bag.dags[dag_id]
             print(dag_id, [t.task_id for t in dag.topological_sort()], type(dag.timetable).__name__)
     """)
-    assert "digits_mlp ['prepare_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable" in out
-    assert "digits_nightly ['prepare_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable" in out
+    assert "digits_mlp ['prepare_data', 'validate_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable" in out
+    assert "digits_nightly ['prepare_data', 'validate_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable" in out
 
 
 def test_a_broken_yaml_spec_never_hides_the_others(tmp_path):
@@ -74,7 +74,7 @@ def test_a_broken_yaml_spec_never_hides_the_others(tmp_path):
     found = {row[0]: row[1:] for row in (json.loads(line[4:]) for line in out.splitlines() if line.startswith("DAG "))}
     assert sorted(found) == ["invalid_spec.z_copy", "team_a", "team_b", "team_c"]
     for valid in ("team_a", "team_b"):
-        assert found[valid][0] == "CronDataIntervalTimetable" and len(found[valid][3]) == 4
+        assert found[valid][0] == "CronDataIntervalTimetable" and len(found[valid][3]) == 5
     timetable, paused, description, tasks, failure = found["team_c"]
     assert (timetable, paused, tasks) == ("NullTimetable", True, ["invalid_spec"])
     problem = "training.num_workers: Input should be greater than or equal to 1 (got 0)"
@@ -130,5 +130,5 @@ def test_tasks_retry_as_the_spec_says():
     from tfdist.trainer.spec import load_spec
 
     dag = build_dag(load_spec(make_spec("/tmp/tfdist-unused", retries={"train": 3, "delay_seconds": 5})))
-    assert {t.task_id: t.retries for t in dag.tasks} == {"prepare_data": 1, "train": 3, "evaluate": 1, "export": 1}
+    assert {t.task_id: t.retries for t in dag.tasks} == {"prepare_data": 1, "validate_data": 1, "train": 3, "evaluate": 1, "export": 1}
     assert {t.retry_delay.total_seconds() for t in dag.tasks} == {5}

@@ -36,4 +36,4 @@ def test_demo_runs_the_example_dag_and_shows_its_exported_model(tmp_path):
     out = subprocess.run([airflow, "tasks", "states-for-dag-run", "digits_nightly", published["run_id"], "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
     states = {row["task_id"]: row["state"] for row in json.loads(out[out.index("["):])}
-    assert states == dict.fromkeys(["prepare_data", "train", "evaluate", "export"], "success")
+    assert states == dict.fromkeys(["prepare_data", "validate_data", "train", "evaluate", "export"], "success")

@@ -66,7 +66,7 @@ def leftovers(model_dir: str) -> list[str]:
 def concurrent_runs(digits_root):
     """Two runs of the same data interval, every stage of both run at the same time."""
     plans = [plan_for(digits_root, run_id, **SECTIONS) for run_id in RUNS]
-    for task_id in ("prepare_data", "train", "evaluate", "export"):
+    for task_id in ("prepare_data", "validate_data", "train", "evaluate", "export"):
         at_once(plans, task_id)
     return plans
 

@@ -63,10 +63,11 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     outcome = airflow_dags_test(dag_id, DAY, str(tmp_path / "dags-test.log"), echo=False, wrapper=hidden)
     log = open(outcome.log_path).read()
     assert outcome.state == "success", log[-6000:]
-    for task_id in ("prepare_data", "train", "evaluate", "export"):  # each task deferred, then resumed
+    for task_id in ("prepare_data", "validate_data", "train", "evaluate", "export"):  # each task deferred, then resumed
         name = object_name(dag_id, outcome.run_id, task_id)
         assert ("Job", name) in cluster.created, task_id
-    assert log.count("[DAG TEST] running trigger in line") == 4
+    assert log.count("[DAG TEST] running trigger in line") == 5
+    assert "[validate-0] no baseline: nothing published as of this data interval" in log  # the data gate's pod
     every_member = {"parameter_server": [r"\[chief-0\] .*step \d+", r"\[ps-0\] ps-0: serving", r"\[worker-0\] worker-0: serving"],
                     "horovod": [r"\[rank-0\] .*step \d+", r"\[rank-1\] .*step \d+"]}[mode]
     for line in every_member:  # each pod's log in the task log, with its member's prefix

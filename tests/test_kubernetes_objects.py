@@ -197,8 +197,8 @@ def test_tfjob_replicas_follow_the_cluster_roles(tmp_path):
 def test_names_are_dns_labels_stable_per_stage_and_distinct_per_run():
     long_dag, odd_run = "Team_A." + "x" * 200, "manual__2026-11-20T10:11:12.123456+00:00/../Ω"
     names = {object_name(dag, run, task) for dag in (long_dag, "digits") for run in (odd_run, RUN_ID)
-             for task in ("prepare_data", "train", "evaluate", "export")}
-    assert len(names) == 16
+             for task in ("prepare_data", "validate_data", "train", "evaluate", "export")}
+    assert len(names) == 20
     for name in names:
         assert len(name) <= NAME_MAX and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)
         assert len(f"{name}-63") <= 63  # each pod's host name
@@ -226,7 +226,7 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
     spec, plan = k8s_plan(tmp_path, "mirrored")
     expected = [obj for stage in plan.stages for obj in stage_objects(plan, stage)]
-    assert documents == expected and [d["kind"] for d in documents] == ["Job", "Service", "Job", "Job", "Job"]
+    assert documents == expected and [d["kind"] for d in documents] == ["Job", "Job", "Service", "Job", "Job", "Job"]
     spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist")))
     assert cli(["plan", str(spec_file), "--launcher", "kubernetes"]) == 2
     assert "kubernetes: required to plan a run on Kubernetes" in capsys.readouterr().err

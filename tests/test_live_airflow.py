@@ -61,6 +61,18 @@ def airflow(tmp_path_factory):
         root, name="digits_retry", training={"epochs": 60, "checkpoint_every_steps": 50},
         validation={"thresholds": {"accuracy": {"lower": 0.9999}}}, retries={"delay_seconds": 1},
         export={"model_name": "digits_retry"})))
+    # two days of data for the data gate, the second broken: one pixel ×10 (a unit change upstream)
+    drift = os.path.join(root, "raw", "drift")
+    write_digits_partitions(drift, last_day, 2)
+    broken = os.path.join(drift, last_day.isoformat(), "digits.csv")
+    table = np.loadtxt(broken, delimiter=",", skiprows=1)
+    table[:, 20] *= 10
+    np.savetxt(broken, table, fmt="%g", delimiter=",", header=open(broken).readline().strip(), comments="")
+    (dags / "digits_drift.py").write_text(dag_file({
+        **EXAMPLE, "name": "digits_drift", "schedule": None, "data": {**EXAMPLE["data"],
+                                                                      "source": f"{drift}/{{date}}/*.csv"},
+        "export": {"model_name": "digits_drift"}, "training": {**EXAMPLE["training"], "epochs": 2},
+        "validation": {"thresholds": {}, "allow_unvalidated": True}}))
     shutil.copy(os.path.join(REPO, "dags", "yaml_specs.py"), dags / "yaml_specs.py")
     (dags / "specs").mkdir()
     # both valid specs train in the pool "training" (2 slots; a 2-worker training takes 2): one at a time
@@ -75,8 +87,8 @@ def airflow(tmp_path_factory):
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
-        live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "team_a", "team_b", "team_c",
-                    "other_team_pipeline"])
+        live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
+                    "team_b", "team_c", "other_team_pipeline"])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -247,7 +259,7 @@ def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(ai
     assert "no gate: validation.allow_unvalidated is set" in evaluate and "published without a gate" in evaluate
     # team_b's gate refuses its model with on_failure: skip: the run succeeds, evaluate and export are skipped
     assert airflow.task_states("team_b", runs["team_b"]) == {
-        "prepare_data": "success", "train": "success", "evaluate": "skipped", "export": "skipped"}
+        "prepare_data": "success", "validate_data": "success", "train": "success", "evaluate": "skipped", "export": "skipped"}
     trains = sorted((airflow.task_instances(name, run_id)["train"] for name, run_id in runs.items()),
                     key=lambda ti: ti["start_date"])
     assert all(ti["pool"] == "training" and ti["pool_slots"] == 2 for ti in trains)
@@ -411,6 +423,46 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
 def backfill_version(airflow, run_id: str) -> int:
     model_dir = os.path.join(airflow.backfill_root, "models", "digits_backfill")
     return next(m["version"] for m in registry.versions(model_dir) if m["run_id"] == run_id)
+
+
+def test_a_drifted_day_is_refused_by_the_data_gate_and_the_page_shows_its_drift(airflow):
+    """The first day publishes; the next, one pixel ×10, stops at validate_data: nothing trained. The page
+    shows the refusal in the Data column and, for the run, the drift table with the failed feature and its
+    histogram over the baseline's; ``tfdist runs`` shows the decision."""
+    def run_on(day: dt.date) -> str:
+        return airflow.api("POST", "/api/v2/dags/digits_drift/dagRuns", {
+            "logical_date": f"{day.isoformat()}T00:00:00Z", "conf": {}})["dag_run_id"]
+
+    airflow.unpause("digits_drift")
+    runs = [run_on(airflow.last_day - dt.timedelta(days=1))]
+    assert airflow.wait_for_run("digits_drift", runs[0])["state"] == "success"
+    runs.append(run_on(airflow.last_day))
+    assert airflow.wait_for_run("digits_drift", runs[1])["state"] == "failed"
+    states = airflow.task_states("digits_drift", runs[1])
+    assert (states["validate_data"], states["train"]) == ("failed", "upstream_failed"), states
+    log = airflow.task_log("digits_drift", runs[1], "validate_data")
+    assert "drift: pixel[20] Jensen–Shannon divergence of the histograms" in log, log[-3000:]
+    (summary,) = [r for r in airflow.request("GET", "/tfdist/runs/digits_drift").json() if r["run_id"] == runs[1]]
+    assert summary["data_decision"] == "refused" and summary["data_baseline_version"]
+    table = format_runs(list_runs("digits_drift", [airflow.root]))
+    assert "REFUSED" in table.splitlines()[1] and "passed" in table.splitlines()[2], table
+
+    with signed_in_page(airflow) as page:
+        page.goto(f"{airflow.url}/plugin/training-runs")
+        frame = page_frame(page)
+        frame.locator("#pipeline-select").select_option("digits_drift")
+        row = frame.locator(f"tr.run[data-run-id='{runs[1]}']")
+        row.wait_for()
+        assert "refused" in row.locator("td.data").inner_text()
+        assert "passed" in frame.locator(f"tr.run[data-run-id='{runs[0]}'] td.data").inner_text()
+        row.click()
+        failed = frame.locator("table.data-checks tr.failed[data-feature='pixel[20]']")
+        failed.wait_for()
+        assert "drift" in failed.inner_text()
+        frame.locator("figure.histogram rect.now").first.wait_for()
+        assert frame.locator("figure.histogram rect.base").count() > 0
+        assert "pixel[20]" in frame.locator("figure.histogram figcaption").inner_text()
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-data-gate.png"), full_page=True)
 
 
 def test_training_runs_page_follows_a_running_training_without_a_reload(airflow):

@@ -37,7 +37,7 @@ def one_argv(spec, stage: Stage, python: str = "python") -> list[str]:
 def test_stages_and_run_scoped_paths(tmp_path):
     spec = load_spec(make_spec(str(tmp_path)))
     plan = build_plan(spec, CTX)
-    assert [s.task_id for s in plan.stages] == ["prepare_data", "train", "evaluate", "export"]
+    assert [s.task_id for s in plan.stages] == ["prepare_data", "validate_data", "train", "evaluate", "export"]
     assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/{run_key(CTX.run_id)}"
     assert run_key(CTX.run_id).startswith("scheduled__2026-11-20T00_00_00_00_00-")
     for stage in plan.stages:

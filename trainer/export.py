@@ -140,6 +140,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         if expected is not None and abs(accuracy - expected) > 1e-3:
             fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
                  EXIT_REFUSED)
+        write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
         write_json_atomic(registry.metadata_file(tmp), {
             "model_name": os.path.basename(args.model_dir),
             "version": version,

@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
-from tfdist.operators.report import AirflowRun, Backfill, overview, progress
+from tfdist.operators.report import AirflowRun, Backfill, data_validation, overview, progress
 from tfdist.trainer.contract import run_path
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
@@ -59,6 +59,12 @@ def pipeline_overview(dag_id: str, session: Any) -> dict[str, Any]:
             "model_name": os.path.basename(model_dirs[0]) if model_dirs else None}
 
 
+def run_record(dag_id: str, run_id: str, session: Any, read: Any) -> Any:
+    """What ``read`` finds in the run's directory under any of the pipeline's artifact roots, else None."""
+    _, roots, _ = _pipeline(dag_id, session)
+    return next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
+
+
 def build_app() -> FastAPI:
     app = FastAPI(title="tfdist", description="Training runs of distributed TensorFlow pipelines")
     signed_in = [Depends(requires_authenticated())]
@@ -85,12 +91,19 @@ def build_app() -> FastAPI:
     @app.get("/pipelines/{dag_id}/runs/{run_id}/progress", dependencies=reads_runs)
     def run_progress(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
-        _, roots, _ = _pipeline(dag_id, session)
         state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        found = state and next(filter(None, (progress(run_path(root, dag_id, run_id)) for root in roots)), None)
+        found = state and run_record(dag_id, run_id, session, progress)
         if not found:
             raise HTTPException(404, f"no training progress of run {run_id!r} yet")
         return {**found, "state": str(state)}
+
+    @app.get("/pipelines/{dag_id}/runs/{run_id}/data", dependencies=reads_runs)
+    def run_data_gate(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        """The data gate's record of the run: every check, this run's and the baseline's data statistics."""
+        found = run_record(dag_id, run_id, session, data_validation)
+        if not found:
+            raise HTTPException(404, f"no data gate record of run {run_id!r}")
+        return found
 
     @app.get("/runs/{dag_id}", dependencies=reads_runs)
     def runs(dag_id: str, session: SessionDep) -> list[dict[str, Any]]:

@@ -21,6 +21,8 @@ const state = {
   version: QUERY.get("version"),
   scrollPending: QUERY.has("run") || QUERY.has("version"),
   cards: new Map(),   // run id → live card {root, parts, progress}
+  dataGates: new Map(),  // run id → the data gate's record (fetched when its details open)
+  histogram: new Map(),  // run id → the feature element whose histograms are shown
   errors: new Map(),  // source → message
 };
 
@@ -409,6 +411,7 @@ function columns(data) {
     {key: "overrides", label: "Overrides", value: (r) => overridesOf(r).join(" "), cell: (r) => overridesChips(r, "—"), class: "overrides"},
     ...data.metrics.map((m) => ({key: `metric:${m}`, label: m, numeric: true, value: (r) => r.metrics?.[m] ?? null,
       cell: (r) => metricCell(r, m), class: "metric"})),
+    {key: "data", label: "Data", value: (r) => r.data_decision ?? null, cell: dataCell, class: "data"},
     {key: "gate", label: "Gate", value: (r) => (r.blessed === null ? null : Number(r.blessed)), cell: gateCell, class: "gate"},
     {key: "checks", label: "Checks", value: (r) => (r.checks.length ? Math.min(...r.checks.map((c) => c.margin)) : null),
       cell: checksCell, class: "checks"},
@@ -449,6 +452,15 @@ function gateCell(run) {
   if (run.blessed === null || run.blessed === undefined) return "—";
   return [el("span", {class: `badge ${run.blessed ? "good" : "bad"}`, text: run.blessed ? "blessed" : "refused"}),
     run.baseline ? el("div", {class: "sub", text: `vs v${run.baseline.version}`}) : null];
+}
+
+function dataCell(run) {
+  if (!run.data_decision) return "—";
+  const refused = run.data_decision === "refused";
+  const warned = !refused && run.data_failures.length > 0;
+  return [el("span", {class: `badge ${refused ? "bad" : warned ? "warn" : "good"}`, title: run.data_failures.join("\n") || null,
+    text: refused ? "refused" : warned ? "warned" : "passed"}),
+  isNum(run.data_baseline_version) ? el("div", {class: "sub", text: `vs v${run.data_baseline_version} data`}) : null];
 }
 
 function checksCell(run) {
@@ -552,8 +564,58 @@ function detailsRow(run, span) {
     block("Gate report", run.gate, run.report.length
       ? el("pre", {class: "report", text: run.report.join("\n")}) : el("p", {class: "muted", text: "Not evaluated yet."}),
     run.failures.length ? el("ul", {class: "failures"}, run.failures.map((f) => el("li", {text: f}))) : null),
+    block("Data gate", run.data_decision, dataGateView(run)),
     block("Baseline", run.baseline && `version ${run.baseline.version}`, baselineTable(run)),
     block("Run", null, runFacts(run)))));
+}
+
+// ---- the data gate: drift per feature element, failed checks first, and two histograms overlaid
+
+const DATA_ROWS = 12;
+
+function dataGateView(run) {
+  if (!run.data_decision) return el("p", {class: "muted", text: "No data gate record."});
+  const record = state.dataGates.get(run.run_id);
+  if (!record) {
+    getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(run.run_id)}/data`)
+      .then((found) => { state.dataGates.set(run.run_id, found); renderRuns(); })
+      .catch((error) => setError("data gate", error));
+    return el("p", {class: "muted", text: "Loading…"});
+  }
+  const failed = record.checks.filter((c) => !c.passed);
+  const drift = record.checks.filter((c) => c.check === "drift").sort((a, b) => a.margin - b.margin);
+  const rows = [...failed, ...drift.filter((c) => c.passed).slice(0, Math.max(0, DATA_ROWS - failed.length))];
+  const shown = state.histogram.get(run.run_id) ?? rows.find((c) => c.check === "drift")?.feature;
+  return [record.why_not_compared ? el("p", {class: "muted", text: `${record.why_not_compared}: only checks needing no baseline ran.`}) : null,
+    el("table", {class: "mini data-checks"}, el("thead", {}, el("tr", {}, ["check", "feature", "this run", "baseline", "allowed", "margin"]
+      .map((h) => el("th", {class: ["check", "feature", "allowed"].includes(h) ? null : "num", text: h})))),
+    el("tbody", {}, rows.map((c) => el("tr", {class: classes(!c.passed && (c.mode === "refuse" ? "failed" : "warned"),
+      c.feature === shown && c.check === "drift" && "shown"), data: {feature: c.feature},
+      title: c.statistic, onclick: () => { state.histogram.set(run.run_id, c.feature); renderRuns(); }},
+    el("td", {text: c.check}), el("td", {class: "mono", text: c.feature}), el("td", {class: "num", text: shortValue(c.value)}),
+    el("td", {class: "num", text: shortValue(c.baseline)}), el("td", {text: c.rule}),
+    el("td", {class: classes("num", c.passed ? "good" : "bad"), text: signed(c.margin, 3)}))))),
+    shown ? histogramOverlay(record, shown) : null];
+}
+
+const shortValue = (v) => (isNum(v) ? (Number.isInteger(v) ? count(v) : v.toPrecision(3)) : "—");
+
+/** The feature element's histograms (this run's filled, the baseline's outlined) as shares of their rows. */
+function histogramOverlay(record, name) {
+  const [feature, index] = name.includes("[") ? [name.slice(0, name.indexOf("[")), Number(name.slice(name.indexOf("[") + 1, -1))] : [name, 0];
+  const sides = [record.statistics, record.baseline_statistics].map((s) => s?.features?.[feature]?.histogram?.[index] ?? {});
+  const shares = sides.map((h) => { const total = Object.values(h).reduce((a, b) => a + b, 0) || 1;
+    return new Map(Object.entries(h).map(([bin, n]) => [Number(bin), n / total])); });
+  const bins = [...new Set(shares.flatMap((m) => [...m.keys()]))].sort((a, b) => a - b);
+  if (!bins.length) return null;
+  const [width, height, lo, hi] = [320, 90, bins[0], bins[bins.length - 1]];
+  const x = (bin) => ((bin - lo) / Math.max(1, hi - lo + 1)) * width, w = width / Math.max(1, hi - lo + 1);
+  const top = Math.max(...shares.flatMap((m) => [...m.values()]));
+  const bar = (m, cls) => [...m].map(([bin, v]) => svg("rect", {class: cls, x: x(bin), width: Math.max(1, w - 1),
+    y: height - (v / top) * height, height: (v / top) * height}));
+  return el("figure", {class: "histogram"}, svg("svg", {viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+    "aria-label": `histograms of ${name}`}, bar(shares[0], "now"), bar(shares[1], "base")),
+  el("figcaption", {}, `${name}: this run (filled) and the baseline's data (outlined), share of rows per bin`));
 }
 
 function baselineTable(run) {

@@ -9,8 +9,8 @@ reaches the worker runtime only through this package and the spec model (``tfdis
   entrypoint's argv and the result it hands back;
 - ``progress``: heartbeats, the progress record, the latest checkpoint's step;
 - ``records``: JSON records written atomically, directories published whole, checksums;
-- ``registry``: the published versions of a model; ``gate``: the gate's rules; ``stopping``: how processes
-  are stopped.
+- ``registry``: the published versions of a model; ``gate``: the gate's rules; ``data_gate``: the data
+  gate's checks; ``stopping``: how processes are stopped.
 
 Each stage writes its result record, the task's XCom value, as ``<run dir>/<task id>/result.json``: at most
 RESULT_MAX_BYTES of JSON, so that on Kubernetes it travels back as the pod's termination message and the
@@ -26,7 +26,7 @@ from tfdist.trainer.contract.progress import (Beat, TrainProgress, beat, checkpo
                                               stalled)
 from tfdist.trainer.contract.records import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from tfdist.trainer.contract.stages import (WORKER_PACKAGE, EvaluateArgs, ExportArgs, PrepareArgs, StageArgs,
-                                            TrainArgs, stage_command)
+                                            TrainArgs, ValidateDataArgs, stage_command)
 
 __all__ = [
     "CORES_ENV", "EXIT_HUNG", "EXIT_REFUSED", "HOROVOD_SHARED_CORES_ENV", "HOSTS_ENV", "RANK_TAG", "RENDEZVOUS_PORT",
@@ -36,5 +36,6 @@ __all__ = [
     "runs_root",
     "Beat", "TrainProgress", "beat", "checkpoint_step", "last_beats", "longest_silent", "stalled",
     "digest_json", "publish_dir", "read_json", "sha256_file", "write_json_atomic",
-    "WORKER_PACKAGE", "EvaluateArgs", "ExportArgs", "PrepareArgs", "StageArgs", "TrainArgs", "stage_command",
+    "WORKER_PACKAGE", "EvaluateArgs", "ExportArgs", "PrepareArgs", "StageArgs", "TrainArgs", "ValidateDataArgs",
+    "stage_command",
 ]

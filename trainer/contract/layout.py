@@ -52,6 +52,7 @@ class RunLayout:
     progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
     manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
     blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
+    data_validation_dir = property(lambda self: os.path.join(self.run_dir, "validate_data"))
 
     def result(self, task_id: str) -> str:
         """The result record of the stage ``task_id``."""

@@ -11,6 +11,9 @@ from tfdist.trainer.contract.records import read_json
 
 METADATA = "metadata.json"
 """In each version's directory: what was published, from which run, data and checkpoint, and why."""
+DATA_STATISTICS = "data_statistics.json"
+"""In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
+data gate of a later run compares its own with."""
 
 
 def metadata_file(version_dir: str) -> str:

@@ -11,7 +11,8 @@ WORKER_PACKAGE = __package__.rpartition(".")[0]
 """The worker runtime's package (``tfdist.trainer``), wherever it is installed."""
 
 def stage_command(python: str, stage: str) -> list[str]:
-    """How a worker process starts the stage ``stage`` (``prepare``, ``train``, ``evaluate``, ``export``, ``pod``):
+    """How a worker process starts the stage ``stage`` (``prepare``, ``validate_data``, ``train``, ``evaluate``,
+    ``export``, ``pod``):
     ``python -m tfdist.trainer.<stage>``, with the package wherever it is installed."""
     return [python, "-m", f"{WORKER_PACKAGE}.{stage}"]
 
@@ -74,6 +75,18 @@ class PrepareArgs(StageArgs):
     """On Kubernetes: the stage's pods, each writing a share of the input."""
     coordination: str = ""
     """With ``pods``: the directory they meet in, on the shared volume."""
+
+
+@dataclass(frozen=True)
+class ValidateDataArgs(StageArgs):
+    """Stage validate_data: the run's data statistics against the baseline's → the data gate's decision."""
+
+    stage = "validate_data"
+    run: str
+    data: str
+    model_dir: str
+    out: str
+    result: str
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,75 @@ class Label(_Section):
     """Integer classes 0 .. num_classes-1."""
 
 
+class Threshold(_Section):
+    lower: float | None = None
+    """The metric must be at least this."""
+    upper: float | None = None
+    """The metric must be at most this."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Threshold:
+        if self.lower is None and self.upper is None:
+            raise ValueError("give 'lower', 'upper' or both")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise ValueError(f"lower ({self.lower}) is above upper ({self.upper})")
+        return self
+
+
+class _Check(_Section):
+    mode: Literal["refuse", "warn", "off"] | None = None
+    """'refuse' (the run stops before training), 'warn' (logged and recorded, the run goes on) or 'off';
+    default: checks.mode."""
+
+
+class DriftCheck(_Check):
+    max_divergence: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """The largest Jensen–Shannon divergence (base 2: 0 same, 1 disjoint) allowed between a feature element's
+    histogram and the baseline's."""
+
+
+class ConstantCheck(_Check):
+    min_share: Annotated[float, Field(gt=0, lt=1)] = 0.01
+    """A feature element counts as varying when more than this share of its rows differ from its most common
+    value; constant now and varying in the baseline (or the reverse) fails."""
+
+
+class LabelCheck(_Check):
+    max_change: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """The largest change of a class's share of the rows (L∞) allowed against the baseline; a class the baseline
+    has and this run lacks always fails."""
+
+
+class RowsCheck(_Check):
+    min_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    """This run's rows over the baseline's, at least."""
+    max_ratio: Annotated[float, Field(ge=1)] = 2.0
+    """... and at most."""
+
+
+class BoundsCheck(_Check):
+    features: dict[str, Threshold] = Field(default_factory=dict)
+    """{feature: {lower: x, upper: y}}: every element of the feature within (its min and max); needs no
+    baseline."""
+
+
+class DataChecks(_Section):
+    """The data gate (task validate_data): this run's data statistics against the baseline's, the data the
+    model the gate compares with was trained on."""
+
+    mode: Literal["refuse", "warn"] = "refuse"
+    """What a failed check does unless it says itself: 'refuse' stops the run before training (no retry),
+    'warn' logs and records it."""
+    drift: DriftCheck = Field(default_factory=DriftCheck)
+    constant: ConstantCheck = Field(default_factory=ConstantCheck)
+    labels: LabelCheck = Field(default_factory=LabelCheck)
+    rows: RowsCheck = Field(default_factory=RowsCheck)
+    bounds: BoundsCheck = Field(default_factory=BoundsCheck)
+
+    def mode_of(self, check: str) -> str:
+        return getattr(self, check).mode or self.mode
+
+
 class DataSpec(_Section):
     source: Annotated[str, Field(min_length=1)]
     """Path, glob or URL (any fsspec file system: s3://, gs://, https://) of the input partitions: '{date}'
@@ -102,6 +171,10 @@ class DataSpec(_Section):
     """Processes writing shards in prepare_data (each reads its share of the input), on Kubernetes each a pod
     of its own; default: one pod, and one process per 32 MB of input up to the cores prepare_data runs on.
     The shards are the same whatever it is."""
+    checks: Annotated[DataChecks, AuthorOnly("the data gate that may stop a run is the author's")] = Field(
+        default_factory=DataChecks)
+    """The data gate before training: drift, constant features, labels, rows and bounds against the baseline's
+    data (not part of the input's fingerprint: loosening a check prepares nothing again)."""
 
     @field_validator("source")
     @classmethod
@@ -118,6 +191,10 @@ class DataSpec(_Section):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"features and label must have distinct names, repeated: {', '.join(duplicates)}")
+        unknown = sorted(set(self.checks.bounds.features) - {f.name for f in self.features})
+        if unknown:
+            raise ValueError(f"checks.bounds.features: {', '.join(unknown)} is not a feature; features: "
+                             f"{', '.join(f.name for f in self.features)}")
         return self
 
     @property
@@ -315,21 +392,6 @@ class TrainingSpec(_Section):
         return self.num_workers * max(1, self.gpus_per_worker)
 
 
-class Threshold(_Section):
-    lower: float | None = None
-    """The metric must be at least this."""
-    upper: float | None = None
-    """The metric must be at most this."""
-
-    @model_validator(mode="after")
-    def _bounded(self) -> Threshold:
-        if self.lower is None and self.upper is None:
-            raise ValueError("give 'lower', 'upper' or both")
-        if self.lower is not None and self.upper is not None and self.lower > self.upper:
-            raise ValueError(f"lower ({self.lower}) is above upper ({self.upper})")
-        return self
-
-
 Direction = Literal["higher_is_better", "lower_is_better"]
 
 
@@ -383,6 +445,8 @@ class RetrySpec(_Section):
 
     prepare_data: Annotated[int, Field(ge=0, le=10)] = 1
     """Retries of prepare_data (e.g. for a partition that lands late)."""
+    validate_data: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of validate_data after a crash (a refusal is not retried)."""
     train: Annotated[int, Field(ge=0, le=10)] = 2
     """Retries of train; each resumes from the run's latest checkpoint."""
     evaluate: Annotated[int, Field(ge=0, le=10)] = 1
@@ -396,7 +460,7 @@ class RetrySpec(_Section):
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 KUBERNETES = AuthorOnly("where, as whom and from which image the pods run is the author's")
-ROLES = ("prepare", "chief", "ps", "worker", "evaluate", "export")
+ROLES = ("prepare", "validate", "chief", "ps", "worker", "evaluate", "export")
 
 
 class PodSettings(_Section):
@@ -432,7 +496,7 @@ class KubernetesSpec(_Section):
     pods: PodSettings
     """Settings of every pod ('image' required here)."""
     roles: dict[Literal[ROLES], PodSettings] = Field(default_factory=dict)
-    """Per-role settings over 'pods' (roles: prepare, chief, ps, worker, evaluate, export)."""
+    """Per-role settings over 'pods' (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """When the kubelet pulls the image."""
     image_pull_secrets: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]] = Field(default_factory=list)

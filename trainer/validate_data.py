@@ -1,0 +1,74 @@
+"""Stage validate_data: the data gate before training. This run's data statistics (its data manifest's) against
+the baseline's: the data that the newest version published as of this run's data interval was trained on (the
+model gate's baseline, by the same as-of rule), kept beside that version. Writes ``data_validation.json``; a
+failed check in mode 'refuse' ends the stage with EXIT_REFUSED, naming each: nothing is trained."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tfdist.trainer import data
+from tfdist.trainer.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
+from tfdist.trainer.contract.data_gate import DATA_VALIDATION, checks, failure_line
+from tfdist.trainer.runtime import fail, load_spec, run_stage, say
+
+RESULT_FIELDS = ("decision", "baseline_version", "checks_run", "failed")
+SHOWN_FAILURES = 10
+"""The task's XCom holds RESULT_FIELDS and the first failures refused and warned (the whole record is
+validate_data/data_validation.json)."""
+
+
+def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[dict | None, dict | None, str]:
+    """(the baseline version's record, its data statistics, why there is none to compare with)."""
+    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    if baseline is None:
+        return None, None, "no baseline: nothing published as of this data interval"
+    path = os.path.join(baseline["path"], registry.DATA_STATISTICS)
+    record = {"version": baseline["version"], "run_id": baseline["run_id"], "path": baseline["path"]}
+    if not os.path.exists(path):
+        return record, None, f"baseline version {baseline['version']} has no {registry.DATA_STATISTICS} (published " \
+                             "by an earlier tfdist)"
+    statistics = read_json(path)
+    if statistics.get("bins") != now.get("bins"):
+        return record, None, f"baseline version {baseline['version']}'s histograms are binned otherwise"
+    return record, statistics, ""
+
+
+def decision_record(args: ValidateDataArgs, settings: dict, run: dict, now: dict) -> dict[str, Any]:
+    baseline, base, missing = baseline_statistics(args, run, now)
+    rows = checks(now, base, settings)
+    refused = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "refuse"]
+    warned = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "warn"]
+    return {"decision": "refused" if refused else "passed", "run_id": run["run_id"],
+            "data_interval_end": run["data_interval_end"], "baseline": baseline,
+            "baseline_version": baseline and baseline["version"], "compared": base is not None,
+            "why_not_compared": missing or None, "settings": settings, "checks": rows, "checks_run": len(rows),
+            "failed": sum(not r["passed"] for r in rows),
+            "refused": refused, "warned": warned, "statistics": now, "baseline_statistics": base}
+
+
+def main() -> None:
+    args = ValidateDataArgs.parse()
+    spec, run = load_spec(args.spec), read_json(args.run)
+    now = data.verified_manifest(args.data)["statistics"]
+    record = decision_record(args, spec.data.checks.model_dump(mode="json"), run, now)
+    write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
+    write_json_atomic(args.result, {k: record[k] for k in RESULT_FIELDS} | {
+        k: record[k][:SHOWN_FAILURES] for k in ("refused", "warned")})
+    if record["why_not_compared"]:
+        say(f"{record['why_not_compared']}: only the checks that need no baseline apply")
+    else:
+        say(f"compared with the data of baseline version {record['baseline_version']}")
+    say(f"{record['checks_run']} checks, {record['failed']} failed")
+    for line in record["warned"]:
+        say(f"WARNING (data.checks mode warn): {line}")
+    if record["refused"]:
+        fail("the data gate refused this run's data, nothing was trained:\n  " + "\n  ".join(record["refused"])
+             + "\nIf the data is right, loosen the check in the spec's data.checks (or set its mode to warn), "
+               "then clear validate_data", EXIT_REFUSED)
+    say("data gate passed")
+
+
+if __name__ == "__main__":
+    run_stage(main)
