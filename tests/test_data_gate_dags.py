@@ -58,7 +58,8 @@ def pipelines(tmp_path_factory):
     for spec in specs:
         spec["validation"]["allow_unvalidated"] = True
     specs[1]["data"] = {**specs[1]["data"], "checks": {"mode": "warn"}}
-    (dags / "data_gate.py").write_text("from tfdist.operators import build_dag\n\n"
+    (dags / "data_gate.py").write_text('"""Airflow DAGs of the data gate tests."""\n'
+                                       "from tfdist.operators import build_dag\n\n"
                                        f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n")
     saved = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
@@ -71,7 +72,7 @@ def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tupl
     (path,) = write_digits_partitions(os.path.join(root, "raw", "digits"), day, 1)
     if how:
         broken(path, how)
-    outcome = airflow_dags_test(dag_id, day, str(logs / f"{dag_id}-{day}.log"), echo=False)
+    outcome = airflow_dags_test(dag_id, day + dt.timedelta(days=1), str(logs / f"{dag_id}-{day}.log"), echo=False)  # reads day
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     out = subprocess.run([airflow, "tasks", "states-for-dag-run", dag_id, outcome.run_id, "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
