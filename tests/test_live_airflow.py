@@ -61,16 +61,17 @@ def airflow(tmp_path_factory):
         root, name="digits_retry", training={"epochs": 60, "checkpoint_every_steps": 50},
         validation={"thresholds": {"accuracy": {"lower": 0.9999}}}, retries={"delay_seconds": 1},
         export={"model_name": "digits_retry"})))
-    # two days of data for the data gate, the second broken: one pixel ×10 (a unit change upstream)
+    # two days of data for the data gate, the second broken: one pixel ×10 (a unit change upstream); the DAG
+    # starts tomorrow, so unpausing it schedules nothing (its test backfills the two days)
     drift = os.path.join(root, "raw", "drift")
-    write_digits_partitions(drift, last_day, 2)
-    broken = os.path.join(drift, last_day.isoformat(), "digits.csv")
+    write_digits_partitions(drift, last_day - dt.timedelta(days=1), 2)
+    broken = os.path.join(drift, (last_day - dt.timedelta(days=1)).isoformat(), "digits.csv")
     table = np.loadtxt(broken, delimiter=",", skiprows=1)
     table[:, 20] *= 10
     np.savetxt(broken, table, fmt="%g", delimiter=",", header=open(broken).readline().strip(), comments="")
     (dags / "digits_drift.py").write_text(dag_file({
-        **EXAMPLE, "name": "digits_drift", "schedule": None, "data": {**EXAMPLE["data"],
-                                                                      "source": f"{drift}/{{date}}/*.csv"},
+        **EXAMPLE, "name": "digits_drift", "start_date": str(last_day + dt.timedelta(days=1)),
+        "data": {**EXAMPLE["data"], "source": f"{drift}/{{date}}/*.csv"},
         "export": {"model_name": "digits_drift"}, "training": {**EXAMPLE["training"], "epochs": 2},
         "validation": {"thresholds": {}, "allow_unvalidated": True}}))
     shutil.copy(os.path.join(REPO, "dags", "yaml_specs.py"), dags / "yaml_specs.py")
@@ -429,19 +430,18 @@ def test_a_drifted_day_is_refused_by_the_data_gate_and_the_page_shows_its_drift(
     """The first day publishes; the next, one pixel ×10, stops at validate_data: nothing trained. The page
     shows the refusal in the Data column and, for the run, the drift table with the failed feature and its
     histogram over the baseline's; ``tfdist runs`` shows the decision."""
-    def run_on(day: dt.date) -> str:
-        return airflow.api("POST", "/api/v2/dags/digits_drift/dagRuns", {
-            "logical_date": f"{day.isoformat()}T00:00:00Z", "conf": {}})["dag_run_id"]
-
-    airflow.unpause("digits_drift")
-    runs = [run_on(airflow.last_day - dt.timedelta(days=1))]
-    assert airflow.wait_for_run("digits_drift", runs[0])["state"] == "success"
-    runs.append(run_on(airflow.last_day))
-    assert airflow.wait_for_run("digits_drift", runs[1])["state"] == "failed"
+    days = [airflow.last_day - dt.timedelta(days=n) for n in (2, 1)]
+    airflow.unpause("digits_drift")  # it starts tomorrow: a backfill of the two days, in order, runs them
+    airflow.cli("backfill", "create", "--dag-id", "digits_drift", "--from-date", str(days[0]), "--to-date",
+                str(days[1]), "--max-active-runs", "1")
+    finished = sorted(airflow.wait_for_runs("digits_drift", lambda found: len(found) == 2),
+                      key=lambda r: r["data_interval_start"])
+    assert [r["state"] for r in finished] == ["success", "failed"], finished
+    runs = [r["dag_run_id"] for r in finished]
     states = airflow.task_states("digits_drift", runs[1])
     assert (states["validate_data"], states["train"]) == ("failed", "upstream_failed"), states
     log = airflow.task_log("digits_drift", runs[1], "validate_data")
-    assert "drift: pixel[20] Jensen–Shannon divergence of the histograms" in log, log[-3000:]
+    assert "drift: pixel[20] Jensen–Shannon divergence from the baseline's histogram" in log, log[-3000:]
     (summary,) = [r for r in airflow.request("GET", "/tfdist/runs/digits_drift").json() if r["run_id"] == runs[1]]
     assert summary["data_decision"] == "refused" and summary["data_baseline_version"]
     table = format_runs(list_runs("digits_drift", [airflow.root]))

@@ -14,9 +14,9 @@ from tfdist.trainer.contract.data_gate import DATA_VALIDATION, checks, failure_l
 from tfdist.trainer.runtime import fail, load_spec, run_stage, say
 
 RESULT_FIELDS = ("decision", "baseline_version", "checks_run", "failed")
-SHOWN_FAILURES = 10
-"""The task's XCom holds RESULT_FIELDS and the first failures refused and warned (the whole record is
-validate_data/data_validation.json)."""
+SHOWN_FAILURES, SHOWN_CHARACTERS = 5, 200
+"""The task's XCom holds RESULT_FIELDS and the first failures refused and warned, each cut to this many
+characters (it must fit a pod's termination message; the whole record is validate_data/data_validation.json)."""
 
 
 def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[dict | None, dict | None, str]:
@@ -55,7 +55,7 @@ def main() -> None:
     record = decision_record(args, spec.data.checks.model_dump(mode="json"), run, now)
     write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
     write_json_atomic(args.result, {k: record[k] for k in RESULT_FIELDS} | {
-        k: record[k][:SHOWN_FAILURES] for k in ("refused", "warned")})
+        k: [line[:SHOWN_CHARACTERS] for line in record[k][:SHOWN_FAILURES]] for k in ("refused", "warned")})
     if record["why_not_compared"]:
         say(f"{record['why_not_compared']}: only the checks that need no baseline apply")
     else:

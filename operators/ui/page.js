@@ -558,7 +558,7 @@ function sortHeader(column) {
 }
 
 function detailsRow(run, span) {
-  const block = (title, aside, ...content) => el("div", {class: "block"},
+  const block = (title, aside, ...content) => el("div", {class: classes("block", title === "Data gate" && "wide")},
     el("h3", {}, title, aside ? el("span", {class: "aside", text: aside}) : null), ...content);
   return el("tr", {class: "details", data: {runId: run.run_id}}, el("td", {colspan: span}, el("div", {class: "details-grid"},
     block("Gate report", run.gate, run.report.length

@@ -51,7 +51,7 @@ def feature_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]
             continue
         for i, name in enumerate(elements(feature, stats)):
             js = divergence(stats["histogram"][i], old["histogram"][i])
-            rows.append(_row("drift", name, "Jensen–Shannon divergence of the histograms", js, 0.0,
+            rows.append(_row("drift", name, "Jensen–Shannon divergence from the baseline's histogram", js, None,
                              drift["max_divergence"], drift["max_divergence"] - js, f"≤ {drift['max_divergence']}"))
             varied, was = varied_share(stats["histogram"][i]), varied_share(old["histogram"][i])
             if (varied == 0) != (was == 0):  # one side constant: did the other vary?
