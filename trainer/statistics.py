@@ -17,6 +17,7 @@ import numpy as np
 MAGNITUDES = 160
 """Half-octave bins per sign: 2^-40 to 2^40."""
 LOWEST_EXPONENT = -40
+SQRT_HALF = np.sqrt(0.5)
 ZERO_BIN = MAGNITUDES
 NUM_BINS = 2 * MAGNITUDES + 1
 """Negative values (largest magnitude first), zero, positive values."""
@@ -26,10 +27,13 @@ SCHEME = {"zero": ZERO_BIN, "edges": "±2^(k/2), k = -80 .. 80", "bins": NUM_BIN
 
 def bins(values: np.ndarray) -> np.ndarray:
     """Each value's bin (see the module's docstring)."""
-    mantissa, exponent = np.frexp(np.abs(values))  # |x| = m·2^e, m in [0.5, 1)
-    half = 2 * (exponent.astype(np.int64) - LOWEST_EXPONENT) - 2 + (mantissa >= np.sqrt(0.5))
-    magnitude = np.clip(half, 0, MAGNITUDES - 1)
-    return np.where(values == 0, ZERO_BIN, np.where(values > 0, ZERO_BIN + 1 + magnitude, ZERO_BIN - 1 - magnitude))
+    mantissa, exponent = np.frexp(values)  # x = m·2^e, |m| in [0.5, 1); 0 → (0, 0)
+    magnitude = 2 * exponent + (np.abs(mantissa) >= SQRT_HALF) - (2 * LOWEST_EXPONENT + 2)
+    np.clip(magnitude, 0, MAGNITUDES - 1, out=magnitude)
+    magnitude += 1
+    found = np.where(mantissa < 0, -magnitude, magnitude)
+    found[mantissa == 0] = 0
+    return found + ZERO_BIN
 
 
 def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,7 +45,6 @@ def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
     return {"count": np.int64(rows), "mean": mean, "m2": ((values - mean) ** 2).sum(axis=0),
             "min": values.min(axis=0) if rows else np.full(size, np.inf),
             "max": values.max(axis=0) if rows else np.full(size, -np.inf),
-            "zeros": (values == 0).sum(axis=0).astype(np.int64),
             "histogram": np.bincount(flat, minlength=NUM_BINS * size).reshape(size, NUM_BINS)}
 
 
@@ -57,7 +60,7 @@ def merged(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.n
     return {"count": n, "mean": a["mean"] + delta * (b["count"] / n),
             "m2": a["m2"] + b["m2"] + delta ** 2 * (a["count"] * b["count"] / n),
             "min": np.minimum(a["min"], b["min"]), "max": np.maximum(a["max"], b["max"]),
-            "zeros": a["zeros"] + b["zeros"], "histogram": a["histogram"] + b["histogram"]}
+            "histogram": a["histogram"] + b["histogram"]}
 
 
 def summary(stats: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -66,7 +69,7 @@ def summary(stats: dict[str, np.ndarray]) -> dict[str, Any]:
     n = int(stats["count"])
     return {"count": n, "mean": stats["mean"].tolist(), "std": np.sqrt(stats["m2"] / max(n, 1)).tolist(),
             "min": stats["min"].tolist(), "max": stats["max"].tolist(),
-            "zero_share": (stats["zeros"] / max(n, 1)).tolist(),
+            "zero_share": (stats["histogram"][:, ZERO_BIN] / max(n, 1)).tolist(),
             "histogram": [{str(b): int(c) for b, c in enumerate(row) if c} for row in stats["histogram"]]}
 
 
@@ -76,5 +79,5 @@ def to_json(stats: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def from_json(stats: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=np.int64 if k in ("count", "zeros", "histogram") else np.float64)
+    return {k: np.asarray(v, dtype=np.int64 if k in ("count", "histogram") else np.float64)
             for k, v in stats.items()}
