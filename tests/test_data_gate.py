@@ -57,7 +57,8 @@ def test_drift_is_the_jensen_shannon_divergence_of_the_histograms():
         assert row["value"] == pytest.approx(js_numpy(b[:, i], a[:, i]), abs=1e-12)
     (shifted,) = by(rows, "drift", "x[1]")
     assert not shifted["passed"] and shifted["value"] > 0.5 and shifted["mode"] == "refuse"
-    assert data_gate.failure_line(shifted).startswith("drift: x[1] Jensen–Shannon divergence from the baseline's histogram 0.")
+    assert data_gate.failure_line(shifted).startswith(
+        "drift: x[1] Jensen–Shannon divergence from the baseline's histogram 0.")
     assert data_gate.divergence({"1": 5}, {"2": 7}) == 1.0 and data_gate.divergence({"1": 5}, {"1": 9}) == 0.0
 
 

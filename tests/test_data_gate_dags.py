@@ -72,7 +72,8 @@ def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tupl
     (path,) = write_digits_partitions(os.path.join(root, "raw", "digits"), day, 1)
     if how:
         broken(path, how)
-    outcome = airflow_dags_test(dag_id, day + dt.timedelta(days=1), str(logs / f"{dag_id}-{day}.log"), echo=False)  # reads day
+    # a manual run's data interval is the day before its logical date
+    outcome = airflow_dags_test(dag_id, day + dt.timedelta(days=1), str(logs / f"{dag_id}-{day}.log"), echo=False)
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     out = subprocess.run([airflow, "tasks", "states-for-dag-run", dag_id, outcome.run_id, "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
@@ -95,6 +96,7 @@ def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pip
         assert not os.path.exists(layout.checkpoint_dir), how
         record = read_json(os.path.join(layout.data_validation_dir, DATA_VALIDATION))
         assert record["decision"] == "refused" and record["baseline_version"] == first["version"], how
+        assert record["formulas"]["drift"].startswith("JS(P, Q)") and record["baseline_statistics"]["features"]
     outcome, states, log = day_run(root, "data_gate", FIRST + dt.timedelta(days=6), None, tmp_path)
     assert outcome.state == "success" and "data gate passed" in log, log[-4000:]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tfdist.trainer import data
 from tfdist.trainer.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
-from tfdist.trainer.contract.data_gate import DATA_VALIDATION, checks, failure_line
+from tfdist.trainer.contract.data_gate import DATA_VALIDATION, FORMULAS, checks, failure_line
 from tfdist.trainer.runtime import fail, load_spec, run_stage, say
 
 RESULT_FIELDS = ("decision", "baseline_version", "checks_run", "failed")
@@ -43,7 +43,8 @@ def decision_record(args: ValidateDataArgs, settings: dict, run: dict, now: dict
     return {"decision": "refused" if refused else "passed", "run_id": run["run_id"],
             "data_interval_end": run["data_interval_end"], "baseline": baseline,
             "baseline_version": baseline and baseline["version"], "compared": base is not None,
-            "why_not_compared": missing or None, "settings": settings, "checks": rows, "checks_run": len(rows),
+            "why_not_compared": missing or None, "settings": settings, "formulas": FORMULAS, "checks": rows,
+            "checks_run": len(rows),
             "failed": sum(not r["passed"] for r in rows),
             "refused": refused, "warned": warned, "statistics": now, "baseline_statistics": base}
 

@@ -10,6 +10,16 @@ from typing import Any
 
 DATA_VALIDATION = "data_validation.json"
 """In the run's validate_data directory: the data gate's decision, every check and the baseline compared."""
+FORMULAS = {
+    "drift": "JS(P, Q) = ½ Σ P log2(P/M) + ½ Σ Q log2(Q/M), M = (P + Q)/2; P, Q: the histograms' counts over their "
+             "rows (statistics.features.<f>.histogram[<element>], this run's and the baseline's)",
+    "constant": "1 − (the fullest bin's rows / rows), on each side; fails when one side is 0 and the other above "
+                "min_share",
+    "labels": "max over classes |count/rows − baseline count/baseline rows| (train + eval)",
+    "rows": "(train + eval rows) / the baseline's",
+    "bounds": "min ≥ lower, max ≤ upper, per element",
+}
+"""How each check's value is computed from the statistics, recorded with every decision."""
 
 
 def divergence(p: dict[str, int], q: dict[str, int]) -> float:
