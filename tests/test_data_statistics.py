@@ -12,11 +12,14 @@ from tfdist.trainer import statistics
 
 
 def reference_bin(x: float) -> int:
-    """A value's bin by the rule the module states: zero alone, else the half-octave 2^(k/2) ≤ |x| < 2^((k+1)/2),
-    k from -80 to 79 (the outermost open-ended), on the value's sign's side."""
-    if x == 0:
+    """A value's bin by the rule the module states, for the float32 nearest it: zero (or below 2^-133) alone,
+    else k = 2e + (|x|/2^e ≥ 1 + 53/128) for 2^e ≤ |x| < 2^(e+1), k from -80 to 79 (the outermost open-ended),
+    on the value's sign's side."""
+    x = float(np.float32(x))
+    if abs(x) < 2.0 ** -133:
         return statistics.ZERO_BIN
-    k = min(max(math.floor(2 * math.log2(abs(x))), -80), 79)
+    e = math.floor(math.log2(abs(x)))
+    k = min(max(2 * e + (abs(x) / 2.0 ** e >= 1 + 53 / 128), -80), 79)
     return statistics.ZERO_BIN + (1 + k + 80 if x > 0 else -(1 + k + 80))
 
 
@@ -52,11 +55,13 @@ def test_each_statistic_is_what_numpy_and_the_stated_bins_give():
 
 
 def test_a_value_ten_times_larger_lands_six_or_seven_bins_higher_and_the_edges_are_half_octaves():
-    assert [int(b) - statistics.ZERO_BIN for b in statistics.bins(np.array([1.0, 1.41, 1.42, 2.0, -1.0]))] == \
-        [81, 81, 82, 83, -81]
+    edge = 1 + 53 / 128
+    assert [int(b) - statistics.ZERO_BIN for b in statistics.bins(np.array(
+        [1.0, np.nextafter(edge, 0, dtype=np.float32), edge, 2.0, -1.0, -edge]))] == [81, 81, 82, 83, -81, -82]
     shifted = statistics.bins(np.array([3.0, 7.0, 11.0]) * 10) - statistics.bins(np.array([3.0, 7.0, 11.0]))
     assert set(shifted.tolist()) <= {6, 7}
-    assert statistics.bins(np.array([1e-300, 1e300])).tolist() == [statistics.ZERO_BIN + 1, statistics.NUM_BINS - 1]
+    assert statistics.bins(np.array([1e-30, 1e30, 1e-300])).tolist() == [
+        statistics.ZERO_BIN + 1, statistics.NUM_BINS - 1, statistics.ZERO_BIN]
 
 
 def test_any_cut_into_chunks_gives_the_same_bytes_in_the_same_order():

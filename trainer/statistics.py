@@ -3,10 +3,11 @@ and standard deviation (from exactly merged moments), min, max, the share of zer
 bins. Merged over the input's pieces in input order, they are the same bytes whatever the number of writers.
 
 The bins are the same for every run, so that any two runs' histograms compare bin by bin: zero has a bin of
-its own, and every other value falls in a half-octave of its magnitude, on its sign's side (edges ±2^(k/2),
-from 2^-40 to 2^40, the outermost bins open-ended). A value scaled by 10 moves about 6.6 bins; half-octaves
-are fine enough for the counts and measurements features usually hold, and a bin is found from the float's
-own exponent, with no logarithm."""
+its own, and every other value falls in a half-octave of its magnitude, on its sign's side (edges ±2^e and
+±(1 + 53/128)·2^e ≈ ±√2·2^e, from 2^-40 to 2^40, the outermost bins open-ended). A value scaled by 10 moves
+about 6.6 bins; half-octaves are fine enough for the counts and measurements features usually hold. Values are
+binned as the float32 the shards hold, by a table of the float's top 16 bits (sign, exponent, 7 bits of
+mantissa: the edges are exact there); |x| below 2^-133 counts as zero."""
 
 from __future__ import annotations
 
@@ -17,31 +18,39 @@ import numpy as np
 MAGNITUDES = 160
 """Half-octave bins per sign: 2^-40 to 2^40."""
 LOWEST_EXPONENT = -40
-SQRT_HALF = np.sqrt(0.5)
 ZERO_BIN = MAGNITUDES
 NUM_BINS = 2 * MAGNITUDES + 1
 """Negative values (largest magnitude first), zero, positive values."""
-SCHEME = {"zero": ZERO_BIN, "edges": "±2^(k/2), k = -80 .. 80", "bins": NUM_BINS}
+UPPER_HALF = 0x35
+"""The top 7 mantissa bits (of 128) from which a value is in its octave's upper half: 1 + 53/128 ≈ √2."""
+SCHEME = {"zero": ZERO_BIN, "edges": "±2^e and ±(1 + 53/128)·2^e, 2^-40 to 2^40, of float32", "bins": NUM_BINS}
 """Recorded with the histograms: statistics binned otherwise are not compared."""
+
+
+def _bin_table() -> np.ndarray:
+    """The bin of every float32 by its top 16 bits."""
+    top = np.arange(1 << 16, dtype=np.int64)
+    half = 2 * (((top >> 7) & 0xFF) - 127) + ((top & 0x7F) >= UPPER_HALF)  # value in [edge_half, edge_half+1)
+    magnitude = np.clip(half - 2 * LOWEST_EXPONENT, 0, MAGNITUDES - 1) + 1
+    table = np.where(top >> 15, ZERO_BIN - magnitude, ZERO_BIN + magnitude)
+    table[(top & 0x7FFF) == 0] = ZERO_BIN
+    return table.astype(np.int16)
+
+
+BIN_TABLE = _bin_table()
 
 
 def bins(values: np.ndarray) -> np.ndarray:
     """Each value's bin (see the module's docstring)."""
-    mantissa, exponent = np.frexp(values)  # x = m·2^e, |m| in [0.5, 1); 0 → (0, 0)
-    magnitude = 2 * exponent + (np.abs(mantissa) >= SQRT_HALF) - (2 * LOWEST_EXPONENT + 2)
-    np.clip(magnitude, 0, MAGNITUDES - 1, out=magnitude)
-    magnitude += 1
-    found = np.where(mantissa < 0, -magnitude, magnitude)
-    found[mantissa == 0] = 0
-    return found + ZERO_BIN
+    return BIN_TABLE[np.asarray(values, dtype=np.float32).view(np.uint32) >> 16]
 
 
 def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
     """The statistics of a chunk's values (rows × elements)."""
+    flat = (bins(values) + NUM_BINS * np.arange(values.shape[1])).ravel()
     values = values.astype(np.float64)
     rows, size = values.shape
     mean = values.mean(axis=0) if rows else np.zeros(size)
-    flat = (bins(values) + NUM_BINS * np.arange(size)).ravel()
     return {"count": np.int64(rows), "mean": mean, "m2": ((values - mean) ** 2).sum(axis=0),
             "min": values.min(axis=0) if rows else np.full(size, np.inf),
             "max": values.max(axis=0) if rows else np.full(size, -np.inf),
