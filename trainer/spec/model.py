@@ -81,9 +81,9 @@ class Label(_Section):
 
 class Threshold(_Section):
     lower: float | None = None
-    """The metric must be at least this."""
+    """The value (a metric, a feature's elements) must be at least this."""
     upper: float | None = None
-    """The metric must be at most this."""
+    """The value must be at most this."""
 
     @model_validator(mode="after")
     def _bounded(self) -> Threshold:
@@ -139,13 +139,15 @@ class DataChecks(_Section):
     """What a failed check does unless it says itself: 'refuse' stops the run before training (no retry),
     'warn' logs and records it."""
     drift: DriftCheck = Field(default_factory=DriftCheck)
+    """Each feature element's histogram against the baseline's."""
     constant: ConstantCheck = Field(default_factory=ConstantCheck)
+    """A feature element constant on one side only."""
     labels: LabelCheck = Field(default_factory=LabelCheck)
+    """The label's class shares, and classes gone."""
     rows: RowsCheck = Field(default_factory=RowsCheck)
+    """The row count against the baseline's."""
     bounds: BoundsCheck = Field(default_factory=BoundsCheck)
-
-    def mode_of(self, check: str) -> str:
-        return getattr(self, check).mode or self.mode
+    """Value bounds per feature."""
 
 
 class DataSpec(_Section):
