@@ -7,7 +7,7 @@ reaches the worker runtime only through this package and the spec model (``tfdis
 - ``stages``: each stage's typed command line;
 - ``launch``: exit codes, environment names, a member's TF_CONFIG, the mpirun argv and its rank tags, the pod
   entrypoint's argv and the result it hands back;
-- ``progress``: heartbeats, the progress record, the latest checkpoint's step;
+- ``progress``: heartbeats, the progress record, the training curve, the latest checkpoint's step;
 - ``records``: JSON records written atomically, directories published whole, checksums;
 - ``registry``: the published versions of a model; ``gate``: the gate's rules; ``data_gate``: the data
   gate's checks; ``stopping``: how processes are stopped.
@@ -22,8 +22,8 @@ from tfdist.trainer.contract.launch import (CORES_ENV, EXIT_HUNG, EXIT_REFUSED, 
                                             pod_argv, rank_tag, split_rank_tags, tf_config)
 from tfdist.trainer.contract.layout import (BLESSING, MANIFEST, RUN_KEY_READABLE, RunLayout, RunMismatch, record_run,
                                             run_key, run_path, runs_root)
-from tfdist.trainer.contract.progress import (Beat, TrainProgress, beat, checkpoint_step, last_beats, longest_silent,
-                                              stalled)
+from tfdist.trainer.contract.progress import (CURVE_FIELDS, Beat, TrainProgress, append_curve_point, beat,
+                                              checkpoint_step, last_beats, longest_silent, read_curve, stalled)
 from tfdist.trainer.contract.records import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
 from tfdist.trainer.contract.stages import (WORKER_PACKAGE, EvaluateArgs, ExportArgs, PrepareArgs, StageArgs,
                                             TrainArgs, ValidateDataArgs, stage_command)
@@ -34,7 +34,8 @@ __all__ = [
     "mpirun_argv", "pod_argv", "rank_tag", "split_rank_tags", "tf_config",
     "BLESSING", "MANIFEST", "RUN_KEY_READABLE", "RunLayout", "RunMismatch", "record_run", "run_key", "run_path",
     "runs_root",
-    "Beat", "TrainProgress", "beat", "checkpoint_step", "last_beats", "longest_silent", "stalled",
+    "CURVE_FIELDS", "Beat", "TrainProgress", "append_curve_point", "beat", "checkpoint_step", "last_beats",
+    "longest_silent", "read_curve", "stalled",
     "digest_json", "publish_dir", "read_json", "sha256_file", "write_json_atomic",
     "WORKER_PACKAGE", "EvaluateArgs", "ExportArgs", "PrepareArgs", "StageArgs", "TrainArgs", "ValidateDataArgs",
     "stage_command",

@@ -50,6 +50,10 @@ class RunLayout:
     eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
     heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
     progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
+    curve_file = property(lambda self: os.path.join(self.run_dir, "train", "curve.jsonl"))
+    tensorboard_dir = property(lambda self: os.path.join(self.run_dir, "tensorboard"))
+    """TensorBoard event files: ``train/`` (the chief's) and ``eval/``; ``tensorboard --logdir <artifact root>/
+    <pipeline>/runs`` shows every run side by side."""
     manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
     blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
     data_validation_dir = property(lambda self: os.path.join(self.run_dir, "validate_data"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import time
@@ -99,6 +100,35 @@ class TrainProgress:
             return cls(**read_json(path))
         except FileNotFoundError:
             return None
+
+
+CURVE_FIELDS = ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
+"""A point of the training curve (``curve.jsonl``): the chief appends one every ``training.summary_every_steps``
+steps and at the last, with the same values it writes to TensorBoard."""
+
+
+def append_curve_point(path: str, point: dict) -> None:
+    """Append one point (CURVE_FIELDS) to the run's training curve; one short line, written whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({k: point.get(k) for k in CURVE_FIELDS}) + "\n")
+
+
+def read_curve(path: str) -> list[dict]:
+    """The training curve by step: a step written again (a resumed or restarted training) keeps its last point; a
+    line cut short by a crash is skipped."""
+    points: dict[int, dict] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    point = json.loads(line)
+                except ValueError:
+                    continue
+                points[point["step"]] = point
+    except FileNotFoundError:
+        return []
+    return [points[step] for step in sorted(points)]
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:

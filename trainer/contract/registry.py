@@ -14,6 +14,9 @@ METADATA = "metadata.json"
 DATA_STATISTICS = "data_statistics.json"
 """In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
 data gate of a later run compares its own with."""
+WARM_START_CHECKPOINT = os.path.join("checkpoint", "ckpt")
+"""In each version's directory: the training checkpoint it was exported from (model and optimizer), which a later
+run's warm start restores: it never depends on another run's working directory."""
 
 
 def metadata_file(version_dir: str) -> str:
@@ -28,6 +31,22 @@ def versions(model_dir: str) -> list[dict[str, Any]]:
         if name.isdigit() and os.path.exists(metadata_path):
             found.append({**read_json(metadata_path), "path": os.path.join(model_dir, name)})
     return sorted(found, key=lambda m: m["version"])
+
+
+def warm_start_checkpoint(version_dir: str) -> str:
+    """The checkpoint prefix of a version's training checkpoint (``tf.train.Checkpoint.read`` takes it)."""
+    return os.path.join(version_dir, WARM_START_CHECKPOINT)
+
+
+def lineage(model_dir: str, version: int) -> list[dict[str, Any]]:
+    """``version``'s metadata, then its parent's (the version it was warm-started from), and so on back to a cold
+    start or to a parent no longer kept (its number is in the last one's ``parent``)."""
+    by_version = {m["version"]: m for m in versions(model_dir)}
+    chain: list[dict[str, Any]] = []
+    while version in by_version and len(chain) < len(by_version):
+        chain.append(by_version[version])
+        version = (by_version[version].get("parent") or {}).get("version")
+    return chain
 
 
 def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, Any] | None:

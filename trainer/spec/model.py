@@ -43,7 +43,7 @@ class _Section(BaseModel):
     @classmethod
     def _reject_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            allowed = list(cls.model_fields)
+            allowed = [info.alias or name for name, info in cls.model_fields.items()]
             for key in data:
                 if key not in allowed:
                     close = difflib.get_close_matches(str(key), allowed, n=1)
@@ -276,6 +276,16 @@ class MPISpec(_Section):
         return value
 
 
+class WarmStart(_Section):
+    source: Literal["none", "baseline"] = Field("none", alias="from")
+    """'none': random initial weights; 'baseline': the weights (and the optimizer's state, where the optimizer is
+    the same) of the version the gate compares with, the newest published for a data interval ending no later
+    than this run's (a backfill starts from what was live then)."""
+    on_mismatch: Literal["cold", "fail"] = "cold"
+    """When some of the baseline's variables do not fit the spec's model (names or shapes): 'cold' starts from
+    random weights, naming them; 'fail' refuses the run (no retry)."""
+
+
 class TrainingSpec(_Section):
     backend: Literal["tf", "mpi"] = "tf"
     """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
@@ -318,10 +328,25 @@ class TrainingSpec(_Section):
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
     (with Horovod, each may be followed by the worker's return)."""
+    warm_start: Annotated[WarmStart, AuthorOnly("which model a run continues from is the author's")] = Field(
+        default_factory=WarmStart)
+    """Where training starts: 'none', 'baseline', or {from: baseline, on_mismatch: cold | fail}."""
+    summary_every_steps: Annotated[int, Field(ge=1)] = 50
+    """The chief writes TensorBoard summaries (loss, accuracy, examples/s, learning rate) and a point of the
+    training curve every this many steps (and at the last)."""
+    tensorboard_url: Annotated[str | None, Field(pattern=r"^https?://[^\s]+$"),
+                               AuthorOnly("it is a link every user of the DAG follows")] = None
+    """A TensorBoard serving this pipeline's runs: adds a 'TensorBoard' link to the train task (else Airflow's
+    setting [tfdist] tensorboard_url)."""
     pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
     pool_slots: Annotated[Annotated[int, Field(ge=1)] | None, PARSED] = None
     """Slots one training run takes in the pool; default: its number of processes."""
+
+    @field_validator("warm_start", mode="before")
+    @classmethod
+    def _warm_start_word(cls, value: Any) -> Any:
+        return {"from": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _mode(self) -> TrainingSpec:
@@ -688,7 +713,7 @@ class Spec(_Section):
             raise SpecError([f"{path}: not overridable in this pipeline; overridable: "
                              f"{', '.join(self.overridable) or 'nothing (see the spec field overridable)'}"
                              for path in refused], "run overrides")
-        data = with_values(self.model_dump(mode="json", exclude_unset=True), overrides)
+        data = with_values(self.model_dump(mode="json", exclude_unset=True, by_alias=True), overrides)
         changed = validated(Spec, data, "spec after the run's overrides")
         t, slots = self.training, self.training.pool_slots or self.training.processes
         if t.pool and changed.training.processes > slots:
@@ -702,7 +727,7 @@ class Spec(_Section):
         return self.export.root or os.path.join(self.artifact_root, "models")
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
 
 def section_models() -> list[type[BaseModel]]:
