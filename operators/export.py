@@ -14,8 +14,8 @@ from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
 
 class ExportModelOperator(StageOperator):
     """Publishes the blessed checkpoint as ``<export root>/<model name>/<version>/`` and emits an event
-    for the Asset ``model://<model name>`` (extra: version, path), so other DAGs can be scheduled on
-    new models. ``export_root`` (templated) replaces the spec's."""
+    for the Asset ``model://<model name>`` (extra: version, path, and its parent version or why it started
+    cold), so other DAGs can be scheduled on new models. ``export_root`` (templated) replaces the spec's."""
 
     stage = "export"
     template_fields = (*StageOperator.template_fields, "export_root")
@@ -39,5 +39,6 @@ class ExportModelOperator(StageOperator):
         return {"export_root": self.export_root or None}
 
     def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
-        context["outlet_events"][self.model_asset].extra = {"version": record["version"], "path": record["path"]}
+        context["outlet_events"][self.model_asset].extra = {
+            k: record.get(k) for k in ("version", "path", "parent_version", "cold_start")}
         return record

@@ -222,10 +222,14 @@ def build_plan(
     validate = ValidateDataArgs(layout.spec_file, layout.run_file, layout.data_dir, model_dir,
                                 layout.data_validation_dir, layout.result("validate_data"))
     train = TrainArgs(layout.spec_file, layout.data_dir, layout.checkpoint_dir, layout.result("train"),
-                      layout.heartbeat_dir, layout.progress_file)
+                      layout.heartbeat_dir, layout.progress_file, layout.run_file, model_dir, layout.warm_start_file,
+                      layout.curve_file, layout.tensorboard("train"))
     evaluate = EvaluateArgs(**published, checkpoints=layout.checkpoint_dir, train_result=layout.result("train"),
-                            out=layout.eval_dir, result=layout.result("evaluate"))
-    export = ExportArgs(**published, eval=layout.eval_dir, version_base=version_base(ctx), result=layout.result("export"))
+                            out=layout.eval_dir, result=layout.result("evaluate"),
+                            tensorboard=layout.tensorboard("eval"))
+    export = ExportArgs(**published, eval=layout.eval_dir, train_result=layout.result("train"),
+                        warm_start=layout.warm_start_file, version_base=version_base(ctx),
+                        result=layout.result("export"))
     return Plan(
         spec=spec,
         layout=layout,

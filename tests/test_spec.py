@@ -79,13 +79,26 @@ def test_inconsistent_fields_are_named(tmp_path, sections, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
+def test_warm_start_is_a_word_or_a_section_with_from_and_is_the_authors(tmp_path):
+    for given, expected in (("baseline", ("baseline", "cold")), ({"from": "baseline", "on_mismatch": "fail"},
+                                                                ("baseline", "fail")), ("none", ("none", "cold"))):
+        spec = Spec.model_validate(make_spec(str(tmp_path), training={"warm_start": given}))
+        assert (spec.training.warm_start.source, spec.training.warm_start.on_mismatch) == expected
+        assert Spec.model_validate(spec.to_json_dict()) == spec  # spec.json reads back
+    assert problems(make_spec(str(tmp_path), training={"warm_start": {"form": "baseline"}})) == [
+        "training.warm_start: unknown key 'form' (did you mean 'from'?); allowed keys: from, on_mismatch"]
+    assert problems(make_spec(str(tmp_path), overridable=["training.warm_start.from"]))[0].startswith(
+        "overridable: 'training.warm_start.from' cannot be overridden by whoever triggers a run: which model a run "
+        "continues from is the author's")
+
+
 def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
     spec = make_spec(str(tmp_path), training={"num_worker": 2})
     assert problems(spec) == [
         "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
         "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
         "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, hang_timeout_seconds, min_workers, "
-        "max_restarts, pool, pool_slots"
+        "max_restarts, warm_start, summary_every_steps, tensorboard_url, pool, pool_slots"
     ]
     spec = make_spec(str(tmp_path), colour="blue")
     assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")

@@ -21,6 +21,7 @@ from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, EvaluateA
                                      sha256_file, write_json_atomic)
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+from tfdist.trainer.summaries import scalar_writer
 
 if TYPE_CHECKING:
     from tfdist.trainer.spec import Spec
@@ -199,6 +200,7 @@ def main() -> None:
     write_json_atomic(os.path.join(args.out, "metrics.json"),
                       {"metrics": blessing["metrics"], "per_class": blessing["per_class"]})
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
+    scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
     write_json_atomic(args.result, {k: blessing[k] for k in RESULT_FIELDS} | {
         "baseline_version": blessing["baseline"] and blessing["baseline"]["version"]})
     for line in blessing["report"]:

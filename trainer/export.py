@@ -96,6 +96,22 @@ def _owner(path: str) -> dict | None:
     return {"run_id": record.get("run_id"), "source_checkpoint": record.get("source_checkpoint")}
 
 
+def keep_checkpoint(checkpoint: str, prefix: str) -> None:
+    """Copy a checkpoint's files (``<checkpoint>.index``, ``<checkpoint>.data-*``) to ``<prefix>.*``."""
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    for path in glob.glob(glob.escape(checkpoint) + ".*"):
+        shutil.copyfile(path, prefix + path[len(checkpoint):])
+
+
+def lineage(args: ExportArgs) -> dict:
+    """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
+    record = read_json(args.warm_start) if os.path.exists(args.warm_start) else {}
+    parent = record.get("parent")
+    return {"parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
+            "warm_start": {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")},
+            "train_metrics": read_json(args.train_result).get("metrics")}
+
+
 def main() -> None:
     args = ExportArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
@@ -105,14 +121,16 @@ def main() -> None:
              EXIT_REFUSED)
     version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
+    origin = lineage(args)
     result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
-              "metrics": blessing["metrics"]}
+              "metrics": blessing["metrics"], "parent_version": (origin["parent"] or {}).get("version"),
+              "cold_start": (origin["warm_start"]["cold_start"] or "")[:200] or None}
     if done:
         say(f"{out} already holds this run's export; nothing to do")
     else:
         for stale in glob.glob(os.path.join(args.model_dir, f".tmp-{version}-*")):
             shutil.rmtree(stale, ignore_errors=True)  # left by an export of this version that was killed
-        publish(args, spec, run, blessing, out, version)
+        publish(args, spec, run, blessing, out, version, origin)
     with contextlib.suppress(FileNotFoundError):
         os.remove(claim_path(args.model_dir, version))
     write_json_atomic(args.result, result)
@@ -124,7 +142,7 @@ def main() -> None:
             say(f"deleted version {deleted} (export.keep_versions = {keep})")
 
 
-def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int) -> None:
+def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int, origin: dict) -> None:
     manifest_path = os.path.join(args.data, MANIFEST)
     manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
@@ -141,6 +159,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
             fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
                  EXIT_REFUSED)
         write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
+        keep_checkpoint(blessing["checkpoint"], registry.warm_start_checkpoint(tmp))
         write_json_atomic(registry.metadata_file(tmp), {
             "model_name": os.path.basename(args.model_dir),
             "version": version,
@@ -156,6 +175,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
                                                   "change_thresholds", "step")},
             "serving_eval_accuracy": accuracy,
             "source_checkpoint": blessing["checkpoint"],
+            **origin,
             "signature": {"inputs": manifest["features"],
                           "outputs": {"probabilities": [None, manifest["label"]["num_classes"]]}},
             "tensorflow_version": tf.__version__,

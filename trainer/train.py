@@ -39,10 +39,12 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from tfdist.trainer import data
-from tfdist.trainer.contract import (CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress, beat,
-                                     sha256_file, write_json_atomic)
+from tfdist.trainer.contract import (CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress,
+                                     append_curve_point, beat, sha256_file, write_json_atomic)
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+from tfdist.trainer.summaries import scalar_writer
+from tfdist.trainer.warm_start import WarmStart
 
 if TYPE_CHECKING:
     from tfdist.trainer.spec import Spec, TrainingSpec
@@ -349,13 +351,14 @@ class TrainingRun:
     def __init__(self, tf, sync, spec: Spec, args: TrainArgs, manifest: dict[str, Any]) -> None:
         import keras
 
-        self.tf, self.sync, self.args, self.training = tf, sync, args, spec.training
+        self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
         self.global_batch = self.training.global_batch_size
         self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
         keras.utils.set_random_seed(self.training.seed)
         with sync.scope():
             self.model = build_model(spec, manifest)
+            self.learning_rate = spec.model.learning_rate * sync.learning_rate_scale
             self.optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
             self.optimizer.build(self.model.trainable_variables)
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
@@ -366,6 +369,8 @@ class TrainingRun:
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
+        self.summaries = None  # the chief's TensorBoard writer, made at its first summary
+        self.window = Window()
         # started: when training began; warm: (time, step) after the first step call, which includes tracing:
         # throughput counts from there; stepped: when the last step call ended (throughput counts training, not
         # the checkpoints saved after it); last_report: when progress was last reported
@@ -397,8 +402,21 @@ class TrainingRun:
                 fail(str(IntegrityError("restores", self.latest, f"{type(exc).__name__}: {exc}. Delete its files "
                                         f"({self.latest}.index, {self.latest}.data-*) to resume from the checkpoint "
                                         "before it")), EXIT_REFUSED)
+        else:
+            self.start_from_parent()
         self.sync.start(self.model, self.optimizer)
         self.start_step = int(self.step_counter.numpy())
+
+    def start_from_parent(self) -> None:
+        """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
+        record = WarmStart(self.spec, self.args.run, self.args.model_dir).restore(
+            self.tf, self.model, self.optimizer, self.learning_rate)
+        if self.sync.is_chief:
+            write_json_atomic(self.args.warm_start, record)
+            parent = record["parent"]
+            say(f"{self.sync.name}: " + (f"warm start from version {parent['version']} (run {parent['run_id']}): "
+                                         f"restored the {record['restored']}" if parent else
+                                         f"cold start: {record['cold_start']}"))
 
     def manager(self):
         """The chief's CheckpointManager on the run's checkpoint directory (with MultiWorkerMirrored, every other
@@ -509,6 +527,9 @@ class TrainingRun:
             metrics = {"loss": p.epoch_loss / p.epoch_steps, "accuracy": p.epoch_correct / p.epoch_examples}
             if step % every == 0 or step == total:
                 self.save_checkpoint(step)
+            self.window.add(loss_sum, correct_sum, steps, steps * batch)
+            if step % self.training.summary_every_steps < steps or step == total:
+                self.summarize(step)
             self.report(step, metrics)
             if step % per_epoch == 0:
                 p.history = [*p.history, metrics]  # a new list: a commit keeps a reference, not a copy
@@ -522,6 +543,18 @@ class TrainingRun:
             saver.save(checkpoint_number=step)
             if self.sync.is_chief:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
+
+    def summarize(self, step: int) -> None:
+        """The chief writes the steps since the last summary (mean loss and accuracy, examples/s) and the learning
+        rate to TensorBoard and the training curve; every process starts a new window."""
+        window, self.window = self.window, Window()
+        if not self.sync.is_chief:
+            return
+        point = {"step": step, **window.means(), "learning_rate": float(self.optimizer.learning_rate.numpy())}
+        if self.summaries is None:
+            self.summaries = scalar_writer(self.tf, self.args.tensorboard)
+        self.summaries(step, {k: v for k, v in point.items() if k != "step"})
+        append_curve_point(self.args.curve, point)
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         """Log the progress (the chief also writes it to the progress record) every PROGRESS_SECONDS and at the
@@ -563,8 +596,27 @@ class TrainingRun:
             "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
             "workers": sync.workers,
             "train_seconds": round(finished - self.started, 2),
+            "warm_start": WarmStart.summary(self.args.warm_start),
         })
         say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
+
+
+class Window:
+    """The training steps since the last summary: sums of loss and correct, steps, examples, and when it began."""
+
+    def __init__(self) -> None:
+        self.loss = self.correct = 0.0
+        self.steps = self.examples = 0
+        self.began = time.monotonic()
+
+    def add(self, loss_sum: float, correct_sum: float, steps: int, examples: int) -> None:
+        self.loss, self.correct = self.loss + loss_sum, self.correct + correct_sum
+        self.steps, self.examples = self.steps + steps, self.examples + examples
+
+    def means(self) -> dict[str, float | None]:
+        seconds = time.monotonic() - self.began
+        return {"loss": self.loss / max(self.steps, 1), "accuracy": self.correct / max(self.examples, 1),
+                "examples_per_sec": round(self.examples / seconds, 1) if seconds > 0 else None}
 
 
 def main() -> None:

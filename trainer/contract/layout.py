@@ -51,12 +51,16 @@ class RunLayout:
     heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
     progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
     curve_file = property(lambda self: os.path.join(self.run_dir, "train", "curve.jsonl"))
-    tensorboard_dir = property(lambda self: os.path.join(self.run_dir, "tensorboard"))
-    """TensorBoard event files: ``train/`` (the chief's) and ``eval/``; ``tensorboard --logdir <artifact root>/
-    <pipeline>/runs`` shows every run side by side."""
+    warm_start_file = property(lambda self: os.path.join(self.run_dir, "train", "warm_start.json"))
+    """Where the run's training started from (the parent version, or why it started cold) and what was restored."""
     manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
     blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
     data_validation_dir = property(lambda self: os.path.join(self.run_dir, "validate_data"))
+
+    def tensorboard(self, part: str) -> str:
+        """TensorBoard event files of ``part``: 'train' (the chief's) or 'eval'; ``tensorboard --logdir <artifact
+        root>/<pipeline>/runs`` shows every run side by side (as ``<run key>/tensorboard/<part>``)."""
+        return os.path.join(self.run_dir, "tensorboard", part)
 
     def result(self, task_id: str) -> str:
         """The result record of the stage ``task_id``."""

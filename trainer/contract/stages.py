@@ -91,7 +91,8 @@ class ValidateDataArgs(StageArgs):
 
 @dataclass(frozen=True)
 class TrainArgs(StageArgs):
-    """Stage train: the run's shards → checkpoints (the chief's), progress and heartbeats."""
+    """Stage train: the run's shards (and, warm-started, the baseline's checkpoint) → checkpoints (the chief's),
+    progress, heartbeats, the training curve and TensorBoard summaries."""
 
     stage = "train"
     data: str
@@ -99,6 +100,11 @@ class TrainArgs(StageArgs):
     result: str
     heartbeats: str
     progress: str
+    run: str
+    model_dir: str
+    warm_start: str
+    curve: str
+    tensorboard: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ class EvaluateArgs(StageArgs):
     train_result: str
     out: str
     result: str
+    tensorboard: str
 
 
 @dataclass(frozen=True)
@@ -124,5 +131,7 @@ class ExportArgs(StageArgs):
     data: str
     model_dir: str
     eval: str
+    train_result: str
+    warm_start: str
     version_base: int
     result: str

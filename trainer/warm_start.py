@@ -1,0 +1,136 @@
+"""Warm start (``training.warm_start``): a run's first weights from the version the gate will compare it with.
+
+The parent is the baseline (``registry.baseline_for``: the newest version published for a data interval ending no
+later than this run's), restored from the training checkpoint kept beside it (``registry.WARM_START_CHECKPOINT``).
+Every variable of the parent's model is restored, and the optimizer's state where the optimizer is the same (the
+same variables, names and shapes); the step counter and the optimizer's iterations start again at 0, and the
+learning rate is this run's. The feature normalization is this run's data's (it is built into the model from the
+data manifest, not restored): the data gate has bounded how far that data moved from the parent's.
+
+Variables are matched by their path in the checkpoint's object graph (``model/_operations/3/_kernel``) and shape.
+When any of the model's differ (the spec's model changed), the run starts cold, naming them, or with
+``on_mismatch: fail`` is refused. Only a run's first start warm-starts: a retry resumes from its own checkpoint."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import re
+import tempfile
+from typing import Any
+
+from tfdist.trainer.contract import EXIT_REFUSED, read_json, registry
+from tfdist.trainer.runtime import fail
+
+SHOWN_MISMATCHES = 10
+
+
+def variable_shapes(tf, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Each variable of a checkpoint by its shortest object path below each top-level object (``model/...``,
+    ``optimizer/...``: a variable both hold has a path under each), with its shape."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    found: dict[str, tuple[int, ...]] = {}
+    for top in graph.nodes[0].children:
+        queue, seen = collections.deque([(top.node_id, top.local_name)]), {top.node_id}
+        while queue:
+            node, path = queue.popleft()
+            for attribute in graph.nodes[node].attributes:
+                if attribute.name == "VARIABLE_VALUE":
+                    found[path] = tuple(shapes[attribute.checkpoint_key])
+            for child in graph.nodes[node].children:
+                if child.node_id not in seen:
+                    seen.add(child.node_id)
+                    queue.append((child.node_id, f"{path}/{child.local_name}"))
+    return found
+
+
+def differences(ours: dict[str, tuple], parent: dict[str, tuple], part: str, model=None) -> list[str]:
+    """The variables under ``part`` ('model', 'optimizer') that are not in both with the same shape; with
+    ``model``, each named by its layer too."""
+    names = sorted(n for n in {*ours, *parent} if n.startswith(part + "/"))
+    return [f"{readable(n, model)} {list(ours[n]) if n in ours else 'absent'} here, "
+            f"{list(parent[n]) if n in parent else 'absent'} in the parent"
+            for n in names if ours.get(n) != parent.get(n)]
+
+
+def readable(path: str, model) -> str:
+    """``model/_operations/4/_kernel`` as ``dense_1/kernel (model/_operations/4/_kernel)``."""
+    found = re.fullmatch(r"model/_operations/(\d+)/_?(\w+)", path)
+    if model is None or not found or int(found[1]) >= len(model.operations):
+        return path
+    return f"{model.operations[int(found[1])].name}/{found[2]} ({path})"
+
+
+def weight_digests(model) -> list[list[str]]:
+    """Each model variable's Keras path and sha256, in the model's order: which weights a run started from."""
+    return [[v.path, hashlib.sha256(v.numpy().tobytes()).hexdigest()[:16]] for v in model.weights]
+
+
+class WarmStart:
+    """This run's parent, found from the run's record and the model directory (None, with the reason, if none)."""
+
+    def __init__(self, spec, run_file: str, model_dir: str):
+        self.settings = spec.training.warm_start
+        self.parent, self.cold_start = None, None
+        if self.settings.source == "none":
+            self.cold_start = "training.warm_start is none"
+            return
+        run = read_json(run_file)
+        self.parent = registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"])
+        if self.parent is None:
+            self.cold_start = "no baseline: nothing published as of this data interval"
+        elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
+            self.cold_start = (f"baseline version {self.parent['version']} keeps no training checkpoint "
+                               "(published by an earlier tfdist)")
+
+    def restore(self, tf, model, optimizer, learning_rate: float) -> dict[str, Any]:
+        """Restore the parent into ``model`` (and ``optimizer`` where it is the same); the record of what was
+        done. A mismatch starts cold, or refuses the stage with ``on_mismatch: fail``."""
+        if self.cold_start:
+            return self.record(model)
+        prefix = registry.warm_start_checkpoint(self.parent["path"])
+        with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
+            ours = variable_shapes(tf, tf.train.Checkpoint(model=model, optimizer=optimizer).write(
+                os.path.join(scratch, "ckpt")))
+        parent = variable_shapes(tf, prefix)
+        mismatched = differences(ours, parent, "model", model)
+        if mismatched:
+            reason = (f"{len(mismatched)} variable(s) of the model do not match baseline version "
+                      f"{self.parent['version']}: " + "; ".join(mismatched[:SHOWN_MISMATCHES]))
+            if self.settings.on_mismatch == "fail":
+                fail(f"refusing to start cold (training.warm_start.on_mismatch is fail): {reason}", EXIT_REFUSED)
+            self.cold_start = reason
+            return self.record(model, mismatched)
+        with_optimizer = not differences(ours, parent, "optimizer")
+        objects = {"model": model, **({"optimizer": optimizer} if with_optimizer else {})}
+        status = tf.train.Checkpoint(**objects).read(prefix)
+        status.assert_existing_objects_matched().expect_partial()  # the parent's step counter is not restored
+        optimizer.iterations.assign(0)
+        optimizer.learning_rate.assign(learning_rate)
+        return self.record(model, restored="model and optimizer" if with_optimizer else "model (another optimizer)")
+
+    def record(self, model, mismatched: list[str] = (), restored: str | None = None) -> dict[str, Any]:
+        parent = self.parent if restored else None
+        return {"from": self.settings.source, "on_mismatch": self.settings.on_mismatch,
+                "parent": parent and {k: parent[k] for k in ("version", "run_id", "path", "data_interval_end")},
+                "parent_final": parent and parent.get("train_metrics"),
+                "restored": restored, "cold_start": self.cold_start, "mismatched": list(mismatched),
+                "normalization": "this run's data", "weights": weight_digests(model)}
+
+    @staticmethod
+    def summary(path: str) -> dict[str, Any] | None:
+        """What the train stage's result (and so the task's XCom and the runs page) keeps of the record at
+        ``path``; None for a run that started before tfdist recorded it."""
+        if not os.path.exists(path):
+            return None
+        record = read_json(path)
+        parent = record["parent"] or {}
+        return {"parent_version": parent.get("version"), "parent_run_id": parent.get("run_id"),
+                "cold_start": record["cold_start"] and record["cold_start"][:200],
+                "parent_final": record["parent_final"]}
