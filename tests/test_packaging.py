@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import tomllib
 from functools import cache
 from importlib import metadata
@@ -19,9 +20,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO, plan_for
+from tests.conftest import REPO, make_spec, plan_for
 from tfdist.operators.launchers.processes import local_processes
-from tfdist.trainer.contract import read_json
+from tfdist.trainer.contract import read_json, run_key
 
 CODE_FOLDERS = {"operators": "tfdist.operators", "trainer": "tfdist.trainer"}
 """Each folder of package code and the module path it is installed as."""
@@ -269,9 +270,27 @@ def test_the_plugin_loads_whichever_module_of_ours_imports_airflow_first(first, 
 def test_the_plugin_serves_the_page_and_the_provider_declares_the_operators_extra_links():
     from tfdist.operators.export import ExportModelOperator
     from tfdist.operators.plugin import TfdistPlugin
+    from tfdist.operators.train import DistributedTrainOperator
     from tfdist.operators.provider_info import EXTRA_LINKS
 
-    assert EXTRA_LINKS == [f"{type(link).__module__}.{type(link).__name__}"
-                           for link in ExportModelOperator.operator_extra_links]
+    links = [*ExportModelOperator.operator_extra_links, *DistributedTrainOperator.operator_extra_links]
+    assert EXTRA_LINKS == list(dict.fromkeys(f"{type(link).__module__}.{type(link).__name__}" for link in links))
     assert [v["url_route"] for v in TfdistPlugin.external_views] == ["training-runs", "training-runs-of-dag"]
     assert [a["url_prefix"] for a in TfdistPlugin.fastapi_apps] == ["/tfdist"]
+
+
+def test_train_links_to_its_run_in_tensorboard_where_the_spec_or_airflow_names_one(tmp_path, monkeypatch):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from tfdist.operators import build_dag
+    from tfdist.operators.ui.links import TensorBoardLink
+
+    key = types.SimpleNamespace(dag_id="digits_test", run_id="manual__2026-11-24T10:00:00+00:00")
+    named = build_dag(make_spec(str(tmp_path), training={"tensorboard_url": "https://tb.example.com/ml/"}))
+    served = DagSerialization.from_dict(DagSerialization.to_dict(named)).get_task("train")  # what the API server reads
+    assert TensorBoardLink().get_link(served, ti_key=key) == (
+        f"https://tb.example.com/ml/?runFilter=%5E{run_key(key.run_id)}%2F#timeseries")
+    unnamed = build_dag(make_spec(str(tmp_path))).get_task("train")
+    assert TensorBoardLink().get_link(unnamed, ti_key=key) == ""
+    monkeypatch.setenv("AIRFLOW__TFDIST__TENSORBOARD_URL", "http://tensorboard:6006")
+    assert TensorBoardLink().get_link(unnamed, ti_key=key).startswith("http://tensorboard:6006/?runFilter=%5Emanual__")

@@ -1,12 +1,15 @@
-"""The operator extra links to the training-runs page: each stage to its run, export also to its version."""
+"""The operator extra links: each stage to its run on the training-runs page, export also to its version, train to
+its run in TensorBoard where one is named."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
-from airflow.sdk import BaseOperatorLink, BaseXCom
+from airflow.sdk import BaseOperatorLink, BaseXCom, conf
 
 from tfdist.operators.ui import page_url
+from tfdist.trainer.contract import run_key
 
 
 class TrainingRunLink(BaseOperatorLink):
@@ -26,3 +29,16 @@ class PublishedVersionLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         result = BaseXCom.get_value(ti_key=ti_key, key="return_value") or {}
         return page_url(ti_key.dag_id, run=ti_key.run_id, version=result["version"]) if "version" in result else ""
+
+
+class TensorBoardLink(BaseOperatorLink):
+    """Train's link to its run in TensorBoard (its time series, filtered to the run), where the spec's
+    ``training.tensorboard_url`` or Airflow's setting ``[tfdist] tensorboard_url`` names a TensorBoard serving the
+    pipeline's runs directory; none otherwise."""
+
+    name = "TensorBoard"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        url = getattr(operator, "tensorboard_url", None) or conf.get("tfdist", "tensorboard_url", fallback="")
+        query = urlencode({"runFilter": f"^{run_key(ti_key.run_id)}/"})  # a run key has no regex metacharacter
+        return f"{url.rstrip('/')}/?{query}#timeseries" if url else ""
