@@ -463,17 +463,27 @@ def test_an_oom_killed_pod_and_an_unpullable_image_are_named_with_their_reason(c
 
 
 def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tmp_path):
-    """operator 'auto' finds the TFJob CRD through API discovery and runs MultiWorkerMirrored as a TFJob;
-    'kubeflow' on a cluster without it is refused (no retry), before anything is created."""
+    """operator 'auto' finds the TFJob CRD through API discovery and runs MultiWorkerMirrored as a TFJob, warm-started
+    from the baseline version on the artifact volume; 'kubeflow' on a cluster without it is refused (no retry),
+    before anything is created."""
     kubeflow = Cluster(str(tmp_path / "kubeflow"), crds=("tfjobs",)).start()
     os.environ["AIRFLOW_CONN_K8S_KUBEFLOW"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}})
+    published = {"validation": {"thresholds": {"accuracy": {"lower": 0.1}}}, "export": {"model_name": "k8s_warm"}}
+    parent = prepared_plan(digits_root, "k8s_warm_parent", DAY - dt.timedelta(days=1),
+                           training={"epochs": 1, "num_workers": 1}, **published)
+    for task_id in ("train", "evaluate", "export"):
+        run(parent, task_id)
     try:
-        plan = prepared_plan(digits_root, "k8s_tfjob", training={"epochs": 1, "launcher": "kubernetes"},
-                             kubernetes={**KUBERNETES, "connection_id": "k8s_kubeflow"})
+        plan = prepared_plan(digits_root, "k8s_tfjob", training={"epochs": 1, "launcher": "kubernetes",
+                                                                 "warm_start": "baseline"},
+                             kubernetes={**KUBERNETES, "connection_id": "k8s_kubeflow"}, **published)
         result, lines = launch(plan, "train")
         name = object_name(plan.context.dag_id, plan.context.run_id, "train")
         assert kubeflow.created == [("TFJob", name)] and result["workers"] == 2
+        version = read_json(parent.layout.result("export"))["version"]
+        assert result["warm_start"]["parent_version"] == version  # through the chief's termination message
+        assert "[worker-0] worker-0: warm start from version" in "\n".join(lines)
         # worker-1's last lines may come after worker-0 ended the TFJob (cleanPodPolicy Running deletes its pod)
         assert "worker-0" in weights(lines) and len(set(weights(lines).values())) == 1
         wait_for(lambda: not kubeflow.objects, 30, "the TFJob, its pods and Services to be deleted")
