@@ -9,7 +9,8 @@ from typing import Any
 
 DISTRIBUTION = "airflow-tfdist"
 """The distribution's name in pyproject.toml; Airflow refuses provider info that names another."""
-EXTRA_LINKS = [f"{__package__}.ui.links.{link}" for link in ("TrainingRunLink", "PublishedVersionLink", "TensorBoardLink")]
+EXTRA_LINKS = [f"{__package__}.ui.links.{link}"
+               for link in ("TrainingRunLink", "PublishedVersionLink", "TensorBoardLink")]
 """Every extra link of the operators, as import paths (``airflow providers links`` lists them): Airflow reads
 provider info while it initializes, so nothing here imports Airflow."""
 
