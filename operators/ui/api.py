@@ -83,7 +83,7 @@ def version_model_dir(dag_id: str, version: int, session: Any) -> str:
     """The pipeline's model directory that holds ``version``, published or withdrawn; 404 if none does."""
     _, roots, declared = _pipeline(dag_id, session)
     for model_dir in all_model_dirs(list_runs(dag_id, roots), declared):
-        if {m["version"] for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]} & {version}:
+        if version in {m["version"] for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]}:
             return model_dir
     raise HTTPException(404, f"no version {version} of {dag_id!r}, published or withdrawn")
 
@@ -121,11 +121,33 @@ def change_version(dag_id: str, version: int, extra: dict[str, Any], user: Any, 
             "asset_event": extra}
 
 
+def add_version_routes(app: FastAPI) -> FastAPI:
+    """Withdraw and restore a published version: for who may edit the DAG and create asset events."""
+    edits_dag = [Depends(requires_access_dag("PUT")), Depends(requires_access_asset("POST"))]
+
+    @app.post("/pipelines/{dag_id}/versions/{version}/withdraw", dependencies=edits_dag)
+    def withdraw(dag_id: str, version: int, body: Withdrawal, user: GetUserDep,
+                 session: SessionDep) -> dict[str, Any]:
+        """Withdraw a published version (moved aside; TF Serving serves the previous one), recording who and
+        why, and tell the model's consumers with an Asset event."""
+        by = user.get_name()
+        return change_version(dag_id, version, {"withdrawn": version, "reason": body.reason, "by": by}, user,
+                              session, lambda model_dir: registry.withdraw(model_dir, version, body.reason, by))
+
+    @app.post("/pipelines/{dag_id}/versions/{version}/restore", dependencies=edits_dag)
+    def restore(dag_id: str, version: int, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+        """Put a withdrawn version back (refused while a version of that number is published); an Asset event
+        says so."""
+        return change_version(dag_id, version, {"restored": version, "by": user.get_name()}, user, session,
+                              lambda model_dir: registry.restore(model_dir, version))
+
+    return app
+
+
 def build_app() -> FastAPI:
     app = FastAPI(title="tfdist", description="Training runs of distributed TensorFlow pipelines")
     signed_in = [Depends(requires_authenticated())]
     reads_runs = [Depends(requires_access_dag("GET", DagAccessEntity.RUN))]
-    edits_dag = [Depends(requires_access_dag("PUT")), Depends(requires_access_asset("POST"))]
 
     @app.get("/pipelines")
     def pipelines(user: GetUserDep, session: SessionDep) -> list[dict[str, Any]]:
@@ -167,22 +189,6 @@ def build_app() -> FastAPI:
         """Every run of the pipeline, newest data interval first."""
         return pipeline_overview(dag_id, session)["runs"]
 
-    @app.post("/pipelines/{dag_id}/versions/{version}/withdraw", dependencies=edits_dag)
-    def withdraw(dag_id: str, version: int, body: Withdrawal, user: GetUserDep,
-                 session: SessionDep) -> dict[str, Any]:
-        """Withdraw a published version (moved aside; TF Serving serves the previous one), recording who and
-        why, and tell the model's consumers with an Asset event."""
-        by = user.get_name()
-        return change_version(dag_id, version, {"withdrawn": version, "reason": body.reason, "by": by}, user,
-                              session, lambda model_dir: registry.withdraw(model_dir, version, body.reason, by))
-
-    @app.post("/pipelines/{dag_id}/versions/{version}/restore", dependencies=edits_dag)
-    def restore(dag_id: str, version: int, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
-        """Put a withdrawn version back (refused while a version of that number is published); an Asset event
-        says so."""
-        return change_version(dag_id, version, {"restored": version, "by": user.get_name()}, user, session,
-                              lambda model_dir: registry.restore(model_dir, version))
-
     @app.get("/ui/", dependencies=signed_in)
     def index_page() -> FileResponse:
         return FileResponse(PAGE_FILES["page.html"], headers=NO_CACHE)
@@ -197,4 +203,4 @@ def build_app() -> FastAPI:
             raise HTTPException(404, f"no file {name!r}")
         return FileResponse(PAGE_FILES[name], headers=NO_CACHE)
 
-    return app
+    return add_version_routes(app)
