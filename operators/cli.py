@@ -2,7 +2,9 @@
 
     tfdist validate SPEC.yaml
     tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
-    tfdist models MODEL_DIR            (the published versions of one model)
+    tfdist models MODEL_DIR            (the published versions of one model, and the withdrawn ones)
+    tfdist models withdraw MODEL_DIR VERSION --reason "..." [--by NAME]
+    tfdist models restore MODEL_DIR VERSION
     tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
     tfdist --version
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import getpass
 import json
 import os
 import sys
@@ -66,12 +69,52 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
 
 
 def list_models(model_dir: str) -> None:
-    published = registry.versions(model_dir)
-    if not published:
+    published, withdrawn = registry.versions(model_dir), registry.withdrawn(model_dir)
+    if not published and not withdrawn:
         raise SystemExit(f"no versions published in {model_dir}")
     for meta in reversed(published):
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
         print(f"{meta['path']}  run {meta['run_id']}  {metrics}")
+    for meta in reversed(withdrawn):
+        record = meta["withdrawn"]
+        print(f"{meta['path']}  WITHDRAWN by {record['by']} at {record['at']}: {record['reason']}")
+
+
+MODEL_ACTIONS = ("withdraw", "restore")
+
+
+def change_model(action: str, model_dir: str, version: int, reason: str, by: str) -> None:
+    """Withdraw or restore a version and say what TF Serving serves now. No Asset event: the CLI does not reach
+    Airflow (its database is the API server's to write, behind its auth); it prints the event to post."""
+    from tfdist.operators.report import now_served
+
+    if action == "withdraw":
+        result = registry.withdraw(model_dir, version, reason, by)
+        print(f"withdrew version {version} of {model_dir} (by {by}: {result['reason']}); "
+              f"moved to {registry.withdrawn_path(model_dir, version)}")
+        extra = {"withdrawn": version, "reason": result["reason"], "by": by}
+    else:
+        result = registry.restore(model_dir, version)
+        print(f"restored version {version} of {model_dir} (withdrawn by {result['by']}: {result['reason']})")
+        extra = {"restored": version, "by": by}
+    print(now_served(model_dir, result["live"]))
+    print(f"no Asset event was emitted (the CLI does not reach Airflow): the plugin's API route does this and emits "
+          f"one; to tell the consumers of model://{os.path.basename(model_dir)} now, POST /api/v2/assets/events "
+          f"with extra {json.dumps(extra)}")
+
+
+def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``models MODEL_DIR`` lists; ``models withdraw|restore MODEL_DIR VERSION`` changes one version."""
+    words = args.words
+    if words[0] not in MODEL_ACTIONS:
+        if len(words) != 1:
+            parser.error(f"models: expected MODEL_DIR, or {' or '.join(MODEL_ACTIONS)} MODEL_DIR VERSION")
+        return list_models(words[0])
+    if len(words) != 3 or not words[2].isdigit():
+        parser.error(f"models {words[0]}: expected MODEL_DIR VERSION (an integer), got {' '.join(words[1:])!r}")
+    if words[0] == "withdraw" and args.reason is None:
+        parser.error("models withdraw: --reason is required (say why the version is bad)")
+    change_model(words[0], words[1], int(words[2]), args.reason or "", args.by or getpass.getuser())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
                       help="kubernetes: print the objects the run creates, as YAML documents")
     plan.add_argument("--kubeflow", action="store_true", help="with kubernetes: the train stage as a TFJob or MPIJob")
-    sub.add_parser("models", help="list a model's published versions, newest first").add_argument("model_dir")
+    models = sub.add_parser("models", help="list a model's versions, newest first; withdraw or restore one")
+    models.add_argument("words", nargs="+", metavar="MODEL_DIR | {withdraw,restore} MODEL_DIR VERSION")
+    models.add_argument("--reason", help="withdraw: why the version is bad (required)")
+    models.add_argument("--by", help="who withdraws or restores it (default: your user name)")
     runs = sub.add_parser("runs", help="compare a pipeline's runs side by side (from the artifact root)")
     runs.add_argument("dag_id")
     runs.add_argument("--json", action="store_true", help="print the full summaries as JSON")
@@ -107,12 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             found = list_runs(args.dag_id, [default_artifact_root()])
             print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
-            list_models(args.model_dir)
+            models_command(models, args)
         else:
             from tfdist.operators.demo import run_demo
 
             return run_demo(default_artifact_root(), os.path.abspath(args.logs))
-    except SpecError as exc:
+    except (SpecError, registry.RegistryError) as exc:
         print(exc, file=sys.stderr)
         return 2
     return 0

@@ -12,6 +12,11 @@ from tfdist.operators.plan import Plan
 from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
 
 
+def model_asset(model_name: str) -> Asset:
+    """The Asset whose events tell consumers of a model that a version was published or withdrawn."""
+    return Asset(f"model://{model_name}")
+
+
 class ExportModelOperator(StageOperator):
     """Publishes the blessed checkpoint as ``<export root>/<model name>/<version>/`` and emits an event
     for the Asset ``model://<model name>`` (extra: version, path, and its parent version or why it started
@@ -28,7 +33,7 @@ class ExportModelOperator(StageOperator):
         # where the training-runs page lists the published versions (with a templated export_root: the runs'
         # own export results name theirs)
         self.model_dir = os.path.join(self.spec.export_root, self.spec.export.model_name)
-        self.model_asset = Asset(f"model://{self.spec.export.model_name}")
+        self.model_asset = model_asset(self.spec.export.model_name)
         self.outlets = [*self.outlets, self.model_asset]
 
     @classmethod

@@ -93,13 +93,36 @@ def list_runs(dag_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]
                          for key in sorted(os.listdir(d)))
 
 
+VERSION_FIELDS = ("version", "run_id", "data_interval_start", "data_interval_end", "metrics", "gate", "path")
+
+
 def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
-    """The published versions, newest first; the newest is the current baseline (what the next run of the
+    """The published versions and the withdrawn ones, newest first; ``withdrawn`` says who withdrew a version,
+    when and why (None: published). The newest published one is the current baseline (what the next run of the
     latest data interval compares with)."""
-    found = sorted((m for d in dict.fromkeys(model_dirs) for m in registry.versions(d)), key=lambda m: m["version"],
-                   reverse=True)
-    return [{**{k: m.get(k) for k in ("version", "run_id", "data_interval_start", "data_interval_end", "metrics",
-                                       "gate", "path")}, "baseline": i == 0} for i, m in enumerate(found)]
+    dirs = list(dict.fromkeys(model_dirs))
+    live = sorted((m for d in dirs for m in registry.versions(d)), key=lambda m: m["version"], reverse=True)
+    rows = [_version_row(m, baseline=i == 0) for i, m in enumerate(live)]
+    rows += [_version_row(m, baseline=False) for d in dirs for m in registry.withdrawn(d)]
+    return sorted(rows, key=lambda m: m["version"], reverse=True)
+
+
+def _version_row(metadata: dict[str, Any], baseline: bool) -> dict[str, Any]:
+    return {**{k: metadata.get(k) for k in VERSION_FIELDS}, "baseline": baseline,
+            "withdrawn": metadata.get("withdrawn")}
+
+
+def all_model_dirs(runs: Iterable[dict[str, Any]], declared: Iterable[str]) -> list[str]:
+    """A pipeline's model directories: those its export tasks declare and those its runs exported to."""
+    return list(dict.fromkeys([*declared, *(os.path.dirname(r["export_path"]) for r in runs if r.get("export_path"))]))
+
+
+def now_served(model_dir: str, live: int | None) -> str:
+    """After a withdrawal or restore, what TF Serving's "latest" policy serves, in words."""
+    if live is None:
+        return (f"no published version of {os.path.basename(model_dir)} is left: TF Serving serves none until one is "
+                "published or restored")
+    return f"TF Serving now serves version {live}, the newest published one"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +169,8 @@ def _series(run_type: str | None, backfill: Backfill | None) -> tuple[str, str]:
 def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
              airflow_runs: dict[str, AirflowRun], backfills: dict[int, Backfill]) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
-    root remembers), the metrics and thresholds to chart, the published versions."""
+    root remembers), the metrics and thresholds to chart, the published and withdrawn versions (a run's
+    ``export_withdrawn``: its version's withdrawal, who, when and why)."""
     now = dt.datetime.now(dt.timezone.utc)
     found = {r["run_id"]: r for r in list_runs(dag_id, artifact_roots)}
     runs = []
@@ -165,6 +189,10 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
             "series": series, "series_label": label,
         })
     runs = _newest_first(runs)
+    versions = published_versions(all_model_dirs(runs, model_dirs))
+    withdrawn = {v["version"]: v["withdrawn"] for v in versions if v["withdrawn"]}
+    for run in runs:
+        run["export_withdrawn"] = withdrawn.get(run["export_version"])
     evaluated = [r for r in runs if r.get("thresholds") is not None]
     metrics = list(dict.fromkeys(k for r in runs for k in r["metrics"] or {}))
     return {
@@ -174,8 +202,7 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
         "thresholds": evaluated[0]["thresholds"] if evaluated else {},
         "change_thresholds": evaluated[0]["change_thresholds"] if evaluated else {},
         "runs": runs,
-        "versions": published_versions([*model_dirs, *(os.path.dirname(r["export_path"]) for r in runs
-                                                       if r.get("export_path"))]),
+        "versions": versions,
     }
 
 

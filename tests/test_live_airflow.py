@@ -27,6 +27,7 @@ from tfdist.operators.report import format_runs, list_runs
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
+from tests.test_withdraw import publish
 from tfdist.trainer.contract import BLESSING, MANIFEST, read_json, registry, run_path
 
 pytestmark = pytest.mark.e2e
@@ -84,12 +85,16 @@ def airflow(tmp_path_factory):
         spec = make_spec(root, name=name, export={"model_name": name}, **sections)
         spec["training"].update(epochs=2, pool="training")
         (dags / "specs" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    # a pipeline whose versions its test writes (publish-like directories): withdrawn and restored through the API
+    (dags / "digits_withdraw.py").write_text(dag_file({
+        **EXAMPLE, "name": "digits_withdraw", "start_date": str(last_day + dt.timedelta(days=1)),
+        "export": {"model_name": "digits_withdraw"}}))
     (restricted / "other_team.py").write_text(dag_file({**EXAMPLE, "name": "other_team_pipeline"}))
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
-                    "team_b", "team_c", "other_team_pipeline"])
+                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw"])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -484,3 +489,37 @@ def test_training_runs_page_follows_a_running_training_without_a_reload(airflow)
             page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-live.png"), full_page=True)
     finally:
         airflow.api("PATCH", f"/api/v2/dags/digits_nightly/dagRuns/{run_id}", {"state": "failed"})
+
+
+def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_an_asset_event(airflow):
+    model_dir = os.path.join(airflow.root, "models", "digits_withdraw")
+    for version in (1, 2):
+        publish(model_dir, version)
+    path = "/tfdist/pipelines/digits_withdraw/versions/{}/{}"
+    reason = {"reason": "labels of the 2nd were shifted"}
+    assert airflow.request("POST", path.format(2, "withdraw"), user=None, body=reason).status_code == 401
+    assert airflow.request("POST", path.format(2, "withdraw"), user="analyst", body=reason).status_code == 403
+    assert airflow.request("POST", path.format(2, "withdraw"), body={"reason": " "}).status_code == 422
+    assert airflow.request("POST", path.format(7, "withdraw"), body=reason).status_code == 404
+    assert sorted(os.listdir(model_dir)) == ["1", "2"]
+
+    withdrawn = airflow.request("POST", path.format(2, "withdraw"), body=reason)  # admin
+    assert withdrawn.status_code == 200, withdrawn.text
+    assert {k: withdrawn.json()[k] for k in ("version", "by", "reason", "live")} == {
+        "version": 2, "by": "admin", "reason": reason["reason"], "live": 1}
+    assert sorted(os.listdir(model_dir)) == [".withdrawn", "1"]
+    assert read_json(os.path.join(model_dir, ".withdrawn", "2", "withdrawn.json"))["by"] == "admin"
+    again = airflow.request("POST", path.format(2, "withdraw"), body=reason)
+    assert again.status_code == 409 and "already withdrawn" in again.json()["detail"]
+    (page_version,) = [v for v in airflow.api("GET", "/tfdist/pipelines/digits_withdraw")["versions"]
+                       if v["version"] == 2]
+    assert page_version["withdrawn"]["reason"] == reason["reason"]
+
+    assert airflow.request("POST", path.format(2, "restore"), user="analyst").status_code == 403
+    restored = airflow.request("POST", path.format(2, "restore"))
+    assert restored.status_code == 200 and restored.json()["live"] == 2 and sorted(os.listdir(model_dir)) == [
+        ".withdrawn", "1", "2"]
+    (asset,) = airflow.api("GET", "/api/v2/assets?uri_pattern=model://digits_withdraw")["assets"]
+    events = airflow.api("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")["asset_events"]
+    assert [e["extra"] for e in events] == [{"withdrawn": 2, "reason": reason["reason"], "by": "admin"},
+                                            {"restored": 2, "by": "admin"}]  # none of the refused one

@@ -57,13 +57,15 @@ def serving_accuracy(tf, path: str, data_dir: str, manifest: dict) -> float:
 
 def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
     """(version, already published by this run from this checkpoint): the first version from ``base`` neither
-    published nor claimed by another export. The claim, ``.claim-<version>`` naming the run and checkpoint, is
-    created exclusively, so that exports running at once get distinct versions; a rerun of the run takes its
-    own claim back (a claim whose export was killed for good leaves that version unused)."""
+    published, withdrawn nor claimed by another export. The claim, ``.claim-<version>`` naming the run and
+    checkpoint, is created exclusively, so that exports running at once get distinct versions; a rerun of the run
+    takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
     os.makedirs(model_dir, exist_ok=True)
     owner = {"run_id": run_id, "source_checkpoint": checkpoint}
     for version in range(base, base + MAX_VERSIONS_PER_INTERVAL):
         path, claim = os.path.join(model_dir, str(version)), claim_path(model_dir, version)
+        if os.path.exists(registry.withdrawn_path(model_dir, version)):
+            continue  # a withdrawn version's number is never published again (restore brings it back)
         if os.path.exists(path):
             if _owner(registry.metadata_file(path)) == owner:
                 return version, True

@@ -4,29 +4,38 @@ metadata database (run type, state, times, backfills).
 
 Every route requires a user signed in to Airflow (the UI's session cookie, or the Bearer token from
 ``/auth/token`` that the REST API takes): 401 without one. A pipeline's page and data also require the
-permission to read that DAG's runs (403), as Airflow's own run pages do."""
+permission to read that DAG's runs (403), as Airflow's own run pages do. Withdrawing or restoring a version
+requires the permission to edit the DAG that publishes the model and to create asset events (403), as Airflow's
+own ``POST /api/v2/assets/events`` does."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.app import get_auth_manager
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
+from airflow.api_fastapi.core_api.security import (GetUserDep, requires_access_asset, requires_access_dag,
+                                                   requires_authenticated)
+from airflow.assets.manager import asset_manager
+from airflow.configuration import conf
+from airflow.models.asset import AssetModel
 from airflow.models.backfill import Backfill as BackfillRow
 from airflow.models.dag import DagModel, DagTag
 from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse
+from pydantic import BaseModel, StringConstraints
 from sqlalchemy import select
 
-from tfdist.operators.report import AirflowRun, Backfill, data_validation, overview, progress
-from tfdist.trainer.contract import run_path
+from tfdist.operators.export import model_asset
+from tfdist.operators.report import (AirflowRun, Backfill, all_model_dirs, data_validation, list_runs, now_served,
+                                     overview, progress)
+from tfdist.trainer.contract import registry, run_path
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
 NO_CACHE = {"Cache-Control": "no-cache"}  # a plugin upgrade shows at the next load
@@ -63,6 +72,76 @@ def run_record(dag_id: str, run_id: str, session: Any, read: Any) -> Any:
     """What ``read`` finds in the run's directory under any of the pipeline's artifact roots, else None."""
     _, roots, _ = _pipeline(dag_id, session)
     return next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
+
+
+class Withdrawal(BaseModel):
+    reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    """Why the version is bad (required)."""
+
+
+def version_model_dir(dag_id: str, version: int, session: Any) -> str:
+    """The pipeline's model directory that holds ``version``, published or withdrawn; 404 if none does."""
+    _, roots, declared = _pipeline(dag_id, session)
+    for model_dir in all_model_dirs(list_runs(dag_id, roots), declared):
+        if version in {m["version"] for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]}:
+            return model_dir
+    raise HTTPException(404, f"no version {version} of {dag_id!r}, published or withdrawn")
+
+
+def emit_model_event(model_dir: str, extra: dict[str, Any], user: Any, session: Any) -> list:
+    """Record an event on the model's Asset in this request's session (committed with it), as Airflow's
+    ``POST /api/v2/assets/events`` does; its callbacks (listeners) for the caller to run once the change is
+    made. 404 if Airflow knows no such Asset."""
+    uri = model_asset(os.path.basename(model_dir)).uri
+    asset = session.scalar(select(AssetModel).where(AssetModel.uri == uri))
+    teams = get_auth_manager().get_authorized_teams(user=user) if conf.getboolean("core", "multi_team") else set()
+    callbacks: list = []
+    if asset is None or not asset_manager.register_asset_change(
+            asset=asset, extra=extra, source_is_api=True, api_user_teams=teams, session=session,
+            callback_sink=callbacks):
+        raise HTTPException(404, f"Airflow knows no Asset {uri} (the DAG's export task declares it)")
+    return callbacks
+
+
+def change_version(dag_id: str, version: int, extra: dict[str, Any], user: Any, session: Any,
+                   change: Any) -> dict[str, Any]:
+    """Emit the model's Asset event, then ``change(model_dir)`` (a withdrawal or restore): if it is refused,
+    the request's session rolls the event back. The change's record, the model directory and what is served."""
+    model_dir = version_model_dir(dag_id, version, session)
+    callbacks = emit_model_event(model_dir, extra, user, session)
+    try:
+        result = change(model_dir)
+    except registry.UnknownVersion as exc:
+        raise HTTPException(404, str(exc))
+    except registry.RegistryError as exc:
+        raise HTTPException(409, str(exc))
+    for callback in callbacks:
+        callback()
+    return {**result, "model_dir": model_dir, "message": now_served(model_dir, result["live"]),
+            "asset_event": extra}
+
+
+def add_version_routes(app: FastAPI) -> FastAPI:
+    """Withdraw and restore a published version: for who may edit the DAG and create asset events."""
+    edits_dag = [Depends(requires_access_dag("PUT")), Depends(requires_access_asset("POST"))]
+
+    @app.post("/pipelines/{dag_id}/versions/{version}/withdraw", dependencies=edits_dag)
+    def withdraw(dag_id: str, version: int, body: Withdrawal, user: GetUserDep,
+                 session: SessionDep) -> dict[str, Any]:
+        """Withdraw a published version (moved aside; TF Serving serves the previous one), recording who and
+        why, and tell the model's consumers with an Asset event."""
+        by = user.get_name()
+        return change_version(dag_id, version, {"withdrawn": version, "reason": body.reason, "by": by}, user,
+                              session, lambda model_dir: registry.withdraw(model_dir, version, body.reason, by))
+
+    @app.post("/pipelines/{dag_id}/versions/{version}/restore", dependencies=edits_dag)
+    def restore(dag_id: str, version: int, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+        """Put a withdrawn version back (refused while a version of that number is published); an Asset event
+        says so."""
+        return change_version(dag_id, version, {"restored": version, "by": user.get_name()}, user, session,
+                              lambda model_dir: registry.restore(model_dir, version))
+
+    return app
 
 
 def build_app() -> FastAPI:
@@ -124,4 +203,4 @@ def build_app() -> FastAPI:
             raise HTTPException(404, f"no file {name!r}")
         return FileResponse(PAGE_FILES[name], headers=NO_CACHE)
 
-    return app
+    return add_version_routes(app)

@@ -665,7 +665,9 @@ function renderVersions(data) {
   section.hidden = false;
   const rows = data.versions.map((v) => el("tr", {class: classes("version", String(v.version) === state.version && "selected"),
     data: {version: String(v.version)}},
-  el("td", {}, String(v.version), v.baseline ? el("span", {class: "baseline-badge", text: "current baseline"}) : null),
+  el("td", {}, String(v.version), v.baseline ? el("span", {class: "baseline-badge", text: "current baseline"}) : null,
+    v.withdrawn ? el("span", {class: "baseline-badge", title: `by ${v.withdrawn.by} at ${v.withdrawn.at}: ${v.withdrawn.reason}`,
+      text: "withdrawn"}) : null),
   el("td", {}, v.run_id ? el("button", {type: "button", class: "link", title: v.run_id, text: shortRunId(v.run_id),
     onclick: () => selectRun(v.run_id)}) : "—"),
   el("td", {text: interval(v)}),
