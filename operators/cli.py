@@ -2,8 +2,8 @@
 
     tfdist validate SPEC.yaml
     tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
-    tfdist models MODEL_DIR            (the published versions of one model)
-    tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
+    tfdist models MODEL_DIR            (the published versions of one model, each with its parent)
+    tfdist runs DAG_ID                 (each run's window, parent, metrics, gate decision, export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
     tfdist --version
 """
@@ -18,7 +18,6 @@ import sys
 
 from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
-from tfdist.trainer.contract import registry
 from tfdist.trainer.spec import Spec, SpecError, default_artifact_root, load_spec
 
 
@@ -66,12 +65,16 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
 
 
 def list_models(model_dir: str) -> None:
-    published = registry.versions(model_dir)
+    """Each published version, newest first: its run, metrics and the version it was warm-started from (or why it
+    started cold)."""
+    from tfdist.operators.report import published_versions, started_from
+
+    published = published_versions([model_dir])
     if not published:
         raise SystemExit(f"no versions published in {model_dir}")
-    for meta in reversed(published):
+    for meta in published:
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
-        print(f"{meta['path']}  run {meta['run_id']}  {metrics}")
+        print(f"{meta['path']}  run {meta['run_id']}  {metrics}  {started_from(meta['parent'], meta['cold_start'])}")
 
 
 def main(argv: list[str] | None = None) -> int:

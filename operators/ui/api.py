@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
-from tfdist.operators.report import AirflowRun, Backfill, data_validation, overview, progress
+from tfdist.operators.report import AirflowRun, Backfill, curve, data_validation, overview, progress
 from tfdist.trainer.contract import run_path
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
@@ -96,6 +96,14 @@ def build_app() -> FastAPI:
         if not found:
             raise HTTPException(404, f"no training progress of run {run_id!r} yet")
         return {**found, "state": str(state)}
+
+    @app.get("/pipelines/{dag_id}/runs/{run_id}/curve", dependencies=reads_runs)
+    def run_curve(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        """The training curve by step (loss, accuracy, examples/s, learning rate), the parent's final values."""
+        found = run_record(dag_id, run_id, session, curve)
+        if not found:
+            raise HTTPException(404, f"no training curve of run {run_id!r} yet")
+        return found
 
     @app.get("/pipelines/{dag_id}/runs/{run_id}/data", dependencies=reads_runs)
     def run_data_gate(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
