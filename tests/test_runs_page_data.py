@@ -41,8 +41,8 @@ def write_run(root: str, key: str, run_id: str, end: str, accuracy: float | None
     if version:
         path = os.path.join(root, "models", "digits", str(version))
         write_json_atomic(layout.result("export"), {"version": version, "path": path})
-        write_json_atomic(registry.metadata_file(path), {"version": version, "run_id": run_id,
-                                                         "data_interval_end": end, "metrics": metrics, **(lineage or {})})
+        write_json_atomic(registry.metadata_file(path), {"version": version, "run_id": run_id, "data_interval_end": end,
+                                                         "metrics": metrics, **(lineage or {})})
     return layout
 
 
