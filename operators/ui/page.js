@@ -23,7 +23,7 @@ const state = {
   cards: new Map(),   // run id → live card {root, parts, progress}
   dataGates: new Map(),  // run id → the data gate's record (fetched when its details open)
   curves: new Map(),  // run id → {curve, live}: its training curve (null: none yet), fetched while it was live
-  curvesLoading: new Set(),
+  curvesLoading: new Set(),  // run ids whose curve is being fetched
   histogram: new Map(),  // run id → the feature element whose histograms are shown
   errors: new Map(),  // source → message
 };
