@@ -65,28 +65,8 @@ def run_record(dag_id: str, run_id: str, session: Any, read: Any) -> Any:
     return next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
 
 
-def build_app() -> FastAPI:
-    app = FastAPI(title="tfdist", description="Training runs of distributed TensorFlow pipelines")
-    signed_in = [Depends(requires_authenticated())]
-    reads_runs = [Depends(requires_access_dag("GET", DagAccessEntity.RUN))]
-
-    @app.get("/pipelines")
-    def pipelines(user: GetUserDep, session: SessionDep) -> list[dict[str, Any]]:
-        """The tfdist pipelines the user may read (invalid specs left out)."""
-        tags = session.execute(select(DagTag.dag_id, DagTag.name).where(DagTag.name.in_(["tfdist", "invalid-spec"])))
-        tagged: dict[str, set[str]] = {}
-        for dag_id, name in tags:
-            tagged.setdefault(dag_id, set()).add(name)
-        readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        wanted = sorted(d for d, names in tagged.items() if names == {"tfdist"} and d in readable)
-        found = session.execute(select(DagModel.dag_id, DagModel.description)
-                                .where(DagModel.dag_id.in_(wanted), DagModel.is_stale.is_(False)))
-        return [{"dag_id": dag_id, "description": description} for dag_id, description in sorted(found)]
-
-    @app.get("/pipelines/{dag_id}", dependencies=reads_runs)
-    def pipeline(dag_id: str, session: SessionDep) -> dict[str, Any]:
-        """Every run side by side, the metrics and thresholds to chart, the published versions."""
-        return pipeline_overview(dag_id, session)
+def add_run_routes(app: FastAPI, reads_runs: list) -> None:
+    """One run's records: its live progress, training curve and data gate record (404 before there is one)."""
 
     @app.get("/pipelines/{dag_id}/runs/{run_id}/progress", dependencies=reads_runs)
     def run_progress(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
@@ -112,6 +92,32 @@ def build_app() -> FastAPI:
         if not found:
             raise HTTPException(404, f"no data gate record of run {run_id!r}")
         return found
+
+
+def build_app() -> FastAPI:
+    app = FastAPI(title="tfdist", description="Training runs of distributed TensorFlow pipelines")
+    signed_in = [Depends(requires_authenticated())]
+    reads_runs = [Depends(requires_access_dag("GET", DagAccessEntity.RUN))]
+
+    @app.get("/pipelines")
+    def pipelines(user: GetUserDep, session: SessionDep) -> list[dict[str, Any]]:
+        """The tfdist pipelines the user may read (invalid specs left out)."""
+        tags = session.execute(select(DagTag.dag_id, DagTag.name).where(DagTag.name.in_(["tfdist", "invalid-spec"])))
+        tagged: dict[str, set[str]] = {}
+        for dag_id, name in tags:
+            tagged.setdefault(dag_id, set()).add(name)
+        readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+        wanted = sorted(d for d, names in tagged.items() if names == {"tfdist"} and d in readable)
+        found = session.execute(select(DagModel.dag_id, DagModel.description)
+                                .where(DagModel.dag_id.in_(wanted), DagModel.is_stale.is_(False)))
+        return [{"dag_id": dag_id, "description": description} for dag_id, description in sorted(found)]
+
+    @app.get("/pipelines/{dag_id}", dependencies=reads_runs)
+    def pipeline(dag_id: str, session: SessionDep) -> dict[str, Any]:
+        """Every run side by side, the metrics and thresholds to chart, the published versions."""
+        return pipeline_overview(dag_id, session)
+
+    add_run_routes(app, reads_runs)
 
     @app.get("/runs/{dag_id}", dependencies=reads_runs)
     def runs(dag_id: str, session: SessionDep) -> list[dict[str, Any]]:
