@@ -432,7 +432,7 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
             assert parent_lines.count() == 0
         else:
             assert parent_lines.count() == 2 and started == f"warm start from v{backfill_version(airflow, earlier)}"
-            label = curves.locator("text.parent-final-label").first.inner_text()
+            label = curves.locator("text.parent-final-label").first.text_content()  # SVG: no inner_text
             assert f"parent v{summary['parent_version']} final" in label
         if started != "-":
             assert started in frame.locator(f"tr.details[data-run-id='{later}']").inner_text()
