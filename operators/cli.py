@@ -2,10 +2,10 @@
 
     tfdist validate SPEC.yaml
     tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
-    tfdist models MODEL_DIR            (the published versions of one model, and the withdrawn ones)
+    tfdist models MODEL_DIR            (the versions of one model, each with its parent, and the withdrawn ones)
     tfdist models withdraw MODEL_DIR VERSION --reason "..." [--by NAME]
     tfdist models restore MODEL_DIR VERSION
-    tfdist runs DAG_ID                 (each run's window, metrics, gate decision and export version)
+    tfdist runs DAG_ID                 (each run's window, parent, metrics, gate decision, export version)
     tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
     tfdist --version
 """
@@ -69,13 +69,17 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
 
 
 def list_models(model_dir: str) -> None:
-    published, withdrawn = registry.versions(model_dir), registry.withdrawn(model_dir)
-    if not published and not withdrawn:
+    """Each published version, newest first: its run, metrics and the version it was warm-started from (or why it
+    started cold); then the withdrawn ones."""
+    from tfdist.operators.report import published_versions, started_from
+
+    found = published_versions([model_dir])
+    if not found:
         raise SystemExit(f"no versions published in {model_dir}")
-    for meta in reversed(published):
+    for meta in (m for m in found if not m["withdrawn"]):
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
-        print(f"{meta['path']}  run {meta['run_id']}  {metrics}")
-    for meta in reversed(withdrawn):
+        print(f"{meta['path']}  run {meta['run_id']}  {metrics}  {started_from(meta['parent'], meta['cold_start'])}")
+    for meta in (m for m in found if m["withdrawn"]):
         record = meta["withdrawn"]
         print(f"{meta['path']}  WITHDRAWN by {record['by']} at {record['at']}: {record['reason']}")
 

@@ -9,7 +9,8 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from tfdist.trainer.contract import RunLayout, TrainProgress, gate, read_json, registry, run_path, runs_root
+from tfdist.trainer.contract import (RunLayout, TrainProgress, gate, read_curve, read_json, registry, run_path,
+                                     runs_root)
 from tfdist.trainer.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
@@ -27,6 +28,32 @@ def progress(run_dir: str) -> dict[str, Any] | None:
     return {**dataclasses.asdict(found), "seconds_left": found.seconds_left,
             "finished": found.step >= found.total_steps,
             "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.timezone.utc).isoformat()}
+
+
+def curve(run_dir: str) -> dict[str, Any] | None:
+    """The run's training curve by step and, for a warm start, its parent's final training loss and accuracy (to
+    mark on it); None before the first point."""
+    layout = RunLayout(run_dir)
+    points = read_curve(layout.curve_file)
+    if not points:
+        return None
+    start = _warm_start(_maybe(layout.result("train")) or {})
+    return {"points": points, "parent_final": start.get("parent_final"), "parent_version": start.get("parent_version")}
+
+
+def _warm_start(train: dict[str, Any]) -> dict[str, Any]:
+    """How the train stage started, from its result record ({} before it ended, or in a run older than that)."""
+    return train.get("warm_start") or {}
+
+
+def started_from(parent: int | None, cold_start: str | None, short: bool = False) -> str:
+    """How a run or version started: warm from its parent version, or cold and why; '-' when it was not recorded
+    (older runs and versions). ``short``: the version alone, or the reason up to its first colon."""
+    if parent is not None:
+        return f"v{parent}" if short else f"warm start from v{parent}"
+    if cold_start:
+        return f"cold: {cold_start.split(':')[0]}" if short else f"cold start: {cold_start}"
+    return "-"
 
 
 def data_validation(run_dir: str) -> dict[str, Any] | None:
@@ -48,6 +75,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     layout = RunLayout(run_dir)
     run = _maybe(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
     train = _maybe(layout.result("train")) or {}
+    start = _warm_start(train)
     blessing = _maybe(layout.blessing_file) or {}
     export = _maybe(layout.result("export")) or {}
     data_gate = data_validation(run_dir) or {}
@@ -64,6 +92,9 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "final_step": train.get("final_step"),
         "train_examples_per_sec": train.get("examples_per_sec"),
         "train_seconds": train.get("train_seconds"),
+        "parent_version": start.get("parent_version"),
+        "parent_run_id": start.get("parent_run_id"),
+        "cold_start": start.get("cold_start"),
         "data_decision": data_gate.get("decision"),
         "data_failures": [*data_gate.get("refused", []), *data_gate.get("warned", [])],
         "data_baseline_version": data_gate.get("baseline_version"),
@@ -99,7 +130,8 @@ VERSION_FIELDS = ("version", "run_id", "data_interval_start", "data_interval_end
 def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
     """The published versions and the withdrawn ones, newest first; ``withdrawn`` says who withdrew a version,
     when and why (None: published). The newest published one is the current baseline (what the next run of the
-    latest data interval compares with)."""
+    latest data interval compares with). Each names its parent version (None for a cold start, whose reason is
+    ``cold_start``, and for a version older than the record)."""
     dirs = list(dict.fromkeys(model_dirs))
     live = sorted((m for d in dirs for m in registry.versions(d)), key=lambda m: m["version"], reverse=True)
     rows = [_version_row(m, baseline=i == 0) for i, m in enumerate(live)]
@@ -109,7 +141,8 @@ def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
 
 def _version_row(metadata: dict[str, Any], baseline: bool) -> dict[str, Any]:
     return {**{k: metadata.get(k) for k in VERSION_FIELDS}, "baseline": baseline,
-            "withdrawn": metadata.get("withdrawn")}
+            "withdrawn": metadata.get("withdrawn"), "parent": (metadata.get("parent") or {}).get("version"),
+            "cold_start": (metadata.get("warm_start") or {}).get("cold_start")}
 
 
 def all_model_dirs(runs: Iterable[dict[str, Any]], declared: Iterable[str]) -> list[str]:
@@ -207,8 +240,9 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
 
 
 def format_runs(runs: list[dict[str, Any]]) -> str:
-    """A side-by-side table: window, overrides, data gate decision, metrics, gate decision, exported version."""
-    header = ("run", "window", "overrides", "data", "accuracy", "loss", "gate", "version")
+    """A side-by-side table: window, overrides, data gate decision, the parent version it was warm-started from
+    (or a cold start), metrics, gate decision, exported version."""
+    header = ("run", "window", "overrides", "data", "parent", "accuracy", "loss", "gate", "version")
     rows = [header]
     for r in runs:
         metrics = r["metrics"] or {}
@@ -216,7 +250,8 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
         window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
         overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
         shown = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in ("accuracy", "loss")]
-        rows.append((r["run_id"], window, overrides, data_decision(r), *shown, gate_decision,
+        rows.append((r["run_id"], window, overrides, data_decision(r),
+                     started_from(r["parent_version"], r["cold_start"], short=True), *shown, gate_decision,
                      str(r["export_version"] or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -23,12 +23,13 @@ import requests
 import yaml
 
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.operators.report import format_runs, list_runs
+from tfdist.operators.report import format_runs, list_runs, run_summary, started_from
 from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tests.test_withdraw import publish
-from tfdist.trainer.contract import BLESSING, MANIFEST, read_json, registry, run_path
+from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, append_curve_point, read_curve,
+                                     read_json, registry, run_path)
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -49,14 +50,15 @@ def airflow(tmp_path_factory):
     dags, restricted = tmp_path_factory.mktemp("live_dags"), tmp_path_factory.mktemp("restricted_dags")
     shutil.copy(os.path.join(REPO, "dags", "digits_nightly.py"), dags / "digits_nightly.py")
     (dags / "readme_example.py").write_text(readme_dag_file())
-    # backfill experiments, with an artifact root of its own; it starts tomorrow, so unpausing it schedules
-    # nothing now (a backfill is not bound by the start date)
+    # backfill experiments, with an artifact root of its own, each date warm-started from the version live as of
+    # it; it starts tomorrow, so unpausing it schedules nothing now (a backfill is not bound by the start date)
     backfill_root = str(tmp_path_factory.mktemp("backfill_artifacts"))
     (dags / "digits_backfill.py").write_text(dag_file({
         **EXAMPLE, "name": "digits_backfill", "artifact_root": backfill_root,
         "start_date": str(last_day + dt.timedelta(days=1)),
         "data": {**EXAMPLE["data"], "source": f"{root}/raw/digits/{{date}}/*.csv"},
-        "export": {"model_name": "digits_backfill"}, "training": {**EXAMPLE["training"], "epochs": 6}}))
+        "export": {"model_name": "digits_backfill"},
+        "training": {**EXAMPLE["training"], "epochs": 6, "warm_start": "baseline"}}))
     # a long enough training to kill a worker in, and a gate no model passes
     (dags / "digits_retry.py").write_text(dag_file(make_spec(
         root, name="digits_retry", training={"epochs": 60, "checkpoint_every_steps": 50},
@@ -370,7 +372,8 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
     earlier, later = (r["dag_run_id"] for r in backfill)
     # the page, its data and its assets require a signed-in user; a pipeline's page also its DAG's permission
     for path in ("/tfdist/ui/", "/tfdist/ui/digits_backfill", "/tfdist/static/page.js", "/tfdist/pipelines",
-                 "/tfdist/pipelines/digits_backfill", f"/tfdist/pipelines/digits_backfill/runs/{later}/progress"):
+                 "/tfdist/pipelines/digits_backfill", f"/tfdist/pipelines/digits_backfill/runs/{later}/progress",
+                 f"/tfdist/pipelines/digits_backfill/runs/{later}/curve"):
         assert airflow.request("GET", path, user=None).status_code == 401, path
     for path in ("/tfdist/ui/other_team_pipeline", "/tfdist/pipelines/other_team_pipeline"):
         assert airflow.request("GET", path, user="analyst").status_code == 403, path
@@ -381,6 +384,15 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
     version = next(r["export_version"] for r in airflow.request("GET", "/tfdist/runs/digits_backfill").json()
                    if r["run_id"] == later)
     assert f"version={version}" in links["Published version"] and "run=" in links["Training run"]
+    later_dir = run_path(airflow.backfill_root, "digits_backfill", later)
+    for run_id in (earlier, later):
+        stand_in_curve(run_path(airflow.backfill_root, "digits_backfill", run_id))
+    points = read_curve(RunLayout(later_dir).curve_file)
+    curve = airflow.request("GET", f"/tfdist/pipelines/digits_backfill/runs/{later}/curve").json()
+    assert curve["points"] == points
+    assert airflow.request("GET", f"/tfdist/pipelines/other_team_pipeline/runs/{later}/curve",
+                           user="analyst").status_code == 403
+    assert airflow.request("GET", "/tfdist/pipelines/digits_backfill/runs/no_such_run/curve").status_code == 404
 
     with signed_in_page(airflow) as page:
         # from the navigation: choose the pipeline
@@ -409,7 +421,45 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
         assert frame.locator("tr.run").count() == 0
         frame.locator("#filter-override").select_option("training.epochs=8")
         assert frame.locator("tr.run").count() == 2
-        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs.png"), full_page=True)
+
+        # the later run's training curves, the parent's final values marked when it was warm-started
+        frame.locator(f"tr.run[data-run-id='{later}']").click()
+        curves = frame.locator(f".curves[data-run-id='{later}']")
+        for metric in ("loss", "accuracy"):
+            chart = curves.locator(f"svg.curve-chart[data-metric='{metric}']")
+            chart.wait_for()
+            assert chart.get_attribute("data-points") == str(len(points))
+            assert chart.locator("path.curve-line").get_attribute("d").count("L") == len(points) - 1
+        summary = run_summary(later_dir)
+        started = started_from(summary["parent_version"], summary["cold_start"])
+        parent_lines = curves.locator("line.parent-final")
+        if summary["parent_version"] is None:  # TODO(merge): warm from the earlier date's version, once trained so
+            assert parent_lines.count() == 0
+        else:
+            assert parent_lines.count() == 2 and started == f"warm start from v{backfill_version(airflow, earlier)}"
+            label = curves.locator("text.parent-final-label").first.text_content()  # SVG: no inner_text
+            assert f"parent v{summary['parent_version']} final" in label
+        if started != "-":
+            assert started in frame.locator(f"tr.details[data-run-id='{later}']").inner_text()
+        # the later version's lineage, as the registry follows it
+        frame.locator(f"tr.version[data-version='{version}'] td").first.click()
+        chain = registry.lineage(os.path.join(airflow.backfill_root, "models", "digits_backfill"), version)
+        end = started_from(None, (chain[-1].get("warm_start") or {}).get("cold_start"))
+        assert frame.locator("tr.lineage").inner_text().strip() == "Lineage: " + " ← ".join(
+            f"v{m['version']}" for m in chain) + (f" ({end})" if end != "-" else " (start not recorded)")
+        # every column of the runs table in view at 1,400 and 1,280 px (the whole page tall enough to show in
+        # Airflow's frame); narrower, the table scrolls sideways, its hidden side marked
+        for width, name in ((1400, "training-runs.png"), (1280, "training-runs-1280.png")):
+            page.set_viewport_size({"width": width, "height": 2600})
+            assert_runs_table_fits(page, frame)
+            page.screenshot(path=os.path.join(SCREENSHOTS, name), full_page=True)
+        page.set_viewport_size({"width": 900, "height": 2600})
+        frame.locator("#runs .scroll-frame.more-right").wait_for()
+        frame.locator("#runs .scroll").evaluate("scroll => { scroll.scrollLeft = scroll.scrollWidth; }")
+        frame.locator("#runs .scroll-frame:not(.more-right)").wait_for()
+        assert_in_view(page, frame.locator("#runs-table > thead th").last, frame.locator("#runs .scroll"))
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-900-scrolled.png"), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 1400})
 
         # export's extra link on its task instance page leads to its run and version on the page
         page.goto(f"{airflow.url}/dags/digits_backfill/runs/{later}/tasks/export/details")
@@ -424,6 +474,49 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
         page.goto(f"{airflow.url}/dags/digits_backfill/plugin/training-runs-of-dag")
         page_frame(page).locator("tr.run").first.wait_for()
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-dag-tab.png"))
+
+
+def stand_in_curve(run_dir: str) -> None:
+    """TODO(merge): the trainer writes train/curve.jsonl (issue 28); until it does on this branch, write one as it
+    would (a point every summary_every_steps steps and at the last), only where it wrote none. Remove then."""
+    layout = RunLayout(run_dir)
+    if os.path.exists(layout.curve_file):
+        return
+    train, spec = read_json(layout.result("train")), read_json(layout.spec_file)
+    every, last = spec["training"].get("summary_every_steps", 50), train["final_step"]
+    for step in [*range(every, last, every), last]:
+        loss = 0.12 + 2.2 * 0.5 ** (step / 30)
+        append_curve_point(layout.curve_file, {"step": step, "loss": loss, "accuracy": 1 - loss / 2.5,
+                                               "examples_per_sec": train["examples_per_sec"],
+                                               "learning_rate": spec["model"]["learning_rate"]})
+
+
+def trained_step(layout: RunLayout) -> int:
+    found = TrainProgress.read(layout.progress_file)
+    return found.step if found else 0
+
+
+def append_progress_point(layout: RunLayout) -> None:
+    """TODO(merge): a point of the training curve from the chief's progress record, while the trainer writes none."""
+    found = TrainProgress.read(layout.progress_file)
+    append_curve_point(layout.curve_file, {"step": found.step, "loss": found.loss, "accuracy": found.accuracy,
+                                           "examples_per_sec": found.examples_per_sec})
+
+
+def assert_in_view(page, cell, container) -> None:
+    """The cell's right edge inside its container's and the viewport's."""
+    right = (lambda box: box["x"] + box["width"])  # noqa: E731
+    assert right(cell.bounding_box()) <= min(right(container.bounding_box()), page.viewport_size["width"]) + 0.5
+
+
+def assert_runs_table_fits(page, frame) -> None:
+    """Every column of the runs table in view: its last header cell inside the page, nothing to scroll to."""
+    scroll = frame.locator("#runs .scroll")
+    page.wait_for_timeout(300)  # the page redraws 150 ms after a resize
+    assert_in_view(page, frame.locator("#runs-table > thead th").last, scroll)
+    widths = scroll.evaluate("s => [s.scrollWidth, s.clientWidth]")
+    assert widths[0] <= widths[1], f"the runs table is {widths[0]} px wide in {widths[1]} px"
+    assert frame.locator("#runs .scroll-frame.more-right").count() == 0
 
 
 def backfill_version(airflow, run_id: str) -> int:
@@ -486,6 +579,24 @@ def test_training_runs_page_follows_a_running_training_without_a_reload(airflow)
             airflow.wait_for(lambda: int(step.inner_text()) > first, 60, "the step to advance on the page")
             assert frame.locator("body").evaluate("() => window.notReloaded === true")
             assert card.locator(".eta").inner_text().strip()
+
+            # its training curve, opened from the card, grows as the chief appends points
+            card.locator(".run-link").click()
+            layout = RunLayout(run_path(airflow.root, "digits_nightly", run_id))
+            every = read_json(layout.spec_file)["training"].get("summary_every_steps", 50)
+            airflow.wait_for(lambda: trained_step(layout) >= 2 * every, 240, f"step {2 * every}")
+            stand_in = not os.path.exists(layout.curve_file)  # TODO(merge): the trainer writes it by now
+            chart = frame.locator(f".curves[data-run-id='{run_id}'] svg.curve-chart[data-metric='loss']")
+            shown = lambda: chart.count() and int(chart.get_attribute("data-points"))  # noqa: E731
+            for _ in range(2 if stand_in else 0):
+                append_progress_point(layout)
+                airflow.wait_for(lambda: trained_step(layout) > read_curve(layout.curve_file)[-1]["step"], 60,
+                                 "another step")
+            drawn = airflow.wait_for(shown, 60, "the training curve on the page")
+            if stand_in:
+                append_progress_point(layout)
+            airflow.wait_for(lambda: shown() > drawn, 120, "the curve to grow on the page")
+            assert frame.locator("body").evaluate("() => window.notReloaded === true")
             page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-live.png"), full_page=True)
     finally:
         airflow.api("PATCH", f"/api/v2/dags/digits_nightly/dagRuns/{run_id}", {"state": "failed"})

@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import time
 
-from tfdist.operators.report import AirflowRun, Backfill, list_runs, overview
+from tfdist.operators.cli import main
+from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview
 from tfdist.operators.ui import page_url
-from tfdist.trainer.contract import RunLayout, TrainProgress, run_key, write_json_atomic
+from tfdist.trainer.contract import (CURVE_FIELDS, RunLayout, TrainProgress, append_curve_point, registry, run_key,
+                                     write_json_atomic)
 from tfdist.trainer.contract.gate import checks, failures
+from tests.test_dag_parse import run_python
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}
@@ -18,14 +21,17 @@ CHANGE = {"accuracy": {"direction": "higher_is_better", "absolute": 0.01, "relat
 
 
 def write_run(root: str, key: str, run_id: str, end: str, accuracy: float | None, version: int | None = None,
-              baseline: dict | None = None, with_checks: bool = True) -> RunLayout:
-    """A run directory as the stages leave it (run record, train result, blessing, export result)."""
+              baseline: dict | None = None, with_checks: bool = True, warm_start: dict | None = None,
+              lineage: dict | None = None) -> RunLayout:
+    """A run directory as the stages leave it (run record, train result, blessing, export result); ``warm_start``
+    goes into the train result, ``lineage`` (parent, warm_start) into the published version's metadata."""
     layout = RunLayout(os.path.join(root, DAG, "runs", key))
     write_json_atomic(layout.run_file, {"run_id": run_id, "data_interval_start": end.replace("17", "16"),
                                         "data_interval_end": end, "overrides": {"training.epochs": 8}})
     if accuracy is None:
         return layout
-    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20})
+    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20}
+                      | ({"warm_start": warm_start} if warm_start else {}))
     metrics = {"accuracy": accuracy, "loss": 0.1}
     rows = checks(metrics, THRESHOLDS, CHANGE, baseline and baseline["metrics"])
     blessing = {"blessed": not failures(rows), "gate": "value thresholds", "metrics": metrics,
@@ -35,8 +41,8 @@ def write_run(root: str, key: str, run_id: str, end: str, accuracy: float | None
     if version:
         path = os.path.join(root, "models", "digits", str(version))
         write_json_atomic(layout.result("export"), {"version": version, "path": path})
-        write_json_atomic(os.path.join(path, "metadata.json"), {"version": version, "run_id": run_id,
-                                                                "data_interval_end": end, "metrics": metrics})
+        write_json_atomic(registry.metadata_file(path), {"version": version, "run_id": run_id, "data_interval_end": end,
+                                                         "metrics": metrics, **(lineage or {})})
     return layout
 
 
@@ -100,3 +106,86 @@ def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path
     listed = {r["run_id"]: r["run_dir"] for r in list_runs(DAG, [str(tmp_path)])}
     assert listed == {"scheduled__2026-11-17T00:00:00+00:00": os.path.join(tmp_path, DAG, "runs", old),
                       "manual__x": new.run_dir}
+
+
+NO_BASELINE = "no baseline: nothing published as of this data interval"
+MISMATCH = "variables do not match: dense/kernel (64, 32) in the checkpoint, (64, 64) in the model"
+
+
+def write_lineage(root: str) -> str:
+    """Versions 1 to 4 of one model and their runs: 1 from before the warm-start record, 2 started cold (its
+    variables did not match its baseline's), 3 warm from 2, 4 warm from 3; returns the model directory."""
+    for version, parent, cold_start in ((1, None, None), (2, None, MISMATCH), (3, 2, None), (4, 3, None)):
+        run_id, end = f"scheduled__2026-11-1{version}", f"2026-11-1{version}T00:00:00+00:00"
+        start = {"parent_version": parent, "parent_run_id": parent and f"scheduled__2026-11-1{parent}",
+                 "cold_start": cold_start, "parent_final": parent and {"loss": 0.2, "accuracy": 0.95}}
+        published = {"parent": parent and {"version": parent, "run_id": start["parent_run_id"]},
+                     "warm_start": {"from": "baseline", "cold_start": cold_start, "mismatched": []}}
+        write_run(root, run_id, run_id, end, 0.95, version, warm_start=version > 1 and start,
+                  lineage=version > 1 and published)
+    return os.path.join(root, "models", "digits")
+
+
+def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
+    layout = write_run(str(tmp_path), "manual__warm", "manual__warm", "2026-11-18T00:00:00+00:00", None)
+    assert curve(layout.run_dir) is None  # not a step trained yet
+    for step, loss in ((0, 2.3), (20, 0.9), (40, 0.5), (40, 0.45), (60, 0.3)):  # from step 40 again: resumed
+        append_curve_point(layout.curve_file, {"step": step, "loss": loss, "accuracy": round(1 - loss / 3, 4),
+                                               "examples_per_sec": 8000.0, "learning_rate": 0.003})
+    with open(layout.curve_file, "a") as f:
+        f.write('{"step": 80, "loss": 0.2')  # the chief died while writing
+
+    training = curve(layout.run_dir)  # while it trains: no train result yet, so no parent known
+    assert [(p["step"], p["loss"]) for p in training["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
+    assert tuple(training["points"][0]) == CURVE_FIELDS
+    assert (training["parent_version"], training["parent_final"]) == (None, None)
+    write_json_atomic(layout.result("train"), {"final_step": 60, "warm_start": {
+        "parent_version": 3, "parent_run_id": "scheduled__2026-11-13", "cold_start": None,
+        "parent_final": {"loss": 0.21, "accuracy": 0.94}}})
+    trained = curve(layout.run_dir)
+    assert (trained["parent_version"], trained["parent_final"]) == (3, {"loss": 0.21, "accuracy": 0.94})
+    assert trained["points"] == training["points"]
+
+
+def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_and_why(tmp_path):
+    model_dir = write_lineage(str(tmp_path))
+    runs = {r["run_id"][-2:]: r for r in list_runs(DAG, [str(tmp_path)])}
+    assert [(runs[d]["parent_version"], runs[d]["parent_run_id"], runs[d]["cold_start"]) for d in ("11", "12", "13")
+            ] == [(None, None, None), (None, None, MISMATCH), (2, "scheduled__2026-11-12", None)]
+
+    page = overview(DAG, [str(tmp_path)], [model_dir], {}, {})
+    versions = {v["version"]: v for v in page["versions"]}
+    assert [(v, versions[v]["parent"], versions[v]["cold_start"]) for v in (1, 2, 3, 4)] == [
+        (1, None, None), (2, None, MISMATCH), (3, 2, None), (4, 3, None)]
+    # the page follows the parents for a version's lineage (4 ← 3 ← 2, cold start): what the registry says
+    chain, version = [], 4
+    while version in versions:
+        chain.append(version)
+        version = versions[version]["parent"]
+    assert chain == [m["version"] for m in registry.lineage(model_dir, 4)] == [4, 3, 2]
+
+    table = format_runs(list_runs(DAG, [str(tmp_path)])).splitlines()
+    column = table[0].index("parent")
+    assert [row[column:].split("  ")[0] for row in table[1:]] == ["v3", "v2", "cold: variables do not match", "-"]
+
+
+def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys):
+    model_dir = write_lineage(str(tmp_path))
+    assert main(["models", model_dir]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("accuracy=0.9500 loss=0.1000  ")[1] for line in lines] == [
+        "warm start from v3", "warm start from v2", f"cold start: {MISMATCH}", "-"]
+    assert lines[0].startswith(os.path.join(model_dir, "4") + "  run scheduled__2026-11-14  ")
+
+
+def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    append_curve_point(layout.curve_file, {"step": 1, "loss": 2.0})
+    out = run_python(f"""
+        import sys
+        from tfdist.operators.ui.api import build_app, curve
+        build_app()
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
+        print("POINTS", len(curve({layout.run_dir!r})["points"]), "HEAVY", heavy)
+    """)
+    assert "POINTS 1 HEAVY []" in out

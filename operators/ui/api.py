@@ -33,8 +33,8 @@ from pydantic import BaseModel, StringConstraints
 from sqlalchemy import select
 
 from tfdist.operators.export import model_asset
-from tfdist.operators.report import (AirflowRun, Backfill, all_model_dirs, data_validation, list_runs, now_served,
-                                     overview, progress)
+from tfdist.operators.report import (AirflowRun, Backfill, all_model_dirs, curve, data_validation, list_runs,
+                                     now_served, overview, progress)
 from tfdist.trainer.contract import registry, run_path
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
@@ -72,6 +72,35 @@ def run_record(dag_id: str, run_id: str, session: Any, read: Any) -> Any:
     """What ``read`` finds in the run's directory under any of the pipeline's artifact roots, else None."""
     _, roots, _ = _pipeline(dag_id, session)
     return next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
+
+
+def add_run_routes(app: FastAPI, reads_runs: list) -> None:
+    """One run's records: its live progress, training curve and data gate record (404 before there is one)."""
+
+    @app.get("/pipelines/{dag_id}/runs/{run_id}/progress", dependencies=reads_runs)
+    def run_progress(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
+        state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        found = state and run_record(dag_id, run_id, session, progress)
+        if not found:
+            raise HTTPException(404, f"no training progress of run {run_id!r} yet")
+        return {**found, "state": str(state)}
+
+    @app.get("/pipelines/{dag_id}/runs/{run_id}/curve", dependencies=reads_runs)
+    def run_curve(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        """The training curve by step (loss, accuracy, examples/s, learning rate), the parent's final values."""
+        found = run_record(dag_id, run_id, session, curve)
+        if not found:
+            raise HTTPException(404, f"no training curve of run {run_id!r} yet")
+        return found
+
+    @app.get("/pipelines/{dag_id}/runs/{run_id}/data", dependencies=reads_runs)
+    def run_data_gate(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+        """The data gate's record of the run: every check, this run's and the baseline's data statistics."""
+        found = run_record(dag_id, run_id, session, data_validation)
+        if not found:
+            raise HTTPException(404, f"no data gate record of run {run_id!r}")
+        return found
 
 
 class Withdrawal(BaseModel):
@@ -167,22 +196,7 @@ def build_app() -> FastAPI:
         """Every run side by side, the metrics and thresholds to chart, the published versions."""
         return pipeline_overview(dag_id, session)
 
-    @app.get("/pipelines/{dag_id}/runs/{run_id}/progress", dependencies=reads_runs)
-    def run_progress(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
-        state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        found = state and run_record(dag_id, run_id, session, progress)
-        if not found:
-            raise HTTPException(404, f"no training progress of run {run_id!r} yet")
-        return {**found, "state": str(state)}
-
-    @app.get("/pipelines/{dag_id}/runs/{run_id}/data", dependencies=reads_runs)
-    def run_data_gate(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        """The data gate's record of the run: every check, this run's and the baseline's data statistics."""
-        found = run_record(dag_id, run_id, session, data_validation)
-        if not found:
-            raise HTTPException(404, f"no data gate record of run {run_id!r}")
-        return found
+    add_run_routes(app, reads_runs)
 
     @app.get("/runs/{dag_id}", dependencies=reads_runs)
     def runs(dag_id: str, session: SessionDep) -> list[dict[str, Any]]:

@@ -22,6 +22,8 @@ const state = {
   scrollPending: QUERY.has("run") || QUERY.has("version"),
   cards: new Map(),   // run id → live card {root, parts, progress}
   dataGates: new Map(),  // run id → the data gate's record (fetched when its details open)
+  curves: new Map(),  // run id → {curve, live}: its training curve (null: none yet), fetched while it was live
+  curvesLoading: new Set(),  // run ids whose curve is being fetched
   histogram: new Map(),  // run id → the feature element whose histograms are shown
   errors: new Map(),  // source → message
 };
@@ -82,6 +84,8 @@ const MONTH = new Intl.DateTimeFormat("en-US", {month: "short", year: "numeric",
 const overrideText = ([key, value]) => `${key}=${typeof value === "string" ? value : JSON.stringify(value)}`;
 const overridesOf = (run) => Object.entries(run.overrides || {}).map(overrideText);
 const verdictOf = (run) => ({true: "blessed", false: "refused"})[run.blessed] ?? "unevaluated";
+/** How a run or version started: "warm start from v3", "cold start: <why>", null when not recorded (older ones). */
+const startOf = (parent, coldStart) => (isNum(parent) ? `warm start from v${parent}` : coldStart ? `cold start: ${coldStart}` : null);
 
 function duration(seconds) {
   if (!isNum(seconds)) return "—";
@@ -221,7 +225,9 @@ async function pollProgress() {
   const cards = [...state.cards];
   state.polling = cards.length > 0;
   if (!state.polling) return;
+  const curves = cards.filter(([runId]) => state.open.has(runId)).map(([runId]) => loadCurve(runId));  // shown ones
   const states = await Promise.all(cards.map(([runId, card]) => pollCard(runId, card)));
+  await Promise.all(curves);
   if (states.some((s) => s && !LIVE_STATES.has(s))) refresh();
   setTimeout(pollProgress, POLL_MS);
 }
@@ -282,6 +288,21 @@ function extent(values, minSpan) {
   const pad = Math.max((high - low) * 0.06, (minSpan - (high - low)) / 2, 0);
   return [low - pad, high + pad];
 }
+
+/** A value axis for values: never below 0 for non-negative values, nor above 1 for shares (accuracy). */
+function valueAxis(values, wanted) {
+  const [low, high] = extent(values, Math.abs(values[0]) * 0.02 || 0.01);
+  const unit = values.every((v) => v >= 0 && v <= 1);
+  return niceTicks(Math.min(...values) >= 0 ? Math.max(0, low) : low, unit ? Math.min(1, high) : high, wanted);
+}
+
+/** Horizontal grid lines at the axis's ticks, labelled on the left. */
+const yGrid = (axis, y, left, right) => axis.ticks.flatMap((v) => [svg("line", {class: "grid", x1: left, x2: right, y1: y(v), y2: y(v)}),
+  svg("text", {class: "tick", x: left - 8, y: y(v) + 4, "text-anchor": "end", text: v.toFixed(axis.digits)})]);
+
+/** A dashed horizontal line across the plot, labelled at its right end, above or below it. */
+const guide = (cls, label, at, left, right, above, attrs = {}) => [svg("line", {class: cls, x1: left, x2: right, y1: at, y2: at, ...attrs}),
+  svg("text", {class: `${cls}-label`, x: right - 2, y: at + (above ? -5 : 13), "text-anchor": "end", text: label})];
 
 function gateRules(data, metric) {
   const bounds = data.thresholds?.[metric] || {};
@@ -347,18 +368,12 @@ function chart(data, metric, runs, colors, width) {
   const limits = [["lower", bounds.lower], ["upper", bounds.upper]].filter(([, v]) => isNum(v));
   const time = (r) => Date.parse(r.data_interval_end);
   const [x0, x1] = extent(runs.map(time), DAY);
-  const values = [...runs.map((r) => r.metrics[metric]), ...limits.map(([, v]) => v)];
-  const [low, high] = extent(values, Math.abs(values[0]) * 0.02 || 0.01);
-  const unit = values.every((v) => v >= 0 && v <= 1);  // accuracy-like: no axis beyond [0, 1]
-  const yAxis = niceTicks(Math.min(...values) >= 0 ? Math.max(0, low) : low, unit ? Math.min(1, high) : high, 5);
+  const yAxis = valueAxis([...runs.map((r) => r.metrics[metric]), ...limits.map(([, v]) => v)], 5);
   const x = (t) => L + ((t - x0) / (x1 - x0)) * (W - L - R);
   const y = (v) => T + (1 - (v - yAxis.min) / (yAxis.max - yAxis.min)) * (H - T - B);
   const root = svg("svg", {class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, data: {metric},
     role: "img", "aria-label": `${metric} by data interval`});
-  for (const v of yAxis.ticks) {
-    root.append(svg("line", {class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v)}),
-      svg("text", {class: "tick", x: L - 8, y: y(v) + 4, "text-anchor": "end", text: v.toFixed(yAxis.digits)}));
-  }
+  root.append(...yGrid(yAxis, y, L, W - R));
   const xAxis = timeTicks(x0, x1, Math.max(2, Math.floor((W - L - R) / 90)));
   for (const t of xAxis.ticks) {
     root.append(svg("line", {class: "axis", x1: x(t), x2: x(t), y1: H - B, y2: H - B + 4}),
@@ -366,9 +381,7 @@ function chart(data, metric, runs, colors, width) {
   }
   root.append(svg("line", {class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}));
   for (const [bound, value] of limits) {
-    root.append(svg("line", {class: "threshold", data: {bound}, x1: L, x2: W - R, y1: y(value), y2: y(value)}),
-      svg("text", {class: "threshold-label", x: W - R - 2, y: y(value) + (bound === "lower" ? -5 : 13),
-        "text-anchor": "end", text: `${bound} ${value}`}));
+    root.append(...guide("threshold", `${bound} ${value}`, y(value), L, W - R, bound === "lower", {data: {bound}}));
   }
   for (const [series, members] of Map.groupBy(runs, (r) => r.series)) {
     if (members.length < 2) continue;
@@ -405,16 +418,14 @@ function markSelectedPoints() {
 function columns(data) {
   return [
     {key: "run", label: "Run", value: (r) => `${shortRunId(r.run_id)} ${r.run_id}`, cell: runCell},  // as shown
-    {key: "type", label: "Type", value: (r) => `${r.run_type || "~"} ${r.series}`, cell: typeCell, class: "type"},
-    {key: "interval", label: "Data interval", value: (r) => Date.parse(r.data_interval_end) || null,
+    {key: "type", label: "Type", value: (r) => `${r.run_type || "~"} ${r.series}`, cell: typeBadge, class: "type"},
+    {key: "interval", label: "Data interval", value: (r) => Date.parse(r.data_interval_end) || null, class: "interval",
       cell: (r) => el("span", {title: `${timestamp(r.data_interval_start)} → ${timestamp(r.data_interval_end)}`, text: interval(r)})},
     {key: "overrides", label: "Overrides", value: (r) => overridesOf(r).join(" "), cell: (r) => overridesChips(r, "—"), class: "overrides"},
     ...data.metrics.map((m) => ({key: `metric:${m}`, label: m, numeric: true, value: (r) => r.metrics?.[m] ?? null,
       cell: (r) => metricCell(r, m), class: "metric"})),
     {key: "data", label: "Data", value: (r) => r.data_decision ?? null, cell: dataCell, class: "data"},
-    {key: "gate", label: "Gate", value: (r) => (r.blessed === null ? null : Number(r.blessed)), cell: gateCell, class: "gate"},
-    {key: "checks", label: "Checks", value: (r) => (r.checks.length ? Math.min(...r.checks.map((c) => c.margin)) : null),
-      cell: checksCell, class: "checks"},
+    {key: "gate", label: "Gate and checks", value: gateOrder, cell: gateCell, class: "gate"},
     {key: "version", label: "Version", numeric: true, value: (r) => r.export_version, cell: (r) => r.export_version ?? "—", class: "version"},
     {key: "duration", label: "Duration", numeric: true, value: (r) => r.duration_seconds, cell: (r) => duration(r.duration_seconds)},
     {key: "rate", label: "Examples/s", numeric: true, value: (r) => r.train_examples_per_sec, cell: (r) => count(r.train_examples_per_sec)},
@@ -431,15 +442,9 @@ function typeBadge(run) {
     text: type === "backfill" ? run.series : type === "unknown" ? "not in Airflow" : type.replace("_", " ")});
 }
 
-function typeCell(run) {
-  // the backfill's label without what the badge and the overrides column already say
-  const detail = run.run_type === "backfill" && run.series_label?.replace(`${run.series}: `, "")
-    .replace(`, ${overridesOf(run).join(", ")}`, "");
-  return [typeBadge(run), detail ? el("div", {class: "sub", title: run.series_label, text: detail}) : null];
-}
-
 function overridesChips(run, none) {
-  const chips = overridesOf(run).map((text) => el("span", {class: "chip", text}));
+  // "training.<wbr>epochs=<wbr>8": where a chip may wrap in a narrow column
+  const chips = overridesOf(run).map((text) => el("span", {class: "chip"}, text.split(/(?<=[.=])/).flatMap((part, i) => (i ? [el("wbr"), part] : part))));
   return chips.length ? el("span", {class: "chips"}, chips) : none;
 }
 
@@ -448,30 +453,36 @@ function metricCell(run, metric) {
   return el("span", {class: failed ? "bad" : null, text: fixed(run.metrics?.[metric])});
 }
 
+/** Refused before blessed, each by its tightest check's margin (a refusal fails a check: its margin is < 0). */
+function gateOrder(run) {
+  if (run.blessed === null || run.blessed === undefined) return null;
+  return run.checks.length ? Math.min(...run.checks.map((c) => c.margin)) : run.blessed ? 1e9 : -1e9;
+}
+
+/** The gate's decision, the baseline it compared with, and each threshold as a check with its margin. */
 function gateCell(run) {
   if (run.blessed === null || run.blessed === undefined) return "—";
   return [el("span", {class: `badge ${run.blessed ? "good" : "bad"}`, text: run.blessed ? "blessed" : "refused"}),
-    run.baseline ? el("div", {class: "sub", text: `vs v${run.baseline.version}`}) : null];
+    run.baseline ? el("span", {class: "sub", text: ` vs v${run.baseline.version}`}) : null,
+    run.checks.length ? el("div", {class: "checks-grid"}, run.checks.map(checkLine)) : null];
 }
 
+/** The data gate's decision; the version whose data it compared with when the gate's column does not say it. */
 function dataCell(run) {
   if (!run.data_decision) return "—";
   const refused = run.data_decision === "refused";
   const warned = !refused && run.data_failures.length > 0;
-  return [el("span", {class: `badge ${refused ? "bad" : warned ? "warn" : "good"}`, title: run.data_failures.join("\n") || null,
-    text: refused ? "refused" : warned ? "warned" : "passed"}),
-  isNum(run.data_baseline_version) ? el("div", {class: "sub", text: `vs v${run.data_baseline_version} data`}) : null];
+  const compared = isNum(run.data_baseline_version) ? `vs v${run.data_baseline_version} data` : null;
+  return [el("span", {class: `badge ${refused ? "bad" : warned ? "warn" : "good"}`,
+    title: [compared, ...run.data_failures].filter(Boolean).join("\n") || null, text: refused ? "refused" : warned ? "warned" : "passed"}),
+  compared && run.data_baseline_version !== run.baseline?.version ? el("div", {class: "sub", text: compared}) : null];
 }
 
-function checksCell(run) {
-  if (!run.checks.length) return "—";
-  return el("div", {class: "checks-grid"}, run.checks.map((c) => el("div", {class: `check ${c.passed ? "pass" : "fail"}`,
-    title: c.kind === "change" ? `value ${fixed(c.value)}, baseline ${fixed(c.baseline)}, change ${signed(c.delta)}, margin ${signed(c.margin)}`
-      : `value ${fixed(c.value)}, margin ${signed(c.margin)}`},
-  el("span", {class: "mark", text: c.passed ? "✓" : "✗"}), el("span", {text: `${c.metric} ${c.rule}`}),
-  el("span", {class: "value", text: c.kind === "change" ? `Δ ${signed(c.delta)}` : fixed(c.value)}),
-  el("span", {class: "margin", text: signed(c.margin)}))));
-}
+const checkLine = (c) => el("div", {class: `check ${c.passed ? "pass" : "fail"}`,
+  title: c.kind === "change" ? `value ${fixed(c.value)}, baseline ${fixed(c.baseline)}, change ${signed(c.delta)}, margin ${signed(c.margin)}`
+    : `value ${fixed(c.value)}, margin ${signed(c.margin)}`},
+el("span", {class: "mark", text: c.passed ? "✓" : "✗"}), el("span", {text: `${c.metric} ${c.rule}`}),
+el("span", {class: "margin", text: signed(c.margin)}));
 
 function filteredRuns() {
   const {type, override, text} = state.filters;
@@ -499,7 +510,8 @@ function buildRunsSection() {
       el("input", {id: "filter-run", type: "search", placeholder: "Filter by run id…", "aria-label": "Filter by run id",
         oninput: (e) => { state.filters.text = e.target.value; renderRuns(); }}),
       el("button", {type: "button", class: "link clear", text: "clear filters", hidden: true, onclick: clearFilters})),
-    el("div", {class: "scroll"}, el("table", {id: "runs-table"}, el("thead"), el("tbody"))),
+    el("div", {class: "scroll-frame"}, el("div", {class: "scroll", onscroll: markMoreRight},
+      el("table", {id: "runs-table"}, el("thead"), el("tbody")))),
     el("p", {class: "empty", hidden: true}));
 }
 
@@ -546,6 +558,13 @@ function renderRuns() {
   empty.hidden = runs.length > 0;
   empty.textContent = data.runs.length ? "No run matches these filters."
     : "No runs yet: trigger the DAG or wait for its schedule; each run appears here as soon as it starts.";
+  markMoreRight();
+}
+
+/** A shadow on the runs table's right edge while columns are hidden there (it scrolls sideways when too narrow). */
+function markMoreRight() {
+  const scroll = $("runs").querySelector(".scroll");
+  scroll.parentNode.classList.toggle("more-right", scroll.scrollLeft + scroll.clientWidth < scroll.scrollWidth - 1);
 }
 
 function sortHeader(column) {
@@ -557,16 +576,78 @@ function sortHeader(column) {
     el("span", {class: "arrow", "aria-hidden": "true", text: active ? (state.sort.desc ? "▼" : "▲") : ""})));
 }
 
+const WIDE_BLOCKS = new Set(["Training curve", "Data gate"]);
+
 function detailsRow(run, span) {
-  const block = (title, aside, ...content) => el("div", {class: classes("block", title === "Data gate" && "wide")},
+  const block = (title, aside, ...content) => el("div", {class: classes("block", WIDE_BLOCKS.has(title) && "wide")},
     el("h3", {}, title, aside ? el("span", {class: "aside", text: aside}) : null), ...content);
   return el("tr", {class: "details", data: {runId: run.run_id}}, el("td", {colspan: span}, el("div", {class: "details-grid"},
     block("Gate report", run.gate, run.report.length
       ? el("pre", {class: "report", text: run.report.join("\n")}) : el("p", {class: "muted", text: "Not evaluated yet."}),
     run.failures.length ? el("ul", {class: "failures"}, run.failures.map((f) => el("li", {text: f}))) : null),
+    block("Training curve", startOf(run.parent_version, run.cold_start),
+      el("div", {class: "curves", data: {runId: run.run_id}}, curveView(run))),
     block("Data gate", run.data_decision, dataGateView(run)),
     block("Baseline", run.baseline && `version ${run.baseline.version}`, baselineTable(run)),
     block("Run", null, runFacts(run)))));
+}
+
+// ---- a run's training curve: loss and accuracy by step, the parent's final values marked (a warm start)
+
+const CURVE_METRICS = ["loss", "accuracy"];
+
+function curveView(run) {
+  const found = state.curves.get(run.run_id);
+  if (!found || (found.live && !LIVE_STATES.has(run.state))) loadCurve(run.run_id);  // once more after it ended
+  if (!found) return el("p", {class: "muted", text: "Loading…"});
+  if (!found.curve) {
+    return el("p", {class: "muted", text: LIVE_STATES.has(run.state) ? "No training steps recorded yet."
+      : "No training curve: the run did not train, or trained before curves were recorded."});
+  }
+  const {points, parent_final: parent, parent_version: version} = found.curve;
+  return CURVE_METRICS.map((metric) => curveChart(points, metric, version, parent?.[metric]));
+}
+
+/** Fetch a run's curve and redraw it in place (its details may be open); null when it has none yet. */
+async function loadCurve(runId) {
+  if (state.curvesLoading.has(runId)) return;
+  state.curvesLoading.add(runId);
+  const run = () => state.data.runs.find((r) => r.run_id === runId);
+  const live = LIVE_STATES.has(run()?.state);
+  try {
+    const curve = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(runId)}/curve`);
+    state.curves.set(runId, {curve, live});
+    setError("curve", null);
+  } catch (error) {
+    if (error.status === 404) state.curves.set(runId, {curve: null, live}); else setError("curve", error);
+  } finally {
+    state.curvesLoading.delete(runId);
+  }
+  const box = document.querySelector(`.curves[data-run-id="${CSS.escape(runId)}"]`);
+  if (box && run() && state.curves.has(runId)) box.replaceChildren(...[curveView(run())].flat().filter(Boolean));
+}
+
+function curveChart(points, metric, parentVersion, parentFinal) {
+  const shown = points.filter((p) => isNum(p[metric]));
+  if (!shown.length) return null;
+  const [W, H, L, R, T, B] = [460, 200, 50, 14, 14, 30];
+  const last = shown.at(-1);
+  const xAxis = niceTicks(0, Math.max(1, last.step), 5);
+  const yAxis = valueAxis([...shown.map((p) => p[metric]), ...(isNum(parentFinal) ? [parentFinal] : [])], 4);
+  const x = (step) => L + (step / xAxis.max) * (W - L - R);
+  const y = (v) => T + (1 - (v - yAxis.min) / (yAxis.max - yAxis.min)) * (H - T - B);
+  const root = svg("svg", {class: "chart curve-chart", viewBox: `0 0 ${W} ${H}`, role: "img", data: {metric, points: shown.length},
+    "aria-label": `training ${metric} by step`}, yGrid(yAxis, y, L, W - R),
+  xAxis.ticks.map((s) => [svg("line", {class: "axis", x1: x(s), x2: x(s), y1: H - B, y2: H - B + 4}),
+    svg("text", {class: "tick", x: x(s), y: H - B + 17, "text-anchor": "middle", text: count(s)})]),
+  svg("line", {class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}),
+  isNum(parentFinal) ? guide("parent-final", `parent v${parentVersion} final ${fixed(parentFinal)}`, y(parentFinal), L, W - R,
+    last[metric] < parentFinal) : null,  // labelled on the side the curve ends away from
+  svg("path", {class: "curve-line", d: `M${shown.map((p) => `${x(p.step).toFixed(1)} ${y(p[metric]).toFixed(1)}`).join("L")}`}),
+  svg("circle", {class: "curve-end", cx: x(last.step), cy: y(last[metric]), r: 3.5},
+    svg("title", {text: `step ${count(last.step)}: ${metric} ${fixed(last[metric])}`})));
+  return el("figure", {class: "curve-box"}, el("figcaption", {}, el("strong", {text: `training ${metric}`}),
+    el("span", {class: "muted", text: ` at step ${count(last.step)}: ${fixed(last[metric])}`})), root);
 }
 
 // ---- the data gate: drift per feature element, failed checks first, and two histograms overlaid
@@ -660,23 +741,51 @@ function selectRun(runId) {
 
 // ---- versions
 
+const VERSION_COLUMNS = ["Version", "Parent", "Run", "Data interval", "Metrics", "Gate"];
+
 function renderVersions(data) {
   const section = $("versions");
   section.hidden = false;
-  const rows = data.versions.map((v) => el("tr", {class: classes("version", String(v.version) === state.version && "selected"),
-    data: {version: String(v.version)}},
-  el("td", {}, String(v.version), v.baseline ? el("span", {class: "baseline-badge", text: "current baseline"}) : null,
-    v.withdrawn ? el("span", {class: "baseline-badge", title: `by ${v.withdrawn.by} at ${v.withdrawn.at}: ${v.withdrawn.reason}`,
-      text: "withdrawn"}) : null),
-  el("td", {}, v.run_id ? el("button", {type: "button", class: "link", title: v.run_id, text: shortRunId(v.run_id),
-    onclick: () => selectRun(v.run_id)}) : "—"),
-  el("td", {text: interval(v)}),
-  el("td", {}, Object.entries(v.metrics || {}).map(([k, m]) => el("span", {class: "metric-pair"}, `${k} `, el("b", {text: fixed(m)})))),
-  el("td", {class: "muted", text: v.gate || "—"})));
-  section.replaceChildren(el("h2", {}, "Published versions ", el("span", {class: "count muted", text: String(rows.length)})), rows.length
-    ? el("div", {class: "scroll"}, el("table", {}, el("thead", {}, el("tr", {}, ["Version", "Run", "Data interval", "Metrics", "Gate"]
-      .map((h) => el("th", {text: h})))), el("tbody", {}, rows)))
-    : el("p", {class: "empty", text: "No published versions yet: export publishes a model once the gate blesses it."}));
+  const rows = data.versions.flatMap((v) => {
+    const selected = String(v.version) === state.version;
+    const row = el("tr", {class: classes("version", selected && "selected"), data: {version: String(v.version)},
+      onclick: () => selectVersion(selected ? null : v.version)},
+    el("td", {}, String(v.version), v.baseline ? el("span", {class: "baseline-badge", text: "current baseline"}) : null,
+      v.withdrawn ? el("span", {class: "baseline-badge", title: `by ${v.withdrawn.by} at ${v.withdrawn.at}: ${v.withdrawn.reason}`,
+        text: "withdrawn"}) : null),
+    el("td", {class: "parent"}, isNum(v.parent) ? versionLink(v.parent)
+      : v.cold_start ? el("span", {title: v.cold_start, text: "cold start"}) : "—"),
+    el("td", {}, v.run_id ? el("button", {type: "button", class: "link", title: v.run_id, text: shortRunId(v.run_id),
+      onclick: (e) => { e.stopPropagation(); selectRun(v.run_id); }}) : "—"),
+    el("td", {text: interval(v)}),
+    el("td", {}, Object.entries(v.metrics || {}).map(([k, m]) => el("span", {class: "metric-pair"}, `${k} `, el("b", {text: fixed(m)})))),
+    el("td", {class: "muted", text: v.gate || "—"}));
+    return selected ? [row, el("tr", {class: "lineage"}, el("td", {colspan: VERSION_COLUMNS.length}, lineage(data.versions, v)))] : [row];
+  });
+  section.replaceChildren(el("h2", {}, "Published versions ", el("span", {class: "count muted", text: String(data.versions.length)})),
+    rows.length ? el("div", {class: "scroll"}, el("table", {}, el("thead", {}, el("tr", {}, VERSION_COLUMNS.map((h) => el("th", {text: h})))),
+      el("tbody", {}, rows)))
+      : el("p", {class: "empty", text: "No published versions yet: export publishes a model once the gate blesses it."}));
+}
+
+const versionLink = (version) => el("button", {type: "button", class: "link", text: `v${version}`,
+  onclick: (e) => { e.stopPropagation(); selectVersion(version); }});
+
+/** The version, its parent, and so on back: "v4 ← v3 ← v2 (cold start: why)", or to a parent no longer kept. */
+function lineage(versions, version) {
+  const byVersion = new Map(versions.map((v) => [v.version, v]));
+  const chain = [];
+  for (let v = version; v && !chain.includes(v); v = byVersion.get(v.parent)) chain.push(v);
+  const last = chain.at(-1);
+  return el("p", {class: "lineage-chain"}, el("span", {class: "muted", text: "Lineage: "}),
+    chain.map((v, i) => [i ? " ← " : null, v === version ? el("b", {text: `v${v.version}`}) : versionLink(v.version)]),
+    isNum(last.parent) ? ` ← v${last.parent} (no longer kept)` : ` (${startOf(null, last.cold_start) ?? "start not recorded"})`);
+}
+
+function selectVersion(version) {
+  state.version = version === null ? null : String(version);
+  renderVersions(state.data);
+  if (state.version) document.querySelector(`tr.version[data-version="${CSS.escape(state.version)}"]`)?.scrollIntoView({block: "nearest"});
 }
 
 // ---- loading
@@ -729,7 +838,7 @@ async function main() {
   let resizeTimer = 0;
   addEventListener("resize", () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => state.data && renderCharts(state.data), 150);
+    resizeTimer = setTimeout(() => state.data && (renderCharts(state.data), markMoreRight()), 150);
   });
   try {
     state.pipelines = await getJSON("pipelines");
