@@ -28,8 +28,8 @@ from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tests.test_withdraw import publish
-from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, append_curve_point, read_curve,
-                                     read_json, registry, run_path)
+from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, read_curve, read_json, registry,
+                                     run_path)
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -385,9 +385,8 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
                    if r["run_id"] == later)
     assert f"version={version}" in links["Published version"] and "run=" in links["Training run"]
     later_dir = run_path(airflow.backfill_root, "digits_backfill", later)
-    for run_id in (earlier, later):
-        stand_in_curve(run_path(airflow.backfill_root, "digits_backfill", run_id))
     points = read_curve(RunLayout(later_dir).curve_file)
+    assert len(points) >= 2
     curve = airflow.request("GET", f"/tfdist/pipelines/digits_backfill/runs/{later}/curve").json()
     assert curve["points"] == points
     assert airflow.request("GET", f"/tfdist/pipelines/other_team_pipeline/runs/{later}/curve",
@@ -433,14 +432,10 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
         summary = run_summary(later_dir)
         started = started_from(summary["parent_version"], summary["cold_start"])
         parent_lines = curves.locator("line.parent-final")
-        if summary["parent_version"] is None:  # TODO(merge): warm from the earlier date's version, once trained so
-            assert parent_lines.count() == 0
-        else:
-            assert parent_lines.count() == 2 and started == f"warm start from v{backfill_version(airflow, earlier)}"
-            label = curves.locator("text.parent-final-label").first.text_content()  # SVG: no inner_text
-            assert f"parent v{summary['parent_version']} final" in label
-        if started != "-":
-            assert started in frame.locator(f"tr.details[data-run-id='{later}']").inner_text()
+        assert parent_lines.count() == 2 and started == f"warm start from v{backfill_version(airflow, earlier)}"
+        label = curves.locator("text.parent-final-label").first.text_content()  # SVG: no inner_text
+        assert f"parent v{summary['parent_version']} final" in label
+        assert started in frame.locator(f"tr.details[data-run-id='{later}']").inner_text()
         # the later version's lineage, as the registry follows it
         frame.locator(f"tr.version[data-version='{version}'] td").first.click()
         chain = registry.lineage(os.path.join(airflow.backfill_root, "models", "digits_backfill"), version)
@@ -476,31 +471,9 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-dag-tab.png"))
 
 
-def stand_in_curve(run_dir: str) -> None:
-    """TODO(merge): the trainer writes train/curve.jsonl (issue 28); until it does on this branch, write one as it
-    would (a point every summary_every_steps steps and at the last), only where it wrote none. Remove then."""
-    layout = RunLayout(run_dir)
-    if os.path.exists(layout.curve_file):
-        return
-    train, spec = read_json(layout.result("train")), read_json(layout.spec_file)
-    every, last = spec["training"].get("summary_every_steps", 50), train["final_step"]
-    for step in [*range(every, last, every), last]:
-        loss = 0.12 + 2.2 * 0.5 ** (step / 30)
-        append_curve_point(layout.curve_file, {"step": step, "loss": loss, "accuracy": 1 - loss / 2.5,
-                                               "examples_per_sec": train["examples_per_sec"],
-                                               "learning_rate": spec["model"]["learning_rate"]})
-
-
 def trained_step(layout: RunLayout) -> int:
     found = TrainProgress.read(layout.progress_file)
     return found.step if found else 0
-
-
-def append_progress_point(layout: RunLayout) -> None:
-    """TODO(merge): a point of the training curve from the chief's progress record, while the trainer writes none."""
-    found = TrainProgress.read(layout.progress_file)
-    append_curve_point(layout.curve_file, {"step": found.step, "loss": found.loss, "accuracy": found.accuracy,
-                                           "examples_per_sec": found.examples_per_sec})
 
 
 def assert_in_view(page, cell, container) -> None:
@@ -585,16 +558,9 @@ def test_training_runs_page_follows_a_running_training_without_a_reload(airflow)
             layout = RunLayout(run_path(airflow.root, "digits_nightly", run_id))
             every = read_json(layout.spec_file)["training"].get("summary_every_steps", 50)
             airflow.wait_for(lambda: trained_step(layout) >= 2 * every, 240, f"step {2 * every}")
-            stand_in = not os.path.exists(layout.curve_file)  # TODO(merge): the trainer writes it by now
             chart = frame.locator(f".curves[data-run-id='{run_id}'] svg.curve-chart[data-metric='loss']")
             shown = lambda: chart.count() and int(chart.get_attribute("data-points"))  # noqa: E731
-            for _ in range(2 if stand_in else 0):
-                append_progress_point(layout)
-                airflow.wait_for(lambda: trained_step(layout) > read_curve(layout.curve_file)[-1]["step"], 60,
-                                 "another step")
             drawn = airflow.wait_for(shown, 60, "the training curve on the page")
-            if stand_in:
-                append_progress_point(layout)
             airflow.wait_for(lambda: shown() > drawn, 120, "the curve to grow on the page")
             assert frame.locator("body").evaluate("() => window.notReloaded === true")
             page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-live.png"), full_page=True)
