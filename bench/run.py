@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import follow
+from bench import follow, warm_start
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
@@ -61,6 +61,12 @@ class Budget:
     """Following a Kubernetes stage (bench/follow.py): its pod counts."""
     follow_seconds: float
     """... and the steady window at each."""
+    warm_start_epochs: int
+    """Warm start (bench/warm_start.py): the epochs of each run on a day's partition (19 steps each),"""
+    summary_epochs: int
+    """... and of each throughput run with and without summaries,"""
+    summary_best_of: int
+    """... each figure the best of this many runs."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -69,10 +75,10 @@ PREPARE_FACTORS = (1, 8, 64)
 BUDGETS = {
     "tiny": Budget(repetitions=1, epochs=2, worker_counts=(2,), shard_sizes=(2_000, 4_000), parse_repetitions=1,
                    modes=("mirrored", "horovod"), airflow_run=False, prepare_base_mb=0.5, follow_pods=(2, 8),
-                   follow_seconds=5),
+                   follow_seconds=5, warm_start_epochs=3, summary_epochs=5, summary_best_of=1),
     "full": Budget(repetitions=3, epochs=20, worker_counts=(1, 2), shard_sizes=(20_000, 200_000), parse_repetitions=7,
                    modes=tuple(MODES), airflow_run=True, prepare_base_mb=50, follow_pods=(2, 8, 32, 64, 128),
-                   follow_seconds=30),
+                   follow_seconds=30, warm_start_epochs=20, summary_epochs=250, summary_best_of=3),
 }
 
 
@@ -295,7 +301,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
     top = max(memory)
     rows.append(ratio_row(f"data gate seconds, {top}× input / 1×", [memory[top]["data_gate_seconds"]],
                           [memory[1]["data_gate_seconds"]], "≤ 1.5 (independent of the input)", lambda m: m <= 1.5))
-    return rows + follow.rows(results["follow"], ratio_row)
+    return rows + follow.rows(results["follow"], ratio_row) + warm_start.rows(results["warm_start"], ratio_row)
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
@@ -332,7 +338,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     if "airflow" in results:
         out.append(("Airflow task process peak RSS (airflow dags test, workers excluded)",
                     f"{results['airflow']['peak_rss_mb']:,.0f} MB"))
-    return out + follow.absolutes(results["follow"])
+    return out + follow.absolutes(results["follow"]) + warm_start.absolutes(results["warm_start"])
 
 
 def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
@@ -393,6 +399,8 @@ def main() -> None:
                                                     PREPARE_FACTORS, budget.repetitions)
         print("following a Kubernetes stage", flush=True)
         results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
+        print("warm start and the cost of summaries", flush=True)
+        results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)

@@ -24,6 +24,7 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
     for expected in ("throughput mirrored, 2 worker(s)", "plugin tax horovod", "train start → first steps",
                      "DAG file parse, plugins loaded: digits_nightly", "shard writing",
                      "prepare records/s with the data statistics / without", "data gate seconds",
+                     "warm start: steps to the cold run's final eval accuracy", "throughput with summaries every",
                      *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else [])):
         assert any(f.startswith(expected) for f in figures), (expected, figures)
     assert all(row["median"] > 0 for row in report["rows"])
