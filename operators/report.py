@@ -10,7 +10,7 @@ import os
 from typing import Any, Iterable
 
 from tfdist.trainer.contract import (RunLayout, TrainProgress, gate, read_curve, read_json, registry, run_path,
-                                     runs_root)
+                                     runs_root, warm_start_summary)
 from tfdist.trainer.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
@@ -37,13 +37,14 @@ def curve(run_dir: str) -> dict[str, Any] | None:
     points = read_curve(layout.curve_file)
     if not points:
         return None
-    start = _warm_start(_maybe(layout.result("train")) or {})
+    start = _warm_start(layout)
     return {"points": points, "parent_final": start.get("parent_final"), "parent_version": start.get("parent_version")}
 
 
-def _warm_start(train: dict[str, Any]) -> dict[str, Any]:
-    """How the train stage started, from its result record ({} before it ended, or in a run older than that)."""
-    return train.get("warm_start") or {}
+def _warm_start(layout: RunLayout) -> dict[str, Any]:
+    """How the train stage started, from the chief's record as training starts ({} before, or in a run older than
+    that record)."""
+    return warm_start_summary(layout.warm_start_file) or {}
 
 
 def started_from(parent: int | None, cold_start: str | None, short: bool = False) -> str:
@@ -75,7 +76,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     layout = RunLayout(run_dir)
     run = _maybe(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
     train = _maybe(layout.result("train")) or {}
-    start = _warm_start(train)
+    start = _warm_start(layout)
     blessing = _maybe(layout.blessing_file) or {}
     export = _maybe(layout.result("export")) or {}
     data_gate = data_validation(run_dir) or {}

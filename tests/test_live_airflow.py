@@ -141,8 +141,8 @@ def test_unpaused_nightly_dag_is_scheduled_on_its_data_interval_and_publishes(ai
     assert published["metrics"]["accuracy"] >= 0.9 and published["gate"] == "value thresholds"
     assert serving_accuracy(published["path"], os.path.join(directory, "data")) >= 0.9
     events = airflow.api("GET", "/api/v2/assets/events?source_dag_id=digits_nightly")["asset_events"]
-    assert {"version": published["version"], "path": published["path"]} in [e["extra"] for e in events
-                                                                             if e["source_run_id"] == run_id]
+    assert {"version": published["version"], "path": published["path"], "parent_version": None,
+            "cold_start": "training.warm_start is none"} in [e["extra"] for e in events if e["source_run_id"] == run_id]
 
 
 def test_rest_trigger_with_overrides_switching_to_horovod(airflow):

@@ -24,14 +24,16 @@ def write_run(root: str, key: str, run_id: str, end: str, accuracy: float | None
               baseline: dict | None = None, with_checks: bool = True, warm_start: dict | None = None,
               lineage: dict | None = None) -> RunLayout:
     """A run directory as the stages leave it (run record, train result, blessing, export result); ``warm_start``
-    goes into the train result, ``lineage`` (parent, warm_start) into the published version's metadata."""
+    (what the train result keeps of it) into the chief's warm-start record, ``lineage`` (parent, warm_start) into the
+    published version's metadata."""
     layout = RunLayout(os.path.join(root, DAG, "runs", key))
     write_json_atomic(layout.run_file, {"run_id": run_id, "data_interval_start": end.replace("17", "16"),
                                         "data_interval_end": end, "overrides": {"training.epochs": 8}})
     if accuracy is None:
         return layout
-    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20}
-                      | ({"warm_start": warm_start} if warm_start else {}))
+    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20})
+    if warm_start:
+        write_warm_start(layout, warm_start)
     metrics = {"accuracy": accuracy, "loss": 0.1}
     rows = checks(metrics, THRESHOLDS, CHANGE, baseline and baseline["metrics"])
     blessing = {"blessed": not failures(rows), "gate": "value thresholds", "metrics": metrics,
@@ -109,6 +111,13 @@ def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path
 
 
 NO_BASELINE = "no baseline: nothing published as of this data interval"
+def write_warm_start(layout: RunLayout, summary: dict) -> None:
+    """The chief's warm-start record, as it writes it when training starts, of which ``summary`` is the part kept."""
+    parent = summary["parent_version"] and {"version": summary["parent_version"], "run_id": summary["parent_run_id"]}
+    write_json_atomic(layout.warm_start_file, {"parent": parent, "cold_start": summary["cold_start"],
+                                               "parent_final": summary["parent_final"]})
+
+
 MISMATCH = "variables do not match: dense/kernel (64, 32) in the checkpoint, (64, 64) in the model"
 
 
@@ -135,16 +144,15 @@ def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
     with open(layout.curve_file, "a") as f:
         f.write('{"step": 80, "loss": 0.2')  # the chief died while writing
 
-    training = curve(layout.run_dir)  # while it trains: no train result yet, so no parent known
-    assert [(p["step"], p["loss"]) for p in training["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
-    assert tuple(training["points"][0]) == CURVE_FIELDS
-    assert (training["parent_version"], training["parent_final"]) == (None, None)
-    write_json_atomic(layout.result("train"), {"final_step": 60, "warm_start": {
-        "parent_version": 3, "parent_run_id": "scheduled__2026-11-13", "cold_start": None,
-        "parent_final": {"loss": 0.21, "accuracy": 0.94}}})
-    trained = curve(layout.run_dir)
-    assert (trained["parent_version"], trained["parent_final"]) == (3, {"loss": 0.21, "accuracy": 0.94})
-    assert trained["points"] == training["points"]
+    before = curve(layout.run_dir)  # a run older than the warm-start record: no parent known
+    assert [(p["step"], p["loss"]) for p in before["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
+    assert tuple(before["points"][0]) == CURVE_FIELDS
+    assert (before["parent_version"], before["parent_final"]) == (None, None)
+    write_warm_start(layout, {"parent_version": 3, "parent_run_id": "scheduled__2026-11-13", "cold_start": None,
+                              "parent_final": {"loss": 0.21, "accuracy": 0.94}})
+    training = curve(layout.run_dir)  # known while it trains, from the record the chief writes as training starts
+    assert (training["parent_version"], training["parent_final"]) == (3, {"loss": 0.21, "accuracy": 0.94})
+    assert training["points"] == before["points"]
 
 
 def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_and_why(tmp_path):

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.trainer import data
 from tfdist.trainer.contract import (CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress,
-                                     append_curve_point, beat, sha256_file, write_json_atomic)
+                                     append_curve_point, beat, sha256_file, warm_start_summary,
+                                     write_json_atomic)
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
@@ -409,7 +410,7 @@ class TrainingRun:
 
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
-        record = WarmStart(self.spec, self.args.run, self.args.model_dir).restore(
+        record = WarmStart(self.spec, self.args.run, self.args.model_dir, self.args.warm_start).restore(
             self.tf, self.model, self.optimizer, self.learning_rate)
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start, record)
@@ -596,7 +597,7 @@ class TrainingRun:
             "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
             "workers": sync.workers,
             "train_seconds": round(finished - self.started, 2),
-            "warm_start": WarmStart.summary(self.args.warm_start),
+            "warm_start": warm_start_summary(self.args.warm_start),
         })
         say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
 

@@ -3,8 +3,10 @@
 The parent is the baseline (``registry.baseline_for``: the newest version published for a data interval ending no
 later than this run's), restored from the training checkpoint kept beside it (``registry.WARM_START_CHECKPOINT``).
 Every variable of the parent's model is restored, and the optimizer's state where the optimizer is the same (the
-same variables, names and shapes); the step counter and the optimizer's iterations start again at 0, and the
-learning rate is this run's. The feature normalization is this run's data's (it is built into the model from the
+same variables, names and shapes). The run's step counter starts again at 0 (its epochs, checkpoints and data are
+counted from it) and the learning rate is this run's; the optimizer keeps its own iteration count, to which Adam's
+bias correction of the restored moments belongs (reset, it would shrink the first thousand steps' updates). All of
+a run's processes start from the same parent: the first to look it up records its choice, the others take it. The feature normalization is this run's data's (it is built into the model from the
 data manifest, not restored): the data gate has bounded how far that data moved from the parent's.
 
 Variables are matched by their path in the checkpoint's object graph (``model/_operations/3/_kernel``) and shape.
@@ -18,9 +20,10 @@ import hashlib
 import os
 import re
 import tempfile
+import uuid
 from typing import Any
 
-from tfdist.trainer.contract import EXIT_REFUSED, read_json, registry
+from tfdist.trainer.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
 from tfdist.trainer.runtime import fail
 
 SHOWN_MISMATCHES = 10
@@ -72,17 +75,37 @@ def weight_digests(model) -> list[list[str]]:
     return [[v.path, hashlib.sha256(v.numpy().tobytes()).hexdigest()[:16]] for v in model.weights]
 
 
+CHOICE = "warm_start_parent.json"
+"""In the train stage's directory: the parent version the run's first process chose, which the others take."""
+
+
+def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> dict | None:
+    """The parent every process of the run starts from: ``found`` if this process is the first to record its choice
+    (created whole, once: a link to a complete file), else the version recorded (None if it is published no more)."""
+    scratch = f"{choice_file}.{uuid.uuid4().hex}"  # pods may share a pid
+    write_json_atomic(scratch, {"version": found and found["version"]})
+    try:
+        os.link(scratch, choice_file)
+        return found
+    except FileExistsError:
+        version = read_json(choice_file)["version"]
+        return next((m for m in registry.versions(model_dir) if m["version"] == version), None)
+    finally:
+        os.remove(scratch)
+
+
 class WarmStart:
     """This run's parent, found from the run's record and the model directory (None, with the reason, if none)."""
 
-    def __init__(self, spec, run_file: str, model_dir: str):
+    def __init__(self, spec, run_file: str, model_dir: str, record_file: str):
         self.settings = spec.training.warm_start
         self.parent, self.cold_start = None, None
         if self.settings.source == "none":
             self.cold_start = "training.warm_start is none"
             return
         run = read_json(run_file)
-        self.parent = registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"])
+        self.parent = agreed_parent(registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
+                                    model_dir, os.path.join(os.path.dirname(record_file), CHOICE))
         if self.parent is None:
             self.cold_start = "no baseline: nothing published as of this data interval"
         elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
@@ -111,7 +134,6 @@ class WarmStart:
         objects = {"model": model, **({"optimizer": optimizer} if with_optimizer else {})}
         status = tf.train.Checkpoint(**objects).read(prefix)
         status.assert_existing_objects_matched().expect_partial()  # the parent's step counter is not restored
-        optimizer.iterations.assign(0)
         optimizer.learning_rate.assign(learning_rate)
         return self.record(model, restored="model and optimizer" if with_optimizer else "model (another optimizer)")
 
@@ -122,15 +144,3 @@ class WarmStart:
                 "parent_final": parent and parent.get("train_metrics"),
                 "restored": restored, "cold_start": self.cold_start, "mismatched": list(mismatched),
                 "normalization": "this run's data", "weights": weight_digests(model)}
-
-    @staticmethod
-    def summary(path: str) -> dict[str, Any] | None:
-        """What the train stage's result (and so the task's XCom and the runs page) keeps of the record at
-        ``path``; None for a run that started before tfdist recorded it."""
-        if not os.path.exists(path):
-            return None
-        record = read_json(path)
-        parent = record["parent"] or {}
-        return {"parent_version": parent.get("version"), "parent_run_id": parent.get("run_id"),
-                "cold_start": record["cold_start"] and record["cold_start"][:200],
-                "parent_final": record["parent_final"]}

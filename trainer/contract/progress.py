@@ -103,8 +103,8 @@ class TrainProgress:
 
 
 CURVE_FIELDS = ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
-"""A point of the training curve (``curve.jsonl``): the chief appends one every ``training.summary_every_steps``
-steps and at the last, with the same values it writes to TensorBoard."""
+"""A point of the training curve (``curve.jsonl``): the chief appends one at the first step call at or past every
+``training.summary_every_steps`` steps and at the last, with the same values it writes to TensorBoard."""
 
 
 def append_curve_point(path: str, point: dict) -> None:
@@ -129,6 +129,18 @@ def read_curve(path: str) -> list[dict]:
     except FileNotFoundError:
         return []
     return [points[step] for step in sorted(points)]
+
+
+def warm_start_summary(path: str) -> dict | None:
+    """What the train stage's result (the task's XCom) and the runs page keep of its warm-start record at ``path``
+    (``RunLayout.warm_start_file``, written by the chief as training starts); None before, or for a run that
+    started before tfdist recorded it."""
+    if not os.path.exists(path):
+        return None
+    record = read_json(path)
+    parent = record["parent"] or {}
+    return {"parent_version": parent.get("version"), "parent_run_id": parent.get("run_id"),
+            "cold_start": record["cold_start"] and record["cold_start"][:200], "parent_final": record["parent_final"]}
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:

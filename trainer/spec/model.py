@@ -333,7 +333,7 @@ class TrainingSpec(_Section):
     """Where training starts: 'none', 'baseline', or {from: baseline, on_mismatch: cold | fail}."""
     summary_every_steps: Annotated[int, Field(ge=1)] = 50
     """The chief writes TensorBoard summaries (loss, accuracy, examples/s, learning rate) and a point of the
-    training curve every this many steps (and at the last)."""
+    training curve at the end of the first step call at or past every this many steps, and at the last."""
     tensorboard_url: Annotated[str | None, Field(pattern=r"^https?://[^\s]+$"),
                                AuthorOnly("it is a link every user of the DAG follows")] = None
     """A TensorBoard serving this pipeline's runs: adds a 'TensorBoard' link to the train task (else Airflow's
