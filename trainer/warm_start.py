@@ -79,17 +79,21 @@ CHOICE = "warm_start_parent.json"
 """In the train stage's directory: the parent version the run's first process chose, which the others take."""
 
 
-def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> dict | None:
-    """The parent every process of the run starts from: ``found`` if this process is the first to record its choice
-    (created whole, once: a link to a complete file), else the version recorded (None if it is published no more)."""
+def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> tuple[dict | None, str | None]:
+    """(the parent every process of the run starts from, why there is none though one was chosen): ``found`` if this
+    process is the first to record its choice (created whole, once: a link to a complete file), else the version
+    recorded, if it is still published."""
     scratch = f"{choice_file}.{uuid.uuid4().hex}"  # pods may share a pid
     write_json_atomic(scratch, {"version": found and found["version"]})
     try:
         os.link(scratch, choice_file)
-        return found
+        return found, None
     except FileExistsError:
         version = read_json(choice_file)["version"]
-        return next((m for m in registry.versions(model_dir) if m["version"] == version), None)
+        chosen = next((m for m in registry.versions(model_dir) if m["version"] == version), None)
+        gone = version is not None and chosen is None
+        return chosen, f"baseline version {version}, chosen by this run's first process, is published no more" \
+            if gone else None
     finally:
         os.remove(scratch)
 
@@ -104,10 +108,10 @@ class WarmStart:
             self.cold_start = "training.warm_start is none"
             return
         run = read_json(run_file)
-        self.parent = agreed_parent(registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
-                                    model_dir, os.path.join(os.path.dirname(record_file), CHOICE))
+        self.parent, gone = agreed_parent(registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
+                                          model_dir, os.path.join(os.path.dirname(record_file), CHOICE))
         if self.parent is None:
-            self.cold_start = "no baseline: nothing published as of this data interval"
+            self.cold_start = gone or "no baseline: nothing published as of this data interval"
         elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
             self.cold_start = (f"baseline version {self.parent['version']} keeps no training checkpoint "
                                "(published by an earlier tfdist)")

@@ -68,10 +68,14 @@ def pipeline_overview(dag_id: str, session: Any) -> dict[str, Any]:
             "model_name": os.path.basename(model_dirs[0]) if model_dirs else None}
 
 
-def run_record(dag_id: str, run_id: str, session: Any, read: Any) -> Any:
-    """What ``read`` finds in the run's directory under any of the pipeline's artifact roots, else None."""
+def run_record(dag_id: str, run_id: str, session: Any, read: Any, missing: str) -> Any:
+    """What ``read`` finds in the run's directory under any of the pipeline's artifact roots; 404 saying
+    ``missing`` where it finds nothing."""
     _, roots, _ = _pipeline(dag_id, session)
-    return next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
+    found = next(filter(None, (read(run_path(root, dag_id, run_id)) for root in roots)), None)
+    if not found:
+        raise HTTPException(404, missing)
+    return found
 
 
 def add_run_routes(app: FastAPI, reads_runs: list) -> None:
@@ -81,26 +85,20 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
     def run_progress(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
         state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        found = state and run_record(dag_id, run_id, session, progress)
-        if not found:
-            raise HTTPException(404, f"no training progress of run {run_id!r} yet")
-        return {**found, "state": str(state)}
+        missing = f"no training progress of run {run_id!r} yet"
+        if not state:
+            raise HTTPException(404, missing)
+        return {**run_record(dag_id, run_id, session, progress, missing), "state": str(state)}
 
     @app.get("/pipelines/{dag_id}/runs/{run_id}/curve", dependencies=reads_runs)
     def run_curve(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         """The training curve by step (loss, accuracy, examples/s, learning rate), the parent's final values."""
-        found = run_record(dag_id, run_id, session, curve)
-        if not found:
-            raise HTTPException(404, f"no training curve of run {run_id!r} yet")
-        return found
+        return run_record(dag_id, run_id, session, curve, f"no training curve of run {run_id!r} yet")
 
     @app.get("/pipelines/{dag_id}/runs/{run_id}/data", dependencies=reads_runs)
     def run_data_gate(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
         """The data gate's record of the run: every check, this run's and the baseline's data statistics."""
-        found = run_record(dag_id, run_id, session, data_validation)
-        if not found:
-            raise HTTPException(404, f"no data gate record of run {run_id!r}")
-        return found
+        return run_record(dag_id, run_id, session, data_validation, f"no data gate record of run {run_id!r}")
 
 
 class Withdrawal(BaseModel):
