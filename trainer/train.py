@@ -359,7 +359,6 @@ class TrainingRun:
         keras.utils.set_random_seed(self.training.seed)
         with sync.scope():
             self.model = build_model(spec, manifest)
-            self.learning_rate = spec.model.learning_rate * sync.learning_rate_scale
             self.optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
             self.optimizer.build(self.model.trainable_variables)
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
@@ -411,7 +410,7 @@ class TrainingRun:
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
         record = WarmStart(self.spec, self.args.run, self.args.model_dir, self.args.warm_start).restore(
-            self.tf, self.model, self.optimizer, self.learning_rate)
+            self.tf, self.model, self.optimizer)
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start, record)
             parent = record["parent"]

@@ -116,9 +116,10 @@ class WarmStart:
             self.cold_start = (f"baseline version {self.parent['version']} keeps no training checkpoint "
                                "(published by an earlier tfdist)")
 
-    def restore(self, tf, model, optimizer, learning_rate: float) -> dict[str, Any]:
-        """Restore the parent into ``model`` (and ``optimizer`` where it is the same); the record of what was
-        done. A mismatch starts cold, or refuses the stage with ``on_mismatch: fail``."""
+    def restore(self, tf, model, optimizer) -> dict[str, Any]:
+        """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning
+        rate); the record of what was done. A mismatch starts cold, or refuses the stage with ``on_mismatch:
+        fail``."""
         if self.cold_start:
             return self.record(model)
         prefix = registry.warm_start_checkpoint(self.parent["path"])
@@ -136,6 +137,7 @@ class WarmStart:
             return self.record(model, mismatched)
         with_optimizer = not differences(ours, parent, "optimizer")
         objects = {"model": model, **({"optimizer": optimizer} if with_optimizer else {})}
+        learning_rate = optimizer.learning_rate.numpy()
         status = tf.train.Checkpoint(**objects).read(prefix)
         status.assert_existing_objects_matched().expect_partial()  # the parent's step counter is not restored
         optimizer.learning_rate.assign(learning_rate)
