@@ -219,7 +219,10 @@ class RandomKill(threading.Thread):
         self.at: float | None = None
         self.step = 0
         """The furthest step any training process had reached when the victim was killed (a step call that
-        ended as it died included)."""
+        ended as it died included), read 0.5 s later."""
+        self.beaten = 0
+        """The furthest step beaten as the victim was killed: what survivors that go on within 0.5 s (Horovod's
+        elastic ranks) must keep."""
 
     def furthest(self) -> int:
         return max((b.step for b in last_beats(self.plan.layout.heartbeat_dir).values()), default=0)
@@ -230,6 +233,7 @@ class RandomKill(threading.Thread):
         time.sleep(self.delay)
         beats = last_beats(self.plan.layout.heartbeat_dir)
         pid = beats[self.victim].pid if self.victim in beats else self.launcher.processes[self.victim].pid
+        self.beaten = max((b.step for b in beats.values()), default=0)
         os.kill(pid, signal.SIGKILL)
         self.at = time.time()
         # the others' last step call may have ended as the victim died (and its checkpoint been saved): their

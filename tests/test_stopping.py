@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from tfdist.trainer.contract.stopping import is_stopped, stop_processes
+from tfdist.trainer.contract.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
 
 STUBBORN = ("import signal, subprocess, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -59,3 +59,28 @@ def test_stopped_processes_are_seen_and_killed_at_once_when_asked():
     assert is_stopped(child.pid)
     stop_processes([child], grace=30, first=signal.SIGKILL)
     assert child.returncode == -signal.SIGKILL and not is_stopped(child.pid)
+
+
+ORPHANED_STAGE = ("import signal, subprocess, sys, time\n"
+                  "from tfdist.trainer.contract.stopping import end_with_parent\n"
+                  "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                  "end_with_parent(poll=0.1)\n"
+                  "print('watching', flush=True)\n"
+                  "time.sleep(60)")
+"""A stage process as a MultiWorkerMirrored worker is: SIGTERM caught, nothing written to its output."""
+
+
+def test_a_stage_process_ends_after_its_launching_process_is_killed_though_it_ignores_sigterm():
+    launcher = start("import subprocess, sys, time\n"
+                     f"stage = subprocess.Popen([sys.executable, '-c', {ORPHANED_STAGE!r}])\n"
+                     "print('ready', stage.pid, sep='\\n', flush=True)\n"
+                     "time.sleep(60)", start_new_session=True)
+    stage = psutil.Process(int(launcher.stdout.readline()))
+    assert launcher.stdout.readline() == "watching\n"
+    launcher.kill()
+    launcher.wait()
+    killed = time.monotonic()
+    while not ended(stage) and time.monotonic() - killed < STOP_GRACE_SECONDS + 10:
+        time.sleep(0.1)
+    assert ended(stage), "the orphaned stage process outlived its launcher"
+    assert time.monotonic() - killed >= STOP_GRACE_SECONDS  # the grace its own stopping could use

@@ -11,6 +11,7 @@ from typing import Callable
 
 from tfdist.trainer import spec
 from tfdist.trainer.contract import CORES_ENV, THREADS_ENV, read_json
+from tfdist.trainer.contract.stopping import end_with_parent
 
 
 def load_spec(path: str) -> spec.Spec:
@@ -68,8 +69,9 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's ``main``; a full disk ends it with one line naming where (TensorFlow wraps the OS error in
-    its own types, so its message is matched too) instead of a traceback."""
+    """Run a stage's ``main``, ended with its launching process; a full disk ends it with one line naming where
+    (TensorFlow wraps the OS error in its own types, so its message is matched too) instead of a traceback."""
+    end_with_parent()
     try:
         main()
     except Exception as exc:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 
@@ -15,6 +16,21 @@ import psutil
 STOP_GRACE_SECONDS = 3.0
 """How long a process told to stop (SIGTERM) may take before it is killed: TF's MultiWorkerMirrored workers
 catch SIGTERM (its preemption notifier) and train on; well within a pod's 30 s termination grace period."""
+
+
+def end_with_parent(poll: float = 0.5) -> None:
+    """End this process ``STOP_GRACE_SECONDS`` after its parent does (a daemon thread sees it re-parented). The
+    launcher's death signal (SIGTERM) comes first, but TF's MultiWorkerMirrored workers catch it and would train
+    on, orphaned, until a write to their closed output failed."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        time.sleep(STOP_GRACE_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
 def is_stopped(pid: int) -> bool:
