@@ -3,20 +3,48 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from tfdist.operators.launchers import StageFailed, get_launcher
-from tfdist.operators.plan import Plan, RunContext, build_plan, manual_interval
+from tfdist.operators.plan import (PARTITION_KEY_FORMATS, Plan, RunContext, build_plan, manual_interval,
+                                   partition_start, period_end)
 from tfdist.operators.ui.links import TrainingRunLink
-from tfdist.trainer.contract import EXIT_REFUSED, RunMismatch, record_run
-from tfdist.trainer.spec import Spec, SpecError, field_value, load_spec
+from tfdist.trainer.contract import (EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_exists, record_run, run_path,
+                                     runs_root)
+from tfdist.trainer.spec import AssetSchedule, Spec, SpecError, field_value, load_spec
 
 
 def _as_datetime(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+
+
+def _partition_start(period: str, dag_run: Any) -> dt.datetime:
+    """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it."""
+    key = getattr(dag_run, "partition_key", None)
+    if getattr(dag_run, "partition_date", None):
+        return _as_datetime(dag_run.partition_date).astimezone(dt.timezone.utc)
+    try:
+        return partition_start(key or "", period)
+    except ValueError:
+        raise AirflowFailException(
+            f"this pipeline trains on one {period} partition per run, but the run names {key!r}: trigger it through "
+            f"its upstream assets, or with a partition key such as "
+            f"{dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])!r}") from None
+
+
+def previous_window_end(artifact_root: str, dag_id: str, run_id: str,
+                        before: dt.datetime) -> tuple[str, dt.datetime] | None:
+    """(run id, window end) of the pipeline's run whose recorded window ends last, at or before ``before``."""
+    root = runs_root(artifact_root, dag_id)
+    records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
+               for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ()))
+    ends = [(r["run_id"], _as_datetime(r["data_interval_end"])) for r in records
+            if r and r.get("run_id") != run_id and "data_interval_end" in r]
+    return max((e for e in ends if e[1] <= before), key=lambda e: e[1], default=None)
 
 
 class StageOperator(BaseOperator):
@@ -72,14 +100,44 @@ class StageOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
 
     def run_context(self, spec: Spec, context: Any) -> RunContext:
+        """The run's identity and window: its data interval; else (a run without one: triggered by hand or by
+        assets) the window its first stage recorded in run.json, or the one inferred for it (``inferred_window``)."""
+        run_id = context["run_id"]
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
-        if start is None or end is None:
-            run_after = context["dag_run"].run_after
-            start, end = manual_interval(spec.schedule, run_after)
-            self.log.info("run triggered without a logical date at %s: training on the window %s → %s",
-                          run_after, start, end)
-        return RunContext(self.dag_id, context["run_id"], _as_datetime(start), _as_datetime(end))
+        if start is not None and end is not None:
+            return RunContext(self.dag_id, run_id, _as_datetime(start), _as_datetime(end))
+        recorded = read_json_if_exists(RunLayout(self.run_dir or run_path(spec.artifact_root, self.dag_id, run_id))
+                                       .run_file)
+        if recorded and "window" in recorded:
+            return RunContext(self.dag_id, run_id, _as_datetime(recorded["data_interval_start"]),
+                              _as_datetime(recorded["data_interval_end"]), recorded["window"],
+                              recorded.get("partition_key"))
+        ctx = self.inferred_window(spec, context)
+        self.log.info("run without a data interval: training on %s → %s, %s", ctx.interval_start, ctx.interval_end,
+                      ctx.window)
+        return ctx
+
+    def inferred_window(self, spec: Spec, context: Any) -> RunContext:
+        """A partitioned schedule's run: the partition its asset events (or its trigger) name. Other asset
+        schedules' runs: since the end of the previous run's window (a day when there is none). A run triggered
+        by hand: the last complete interval before it, as Airflow's timetables infer it."""
+        dag_run, run_id = context["dag_run"], context["run_id"]
+        if spec.partitioned:
+            start = _partition_start(spec.partitioned, dag_run)
+            return RunContext(self.dag_id, run_id, start, period_end(start, spec.partitioned),
+                              f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
+                              dag_run.partition_key)
+        end = _as_datetime(dag_run.run_after)
+        if isinstance(spec.schedule, AssetSchedule):
+            previous = previous_window_end(spec.artifact_root, self.dag_id, run_id, end)
+            if previous:
+                return RunContext(self.dag_id, run_id, previous[1], end,
+                                  f"since the end of the previous run's window (run {previous[0]!r})")
+            return RunContext(self.dag_id, run_id, end - dt.timedelta(days=1), end,
+                              "the day before it ran: no earlier run of this pipeline has a window")
+        start, end = manual_interval(spec.cron, end)
+        return RunContext(self.dag_id, run_id, start, end, "the last complete interval before it was triggered")
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""

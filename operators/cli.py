@@ -28,7 +28,7 @@ from tfdist.trainer.spec import Spec, SpecError, default_artifact_root, load_spe
 def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:
     spec = load_spec(spec_path)
     start = logical_date or spec.start_date
-    start, end = scheduled_interval(spec.schedule, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
+    start, end = scheduled_interval(spec.cron, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
     return spec, RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
 
 

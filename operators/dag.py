@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable
+from airflow.sdk import (DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronDataIntervalTimetable,
+                        PartitionedAssetTimetable, StartOfDayMapper, StartOfHourMapper, StartOfMonthMapper,
+                        StartOfWeekMapper, StartOfYearMapper)
 from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.operators.evaluate import EvaluateOperator
@@ -19,15 +21,42 @@ from tfdist.operators.params import dag_params
 from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
 from tfdist.operators.validate_data import ValidateDataOperator
-from tfdist.trainer.spec import NAME_PATTERN, Spec, SpecError, load_spec
+from tfdist.operators.plan import PARTITION_KEY_FORMATS
+from tfdist.trainer.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)
+
+
+PARTITION_MAPPERS = {"hour": StartOfHourMapper, "day": StartOfDayMapper, "week": StartOfWeekMapper,
+                     "month": StartOfMonthMapper, "year": StartOfYearMapper}
+
+
+def timetable(spec: Spec) -> Any:
+    """The DAG's schedule: a cron's data intervals, or the upstream assets (any or all of them; or the time too;
+    or their partitions, each mapped to the pipeline's own period)."""
+    schedule = spec.schedule
+    if not isinstance(schedule, AssetSchedule):
+        return schedule and CronDataIntervalTimetable(schedule, timezone="UTC")
+    assets = []
+    for i, uri in enumerate(schedule.assets):
+        try:
+            assets.append(Asset(uri))
+        except (ValueError, TypeError) as exc:
+            raise SpecError([f"schedule.assets[{i}]: Airflow refuses {uri!r}: {exc}"], f"spec {spec.name!r}") from None
+    condition = (AssetAll if schedule.when == "all" else AssetAny)(*assets)
+    if schedule.partitions:
+        mapper = PARTITION_MAPPERS[schedule.partitions](input_format=schedule.partition_key_format,
+                                                        output_format=PARTITION_KEY_FORMATS[schedule.partitions])
+        return PartitionedAssetTimetable(assets=condition, default_partition_mapper=mapper)
+    if schedule.cron:
+        return AssetOrTimeSchedule(timetable=CronDataIntervalTimetable(schedule.cron, timezone="UTC"), assets=condition)
+    return condition
 
 
 def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
     """The spec's DAG; invalid specs raise SpecError, which Airflow shows as the file's import error."""
     spec = load_spec(spec)
-    schedule = CronDataIntervalTimetable(spec.schedule, timezone="UTC") if spec.schedule else None
+    schedule = timetable(spec)
     with DAG(
         dag_id=spec.name,
         description=spec.description or f"Distributed TensorFlow training of {spec.export.model_name}",

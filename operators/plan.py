@@ -32,6 +32,23 @@ def manual_interval(schedule: str | None, run_after: dt.datetime) -> tuple[dt.da
     return croniter(schedule, end).get_prev(dt.datetime), end
 
 
+PARTITION_KEY_FORMATS = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
+"""A partitioned pipeline's own partition keys (its runs' ``partition_key``), by period: a week's is its Monday."""
+
+
+def period_end(start: dt.datetime, period: str) -> dt.datetime:
+    """The end of the ``period`` (hour, day, week, month, year) that starts at ``start``."""
+    if period in ("hour", "day", "week"):
+        return start + dt.timedelta(**{f"{period}s": 1})
+    months = start.month + (1 if period == "month" else 12)
+    return start.replace(year=start.year + (months - 1) // 12, month=(months - 1) % 12 + 1)
+
+
+def partition_start(key: str, period: str) -> dt.datetime:
+    """Where the partition ``key`` of a ``period`` starts (UTC); ValueError for a key of another form."""
+    return dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]).replace(tzinfo=dt.timezone.utc)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What identifies one run: artifacts are keyed by it, never by wall-clock time."""
@@ -40,6 +57,10 @@ class RunContext:
     run_id: str
     interval_start: dt.datetime
     interval_end: dt.datetime
+    window: str = "its data interval"
+    """Why the run reads [interval_start, interval_end) (recorded in run.json, said in the task log)."""
+    partition_key: str | None = None
+    """The upstream partition the run trains on (a partitioned asset schedule)."""
 
     def window_start(self, schedule: str | None, window: int | None) -> dt.datetime:
         """Where the run's window starts: the data interval's start, or ``window`` periods of the schedule
@@ -71,11 +92,7 @@ def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[d
     found = []
     while t < end:
         found.append(t)
-        if unit in ("hour", "day"):
-            t += dt.timedelta(**{f"{unit}s": 1})
-        else:
-            months = t.month + (1 if unit == "month" else 12)
-            t = t.replace(year=t.year + (months - 1) // 12, month=(months - 1) % 12 + 1)
+        t = period_end(t, unit)
     return found
 
 
@@ -192,7 +209,8 @@ class Plan:
         """run.json: what identifies the run and what its trigger changed."""
         ctx = self.context
         return {"dag_id": ctx.dag_id, "run_id": ctx.run_id, "overrides": self.overrides,
-                "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat()}
+                "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
+                "window": ctx.window, "partition_key": ctx.partition_key}
 
 
 def version_base(ctx: RunContext) -> int:
@@ -216,7 +234,7 @@ def build_plan(
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     source = source or spec.data.source
     sources = [source_for(source, t, spec.artifact_root) for t in partitions(
-        ctx.window_start(spec.schedule, spec.data.window), ctx.interval_end, partition_unit(source))]
+        ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))]
     published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
     prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), tuple(dict.fromkeys(sources)))
     validate = ValidateDataArgs(layout.spec_file, layout.run_file, layout.data_dir, model_dir,

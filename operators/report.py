@@ -9,15 +9,11 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from tfdist.trainer.contract import (RunLayout, TrainProgress, gate, read_curve, read_json, registry, run_path,
+from tfdist.trainer.contract import (RunLayout, TrainProgress, gate, read_curve, read_json_if_exists, registry, run_path,
                                      runs_root, warm_start_summary)
 from tfdist.trainer.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
-
-
-def _maybe(path: str) -> Any:
-    return read_json(path) if os.path.exists(path) else None
 
 
 def progress(run_dir: str) -> dict[str, Any] | None:
@@ -59,7 +55,7 @@ def started_from(parent: int | None, cold_start: str | None, short: bool = False
 
 def data_validation(run_dir: str) -> dict[str, Any] | None:
     """The data gate's record of the run (its checks, this run's and the baseline's statistics), if any."""
-    return _maybe(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION))
+    return read_json_if_exists(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION))
 
 
 def data_decision(run: dict[str, Any]) -> str:
@@ -74,11 +70,11 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     """One run directory's record, training, gate (each threshold as a check) and published version; the
     fields are there, empty, for a run that wrote nothing yet (``run_id`` then names it)."""
     layout = RunLayout(run_dir)
-    run = _maybe(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
-    train = _maybe(layout.result("train")) or {}
+    run = read_json_if_exists(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
+    train = read_json_if_exists(layout.result("train")) or {}
     start = _warm_start(layout)
-    blessing = _maybe(layout.blessing_file) or {}
-    export = _maybe(layout.result("export")) or {}
+    blessing = read_json_if_exists(layout.blessing_file) or {}
+    export = read_json_if_exists(layout.result("export")) or {}
     data_gate = data_validation(run_dir) or {}
     baseline = blessing.get("baseline") or {}
     metrics = blessing.get("metrics")

@@ -41,6 +41,29 @@ def dag_file(spec: dict) -> str:
     return f'"""Airflow DAG for the tests."""\nfrom tfdist.operators import build_dag\ndag = build_dag({spec!r})\n'
 
 
+LANDED_ASSET = "file://{root}/raw/landed"
+
+
+def upstream_dag_file(root: str) -> str:
+    """Plain Airflow, no tfdist: copies the day its run's conf names to raw/landed/<day>/ (as an ETL lands a
+    day), then emits the asset event of that day's partition."""
+    return f'''"""The upstream of an asset-scheduled pipeline in the tests."""
+import datetime, os, shutil
+from airflow.sdk import DAG, Asset, task
+
+LANDED = Asset({LANDED_ASSET.format(root=root)!r})
+
+with DAG("digits_upstream", schedule=None, start_date=datetime.datetime(2026, 1, 1)):
+    @task(outlets=[LANDED])
+    def land(*, dag_run=None, outlet_events=None):
+        day = dag_run.conf["day"]
+        shutil.copytree(os.path.join({root!r}, "raw", "digits", day), os.path.join({root!r}, "raw", "landed", day))
+        outlet_events[LANDED].add_partitions(day)
+
+    land()
+'''
+
+
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("live_artifacts"))
@@ -92,11 +115,20 @@ def airflow(tmp_path_factory):
         **EXAMPLE, "name": "digits_withdraw", "start_date": str(last_day + dt.timedelta(days=1)),
         "export": {"model_name": "digits_withdraw"}}))
     (restricted / "other_team.py").write_text(dag_file({**EXAMPLE, "name": "other_team_pipeline"}))
+    # an upstream that lands a day of data and emits its partition, and a pipeline scheduled on those partitions
+    (dags / "digits_upstream.py").write_text(upstream_dag_file(root))
+    (dags / "digits_on_assets.py").write_text(dag_file({
+        **EXAMPLE, "name": "digits_on_assets", "schedule": {
+            "assets": [LANDED_ASSET.format(root=root)], "partitions": "day", "partition_key_format": "%Y-%m-%d"},
+        "data": {**EXAMPLE["data"], "source": f"{root}/raw/landed/{{date}}/*.csv"},
+        "export": {"model_name": "digits_on_assets"}, "training": {**EXAMPLE["training"], "epochs": 2},
+        "validation": {"thresholds": {}, "allow_unvalidated": True}}))
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
-                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw"])
+                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw", "digits_upstream",
+                    "digits_on_assets"])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -600,3 +632,31 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
     events = airflow.api("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")["asset_events"]
     assert [e["extra"] for e in events] == [{"withdrawn": 2, "reason": reason["reason"], "by": "admin"},
                                             {"restored": 2, "by": "admin"}]  # none of the refused one
+
+
+def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstream_lands(airflow):
+    """Two days landed upstream, each with its partition's asset event: one pipeline run per day, on its own,
+    reading exactly that day, each publishing and announcing its version."""
+    airflow.unpause("digits_on_assets")
+    days = [(airflow.last_day - dt.timedelta(days=n)).isoformat() for n in (3, 2)]
+    for day in days:
+        airflow.wait_for_run("digits_upstream", airflow.trigger("digits_upstream", {"day": day}))
+    runs = airflow.wait_for_runs("digits_on_assets", lambda runs: len(runs) == 2, timeout=400)
+    assert sorted(r["partition_key"] for r in runs) == days
+    events = airflow.api("GET", "/api/v2/assets/events?source_dag_id=digits_on_assets")["asset_events"]
+    for run in runs:
+        run_id, day = run["dag_run_id"], run["partition_key"]
+        assert run["run_type"] == "asset_triggered" and run["state"] == "success", airflow.task_states(
+            "digits_on_assets", run_id)
+        directory = run_path(airflow.root, "digits_on_assets", run_id)
+        record, start = read_json(os.path.join(directory, "run.json")), dt.datetime.fromisoformat(f"{day}T00:00+00:00")
+        window = f"the day partition {day!r} its trigger names"
+        assert record["partition_key"] == day and record["window"] == window, record
+        assert (record["data_interval_start"], record["data_interval_end"]) == (
+            start.isoformat(), (start + dt.timedelta(days=1)).isoformat())
+        inputs = read_json(os.path.join(directory, "data", "manifest.json"))["inputs"]
+        assert {os.path.basename(os.path.dirname(i["path"])) for i in inputs} == {day}, inputs
+        (published,) = [m for m in registry.versions(os.path.join(airflow.root, "models", "digits_on_assets"))
+                        if m["run_id"] == run_id]
+        assert published["version"] in [e["extra"]["version"] for e in events if e["source_run_id"] == run_id]
+        assert window in airflow.task_log("digits_on_assets", run_id, "prepare_data")

@@ -25,7 +25,8 @@ from tfdist.trainer.contract.layout import (BLESSING, MANIFEST, RUN_KEY_READABLE
 from tfdist.trainer.contract.progress import (CURVE_FIELDS, Beat, TrainProgress, append_curve_point, beat,
                                               checkpoint_step, last_beats, longest_silent, read_curve, stalled,
                                               warm_start_summary)
-from tfdist.trainer.contract.records import digest_json, publish_dir, read_json, sha256_file, write_json_atomic
+from tfdist.trainer.contract.records import (digest_json, publish_dir, read_json, read_json_if_exists, sha256_file,
+                                             write_json_atomic)
 from tfdist.trainer.contract.stages import (WORKER_PACKAGE, EvaluateArgs, ExportArgs, PrepareArgs, StageArgs,
                                             TrainArgs, ValidateDataArgs, stage_command)
 
@@ -37,7 +38,7 @@ __all__ = [
     "runs_root",
     "CURVE_FIELDS", "Beat", "TrainProgress", "append_curve_point", "beat", "checkpoint_step", "last_beats",
     "longest_silent", "read_curve", "stalled", "warm_start_summary",
-    "digest_json", "publish_dir", "read_json", "sha256_file", "write_json_atomic",
+    "digest_json", "publish_dir", "read_json", "read_json_if_exists", "sha256_file", "write_json_atomic",
     "WORKER_PACKAGE", "EvaluateArgs", "ExportArgs", "PrepareArgs", "StageArgs", "TrainArgs", "ValidateDataArgs",
     "stage_command",
 ]

@@ -16,6 +16,11 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
+def read_json_if_exists(path: str) -> Any:
+    """The JSON file's content, None where there is no file."""
+    return read_json(path) if os.path.exists(path) else None
+
+
 def write_json_atomic(path: str, payload: Any) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")

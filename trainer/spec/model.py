@@ -11,9 +11,10 @@ import math
 import os
 import shutil
 import string
+import urllib.parse
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from tfdist.trainer.spec.errors import SpecError, validated
 from tfdist.trainer.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
@@ -582,11 +583,86 @@ class ExportSpec(_Section):
         return None if value is None else _local_path(value)
 
 
+def _valid_cron(value: str | None) -> str | None:
+    from croniter import croniter  # Airflow's own dependency; cheap
+
+    if value is not None and not croniter.is_valid(value):
+        raise ValueError(f"not a valid cron expression or preset (e.g. '0 2 * * *', '@daily'), got {value!r}")
+    return value
+
+
+def _asset_uri(uri: str) -> str:
+    """An Airflow Asset URI as Airflow accepts it: a scheme, ASCII, no password, not the reserved 'airflow'."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.scheme or not (parts.netloc or parts.path.strip("/")):
+        raise ValueError(f"{uri!r} is not an asset URI: give a scheme and a location, e.g. 's3://bucket/raw/digits' "
+                         "or 'file:///data/raw/digits'")
+    if not uri.isascii() or len(uri) > 1500 or any(c.isspace() for c in uri):
+        raise ValueError(f"{uri!r}: an asset URI is ASCII, without spaces, at most 1500 characters")
+    if parts.scheme.lower() == "airflow" or parts.password or parts.fragment:
+        raise ValueError(f"{uri!r}: the scheme 'airflow' is Airflow's own, and an asset URI carries no password "
+                         "and no '#fragment'")
+    return uri
+
+
+PARTITION_PERIODS = ("hour", "day", "week", "month", "year")
+
+
+class AssetSchedule(_Section):
+    """Run when upstream data lands: Airflow Assets the upstream DAGs update (their URIs)."""
+
+    assets: Annotated[list[str], Field(min_length=1)]
+    when: Literal["all", "any"] = "all"
+    """'all': a run once every asset has a new event; 'any': on each event of any of them."""
+    cron: str | None = None
+    """Also run on this cron whatever the assets do (Airflow's AssetOrTimeSchedule): 'asset or time'."""
+    partitions: Literal[PARTITION_PERIODS] | None = None
+    """The upstream's events carry partition keys (Airflow partitions): each run trains on exactly the
+    partition of this period that its events name (a day's key, or several of them rolled into a week...)."""
+    partition_key_format: str = "%Y-%m-%dT%H:%M:%S"
+    """How the upstream writes its partition keys (strftime), e.g. '%Y-%m-%d' for '2026-11-20'."""
+
+    _cron = field_validator("cron")(classmethod(lambda cls, value: _valid_cron(value)))
+
+    @field_validator("assets")
+    @classmethod
+    def _uris(cls, value: list[str]) -> list[str]:
+        for i, uri in enumerate(value):
+            try:
+                _asset_uri(uri)
+            except ValueError as exc:
+                raise ValueError(f"schedule.assets[{i}]: {exc}") from None
+        if len(set(value)) < len(value):
+            raise ValueError(f"schedule.assets: each asset once, got {value}")
+        return value
+
+    @field_validator("partition_key_format")
+    @classmethod
+    def _key_format(cls, value: str) -> str:
+        if "%" not in value:
+            raise ValueError(f"a strftime format of the upstream's keys (e.g. '%Y-%m-%d'), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _partitions_or_time(self) -> AssetSchedule:
+        if self.partitions and self.cron:
+            raise ValueError("schedule.cron: a partitioned schedule runs for its partitions' events only; drop "
+                             "cron, or drop partitions to run on the assets or the time")
+        return self
+
+
+Schedule = Annotated[Union[Annotated[str, Tag("a cron")], Annotated[AssetSchedule, Tag("upstream assets")]],
+                     Discriminator(lambda value: "a cron" if isinstance(value, str) else "upstream assets")]
+"""A cron expression, or upstream assets (the tags are no keys of the input: errors name the fields below)."""
+
+
 class Spec(_Section):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=200)]
     """Becomes the dag_id."""
     description: str = ""
-    schedule: str | None = "@daily"
+    schedule: Annotated[Schedule | None, PARSED] = "@daily"
+    """A cron expression or preset, None (triggered runs only), or upstream assets: {assets: [URI, ...],
+    when: all|any, cron: ... (asset or time), partitions: day|... (partitioned events)}."""
     start_date: dt.datetime
     catchup: Annotated[bool, PARSED] = False
     max_active_runs: Annotated[int, Field(ge=1), PARSED] = 1
@@ -618,12 +694,18 @@ class Spec(_Section):
 
     @field_validator("schedule")
     @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        from croniter import croniter  # Airflow's own dependency; cheap
+    def _cron(cls, value: Any) -> Any:
+        return _valid_cron(value) if isinstance(value, str) else value
 
-        if value is not None and not croniter.is_valid(value):
-            raise ValueError(f"not a valid cron expression or preset (e.g. '0 2 * * *', '@daily'), got {value!r}")
-        return value
+    @property
+    def cron(self) -> str | None:
+        """The schedule's time part: its cron, an asset-or-time schedule's, else None."""
+        return self.schedule if isinstance(self.schedule, str) else self.schedule and self.schedule.cron
+
+    @property
+    def partitioned(self) -> str | None:
+        """The period of the upstream partitions each run trains on (None: not partitioned)."""
+        return None if isinstance(self.schedule, str | None) else self.schedule.partitions
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
@@ -654,6 +736,13 @@ class Spec(_Section):
                 f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
                 f"hold {d.input_size}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_window(self) -> Spec:
+        if self.partitioned and self.data.window:
+            raise ValueError("data.window: a partitioned schedule trains on exactly the partition its events name; "
+                             "drop data.window, or schedule without partitions")
         return self
 
     @model_validator(mode="after")
