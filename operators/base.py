@@ -19,42 +19,14 @@ def _as_datetime(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
 
-class StageOperator(BaseOperator):
-    """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
+class RunPlanned:
+    """What an operator of the spec's DAG knows of its run: the effective spec and the run's plan. It has
+    ``spec``, ``dag_id`` and the templated ``run_dir``, ``data_interval_start`` and ``data_interval_end``."""
 
-    ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
-    run's own (artifact root / dag_id / run key, and the run's data interval)."""
-
-    stage: str
-    template_fields = ("run_dir", "data_interval_start", "data_interval_end")
-    ui_color = "#ffe0b2"
-    operator_extra_links = (TrainingRunLink(),)
-
-    def __init__(
-        self,
-        *,
-        spec: Spec | dict | str,
-        run_dir: str | None = None,
-        data_interval_start: str | None = None,
-        data_interval_end: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self.spec = load_spec(spec)
-        kwargs.setdefault("execution_timeout", dt.timedelta(minutes=self.spec.training.timeout_minutes))
-        kwargs.setdefault("retries", getattr(self.spec.retries, self.stage))
-        kwargs.setdefault("retry_delay", dt.timedelta(seconds=self.spec.retries.delay_seconds))
-        super().__init__(**kwargs)
-        self.run_dir = run_dir
-        self.data_interval_start = data_interval_start
-        self.data_interval_end = data_interval_end
-        self.artifact_root = self.spec.artifact_root
-        self._launcher = None
-        self._run_id: str | None = None
-
-    @classmethod
-    def get_serialized_fields(cls) -> frozenset[str]:
-        """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
-        return super().get_serialized_fields() | {"artifact_root"}
+    spec: Spec
+    run_dir: str | None
+    data_interval_start: str | None
+    data_interval_end: str | None
 
     def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
         """(the spec after the run's overrides, the overrides that change it). Overrides come from the
@@ -90,6 +62,44 @@ class StageOperator(BaseOperator):
         spec, overrides = self.effective_spec(context)
         return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, overrides=overrides,
                           **self.plan_overrides())
+
+
+class StageOperator(RunPlanned, BaseOperator):
+    """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
+
+    ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
+    run's own (artifact root / dag_id / run key, and the run's data interval)."""
+
+    stage: str
+    template_fields = ("run_dir", "data_interval_start", "data_interval_end")
+    ui_color = "#ffe0b2"
+    operator_extra_links = (TrainingRunLink(),)
+
+    def __init__(
+        self,
+        *,
+        spec: Spec | dict | str,
+        run_dir: str | None = None,
+        data_interval_start: str | None = None,
+        data_interval_end: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.spec = load_spec(spec)
+        kwargs.setdefault("execution_timeout", dt.timedelta(minutes=self.spec.training.timeout_minutes))
+        kwargs.setdefault("retries", getattr(self.spec.retries, self.stage))
+        kwargs.setdefault("retry_delay", dt.timedelta(seconds=self.spec.retries.delay_seconds))
+        super().__init__(**kwargs)
+        self.run_dir = run_dir
+        self.data_interval_start = data_interval_start
+        self.data_interval_end = data_interval_end
+        self.artifact_root = self.spec.artifact_root
+        self._launcher = None
+        self._run_id: str | None = None
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
+        return super().get_serialized_fields() | {"artifact_root"}
 
     def execute(self, context: Any) -> Any:
         run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended

@@ -92,11 +92,16 @@ def airflow(tmp_path_factory):
         **EXAMPLE, "name": "digits_withdraw", "start_date": str(last_day + dt.timedelta(days=1)),
         "export": {"model_name": "digits_withdraw"}}))
     (restricted / "other_team.py").write_text(dag_file({**EXAMPLE, "name": "other_team_pipeline"}))
+    # a human approves or rejects each blessed model before export (see the section "Human approval" below)
+    (dags / "digits_approval.py").write_text(dag_file(make_spec(
+        root, name="digits_approval", start_date=str(last_day + dt.timedelta(days=1)), training={"epochs": 2},
+        validation={"thresholds": {"accuracy": {"lower": 0.5}}},
+        export={"model_name": "digits_approval", "approval": {"timeout_minutes": 60}})))
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
-                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw"])
+                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw", "digits_approval"])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -600,3 +605,51 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
     events = airflow.api("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")["asset_events"]
     assert [e["extra"] for e in events] == [{"withdrawn": 2, "reason": reason["reason"], "by": "admin"},
                                             {"restored": 2, "by": "admin"}]  # none of the refused one
+
+
+# ---- Human approval (export.approval): Airflow's Human-in-the-loop request, answered through its REST API
+
+
+def answer_approval(airflow, dag_id: str, run_id: str, option: str, comment: str | None = None) -> dict:
+    """Wait for the run's approval request, then answer it as admin through Airflow's REST API; the request as
+    the form showed it."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+    airflow.wait_for(lambda: airflow.task_states(dag_id, run_id).get("approve") == "awaiting_input", 300,
+                     f"the approval request of {run_id}")
+    asked = airflow.api("GET", path)
+    airflow.api("PATCH", path, {"chosen_options": [option], "params_input": {"comment": comment} if comment else {}})
+    return asked
+
+
+def run_row(airflow, dag_id: str, run_id: str) -> dict:
+    (row,) = [r for r in airflow.api("GET", f"/tfdist/pipelines/{dag_id}")["runs"] if r["run_id"] == run_id]
+    return row
+
+
+def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_rejected(airflow):
+    """The first run's request shows the gate's checks; approved, it publishes a version whose metadata names the
+    approver. The second's shows the changes against that version; rejected with a comment, export is skipped,
+    nothing more is published, and the run's record and the runs page name who rejected it and why."""
+    dag_id, model_dir = "digits_approval", os.path.join(airflow.root, "models", "digits_approval")
+    approved = airflow.trigger(dag_id)
+    asked = answer_approval(airflow, dag_id, approved, "Approve")
+    assert asked["options"] == ["Approve", "Reject"] and asked["defaults"] == ["Reject"], asked
+    assert "**Gate: blessed**" in asked["body"] and "| value | accuracy |" in asked["body"], asked["body"]
+    assert "No baseline compared" in asked["body"], asked["body"]
+    assert airflow.wait_for_run(dag_id, approved)["state"] == "success", airflow.task_states(dag_id, approved)
+    (version,) = registry.versions(model_dir)
+    assert version["run_id"] == approved and version["approval"]["by"] == "admin", version
+    assert run_row(airflow, dag_id, approved)["approval_summary"] == "approved by admin"
+
+    rejected = airflow.trigger(dag_id)
+    asked = answer_approval(airflow, dag_id, rejected, "Reject", "accuracy dropped on class 3")
+    assert f"Against the baseline, version {version['version']}" in asked["body"], asked["body"]
+    assert airflow.wait_for_run(dag_id, rejected)["state"] == "success"
+    states = airflow.task_states(dag_id, rejected)
+    assert (states["approve"], states["export"]) == ("success", "skipped"), states
+    assert [v["version"] for v in registry.versions(model_dir)] == [version["version"]]
+    record = read_json(RunLayout(run_path(airflow.root, dag_id, rejected)).approval_file)
+    assert (record["decision"], record["by"], record["comment"], record["timed_out"]) == (
+        "rejected", "admin", "accuracy dropped on class 3", False), record
+    row = run_row(airflow, dag_id, rejected)
+    assert row["approval_summary"] == "rejected by admin (accuracy dropped on class 3)" and not row["export_version"]
