@@ -653,3 +653,11 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
         "rejected", "admin", "accuracy dropped on class 3", False), record
     row = run_row(airflow, dag_id, rejected)
     assert row["approval_summary"] == "rejected by admin (accuracy dropped on class 3)" and not row["export_version"]
+    with signed_in_page(airflow) as page:
+        page.goto(f"{airflow.url}/plugin/training-runs/tfdist/ui/{dag_id}")
+        shown = page_frame(page).locator(f"tr.run[data-run-id='{rejected}'] td.gate .approval.rejected")
+        shown.wait_for()
+        assert shown.inner_text() == "rejected by admin (accuracy dropped on class 3)"
+        assert page_frame(page).locator(f"tr.run[data-run-id='{approved}'] td.gate .approval.approved").inner_text() \
+            == "approved by admin"
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)
