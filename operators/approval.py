@@ -8,7 +8,7 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 
-from tfdist.operators.base import RunPlanned, _as_datetime
+from tfdist.operators.base import RunPlanned, as_datetime
 from tfdist.trainer.contract import approval, read_json
 from tfdist.trainer.spec import Spec, load_spec
 
@@ -26,6 +26,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     def __init__(self, *, spec: Spec | dict | str, run_dir: str | None = None, data_interval_start: str | None = None,
                  data_interval_end: str | None = None, **kwargs: Any) -> None:
         self.spec = load_spec(spec)
+        kwargs.pop("params", None)  # the DAG's, which Airflow passes: the task's context has them without it
         rule = self.spec.export.approval
         timed = rule.timeout_minutes is not None
         super().__init__(
@@ -33,7 +34,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
             body="The gate's decision is read when the run reaches this task.",
             defaults=(self.APPROVE if rule.on_timeout == "approve" else self.REJECT) if timed else None,
             response_timeout=dt.timedelta(minutes=rule.timeout_minutes) if timed else None,
-            params={"comment": Param("", type=["string", "null"], title="Comment",
+            params={"comment": Param("", type=["string", "null"], title="Comment",  # the form's one field
                                      description="Why (recorded with the decision and shown on the runs page)")},
             retries=0, **kwargs)
         self.run_dir = run_dir
@@ -57,7 +58,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         decision = approval.APPROVED if event["chosen_options"] == [self.APPROVE] else approval.REJECTED
         record = approval.record_approval(
             self.plan(context).layout.approval_file, context["run_id"], decision,
-            by=(event["responded_by_user"] or {}).get("name"), at=_as_datetime(event["responded_at"]),
+            by=(event["responded_by_user"] or {}).get("name"), at=as_datetime(event["responded_at"]),
             comment=(event["params_input"] or {}).get("comment"), timed_out=bool(event.get("timedout")))
         if record["timed_out"]:
             self.log.warning("no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",

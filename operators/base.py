@@ -15,7 +15,8 @@ from tfdist.trainer.contract import EXIT_REFUSED, RunMismatch, record_run
 from tfdist.trainer.spec import Spec, SpecError, field_value, load_spec
 
 
-def _as_datetime(value: Any) -> dt.datetime:
+def as_datetime(value: Any) -> dt.datetime:
+    """A datetime as given, or parsed from its ISO text."""
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
 
@@ -51,7 +52,7 @@ class RunPlanned:
             start, end = manual_interval(spec.schedule, run_after)
             self.log.info("run triggered without a logical date at %s: training on the window %s → %s",
                           run_after, start, end)
-        return RunContext(self.dag_id, context["run_id"], _as_datetime(start), _as_datetime(end))
+        return RunContext(self.dag_id, context["run_id"], as_datetime(start), as_datetime(end))
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""

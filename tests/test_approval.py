@@ -81,7 +81,9 @@ def test_the_approve_task_sits_between_evaluate_and_export_only_when_configured(
     assert (ask.defaults, ask.response_timeout) == (["Reject"], dt.timedelta(minutes=90))  # the timeout refuses
     assert build_dag(with_approval(str(tmp_path), {"timeout_minutes": 5, "on_timeout": "approve"})).get_task(
         "approve").defaults == ["Approve"]
-    assert build_dag(with_approval(str(tmp_path), True)).get_task("approve").response_timeout is None
+    waits = build_dag(with_approval(str(tmp_path), True, overridable=["training.epochs"])).get_task("approve")
+    assert waits.response_timeout is None
+    assert list(waits.serialized_params) == ["comment"]  # the form's one field, whatever the DAG's Params
     assert build_dag(make_spec(str(tmp_path))).get_task("evaluate").downstream_task_ids == {"export"}
 
 

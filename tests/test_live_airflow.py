@@ -95,6 +95,7 @@ def airflow(tmp_path_factory):
     # a human approves or rejects each blessed model before export (see the section "Human approval" below)
     (dags / "digits_approval.py").write_text(dag_file(make_spec(
         root, name="digits_approval", start_date=str(last_day + dt.timedelta(days=1)), training={"epochs": 2},
+        overridable=["training.epochs"],
         validation={"thresholds": {"accuracy": {"lower": 0.5}}},
         export={"model_name": "digits_approval", "approval": {"timeout_minutes": 60}})))
 
