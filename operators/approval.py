@@ -31,7 +31,6 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         timed = rule.timeout_minutes is not None
         super().__init__(
             subject=f"Publish a new version of {self.spec.export.model_name}?",
-            body="The gate's decision is read when the run reaches this task.",
             defaults=(self.APPROVE if rule.on_timeout == "approve" else self.REJECT) if timed else None,
             response_timeout=dt.timedelta(minutes=rule.timeout_minutes) if timed else None,
             params={"comment": Param("", type=["string", "null"], title="Comment",  # the form's one field
