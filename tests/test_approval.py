@@ -142,8 +142,8 @@ def test_the_approve_task_records_awaiting_then_who_decided_and_a_timeout_never_
     rejected(task, context, answer("Reject", None, timedout=True))  # on_timeout: reject
     assert approval.approval_summary(read_json(layout.approval_file)) == (
         "rejected by the timeout (no answer in time)")
-    assert timeouts(warned) == ["no answer within export.approval.timeout_minutes (5): rejected by the timeout (no answer "
-                          "in time) (export.approval.on_timeout)"]
+    assert timeouts(warned) == ["no answer within export.approval.timeout_minutes (5): rejected by the timeout (no "
+                                "answer in time) (export.approval.on_timeout)"]
 
     task, context, layout, warned = approve_task(str(tmp_path), {"timeout_minutes": 5, "on_timeout": "approve"},
                                                  monkeypatch)
