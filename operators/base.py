@@ -18,7 +18,8 @@ from tfdist.trainer.contract import (EXIT_REFUSED, RunLayout, RunMismatch, read_
 from tfdist.trainer.spec import AssetSchedule, Spec, SpecError, field_value, load_spec
 
 
-def _as_datetime(value: Any) -> dt.datetime:
+def as_datetime(value: Any) -> dt.datetime:
+    """A datetime as given, or parsed from its ISO text."""
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
 
@@ -26,7 +27,7 @@ def _partition_start(period: str, dag_run: Any) -> dt.datetime:
     """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it."""
     key = getattr(dag_run, "partition_key", None)
     if getattr(dag_run, "partition_date", None):
-        return _as_datetime(dag_run.partition_date).astimezone(dt.timezone.utc)
+        return as_datetime(dag_run.partition_date).astimezone(dt.timezone.utc)
     try:
         return partition_start(key or "", period)
     except ValueError:
@@ -42,12 +43,87 @@ def previous_window_end(artifact_root: str, dag_id: str, run_id: str,
     root = runs_root(artifact_root, dag_id)
     records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
                for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ()))
-    ends = [(r["run_id"], _as_datetime(r["data_interval_end"])) for r in records
+    ends = [(r["run_id"], as_datetime(r["data_interval_end"])) for r in records
             if r and r.get("run_id") != run_id and "data_interval_end" in r]
     return max((e for e in ends if e[1] <= before), key=lambda e: e[1], default=None)
 
 
-class StageOperator(BaseOperator):
+class RunPlanned:
+    """What an operator of the spec's DAG knows of its run: the effective spec and the run's plan. It has
+    ``spec``, ``dag_id`` and the templated ``run_dir``, ``data_interval_start`` and ``data_interval_end``."""
+
+    spec: Spec
+    run_dir: str | None
+    data_interval_start: str | None
+    data_interval_end: str | None
+
+    def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
+        """(the spec after the run's overrides, the overrides that change it). Overrides come from the
+        DAG's Params (trigger form) and the run's conf; anything not overridable is refused."""
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        params = context.get("params") or {}
+        requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
+        changed = {k: v for k, v in requested.items()
+                   if k not in self.spec.overridable or field_value(self.spec, k) != v}
+        if not changed:
+            return self.spec, {}
+        try:
+            return self.spec.with_overrides(changed), changed
+        except SpecError as exc:
+            raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
+
+    def run_context(self, spec: Spec, context: Any) -> RunContext:
+        """The run's identity and window: its data interval; else (a run without one: triggered by hand or by
+        assets) the window its first stage recorded in run.json, or the one inferred for it (``inferred_window``)."""
+        run_id = context["run_id"]
+        start = self.data_interval_start or context.get("data_interval_start")
+        end = self.data_interval_end or context.get("data_interval_end")
+        if start is not None and end is not None:
+            return RunContext(self.dag_id, run_id, as_datetime(start), as_datetime(end))
+        recorded = read_json_if_exists(RunLayout(self.run_dir or run_path(spec.artifact_root, self.dag_id, run_id))
+                                       .run_file)
+        if recorded and "window" in recorded:
+            return RunContext(self.dag_id, run_id, as_datetime(recorded["data_interval_start"]),
+                              as_datetime(recorded["data_interval_end"]), recorded["window"],
+                              recorded.get("partition_key"))
+        ctx = self.inferred_window(spec, context)
+        self.log.info("run without a data interval: training on %s → %s, %s", ctx.interval_start, ctx.interval_end,
+                      ctx.window)
+        return ctx
+
+    def inferred_window(self, spec: Spec, context: Any) -> RunContext:
+        """A partitioned schedule's run: the partition its asset events (or its trigger) name. Other asset
+        schedules' runs: since the end of the previous run's window (a day when there is none). A run triggered
+        by hand: the last complete interval before it, as Airflow's timetables infer it."""
+        dag_run, run_id = context["dag_run"], context["run_id"]
+        if spec.partitioned:
+            start = _partition_start(spec.partitioned, dag_run)
+            return RunContext(self.dag_id, run_id, start, period_end(start, spec.partitioned),
+                              f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
+                              dag_run.partition_key)
+        end = as_datetime(dag_run.run_after)
+        if isinstance(spec.schedule, AssetSchedule):
+            previous = previous_window_end(spec.artifact_root, self.dag_id, run_id, end)
+            if previous:
+                return RunContext(self.dag_id, run_id, previous[1], end,
+                                  f"since the end of the previous run's window (run {previous[0]!r})")
+            return RunContext(self.dag_id, run_id, end - dt.timedelta(days=1), end,
+                              "the day before it ran: no earlier run of this pipeline has a window")
+        start, end = manual_interval(spec.cron, end)
+        return RunContext(self.dag_id, run_id, start, end, "the last complete interval before it was triggered")
+
+    def plan_overrides(self) -> dict[str, Any]:
+        """This operator's templated replacements for spec defaults (see build_plan)."""
+        return {}
+
+    def plan(self, context: Any) -> Plan:
+        """The run's plan, with the spec after the run's overrides."""
+        spec, overrides = self.effective_spec(context)
+        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, overrides=overrides,
+                          **self.plan_overrides())
+
+
+class StageOperator(RunPlanned, BaseOperator):
     """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
 
     ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
@@ -83,71 +159,6 @@ class StageOperator(BaseOperator):
     def get_serialized_fields(cls) -> frozenset[str]:
         """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
         return super().get_serialized_fields() | {"artifact_root"}
-
-    def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
-        """(the spec after the run's overrides, the overrides that change it). Overrides come from the
-        DAG's Params (trigger form) and the run's conf; anything not overridable is refused."""
-        conf = getattr(context.get("dag_run"), "conf", None) or {}
-        params = context.get("params") or {}
-        requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
-        changed = {k: v for k, v in requested.items()
-                   if k not in self.spec.overridable or field_value(self.spec, k) != v}
-        if not changed:
-            return self.spec, {}
-        try:
-            return self.spec.with_overrides(changed), changed
-        except SpecError as exc:
-            raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
-
-    def run_context(self, spec: Spec, context: Any) -> RunContext:
-        """The run's identity and window: its data interval; else (a run without one: triggered by hand or by
-        assets) the window its first stage recorded in run.json, or the one inferred for it (``inferred_window``)."""
-        run_id = context["run_id"]
-        start = self.data_interval_start or context.get("data_interval_start")
-        end = self.data_interval_end or context.get("data_interval_end")
-        if start is not None and end is not None:
-            return RunContext(self.dag_id, run_id, _as_datetime(start), _as_datetime(end))
-        recorded = read_json_if_exists(RunLayout(self.run_dir or run_path(spec.artifact_root, self.dag_id, run_id))
-                                       .run_file)
-        if recorded and "window" in recorded:
-            return RunContext(self.dag_id, run_id, _as_datetime(recorded["data_interval_start"]),
-                              _as_datetime(recorded["data_interval_end"]), recorded["window"],
-                              recorded.get("partition_key"))
-        ctx = self.inferred_window(spec, context)
-        self.log.info("run without a data interval: training on %s → %s, %s", ctx.interval_start, ctx.interval_end,
-                      ctx.window)
-        return ctx
-
-    def inferred_window(self, spec: Spec, context: Any) -> RunContext:
-        """A partitioned schedule's run: the partition its asset events (or its trigger) name. Other asset
-        schedules' runs: since the end of the previous run's window (a day when there is none). A run triggered
-        by hand: the last complete interval before it, as Airflow's timetables infer it."""
-        dag_run, run_id = context["dag_run"], context["run_id"]
-        if spec.partitioned:
-            start = _partition_start(spec.partitioned, dag_run)
-            return RunContext(self.dag_id, run_id, start, period_end(start, spec.partitioned),
-                              f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
-                              dag_run.partition_key)
-        end = _as_datetime(dag_run.run_after)
-        if isinstance(spec.schedule, AssetSchedule):
-            previous = previous_window_end(spec.artifact_root, self.dag_id, run_id, end)
-            if previous:
-                return RunContext(self.dag_id, run_id, previous[1], end,
-                                  f"since the end of the previous run's window (run {previous[0]!r})")
-            return RunContext(self.dag_id, run_id, end - dt.timedelta(days=1), end,
-                              "the day before it ran: no earlier run of this pipeline has a window")
-        start, end = manual_interval(spec.cron, end)
-        return RunContext(self.dag_id, run_id, start, end, "the last complete interval before it was triggered")
-
-    def plan_overrides(self) -> dict[str, Any]:
-        """This operator's templated replacements for spec defaults (see build_plan)."""
-        return {}
-
-    def plan(self, context: Any) -> Plan:
-        """The run's plan, with the spec after the run's overrides."""
-        spec, overrides = self.effective_spec(context)
-        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, overrides=overrides,
-                          **self.plan_overrides())
 
     def execute(self, context: Any) -> Any:
         run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended

@@ -1,5 +1,5 @@
-"""Spec → Airflow DAG: prepare_data → validate_data → train → evaluate → export. Nothing heavy happens at parse
-time."""
+"""Spec → Airflow DAG: prepare_data → validate_data → train → evaluate → (approve: with export.approval) →
+export. Nothing heavy happens at parse time."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from airflow.sdk import (DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, Ba
                         StartOfWeekMapper, StartOfYearMapper)
 from airflow.sdk.exceptions import AirflowFailException
 
+from tfdist.operators.approval import PublishApprovalOperator
 from tfdist.operators.evaluate import EvaluateOperator
 from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
@@ -70,13 +71,15 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
     ) as dag:
         t = spec.training
         pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
-        (
+        evaluated = (
             PrepareDataOperator(task_id="prepare_data", spec=spec)
             >> ValidateDataOperator(task_id="validate_data", spec=spec)
             >> DistributedTrainOperator(task_id="train", spec=spec, **pool)
             >> EvaluateOperator(task_id="evaluate", spec=spec)
-            >> ExportModelOperator(task_id="export", spec=spec)
         )
+        if spec.export.approval:
+            evaluated = evaluated >> PublishApprovalOperator(task_id="approve", spec=spec)
+        evaluated >> ExportModelOperator(task_id="export", spec=spec)
     return dag
 
 

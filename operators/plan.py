@@ -247,7 +247,7 @@ def build_plan(
                             tensorboard=layout.tensorboard("eval"))
     export = ExportArgs(**published, eval=layout.eval_dir, train_result=layout.result("train"),
                         warm_start=layout.warm_start_file, version_base=version_base(ctx),
-                        result=layout.result("export"))
+                        result=layout.result("export"), approval=layout.approval_file if spec.export.approval else "")
     return Plan(
         spec=spec,
         layout=layout,

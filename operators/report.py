@@ -9,8 +9,8 @@ import datetime as dt
 import os
 from typing import Any, Iterable
 
-from tfdist.trainer.contract import (RunLayout, TrainProgress, gate, read_curve, read_json_if_exists, registry, run_path,
-                                     runs_root, warm_start_summary)
+from tfdist.trainer.contract import (RunLayout, TrainProgress, approval, gate, read_curve, read_json_if_exists,
+                                     registry, run_path, runs_root, warm_start_summary)
 from tfdist.trainer.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
@@ -67,7 +67,7 @@ def data_decision(run: dict[str, Any]) -> str:
 
 
 def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
-    """One run directory's record, training, gate (each threshold as a check) and published version; the
+    """One run directory's record, training, gate (each threshold as a check), approval and published version; the
     fields are there, empty, for a run that wrote nothing yet (``run_id`` then names it)."""
     layout = RunLayout(run_dir)
     run = read_json_if_exists(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
@@ -75,6 +75,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     start = _warm_start(layout)
     blessing = read_json_if_exists(layout.blessing_file) or {}
     export = read_json_if_exists(layout.result("export")) or {}
+    approved = read_json_if_exists(layout.approval_file)
     data_gate = data_validation(run_dir) or {}
     baseline = blessing.get("baseline") or {}
     metrics = blessing.get("metrics")
@@ -104,6 +105,8 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "report": blessing.get("report") or [],
         "thresholds": blessing.get("thresholds"),
         "change_thresholds": blessing.get("change_thresholds"),
+        "approval": approved,
+        "approval_summary": approval.approval_summary(approved),
         "export_version": export.get("version"),
         "export_path": export.get("path"),
         "progress": progress(run_dir),

@@ -123,12 +123,18 @@ def airflow(tmp_path_factory):
         "data": {**EXAMPLE["data"], "source": f"{root}/raw/landed/{{date}}/*.csv"},
         "export": {"model_name": "digits_on_assets"}, "training": {**EXAMPLE["training"], "epochs": 2},
         "validation": {"thresholds": {}, "allow_unvalidated": True}}))
+    # a human approves or rejects each blessed model before export (see the section "Human approval" below)
+    (dags / "digits_approval.py").write_text(dag_file(make_spec(
+        root, name="digits_approval", start_date=str(last_day + dt.timedelta(days=1)), training={"epochs": 2},
+        overridable=["training.epochs"],
+        validation={"thresholds": {"accuracy": {"lower": 0.5}}},
+        export={"model_name": "digits_approval", "approval": {"timeout_minutes": 60}})))
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
                     "team_b", "team_c", "other_team_pipeline", "digits_withdraw", "digits_upstream",
-                    "digits_on_assets"])
+                    "digits_on_assets", "digits_approval"])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -660,3 +666,57 @@ def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstr
                         if m["run_id"] == run_id]
         assert published["version"] in [e["extra"]["version"] for e in events if e["source_run_id"] == run_id]
         assert window in airflow.task_log("digits_on_assets", run_id, "prepare_data")
+# ---- Human approval (export.approval): Airflow's Human-in-the-loop request, answered through its REST API
+
+
+def answer_approval(airflow, dag_id: str, run_id: str, option: str, comment: str | None = None) -> dict:
+    """Wait for the run's approval request, then answer it as admin through Airflow's REST API; the request as
+    the form showed it."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+    airflow.wait_for(lambda: airflow.task_states(dag_id, run_id).get("approve") == "awaiting_input", 300,
+                     f"the approval request of {run_id}")
+    asked = airflow.api("GET", path)
+    airflow.api("PATCH", path, {"chosen_options": [option], "params_input": {"comment": comment} if comment else {}})
+    return asked
+
+
+def run_row(airflow, dag_id: str, run_id: str) -> dict:
+    (row,) = [r for r in airflow.api("GET", f"/tfdist/pipelines/{dag_id}")["runs"] if r["run_id"] == run_id]
+    return row
+
+
+def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_rejected(airflow):
+    """The first run's request shows the gate's checks; approved, it publishes a version whose metadata names the
+    approver. The second's shows the changes against that version; rejected with a comment, export is skipped,
+    nothing more is published, and the run's record and the runs page name who rejected it and why."""
+    dag_id, model_dir = "digits_approval", os.path.join(airflow.root, "models", "digits_approval")
+    approved = airflow.trigger(dag_id)
+    asked = answer_approval(airflow, dag_id, approved, "Approve")
+    assert asked["options"] == ["Approve", "Reject"] and asked["defaults"] == ["Reject"], asked
+    assert "**Gate: blessed**" in asked["body"] and "| value | accuracy |" in asked["body"], asked["body"]
+    assert "No baseline compared" in asked["body"], asked["body"]
+    assert airflow.wait_for_run(dag_id, approved)["state"] == "success", airflow.task_states(dag_id, approved)
+    (version,) = registry.versions(model_dir)
+    assert version["run_id"] == approved and version["approval"]["by"] == "admin", version
+    assert run_row(airflow, dag_id, approved)["approval_summary"] == "approved by admin"
+
+    rejected = airflow.trigger(dag_id)
+    asked = answer_approval(airflow, dag_id, rejected, "Reject", "accuracy dropped on class 3")
+    assert f"Against the baseline, version {version['version']}" in asked["body"], asked["body"]
+    assert airflow.wait_for_run(dag_id, rejected)["state"] == "success"
+    states = airflow.task_states(dag_id, rejected)
+    assert (states["approve"], states["export"]) == ("success", "skipped"), states
+    assert [v["version"] for v in registry.versions(model_dir)] == [version["version"]]
+    record = read_json(RunLayout(run_path(airflow.root, dag_id, rejected)).approval_file)
+    assert (record["decision"], record["by"], record["comment"], record["timed_out"]) == (
+        "rejected", "admin", "accuracy dropped on class 3", False), record
+    row = run_row(airflow, dag_id, rejected)
+    assert row["approval_summary"] == "rejected by admin (accuracy dropped on class 3)" and not row["export_version"]
+    with signed_in_page(airflow) as page:
+        page.goto(f"{airflow.url}/plugin/training-runs/tfdist/ui/{dag_id}")
+        shown = page_frame(page).locator(f"tr.run[data-run-id='{rejected}'] td.gate .approval.rejected")
+        shown.wait_for()
+        assert shown.inner_text() == "rejected by admin (accuracy dropped on class 3)"
+        assert page_frame(page).locator(f"tr.run[data-run-id='{approved}'] td.gate .approval.approved").inner_text() \
+            == "approved by admin"
+        page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)

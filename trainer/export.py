@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tfdist.trainer import data
-from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, ExportArgs, digest_json, publish_dir, read_json,
-                                     registry, sha256_file, write_json_atomic)
+from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, ExportArgs, approval, digest_json, publish_dir,
+                                     read_json, read_json_if_exists, registry, sha256_file, write_json_atomic)
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
@@ -121,6 +121,8 @@ def main() -> None:
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
         fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
              EXIT_REFUSED)
+    if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
+        fail(f"refusing to export: {refusal}", EXIT_REFUSED)
     version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     origin = lineage(args)
@@ -176,6 +178,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
             "blessing": {k: blessing[k] for k in ("blessed", "gate", "metrics", "baseline", "deltas", "thresholds",
                                                   "change_thresholds", "step")},
             "serving_eval_accuracy": accuracy,
+            "approval": read_json_if_exists(args.approval) if args.approval else None,
             "source_checkpoint": blessing["checkpoint"],
             **origin,
             "signature": {"inputs": manifest["features"],

@@ -459,11 +459,13 @@ function gateOrder(run) {
   return run.checks.length ? Math.min(...run.checks.map((c) => c.margin)) : run.blessed ? 1e9 : -1e9;
 }
 
-/** The gate's decision, the baseline it compared with, and each threshold as a check with its margin. */
+/** The gate's decision, the baseline it compared with, each threshold as a check with its margin, and the
+ * human approval's decision (export.approval). */
 function gateCell(run) {
   if (run.blessed === null || run.blessed === undefined) return "—";
   return [el("span", {class: `badge ${run.blessed ? "good" : "bad"}`, text: run.blessed ? "blessed" : "refused"}),
     run.baseline ? el("span", {class: "sub", text: ` vs v${run.baseline.version}`}) : null,
+    run.approval ? el("div", {class: `approval ${run.approval.decision}`, text: run.approval_summary}) : null,
     run.checks.length ? el("div", {class: "checks-grid"}, run.checks.map(checkLine)) : null];
 }
 

@@ -10,7 +10,7 @@ reaches the worker runtime only through this package and the spec model (``tfdis
 - ``progress``: heartbeats, the progress record, the training curve, the latest checkpoint's step;
 - ``records``: JSON records written atomically, directories published whole, checksums;
 - ``registry``: the published versions of a model; ``gate``: the gate's rules; ``data_gate``: the data
-  gate's checks; ``stopping``: how processes are stopped.
+  gate's checks; ``approval``: the human approval before publishing; ``stopping``: how processes are stopped.
 
 Each stage writes its result record, the task's XCom value, as ``<run dir>/<task id>/result.json``: at most
 RESULT_MAX_BYTES of JSON, so that on Kubernetes it travels back as the pod's termination message and the

@@ -32,9 +32,9 @@ def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
     return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
 
 
-MANIFEST, BLESSING = "manifest.json", "blessing.json"
+MANIFEST, BLESSING, APPROVAL = "manifest.json", "blessing.json", "approval.json"
 """In the data directory, what prepare_data produced (shards, counts, hashes, statistics); in the eval
-directory, the gate's decision."""
+directory, the gate's decision; in the run directory, the human approval's (``export.approval``)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class RunLayout:
     """Where the run's training started from (the parent version, or why it started cold) and what was restored."""
     manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
     blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
+    approval_file = property(lambda self: os.path.join(self.run_dir, APPROVAL))
     data_validation_dir = property(lambda self: os.path.join(self.run_dir, "validate_data"))
 
     def tensorboard(self, part: str) -> str:

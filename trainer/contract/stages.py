@@ -135,3 +135,5 @@ class ExportArgs(StageArgs):
     warm_start: str
     version_base: int
     result: str
+    approval: str = ""
+    """With ``export.approval``: the run's approval record, which must say approved (contract.approval)."""

@@ -569,6 +569,23 @@ class KubernetesSpec(_Section):
         return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
 
 
+class Approval(_Section):
+    """A human approval between evaluate and export (Airflow's Human-in-the-loop ``ApprovalOperator``): asked
+    only when the gate blesses; export publishes nothing without it."""
+
+    timeout_minutes: Annotated[int, Field(ge=1)] | None = None
+    """How long the approval is waited for; default: as long as it takes."""
+    on_timeout: Literal["reject", "approve"] = "reject"
+    """What no answer within 'timeout_minutes' means: 'reject' (nothing is published) or 'approve' (published,
+    recorded and logged as approved by the timeout)."""
+
+    @model_validator(mode="after")
+    def _timeout_given(self) -> Approval:
+        if self.on_timeout == "approve" and self.timeout_minutes is None:
+            raise ValueError("on_timeout: 'approve' needs timeout_minutes (after how long no answer approves)")
+        return self
+
+
 class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
     """Versions are published under '<export root>/<model_name>/'."""
@@ -576,6 +593,14 @@ class ExportSpec(_Section):
     """Default: '<artifact_root>/models'."""
     keep_versions: Annotated[int, Field(ge=1)] | None = None
     """Keep the newest N versions (and always the baseline); default: keep all."""
+    approval: Approval | None = None
+    """A human approval before publishing: 'true', or {timeout_minutes: N, on_timeout: reject | approve};
+    default: none, a blessed model is published at once."""
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _approval_word(cls, value: Any) -> Any:
+        return {} if value is True else None if value is False else value
 
     @field_validator("root")
     @classmethod
