@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from tfdist.operators.launchers import StageFailed, get_launcher
-from tfdist.operators.plan import Plan, RunContext, build_plan, manual_interval
+from tfdist.operators.plan import Plan, RunContext, build_plan, manual_interval, pipeline_id
 from tfdist.operators.ui.links import TrainingRunLink
 from tfdist.trainer.contract import EXIT_REFUSED, RunMismatch, record_run
 from tfdist.trainer.spec import Spec, SpecError, field_value, load_spec
@@ -23,7 +23,8 @@ class StageOperator(BaseOperator):
     """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
 
     ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
-    run's own (artifact root / dag_id / run key, and the run's data interval)."""
+    run's own (artifact root / pipeline id / run key, and the run's data interval). ``pipeline_group``: the
+    task group of a pipeline embedded in a DAG (see ``build_task_group``), None when the pipeline is its DAG."""
 
     stage: str
     template_fields = ("run_dir", "data_interval_start", "data_interval_end")
@@ -37,6 +38,7 @@ class StageOperator(BaseOperator):
         run_dir: str | None = None,
         data_interval_start: str | None = None,
         data_interval_end: str | None = None,
+        pipeline_group: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.spec = load_spec(spec)
@@ -48,19 +50,36 @@ class StageOperator(BaseOperator):
         self.data_interval_start = data_interval_start
         self.data_interval_end = data_interval_end
         self.artifact_root = self.spec.artifact_root
+        self.pipeline_group = pipeline_group
         self._launcher = None
         self._run_id: str | None = None
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
-        """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
-        return super().get_serialized_fields() | {"artifact_root"}
+        """Airflow's fields, ``artifact_root`` and ``pipeline_group``: the plugin's API finds the pipeline's runs
+        by them."""
+        return super().get_serialized_fields() | {"artifact_root", "pipeline_group"}
+
+    @property
+    def pipeline_id(self) -> str:
+        return pipeline_id(self.dag_id, self.pipeline_group)
+
+    def run_overrides(self, context: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the run's conf, the DAG's Params) this pipeline takes overrides from: embedded, only the conf's
+        ``<task group id>`` mapping (the DAG's Params and the rest of its conf are its author's)."""
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        if not self.pipeline_group:
+            return conf, context.get("params") or {}
+        own = conf.get(self.pipeline_group) or {}
+        if not isinstance(own, dict):
+            raise AirflowFailException(f"conf.{self.pipeline_group}: must be a mapping of this pipeline's overrides, "
+                                       f"e.g. {{\"{self.pipeline_group}\": {{\"training.epochs\": 2}}}}")
+        return own, {}
 
     def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
         """(the spec after the run's overrides, the overrides that change it). Overrides come from the
-        DAG's Params (trigger form) and the run's conf; anything not overridable is refused."""
-        conf = getattr(context.get("dag_run"), "conf", None) or {}
-        params = context.get("params") or {}
+        DAG's Params (trigger form) and the run's conf (see run_overrides); anything not overridable is refused."""
+        conf, params = self.run_overrides(context)
         requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
         changed = {k: v for k, v in requested.items()
                    if k not in self.spec.overridable or field_value(self.spec, k) != v}
@@ -72,6 +91,9 @@ class StageOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
 
     def run_context(self, spec: Spec, context: Any) -> RunContext:
+        """The run's identity and data interval: its own, or the last complete interval of the schedule (days
+        without one) before it was triggered without a logical date, or before an embedded pipeline's DAG run
+        whose timetable gives it none (a cron trigger: start = end)."""
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
         if start is None or end is None:
@@ -79,7 +101,12 @@ class StageOperator(BaseOperator):
             start, end = manual_interval(spec.schedule, run_after)
             self.log.info("run triggered without a logical date at %s: training on the window %s → %s",
                           run_after, start, end)
-        return RunContext(self.dag_id, context["run_id"], _as_datetime(start), _as_datetime(end))
+        elif self.pipeline_group and _as_datetime(start) == _as_datetime(end):
+            at = _as_datetime(end)
+            start, end = manual_interval(spec.schedule, at)
+            self.log.info("the DAG run's data interval is empty (at %s): training on the window %s → %s",
+                          at, start, end)
+        return RunContext(self.pipeline_id, context["run_id"], _as_datetime(start), _as_datetime(end))
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""

@@ -1,5 +1,5 @@
-"""Spec → Airflow DAG: prepare_data → validate_data → train → evaluate → export. Nothing heavy happens at parse
-time."""
+"""Spec → Airflow DAG (or a task group of a DAG someone wrote): prepare_data → validate_data → train → evaluate →
+export. Nothing heavy happens at parse time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable
+from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, TaskGroup
+from airflow.sdk.definitions._internal.contextmanager import DagContext
 from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.operators.evaluate import EvaluateOperator
@@ -22,6 +23,26 @@ from tfdist.operators.validate_data import ValidateDataOperator
 from tfdist.trainer.spec import NAME_PATTERN, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)
+
+
+EMBEDDED_TAG = "tfdist-embedded"
+"""Tags a DAG holding pipelines embedded by build_task_group: the plugin's API looks in these DAGs for them."""
+DAG_FIELDS = ("schedule", "catchup", "max_active_runs", "tags", "description")
+"""Spec fields of the pipeline's own DAG (build_dag); an embedded pipeline's DAG is its author's."""
+
+
+def _chain(spec: Spec, group_id: str | None = None) -> None:
+    """prepare_data → validate_data → train → evaluate → export, in the DAG or task group being defined."""
+    t = spec.training
+    pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
+    common = {"spec": spec, "pipeline_group": group_id}
+    (
+        PrepareDataOperator(task_id="prepare_data", **common)
+        >> ValidateDataOperator(task_id="validate_data", **common)
+        >> DistributedTrainOperator(task_id="train", **common, **pool)
+        >> EvaluateOperator(task_id="evaluate", **common)
+        >> ExportModelOperator(task_id="export", **common)
+    )
 
 
 def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
@@ -39,16 +60,44 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
         tags=["tfdist", *spec.tags],
         **dag_kwargs,
     ) as dag:
-        t = spec.training
-        pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
-        (
-            PrepareDataOperator(task_id="prepare_data", spec=spec)
-            >> ValidateDataOperator(task_id="validate_data", spec=spec)
-            >> DistributedTrainOperator(task_id="train", spec=spec, **pool)
-            >> EvaluateOperator(task_id="evaluate", spec=spec)
-            >> ExportModelOperator(task_id="export", spec=spec)
-        )
+        _chain(spec)
     return dag
+
+
+def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str) -> list[str]:
+    """Why ``spec`` cannot be embedded as task group ``group_id`` of the DAG being defined ([] when it can)."""
+    if dag is None:
+        return ["<spec>: build_task_group makes a task group of the DAG being defined; call it inside "
+                "'with DAG(...):'"]
+    problems = [f"{field}: belongs to the DAG {dag.dag_id!r} the pipeline is embedded in (set it there); remove it "
+                "from the spec" for field in DAG_FIELDS if field in spec.model_fields_set]
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", group_id):
+        problems.append(f"name: {group_id!r} cannot be a task group id (letters, digits, '_' and '-' only); pass "
+                        "build_task_group(spec, group_id=...)")
+    model_dir = os.path.join(spec.export_root, spec.export.model_name)
+    problems += [f"export.model_name: {spec.export.model_name!r} is published to {model_dir} by the pipeline "
+                 f"{task.pipeline_id!r} of this DAG too, and their versions would interleave; give each pipeline its "
+                 "own export.model_name" for task in dag.tasks
+                 if isinstance(task, ExportModelOperator) and task.model_dir == model_dir]
+    return problems
+
+
+def build_task_group(spec: Spec | dict | str | os.PathLike, group_id: str | None = None,
+                     **task_group_kwargs: Any) -> TaskGroup:
+    """The spec's pipeline as a task group (``group_id``: default the spec's name) of the DAG being defined, e.g.
+    ``extract >> build_task_group(spec)``: the DAG's schedule and data interval drive it, its run conf's
+    ``<group_id>`` mapping holds the run's overrides. Invalid or conflicting specs raise SpecError."""
+    spec = load_spec(spec)
+    dag = DagContext.get_current()
+    group_id = group_id or spec.name
+    if problems := _embedding_problems(spec, dag, group_id):
+        raise SpecError(problems, f"spec {spec.name!r} embedded in a DAG")
+    dag.tags.add(EMBEDDED_TAG)
+    # the windows (data.window, a run without an interval) follow the DAG's cron schedule, days without one
+    spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None)})
+    with TaskGroup(group_id, **task_group_kwargs) as group:
+        _chain(spec, group.group_id)
+    return group
 
 
 class InvalidSpecOperator(BaseOperator):
