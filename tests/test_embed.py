@@ -21,7 +21,7 @@ from tfdist.operators import SpecError, build_dag, build_task_group
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.k8s_objects import object_name
 from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
-from tfdist.trainer.contract import registry, run_path
+from tfdist.trainer.contract import RunLayout, read_json, registry, run_path
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
@@ -169,7 +169,10 @@ def test_airflow_runs_a_dag_with_an_upstream_task_and_two_embedded_pipelines(tmp
     for name in ("digits_a", "digits_b"):
         (version,) = registry.versions(os.path.join(root, "models", name))
         assert version["run_id"] == outcome.run_id
-        assert os.path.isdir(run_path(root, f"team_etl.{name}", outcome.run_id))
+        run = read_json(RunLayout(run_path(root, f"team_etl.{name}", outcome.run_id)).run_file)
+        # '@daily' is a cron trigger: an empty interval at the logical date, so the day before is trained on
+        assert (run["pipeline_id"], run["data_interval_start"], run["data_interval_end"]) == (
+            f"team_etl.{name}", f"{DAY}T00:00:00+00:00", f"{DAY + dt.timedelta(days=1)}T00:00:00+00:00")
     found = subprocess.run([sys.executable, "-c", API_CHECK], capture_output=True, text=True, check=True).stdout
     api = json.loads(found.splitlines()[-1])
     assert sorted(p["pipeline_id"] for p in api["listed"]) == ["team_etl.digits_a", "team_etl.digits_b"]

@@ -92,11 +92,12 @@ def airflow(tmp_path_factory):
         **EXAMPLE, "name": "digits_withdraw", "start_date": str(last_day + dt.timedelta(days=1)),
         "export": {"model_name": "digits_withdraw"}}))
     (restricted / "other_team.py").write_text(dag_file({**EXAMPLE, "name": "other_team_pipeline"}))
+    write_embedding_dags(dags, restricted, root)
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
-                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw"])
+                    "team_b", "team_c", "other_team_pipeline", "digits_withdraw", *EMBEDDING_DAGS])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -600,3 +601,39 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
     events = airflow.api("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")["asset_events"]
     assert [e["extra"] for e in events] == [{"withdrawn": 2, "reason": reason["reason"], "by": "admin"},
                                             {"restored": 2, "by": "admin"}]  # none of the refused one
+
+
+# ---- pipelines embedded in DAGs their teams wrote (build_task_group): found, shown and guarded by their DAG
+
+EMBEDDING_DAGS = ("team_etl_embedded", "other_team_etl")
+
+
+def embedding_dag_file(dag_id: str, spec: dict) -> str:
+    return (f'"""Airflow DAG for the tests: a team's task, then a tfdist pipeline."""\n'
+            "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.empty import EmptyOperator\n"
+            "from tfdist.operators import build_task_group\n"
+            f"with DAG({dag_id!r}, schedule=None) as dag:\n"
+            f"    EmptyOperator(task_id='extract') >> build_task_group({spec!r})\n")
+
+
+def write_embedding_dags(dags, restricted, root: str) -> None:
+    """A DAG embedding a pipeline in the shared folder, and one in another team's."""
+    for folder, dag_id, name in ((dags, "team_etl_embedded", "digits_embedded"),
+                                 (restricted, "other_team_etl", "digits_other")):
+        spec = make_spec(root, name=name, export={"model_name": name})
+        del spec["schedule"]
+        (folder / f"{dag_id}.py").write_text(embedding_dag_file(dag_id, spec))
+
+
+def test_an_embedded_pipeline_is_listed_and_served_under_its_id_with_its_dags_permissions(airflow):
+    mine, other = "team_etl_embedded.digits_embedded", "other_team_etl.digits_other"
+    listed = {p["pipeline_id"]: p for p in airflow.request("GET", "/tfdist/pipelines", user="analyst").json()}
+    assert listed[mine]["dag_id"] == "team_etl_embedded" and other not in listed
+    assert other in {p["pipeline_id"] for p in airflow.request("GET", "/tfdist/pipelines").json()}  # admin
+    page = airflow.request("GET", f"/tfdist/pipelines/{mine}", user="analyst").json()
+    assert (page["pipeline_id"], page["dag_id"], page["model_name"]) == (mine, "team_etl_embedded", "digits_embedded")
+    for path in (f"/tfdist/pipelines/{other}", f"/tfdist/ui/{other}", f"/tfdist/runs/{other}"):
+        assert airflow.request("GET", path, user="analyst").status_code == 403, path
+        assert airflow.request("GET", path).status_code == 200, path
+    assert airflow.request("GET", "/tfdist/runs/team_etl_embedded.no_such_group").status_code == 404
+
