@@ -609,7 +609,7 @@ EMBEDDING_DAGS = ("team_etl_embedded", "other_team_etl")
 
 
 def embedding_dag_file(dag_id: str, spec: dict) -> str:
-    return (f'"""Airflow DAG for the tests: a team's task, then a tfdist pipeline."""\n'
+    return (f'"""Airflow DAG for the tests: an extract task, then a tfdist pipeline."""\n'
             "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.empty import EmptyOperator\n"
             "from tfdist.operators import build_task_group\n"
             f"with DAG({dag_id!r}, schedule=None) as dag:\n"
