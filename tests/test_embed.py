@@ -20,7 +20,7 @@ from tests.conftest import DAY, make_spec
 from tfdist.operators import SpecError, build_dag, build_task_group
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.k8s_objects import object_name
-from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
+from tfdist.operators.ui.links import TrainingRunLink
 from tfdist.trainer.contract import RunLayout, read_json, registry, run_path
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
