@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from airflow.sdk import DAG, BaseOperator, CronDataIntervalTimetable, TaskGroup
 from airflow.sdk.definitions._internal.contextmanager import DagContext
+from airflow.sdk.definitions._internal.node import GROUP_KEY_REGEX
 from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.operators.evaluate import EvaluateOperator
@@ -64,16 +65,18 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
     return dag
 
 
-def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str) -> list[str]:
-    """Why ``spec`` cannot be embedded as task group ``group_id`` of the DAG being defined ([] when it can)."""
+def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> list[str]:
+    """Why ``spec`` cannot be embedded as task group ``group_id`` (None: its name) of the DAG being defined ([]
+    when it can)."""
     if dag is None:
         return ["<spec>: build_task_group makes a task group of the DAG being defined; call it inside "
                 "'with DAG(...):'"]
     problems = [f"{field}: belongs to the DAG {dag.dag_id!r} the pipeline is embedded in (set it there); remove it "
                 "from the spec" for field in DAG_FIELDS if field in spec.model_fields_set]
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", group_id):
-        problems.append(f"name: {group_id!r} cannot be a task group id (letters, digits, '_' and '-' only); pass "
-                        "build_task_group(spec, group_id=...)")
+    if not GROUP_KEY_REGEX.match(group_id or spec.name):
+        problems.append(f"group_id: {group_id!r} is no task group id (letters, digits, '_' and '-' only)" if group_id
+                        else f"name: {spec.name!r} cannot be the task group id (letters, digits, '_' and '-' only); "
+                        "pass build_task_group(spec, group_id=...)")
     model_dir = os.path.join(spec.export_root, spec.export.model_name)
     problems += [f"export.model_name: {spec.export.model_name!r} is published to {model_dir} by the pipeline "
                  f"{task.pipeline_id!r} of this DAG too, and their versions would interleave; give each pipeline its "
@@ -89,13 +92,12 @@ def build_task_group(spec: Spec | dict | str | os.PathLike, group_id: str | None
     ``<group_id>`` mapping holds the run's overrides. Invalid or conflicting specs raise SpecError."""
     spec = load_spec(spec)
     dag = DagContext.get_current()
-    group_id = group_id or spec.name
     if problems := _embedding_problems(spec, dag, group_id):
         raise SpecError(problems, f"spec {spec.name!r} embedded in a DAG")
     dag.tags.add(EMBEDDED_TAG)
     # the windows (data.window, a run without an interval) follow the DAG's cron schedule, days without one
     spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None)})
-    with TaskGroup(group_id, **task_group_kwargs) as group:
+    with TaskGroup(group_id or spec.name, **task_group_kwargs) as group:
         _chain(spec, group.group_id)
     return group
 

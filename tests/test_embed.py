@@ -80,8 +80,10 @@ def test_two_pipelines_of_one_dag_may_not_publish_one_model(tmp_path):
 def test_outside_a_dag_or_under_a_name_no_task_group_takes_it_is_refused(tmp_path):
     with pytest.raises(SpecError, match="call it inside 'with DAG"):
         build_task_group(embeddable(str(tmp_path), "p"))
-    with pytest.raises(SpecError, match=r"name: 'a.b' cannot be a task group id"), DAG("etl", schedule=None):
+    with pytest.raises(SpecError, match=r"name: 'a.b' cannot be the task group id"), DAG("etl", schedule=None):
         build_task_group(embeddable(str(tmp_path), "a.b"))
+    with pytest.raises(SpecError, match=r"group_id: 'a b' is no task group id"), DAG("etl", schedule=None):
+        build_task_group(embeddable(str(tmp_path), "ab"), group_id="a b")
     with DAG("etl", schedule=None) as dag:
         build_task_group(embeddable(str(tmp_path), "a.b"), group_id="ab")
     assert dag.get_task("ab.train").pipeline_id == "etl.ab"
