@@ -28,8 +28,8 @@ from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tests.test_withdraw import publish
-from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, read_curve, read_json, registry,
-                                     run_path)
+from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, read_curve, read_json, record_run,
+                                     registry, run_path)
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -636,4 +636,16 @@ def test_an_embedded_pipeline_is_listed_and_served_under_its_id_with_its_dags_pe
         assert airflow.request("GET", path, user="analyst").status_code == 403, path
         assert airflow.request("GET", path).status_code == 200, path
     assert airflow.request("GET", "/tfdist/runs/team_etl_embedded.no_such_group").status_code == 404
+
+    # a run its artifact root remembers (written here, as a run's first task writes it) is on its page
+    run_dir = run_path(airflow.root, mine, "manual__embedded")
+    record_run(RunLayout(run_dir), {}, {"pipeline_id": mine, "run_id": "manual__embedded", "overrides": {}})
+    assert [r["run_id"] for r in airflow.request("GET", f"/tfdist/runs/{mine}").json()] == ["manual__embedded"]
+    with signed_in_page(airflow, "analyst") as page:
+        page.goto(f"{airflow.url}/plugin/training-runs")
+        page_frame(page).get_by_role("link", name=mine, exact=True).click()  # the list of pipelines leads there
+        frame = page_frame(page)
+        frame.locator("tr.run[data-run-id='manual__embedded']").wait_for()
+        assert frame.locator("#title").inner_text() == mine
+        assert frame.locator("#pipeline-select").input_value() == mine
 
