@@ -4,7 +4,8 @@ metadata database (run type, state, times, backfills).
 
 Every route requires a user signed in to Airflow (the UI's session cookie, or the Bearer token from
 ``/auth/token`` that the REST API takes): 401 without one. A pipeline's page and data also require the
-permission to read that DAG's runs (403), as Airflow's own run pages do. Withdrawing or restoring a version
+permission to read the runs of its DAG (403), as Airflow's own run pages do; a pipeline is known by its id, its
+DAG's id or, embedded in a DAG (``build_task_group``), '<dag id>.<task group id>'. Withdrawing or restoring a version
 requires the permission to edit the DAG that publishes the model and to create asset events (403), as Airflow's
 own ``POST /api/v2/assets/events`` does."""
 
