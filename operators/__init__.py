@@ -10,6 +10,7 @@ import importlib
 _EXPORTS = {
     "build_dag": f"{__name__}.dag",
     "build_dags_from_directory": f"{__name__}.dag",
+    "build_task_group": f"{__name__}.dag",
     "PrepareDataOperator": f"{__name__}.prepare",
     "DistributedTrainOperator": f"{__name__}.train",
     "EvaluateOperator": f"{__name__}.evaluate",

@@ -23,9 +23,10 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     template_fields = (*ApprovalOperator.template_fields, "run_dir", "data_interval_start", "data_interval_end")
     ui_color = "#fff59d"
 
-    def __init__(self, *, spec: Spec | dict | str, run_dir: str | None = None, data_interval_start: str | None = None,
-                 data_interval_end: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, spec: Spec | dict | str, pipeline_group: str | None = None, run_dir: str | None = None,
+                 data_interval_start: str | None = None, data_interval_end: str | None = None, **kwargs: Any) -> None:
         self.spec = load_spec(spec)
+        self.pipeline_group = pipeline_group
         kwargs.pop("params", None)  # the DAG's, which Airflow passes: the task's context has them without it
         rule = self.spec.export.approval
         timed = rule.timeout_minutes is not None

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from tfdist.operators.launchers import StageFailed, get_launcher
 from tfdist.operators.plan import (PARTITION_KEY_FORMATS, Plan, RunContext, build_plan, manual_interval,
-                                   partition_start, period_end)
+                                   partition_start, period_end, pipeline_id)
 from tfdist.operators.ui.links import TrainingRunLink
 from tfdist.trainer.contract import (EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_exists, record_run, run_path,
                                      runs_root)
@@ -50,18 +50,35 @@ def previous_window_end(artifact_root: str, dag_id: str, run_id: str,
 
 class RunPlanned:
     """What an operator of the spec's DAG knows of its run: the effective spec and the run's plan. It has
-    ``spec``, ``dag_id`` and the templated ``run_dir``, ``data_interval_start`` and ``data_interval_end``."""
+    ``spec``, ``dag_id``, ``pipeline_group`` and the templated ``run_dir``, ``data_interval_start`` and
+    ``data_interval_end``."""
 
     spec: Spec
+    pipeline_group: str | None
     run_dir: str | None
     data_interval_start: str | None
     data_interval_end: str | None
 
+    @property
+    def pipeline_id(self) -> str:
+        return pipeline_id(self.dag_id, self.pipeline_group)
+
+    def run_overrides(self, context: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the run's conf, the DAG's Params) this pipeline takes overrides from: embedded, only the conf's
+        ``<task group id>`` mapping (the DAG's Params and the rest of its conf are its author's)."""
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        if not self.pipeline_group:
+            return conf, context.get("params") or {}
+        own = conf.get(self.pipeline_group) or {}
+        if not isinstance(own, dict):
+            raise AirflowFailException(f"conf.{self.pipeline_group}: must be a mapping of this pipeline's overrides, "
+                                       f"e.g. {{\"{self.pipeline_group}\": {{\"training.epochs\": 2}}}}")
+        return own, {}
+
     def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
         """(the spec after the run's overrides, the overrides that change it). Overrides come from the
-        DAG's Params (trigger form) and the run's conf; anything not overridable is refused."""
-        conf = getattr(context.get("dag_run"), "conf", None) or {}
-        params = context.get("params") or {}
+        DAG's Params (trigger form) and the run's conf (see run_overrides); anything not overridable is refused."""
+        conf, params = self.run_overrides(context)
         requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
         changed = {k: v for k, v in requested.items()
                    if k not in self.spec.overridable or field_value(self.spec, k) != v}
@@ -78,12 +95,12 @@ class RunPlanned:
         run_id = context["run_id"]
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
-        if start is not None and end is not None:
-            return RunContext(self.dag_id, run_id, as_datetime(start), as_datetime(end))
-        recorded = read_json_if_exists(RunLayout(self.run_dir or run_path(spec.artifact_root, self.dag_id, run_id))
-                                       .run_file)
+        if start is not None and end is not None and (not self.pipeline_group or start != end):
+            return RunContext(self.pipeline_id, run_id, as_datetime(start), as_datetime(end))
+        recorded = read_json_if_exists(
+            RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id)).run_file)
         if recorded and "window" in recorded:
-            return RunContext(self.dag_id, run_id, as_datetime(recorded["data_interval_start"]),
+            return RunContext(self.pipeline_id, run_id, as_datetime(recorded["data_interval_start"]),
                               as_datetime(recorded["data_interval_end"]), recorded["window"],
                               recorded.get("partition_key"))
         ctx = self.inferred_window(spec, context)
@@ -98,19 +115,19 @@ class RunPlanned:
         dag_run, run_id = context["dag_run"], context["run_id"]
         if spec.partitioned:
             start = _partition_start(spec.partitioned, dag_run)
-            return RunContext(self.dag_id, run_id, start, period_end(start, spec.partitioned),
+            return RunContext(self.pipeline_id, run_id, start, period_end(start, spec.partitioned),
                               f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
                               dag_run.partition_key)
         end = as_datetime(dag_run.run_after)
         if isinstance(spec.schedule, AssetSchedule):
-            previous = previous_window_end(spec.artifact_root, self.dag_id, run_id, end)
+            previous = previous_window_end(spec.artifact_root, self.pipeline_id, run_id, end)
             if previous:
-                return RunContext(self.dag_id, run_id, previous[1], end,
+                return RunContext(self.pipeline_id, run_id, previous[1], end,
                                   f"since the end of the previous run's window (run {previous[0]!r})")
-            return RunContext(self.dag_id, run_id, end - dt.timedelta(days=1), end,
+            return RunContext(self.pipeline_id, run_id, end - dt.timedelta(days=1), end,
                               "the day before it ran: no earlier run of this pipeline has a window")
         start, end = manual_interval(spec.cron, end)
-        return RunContext(self.dag_id, run_id, start, end, "the last complete interval before it was triggered")
+        return RunContext(self.pipeline_id, run_id, start, end, "the last complete interval before it was triggered")
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""
@@ -127,7 +144,8 @@ class StageOperator(RunPlanned, BaseOperator):
     """Runs one stage of the spec's plan in child processes; the task process never imports TensorFlow.
 
     ``run_dir``, ``data_interval_start`` and ``data_interval_end`` are templated and default to the
-    run's own (artifact root / dag_id / run key, and the run's data interval)."""
+    run's own (artifact root / pipeline id / run key, and the run's data interval). ``pipeline_group``: the
+    task group of a pipeline embedded in a DAG (see ``build_task_group``), None when the pipeline is its DAG."""
 
     stage: str
     template_fields = ("run_dir", "data_interval_start", "data_interval_end")
@@ -141,6 +159,7 @@ class StageOperator(RunPlanned, BaseOperator):
         run_dir: str | None = None,
         data_interval_start: str | None = None,
         data_interval_end: str | None = None,
+        pipeline_group: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.spec = load_spec(spec)
@@ -152,13 +171,15 @@ class StageOperator(RunPlanned, BaseOperator):
         self.data_interval_start = data_interval_start
         self.data_interval_end = data_interval_end
         self.artifact_root = self.spec.artifact_root
+        self.pipeline_group = pipeline_group
         self._launcher = None
         self._run_id: str | None = None
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
-        """Airflow's fields and ``artifact_root``: the plugin's API finds the pipeline's runs by it."""
-        return super().get_serialized_fields() | {"artifact_root"}
+        """Airflow's fields, ``artifact_root`` and ``pipeline_group``: the plugin's API finds the pipeline's runs
+        by them."""
+        return super().get_serialized_fields() | {"artifact_root", "pipeline_group"}
 
     def execute(self, context: Any) -> Any:
         run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     models.add_argument("--reason", help="withdraw: why the version is bad (required)")
     models.add_argument("--by", help="who withdraws or restores it (default: your user name)")
     runs = sub.add_parser("runs", help="compare a pipeline's runs side by side (from the artifact root)")
-    runs.add_argument("dag_id")
+    runs.add_argument("pipeline_id", help="the DAG's id, or '<dag id>.<task group id>' for an embedded pipeline")
     runs.add_argument("--json", action="store_true", help="print the full summaries as JSON")
     demo = sub.add_parser("demo", help="write digits partitions, run the example DAG once, show its export")
     demo.add_argument("--logs", default=".demo", help="where the full Airflow log goes")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "runs":
             from tfdist.operators.report import format_runs, list_runs
 
-            found = list_runs(args.dag_id, [default_artifact_root()])
+            found = list_runs(args.pipeline_id, [default_artifact_root()])
             print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
             models_command(models, args)

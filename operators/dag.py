@@ -1,5 +1,5 @@
-"""Spec → Airflow DAG: prepare_data → validate_data → train → evaluate → (approve: with export.approval) →
-export. Nothing heavy happens at parse time."""
+"""Spec → Airflow DAG (or a task group of a DAG someone wrote): prepare_data → validate_data → train → evaluate →
+(approve: with export.approval) → export. Nothing heavy happens at parse time."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typing import Any
 import yaml
 from airflow.sdk import (DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronDataIntervalTimetable,
                         PartitionedAssetTimetable, StartOfDayMapper, StartOfHourMapper, StartOfMonthMapper,
-                        StartOfWeekMapper, StartOfYearMapper)
+                        StartOfWeekMapper, StartOfYearMapper, TaskGroup)
+from airflow.sdk.definitions._internal.contextmanager import DagContext
+from airflow.sdk.definitions._internal.node import GROUP_KEY_REGEX
 from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.operators.approval import PublishApprovalOperator
@@ -54,6 +56,29 @@ def timetable(spec: Spec) -> Any:
     return condition
 
 
+EMBEDDED_TAG = "tfdist-embedded"
+"""Tags a DAG holding pipelines embedded by build_task_group: the plugin's API looks in these DAGs for them."""
+DAG_FIELDS = ("schedule", "catchup", "max_active_runs", "tags", "description")
+"""Spec fields of the pipeline's own DAG (build_dag); an embedded pipeline's DAG is its author's."""
+
+
+def _chain(spec: Spec, group_id: str | None = None) -> None:
+    """prepare_data → validate_data → train → evaluate → (approve) → export, in the DAG or task group being
+    defined."""
+    t = spec.training
+    pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
+    common = {"spec": spec, "pipeline_group": group_id}
+    evaluated = (
+        PrepareDataOperator(task_id="prepare_data", **common)
+        >> ValidateDataOperator(task_id="validate_data", **common)
+        >> DistributedTrainOperator(task_id="train", **common, **pool)
+        >> EvaluateOperator(task_id="evaluate", **common)
+    )
+    if spec.export.approval:
+        evaluated = evaluated >> PublishApprovalOperator(task_id="approve", **common)
+    evaluated >> ExportModelOperator(task_id="export", **common)
+
+
 def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
     """The spec's DAG; invalid specs raise SpecError, which Airflow shows as the file's import error."""
     spec = load_spec(spec)
@@ -69,18 +94,45 @@ def build_dag(spec: Spec | dict | str | os.PathLike, **dag_kwargs: Any) -> DAG:
         tags=["tfdist", *spec.tags],
         **dag_kwargs,
     ) as dag:
-        t = spec.training
-        pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
-        evaluated = (
-            PrepareDataOperator(task_id="prepare_data", spec=spec)
-            >> ValidateDataOperator(task_id="validate_data", spec=spec)
-            >> DistributedTrainOperator(task_id="train", spec=spec, **pool)
-            >> EvaluateOperator(task_id="evaluate", spec=spec)
-        )
-        if spec.export.approval:
-            evaluated = evaluated >> PublishApprovalOperator(task_id="approve", spec=spec)
-        evaluated >> ExportModelOperator(task_id="export", spec=spec)
+        _chain(spec)
     return dag
+
+
+def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> list[str]:
+    """Why ``spec`` cannot be embedded as task group ``group_id`` (None: its name) of the DAG being defined ([]
+    when it can)."""
+    if dag is None:
+        return ["<spec>: build_task_group makes a task group of the DAG being defined; call it inside "
+                "'with DAG(...):'"]
+    problems = [f"{field}: belongs to the DAG {dag.dag_id!r} the pipeline is embedded in (set it there); remove it "
+                "from the spec" for field in DAG_FIELDS if field in spec.model_fields_set]
+    if not GROUP_KEY_REGEX.match(group_id or spec.name):
+        problems.append(f"group_id: {group_id!r} is no task group id (letters, digits, '_' and '-' only)" if group_id
+                        else f"name: {spec.name!r} cannot be the task group id (letters, digits, '_' and '-' only); "
+                        "pass build_task_group(spec, group_id=...)")
+    model_dir = os.path.join(spec.export_root, spec.export.model_name)
+    problems += [f"export.model_name: {spec.export.model_name!r} is published to {model_dir} by the pipeline "
+                 f"{task.pipeline_id!r} of this DAG too, and their versions would interleave; give each pipeline its "
+                 "own export.model_name" for task in dag.tasks
+                 if isinstance(task, ExportModelOperator) and task.model_dir == model_dir]
+    return problems
+
+
+def build_task_group(spec: Spec | dict | str | os.PathLike, group_id: str | None = None,
+                     **task_group_kwargs: Any) -> TaskGroup:
+    """The spec's pipeline as a task group (``group_id``: default the spec's name) of the DAG being defined, e.g.
+    ``extract >> build_task_group(spec)``: the DAG's schedule and data interval drive it, its run conf's
+    ``<group_id>`` mapping holds the run's overrides. Invalid or conflicting specs raise SpecError."""
+    spec = load_spec(spec)
+    dag = DagContext.get_current()
+    if problems := _embedding_problems(spec, dag, group_id):
+        raise SpecError(problems, f"spec {spec.name!r} embedded in a DAG")
+    dag.tags.add(EMBEDDED_TAG)
+    # the windows (data.window, a run without an interval) follow the DAG's cron schedule, days without one
+    spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None)})
+    with TaskGroup(group_id or spec.name, **task_group_kwargs) as group:
+        _chain(spec, group.group_id)
+    return group
 
 
 class InvalidSpecOperator(BaseOperator):

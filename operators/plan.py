@@ -49,11 +49,17 @@ def partition_start(key: str, period: str) -> dt.datetime:
     return dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]).replace(tzinfo=dt.timezone.utc)
 
 
+def pipeline_id(dag_id: str, group_id: str | None) -> str:
+    """A pipeline's id: its DAG's id, or '<dag id>.<task group id>' for one embedded in a DAG's task group."""
+    return f"{dag_id}.{group_id}" if group_id else dag_id
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What identifies one run: artifacts are keyed by it, never by wall-clock time."""
 
-    dag_id: str
+    pipeline_id: str
+    """The DAG's id, or '<dag id>.<task group id>' for a pipeline embedded in a DAG (see pipeline_id)."""
     run_id: str
     interval_start: dt.datetime
     interval_end: dt.datetime
@@ -208,7 +214,7 @@ class Plan:
     def run_record(self) -> dict[str, Any]:
         """run.json: what identifies the run and what its trigger changed."""
         ctx = self.context
-        return {"dag_id": ctx.dag_id, "run_id": ctx.run_id, "overrides": self.overrides,
+        return {"pipeline_id": ctx.pipeline_id, "run_id": ctx.run_id, "overrides": self.overrides,
                 "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
                 "window": ctx.window, "partition_key": ctx.partition_key}
 
@@ -230,7 +236,7 @@ def build_plan(
     overrides: dict[str, Any] | None = None,
 ) -> Plan:
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
-    layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.dag_id, ctx.run_id))
+    layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.pipeline_id, ctx.run_id))
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     source = source or spec.data.source
     sources = [source_for(source, t, spec.artifact_root) for t in partitions(

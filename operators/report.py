@@ -117,9 +117,9 @@ def _newest_first(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: (r.get("data_interval_end") or "", r["run_id"]), reverse=True)
 
 
-def list_runs(dag_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
-    """One summary per run directory of ``dag_id`` under any of ``artifact_roots``, newest data interval first."""
-    runs_dirs = [runs_root(root, dag_id) for root in artifact_roots]
+def list_runs(pipeline_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
+    """One summary per run directory of the pipeline under any of ``artifact_roots``, newest data interval first."""
+    runs_dirs = [runs_root(root, pipeline_id) for root in artifact_roots]
     return _newest_first(run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d)
                          for key in sorted(os.listdir(d)))
 
@@ -199,17 +199,17 @@ def _series(run_type: str | None, backfill: Backfill | None) -> tuple[str, str]:
     return name, {"scheduled": "nightly (scheduled)", "manual": "manual triggers"}.get(name, name)
 
 
-def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
+def overview(pipeline_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
              airflow_runs: dict[str, AirflowRun], backfills: dict[int, Backfill]) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
     root remembers), the metrics and thresholds to chart, the published and withdrawn versions (a run's
     ``export_withdrawn``: its version's withdrawal, who, when and why)."""
     now = dt.datetime.now(dt.timezone.utc)
-    found = {r["run_id"]: r for r in list_runs(dag_id, artifact_roots)}
+    found = {r["run_id"]: r for r in list_runs(pipeline_id, artifact_roots)}
     runs = []
     for run_id in dict.fromkeys([*airflow_runs, *found]):
         known = airflow_runs.get(run_id)
-        summary = found.get(run_id) or run_summary(run_path(artifact_roots[0], dag_id, run_id), run_id)
+        summary = found.get(run_id) or run_summary(run_path(artifact_roots[0], pipeline_id, run_id), run_id)
         backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
         series, label = _series(known and known.run_type, backfill)
         runs.append({
@@ -229,7 +229,7 @@ def overview(dag_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
     evaluated = [r for r in runs if r.get("thresholds") is not None]
     metrics = list(dict.fromkeys(k for r in runs for k in r["metrics"] or {}))
     return {
-        "dag_id": dag_id,
+        "pipeline_id": pipeline_id,
         "metrics": metrics,
         "directions": {m: "lower_is_better" if m in LOWER_IS_BETTER else "higher_is_better" for m in metrics},
         "thresholds": evaluated[0]["thresholds"] if evaluated else {},

@@ -66,7 +66,7 @@ def launch(plan, task_id: str, try_number: int = 1):
 
 
 def assert_nothing_left(cluster: Cluster, plan) -> None:
-    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
     wait_for(lambda: not [k for k in cluster.objects if name in k[2]], 30, "the stage's objects to be deleted")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     wait_for(lambda: f"tfd{cluster.id}p" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
@@ -188,7 +188,7 @@ def test_a_lost_pod_fails_the_stage_named_as_lost_though_it_is_gone(cluster, dig
     pod and its process from the Job's failure and counts it as lost, not as a crash."""
     plan = k8s_plan(digits_root, f"k8s_{loss}", num_workers=2, epochs=200)
     launcher, _, finished = train_in_background(plan)
-    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
     pod, = [p for p in launcher.cluster.core.list_namespaced_pod("ml", label_selector=f"job-name={name}").items
             if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"]
     lose_pod(launcher.cluster.core, pod.metadata.name, loss)
@@ -224,7 +224,7 @@ def test_an_elastic_stage_continues_with_the_pods_it_has_left_after_one_is_lost(
     logger, _ = collecting_logger("k8s.elastic")
     launcher = KubernetesLauncher(plan, 1)
     trigger = launcher.start_deferred(stage, logger, store)
-    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
     lost = {}
 
     def lose_after_a_checkpoint():
@@ -415,7 +415,7 @@ def test_a_job_deleted_by_someone_else_fails_the_stage_saying_so(cluster, digits
     """Not by this task (kubectl delete, a namespace's cleanup): the DELETED event ends the follow at once."""
     plan = k8s_plan(digits_root, "k8s_deleted_job", num_workers=2, epochs=200)
     launcher, _, finished = train_in_background(plan)
-    name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+    name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
     launcher.cluster.custom.delete_namespaced_custom_object("batch", "v1", "ml", "jobs", name,
                                                             propagation_policy="Background")
     failure = finished()
@@ -479,7 +479,7 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
                                                                  "warm_start": "baseline"},
                              kubernetes={**KUBERNETES, "connection_id": "k8s_kubeflow"}, **published)
         result, lines = launch(plan, "train")
-        name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+        name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
         assert kubeflow.created == [("TFJob", name)] and result["workers"] == 2
         version = read_json(parent.layout.result("export"))["version"]
         assert result["warm_start"]["parent_version"] == version  # through the chief's termination message
@@ -509,7 +509,7 @@ def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(digits_root, 
         plan = prepared_plan(digits_root, "k8s_mpijob", training=training,
                              kubernetes={**KUBERNETES, "connection_id": "k8s_mpi", "log_members": "all"})
         result, lines = launch(plan, "train")
-        name = object_name(plan.context.dag_id, plan.context.run_id, "train")
+        name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
         assert kubeflow.created == [("MPIJob", name)] and result["workers"] == 4
         assert set(weights(lines)) == {f"rank-{r}" for r in range(4)} and len(set(weights(lines).values())) == 1
         for worker in ("worker-0", "worker-1"):  # each worker pod's sshd let mpirun's ssh in, as the image's user

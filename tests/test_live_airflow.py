@@ -28,8 +28,8 @@ from tests.conftest import REPO, make_spec
 from tests.live_airflow import USERS, LiveAirflow
 from tests.test_dag_parse import readme_dag_file
 from tests.test_withdraw import publish
-from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, read_curve, read_json, registry,
-                                     run_path)
+from tfdist.trainer.contract import (BLESSING, MANIFEST, RunLayout, TrainProgress, read_curve, read_json, record_run,
+                                     registry, run_path)
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
@@ -129,12 +129,13 @@ def airflow(tmp_path_factory):
         overridable=["training.epochs"],
         validation={"thresholds": {"accuracy": {"lower": 0.5}}},
         export={"model_name": "digits_approval", "approval": {"timeout_minutes": 60}})))
+    write_embedding_dags(dags, restricted, root)
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     try:
         live.start(["digits_nightly", "digits_backfill", "digits_retry", "digits_cnn", "digits_drift", "team_a",
                     "team_b", "team_c", "other_team_pipeline", "digits_withdraw", "digits_upstream",
-                    "digits_on_assets", "digits_approval"])
+                    "digits_on_assets", "digits_approval", *EMBEDDING_DAGS])
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
         live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
         yield live
@@ -720,3 +721,49 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
         assert page_frame(page).locator(f"tr.run[data-run-id='{approved}'] td.gate .approval.approved").inner_text() \
             == "approved by admin"
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)
+# ---- pipelines embedded in DAGs their teams wrote (build_task_group): found, shown and guarded by their DAG
+
+EMBEDDING_DAGS = ("team_etl_embedded", "other_team_etl")
+
+
+def embedding_dag_file(dag_id: str, spec: dict) -> str:
+    return (f'"""Airflow DAG for the tests: an extract task, then a tfdist pipeline."""\n'
+            "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.empty import EmptyOperator\n"
+            "from tfdist.operators import build_task_group\n"
+            f"with DAG({dag_id!r}, schedule=None) as dag:\n"
+            f"    EmptyOperator(task_id='extract') >> build_task_group({spec!r})\n")
+
+
+def write_embedding_dags(dags, restricted, root: str) -> None:
+    """A DAG embedding a pipeline in the shared folder, and one in another team's."""
+    for folder, dag_id, name in ((dags, "team_etl_embedded", "digits_embedded"),
+                                 (restricted, "other_team_etl", "digits_other")):
+        spec = make_spec(root, name=name, export={"model_name": name})
+        del spec["schedule"]
+        (folder / f"{dag_id}.py").write_text(embedding_dag_file(dag_id, spec))
+
+
+def test_an_embedded_pipeline_is_listed_and_served_under_its_id_with_its_dags_permissions(airflow):
+    mine, other = "team_etl_embedded.digits_embedded", "other_team_etl.digits_other"
+    listed = {p["pipeline_id"]: p for p in airflow.request("GET", "/tfdist/pipelines", user="analyst").json()}
+    assert listed[mine]["dag_id"] == "team_etl_embedded" and other not in listed
+    assert other in {p["pipeline_id"] for p in airflow.request("GET", "/tfdist/pipelines").json()}  # admin
+    page = airflow.request("GET", f"/tfdist/pipelines/{mine}", user="analyst").json()
+    assert (page["pipeline_id"], page["dag_id"], page["model_name"]) == (mine, "team_etl_embedded", "digits_embedded")
+    for path in (f"/tfdist/pipelines/{other}", f"/tfdist/ui/{other}", f"/tfdist/runs/{other}"):
+        assert airflow.request("GET", path, user="analyst").status_code == 403, path
+        assert airflow.request("GET", path).status_code == 200, path
+    assert airflow.request("GET", "/tfdist/runs/team_etl_embedded.no_such_group").status_code == 404
+
+    # a run its artifact root remembers (written here, as a run's first task writes it) is on its page
+    run_dir = run_path(airflow.root, mine, "manual__embedded")
+    record_run(RunLayout(run_dir), {}, {"pipeline_id": mine, "run_id": "manual__embedded", "overrides": {}})
+    assert [r["run_id"] for r in airflow.request("GET", f"/tfdist/runs/{mine}").json()] == ["manual__embedded"]
+    with signed_in_page(airflow, "analyst") as page:
+        page.goto(f"{airflow.url}/plugin/training-runs")
+        page_frame(page).get_by_role("link", name=mine, exact=True).click()  # the list of pipelines leads there
+        frame = page_frame(page)
+        frame.locator("tr.run[data-run-id='manual__embedded']").wait_for()
+        assert frame.locator("#title").inner_text() == mine
+        assert frame.locator("#pipeline-select").input_value() == mine
+

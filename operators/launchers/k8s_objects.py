@@ -46,11 +46,15 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
 
 
-def object_name(dag_id: str, run_id: str, task_id: str) -> str:
+def object_name(pipeline_id: str, run_id: str, task_id: str) -> str:
     """The stage's objects' name: a DNS label of at most NAME_MAX characters, the same for every try of
-    the task (a retry finds the running Job by it), distinct for every (dag, run, stage)."""
-    readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
-    return f"tfd-{readable[:NAME_MAX - 15].rstrip('-')}-{_digest(dag_id, run_id, task_id)}"
+    the task (a retry finds the running Job by it), distinct for every (pipeline, run, stage)."""
+    readable = re.sub(r"[^a-z0-9]+", "-", f"{pipeline_id}-{task_id}".lower()).strip("-")
+    return f"tfd-{readable[:NAME_MAX - 15].rstrip('-')}-{_digest(pipeline_id, run_id, task_id)}"
+
+
+PIPELINE_LABEL = f"{LABEL_PREFIX}/pipeline-id"
+"""The label and annotation naming the pipeline of every object (its DAG's id, or '<dag id>.<task group id>')."""
 
 
 def label_value(value: str) -> str:
@@ -71,13 +75,13 @@ def spec_hash(plan: Plan, stage: Stage, kubeflow: bool) -> str:
     return digest_json(stage_objects(plan, stage, 0, kubeflow=kubeflow))[:16]
 
 
-def identity(spec: Spec, dag_id: str, run_id: str, task_id: str, try_number: int) -> tuple[dict, dict]:
+def identity(spec: Spec, pipeline_id: str, run_id: str, task_id: str, try_number: int) -> tuple[dict, dict]:
     """(labels, annotations) of every object and pod of the stage: who made it, for which run."""
     k8s = _settings(spec)
-    labels = {**k8s.labels, "app.kubernetes.io/managed-by": "tfdist", f"{LABEL_PREFIX}/dag-id": label_value(dag_id),
+    labels = {**k8s.labels, "app.kubernetes.io/managed-by": "tfdist", PIPELINE_LABEL: label_value(pipeline_id),
               f"{LABEL_PREFIX}/run-id": label_value(run_id), f"{LABEL_PREFIX}/task-id": task_id,
               f"{LABEL_PREFIX}/try-number": str(try_number)}
-    annotations = {**k8s.annotations, f"{LABEL_PREFIX}/dag-id": dag_id, f"{LABEL_PREFIX}/run-id": run_id}
+    annotations = {**k8s.annotations, PIPELINE_LABEL: pipeline_id, f"{LABEL_PREFIX}/run-id": run_id}
     return labels, annotations
 
 
@@ -252,9 +256,9 @@ def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotati
 def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bool = False) -> list[dict]:
     """Every object the stage creates, in the order to create them; ``kubeflow`` (train stage only):
     a TFJob or MPIJob instead of native Jobs."""
-    dag_id, run_id = plan.context.dag_id, plan.context.run_id
-    name = object_name(dag_id, run_id, stage.task_id)
-    labels, annotations = identity(plan.spec, dag_id, run_id, stage.task_id, try_number)
+    pipeline, run_id = plan.context.pipeline_id, plan.context.run_id
+    name = object_name(pipeline, run_id, stage.task_id)
+    labels, annotations = identity(plan.spec, pipeline, run_id, stage.task_id, try_number)
     if kubeflow and stage.sync:
         return kubeflow_objects(plan, stage, name, labels, annotations)
     return native_objects(plan, stage, name, labels, annotations, try_number)

@@ -20,8 +20,8 @@ from typing import Any
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.k8s_api import DONE, KINDS, Cluster, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.k8s_follow import follow
-from tfdist.operators.launchers.k8s_objects import (SPEC_HASH_ANNOTATION, identity, label_value, spec_hash,
-                                                    stage_objects)
+from tfdist.operators.launchers.k8s_objects import (PIPELINE_LABEL, SPEC_HASH_ANNOTATION, identity, label_value,
+                                                    spec_hash, stage_objects)
 from tfdist.operators.launchers.k8s_trigger import StageTrigger
 from tfdist.operators.plan import Plan, Stage
 from tfdist.trainer.contract import EXIT_REFUSED
@@ -78,9 +78,9 @@ class KubernetesLauncher(Launcher):
             found = self.cluster.read(earlier.kind, earlier.name)
             return (earlier, found) if found is not None else None
         ctx = self.plan.context
-        labels, _ = identity(self.plan.spec, ctx.dag_id, ctx.run_id, stage.task_id, self.try_number)
+        labels, _ = identity(self.plan.spec, ctx.pipeline_id, ctx.run_id, stage.task_id, self.try_number)
         selector = ",".join(f"{k}={label_value(labels[k])}"
-                            for k in ("tfdist/dag-id", "tfdist/run-id", "tfdist/task-id"))
+                            for k in (PIPELINE_LABEL, "tfdist/run-id", "tfdist/task-id"))
         if watch.name not in self.cluster.labelled(watch.kind, selector):
             return None
         found = self.cluster.read(watch.kind, watch.name)

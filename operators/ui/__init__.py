@@ -19,7 +19,8 @@ def base_path() -> str:
     return urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
 
 
-def page_url(dag_id: str, **query: Any) -> str:
-    """The training-runs page of pipeline ``dag_id`` inside Airflow's UI, ``query`` selecting a run or version."""
+def page_url(pipeline_id: str, **query: Any) -> str:
+    """The training-runs page of a pipeline inside Airflow's UI, ``query`` selecting a run or version."""
     base, args = base_path(), urlencode(query)
-    return f"{base}/plugin/{NAV_ROUTE}{base}{APP_PREFIX}/ui/{quote(dag_id, safe='')}" + (f"?{args}" if args else "")
+    page = f"{base}/plugin/{NAV_ROUTE}{base}{APP_PREFIX}/ui/{quote(pipeline_id, safe='')}"
+    return page + (f"?{args}" if args else "")

@@ -8,8 +8,15 @@ from urllib.parse import urlencode
 
 from airflow.sdk import BaseOperatorLink, BaseXCom, conf
 
+from tfdist.operators.plan import pipeline_id
 from tfdist.operators.ui import page_url
 from tfdist.trainer.contract import run_key
+
+
+def run_page_url(operator: Any, ti_key: Any, **query: Any) -> str:
+    """The training-runs page of the operator's pipeline, at the task instance's run (``query`` adds to it)."""
+    pipeline = pipeline_id(ti_key.dag_id, getattr(operator, "pipeline_group", None))
+    return page_url(pipeline, run=ti_key.run_id, **query)
 
 
 class TrainingRunLink(BaseOperatorLink):
@@ -18,7 +25,7 @@ class TrainingRunLink(BaseOperatorLink):
     name = "Training run"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return page_url(ti_key.dag_id, run=ti_key.run_id)
+        return run_page_url(operator, ti_key)
 
 
 class PublishedVersionLink(BaseOperatorLink):
@@ -28,7 +35,7 @@ class PublishedVersionLink(BaseOperatorLink):
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         result = BaseXCom.get_value(ti_key=ti_key, key="return_value") or {}
-        return page_url(ti_key.dag_id, run=ti_key.run_id, version=result["version"]) if "version" in result else ""
+        return run_page_url(operator, ti_key, version=result["version"]) if "version" in result else ""
 
 
 class TensorBoardLink(BaseOperatorLink):

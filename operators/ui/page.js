@@ -1,10 +1,10 @@
 "use strict";
-// The training-runs page of one tfdist pipeline (at .../ui/<dag_id>) or the list of pipelines (at .../ui/).
+// The training-runs page of one tfdist pipeline (at .../ui/<pipeline id>) or the list of pipelines (at .../ui/).
 // Data from the plugin's routes next to the page (../pipelines...), fetched as the signed-in Airflow user.
 
 const UI_DIR = new URL("./", location.href);
 const API = new URL("../", UI_DIR);
-const DAG_ID = decodeURIComponent(location.pathname.slice(location.pathname.lastIndexOf("/") + 1));
+const PIPELINE_ID = decodeURIComponent(location.pathname.slice(location.pathname.lastIndexOf("/") + 1));
 const QUERY = new URLSearchParams(location.search);
 const SVG_NS = "http://www.w3.org/2000/svg";
 const LIVE_STATES = new Set(["queued", "running"]);
@@ -128,13 +128,13 @@ function applyTheme() {
 
 function renderTop() {
   const {pipelines, data} = state;
-  const known = pipelines.some((p) => p.dag_id === DAG_ID);
+  const known = pipelines.some((p) => p.pipeline_id === PIPELINE_ID);
   $("pipeline-select").replaceChildren(
-    el("option", {value: "", text: "Choose a pipeline…", disabled: Boolean(DAG_ID), selected: !DAG_ID}),
-    ...(DAG_ID && !known ? [el("option", {value: DAG_ID, text: DAG_ID, selected: true})] : []),
-    ...pipelines.map((p) => el("option", {value: p.dag_id, text: p.dag_id, selected: p.dag_id === DAG_ID})));
-  const pipeline = data || pipelines.find((p) => p.dag_id === DAG_ID);
-  $("title").textContent = DAG_ID || "Training runs";
+    el("option", {value: "", text: "Choose a pipeline…", disabled: Boolean(PIPELINE_ID), selected: !PIPELINE_ID}),
+    ...(PIPELINE_ID && !known ? [el("option", {value: PIPELINE_ID, text: PIPELINE_ID, selected: true})] : []),
+    ...pipelines.map((p) => el("option", {value: p.pipeline_id, text: p.pipeline_id, selected: p.pipeline_id === PIPELINE_ID})));
+  const pipeline = data || pipelines.find((p) => p.pipeline_id === PIPELINE_ID);
+  $("title").textContent = PIPELINE_ID || "Training runs";
   $("description").textContent = pipeline?.description || "";
   $("model").hidden = !pipeline?.model_name;
   $("model").textContent = pipeline?.model_name ? `model ${pipeline.model_name}` : "";
@@ -145,7 +145,7 @@ function renderIndex() {
   section.hidden = false;
   section.replaceChildren(el("h2", {text: "Pipelines"}), state.pipelines.length
     ? el("ul", {class: "pipelines"}, state.pipelines.map((p) => el("li", {},
-      el("a", {href: new URL(encodeURIComponent(p.dag_id), UI_DIR).href, text: p.dag_id}),
+      el("a", {href: new URL(encodeURIComponent(p.pipeline_id), UI_DIR).href, text: p.pipeline_id}),
       p.model_name ? el("span", {class: "chip", text: `model ${p.model_name}`}) : null,
       el("span", {class: "muted", text: p.description || ""}))))
     : el("p", {class: "empty", text: "No pipelines you may read yet: a DAG built from a tfdist spec appears here."}));
@@ -234,7 +234,7 @@ async function pollProgress() {
 
 async function pollCard(runId, card) {
   try {
-    const progress = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(runId)}/progress`);
+    const progress = await getJSON(`pipelines/${encodeURIComponent(PIPELINE_ID)}/runs/${encodeURIComponent(runId)}/progress`);
     showProgress(card, progress);
     setError("progress", null);
     return progress.state;
@@ -617,7 +617,7 @@ async function loadCurve(runId) {
   const run = () => state.data.runs.find((r) => r.run_id === runId);
   const live = LIVE_STATES.has(run()?.state);
   try {
-    const curve = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(runId)}/curve`);
+    const curve = await getJSON(`pipelines/${encodeURIComponent(PIPELINE_ID)}/runs/${encodeURIComponent(runId)}/curve`);
     state.curves.set(runId, {curve, live});
     setError("curve", null);
   } catch (error) {
@@ -660,7 +660,7 @@ function dataGateView(run) {
   if (!run.data_decision) return el("p", {class: "muted", text: "No data gate record."});
   const record = state.dataGates.get(run.run_id);
   if (!record) {
-    getJSON(`pipelines/${encodeURIComponent(DAG_ID)}/runs/${encodeURIComponent(run.run_id)}/data`)
+    getJSON(`pipelines/${encodeURIComponent(PIPELINE_ID)}/runs/${encodeURIComponent(run.run_id)}/data`)
       .then((found) => { state.dataGates.set(run.run_id, found); renderRuns(); })
       .catch((error) => setError("data gate", error));
     return el("p", {class: "muted", text: "Loading…"});
@@ -817,7 +817,7 @@ async function refresh() {
   state.refreshing = true;
   clearTimeout(state.refreshTimer);
   try {
-    const data = await getJSON(`pipelines/${encodeURIComponent(DAG_ID)}`);
+    const data = await getJSON(`pipelines/${encodeURIComponent(PIPELINE_ID)}`);
     setError("overview", null);
     render(data);
   } catch (error) {
@@ -848,7 +848,7 @@ async function main() {
     setError("pipelines", error);
   }
   renderTop();
-  if (!DAG_ID) {
+  if (!PIPELINE_ID) {
     renderIndex();
     return;
   }

@@ -22,14 +22,15 @@ def run_key(run_id: str) -> str:
     return f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}"
 
 
-def runs_root(artifact_root: str, dag_id: str) -> str:
-    """Where a pipeline's run directories live under its artifact root."""
-    return os.path.join(artifact_root, dag_id, "runs")
+def runs_root(artifact_root: str, pipeline_id: str) -> str:
+    """Where a pipeline's run directories live under its artifact root (its id: the DAG's id, or
+    '<dag id>.<task group id>' for a pipeline embedded in a DAG)."""
+    return os.path.join(artifact_root, pipeline_id, "runs")
 
 
-def run_path(artifact_root: str, dag_id: str, run_id: str) -> str:
+def run_path(artifact_root: str, pipeline_id: str, run_id: str) -> str:
     """One run's directory: keyed by its pipeline and run, never by wall-clock time."""
-    return os.path.join(runs_root(artifact_root, dag_id), run_key(run_id))
+    return os.path.join(runs_root(artifact_root, pipeline_id), run_key(run_id))
 
 
 MANIFEST, BLESSING, APPROVAL = "manifest.json", "blessing.json", "approval.json"
