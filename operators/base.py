@@ -124,8 +124,10 @@ class RunPlanned:
             if previous:
                 return RunContext(self.pipeline_id, run_id, previous[1], end,
                                   f"since the end of the previous run's window (run {previous[0]!r})")
+            unseen = "" if os.path.isdir(spec.artifact_root) else (
+                f" (this task does not see the artifact root {spec.artifact_root}, where they are recorded)")
             return RunContext(self.pipeline_id, run_id, end - dt.timedelta(days=1), end,
-                              "the day before it ran: no earlier run of this pipeline has a window")
+                              f"the day before it ran: no earlier run of this pipeline has a window{unseen}")
         start, end = manual_interval(spec.cron, end)
         return RunContext(self.pipeline_id, run_id, start, end, "the last complete interval before it was triggered")
 

@@ -132,6 +132,9 @@ def test_an_asset_run_without_partitions_reads_since_the_previous_runs_window_an
     assert (first.interval_start, first.interval_end) == (dt.datetime(2026, 11, 23, 9, tzinfo=UTC),
                                                           dt.datetime(2026, 11, 24, 9, tzinfo=UTC))
     assert first.window == "the day before it ran: no earlier run of this pipeline has a window"
+    elsewhere = spec_with(str(tmp_path / "not_mounted"), {"assets": [LANDED]})
+    assert Stage(elsewhere, run_after=dt.datetime(2026, 11, 24, 9, tzinfo=UTC)).context("asset_triggered__1").window \
+        .endswith(f"(this task does not see the artifact root {tmp_path / 'not_mounted'}, where they are recorded)")
     plan = build_plan(spec, first)
     record_run(plan.layout, spec.to_json_dict(), plan.run_record())
 
