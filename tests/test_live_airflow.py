@@ -721,6 +721,8 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
         assert page_frame(page).locator(f"tr.run[data-run-id='{approved}'] td.gate .approval.approved").inner_text() \
             == "approved by admin"
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)
+
+
 # ---- pipelines embedded in DAGs their teams wrote (build_task_group): found, shown and guarded by their DAG
 
 EMBEDDING_DAGS = ("team_etl_embedded", "other_team_etl")
