@@ -36,6 +36,10 @@ def spec_with(root, schedule, **sections):
     ({"assets": [LANDED], "partition_key_format": "YYYY-MM-DD"}, {}, "schedule.partition_key_format: a strftime"),
     ({"asset": [LANDED]}, {}, "schedule: unknown key 'asset' (did you mean 'assets'?)"),
     ({"assets": [LANDED], "partitions": "day"}, {"data": {"window": 7}}, "data.window: a partitioned schedule"),
+    ({"assets": [LANDED], "partitions": "hour"}, {}, "data.source: each run reads its hour partition, but"),
+    ({"assets": [LANDED], "partitions": "day"}, {"data": {"source": "/lake/{year}/{month}/*.csv"}},
+     "data.source: each run reads its day partition, but the source names no day or finer"),
+    ({"assets": [LANDED], "partitions": "day"}, {"data": {"source": "/lake/all.csv"}}, "data.source: each run"),
 ])
 def test_a_bad_asset_schedule_is_refused_naming_its_field(tmp_path, schedule, sections, problem):
     spec = make_spec(str(tmp_path))

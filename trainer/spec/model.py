@@ -631,6 +631,8 @@ def _asset_uri(uri: str) -> str:
 
 
 PARTITION_PERIODS = ("hour", "day", "week", "month", "year")
+SOURCE_TIME_FIELDS = ({"hour"}, {"date", "day"}, set(), {"month"}, {"year"})
+"""The source's time placeholders of each partition period (none is a week's)."""
 
 
 class AssetSchedule(_Section):
@@ -768,6 +770,11 @@ class Spec(_Section):
         if self.partitioned and self.data.window:
             raise ValueError("data.window: a partitioned schedule trains on exactly the partition its events name; "
                              "drop data.window, or schedule without partitions")
+        named = {field for _, field, _, _ in string.Formatter().parse(self.data.source) if field}
+        finest = min((rank for rank, fields in enumerate(SOURCE_TIME_FIELDS) if named & fields), default=None)
+        if self.partitioned and (finest is None or finest > PARTITION_PERIODS.index(self.partitioned)):
+            raise ValueError(f"data.source: each run reads its {self.partitioned} partition, but the source names no "
+                             f"{self.partitioned} or finer: put its time in the path, e.g. '.../{{date}}/*.csv'")
         return self
 
     @model_validator(mode="after")
