@@ -95,8 +95,13 @@ class RunPlanned:
         run_id = context["run_id"]
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
-        if start is not None and end is not None and (not self.pipeline_group or start != end):
-            return RunContext(self.pipeline_id, run_id, as_datetime(start), as_datetime(end))
+        if start is not None and end is not None:
+            if not self.pipeline_group or start != end:
+                return RunContext(self.pipeline_id, run_id, as_datetime(start), as_datetime(end))
+            start, end = manual_interval(spec.cron, as_datetime(end))  # an embedding DAG's cron trigger: start = end
+            self.log.info("the DAG run's data interval is empty: training on the window %s → %s", start, end)
+            return RunContext(self.pipeline_id, run_id, start, end, "the schedule's period before its DAG run's "
+                              "(empty) data interval")
         recorded = read_json_if_exists(
             RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id)).run_file)
         if recorded and "window" in recorded:
@@ -104,8 +109,8 @@ class RunPlanned:
                               as_datetime(recorded["data_interval_end"]), recorded["window"],
                               recorded.get("partition_key"))
         ctx = self.inferred_window(spec, context)
-        self.log.info("run without a data interval: training on %s → %s, %s", ctx.interval_start, ctx.interval_end,
-                      ctx.window)
+        self.log.info("run triggered without a logical date at %s: training on the window %s → %s, %s",
+                      context["dag_run"].run_after, ctx.interval_start, ctx.interval_end, ctx.window)
         return ctx
 
     def inferred_window(self, spec: Spec, context: Any) -> RunContext:
