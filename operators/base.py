@@ -37,10 +37,10 @@ def _partition_start(period: str, dag_run: Any) -> dt.datetime:
             f"{dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])!r}") from None
 
 
-def previous_window_end(artifact_root: str, dag_id: str, run_id: str,
+def previous_window_end(artifact_root: str, pipeline: str, run_id: str,
                         before: dt.datetime) -> tuple[str, dt.datetime] | None:
     """(run id, window end) of the pipeline's run whose recorded window ends last, at or before ``before``."""
-    root = runs_root(artifact_root, dag_id)
+    root = runs_root(artifact_root, pipeline)
     records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
                for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ()))
     ends = [(r["run_id"], as_datetime(r["data_interval_end"])) for r in records

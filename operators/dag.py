@@ -1,5 +1,5 @@
-"""Spec → Airflow DAG (or a task group of a DAG someone wrote): prepare_data → validate_data → train → evaluate →
-(approve: with export.approval) → export. Nothing heavy happens at parse time."""
+"""Spec → Airflow DAG (or a task group of a DAG someone wrote): prepare_data → validate_data → train →
+evaluate → (approve: with export.approval) → export. Nothing heavy happens at parse time."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from tfdist.operators.approval import PublishApprovalOperator
 from tfdist.operators.evaluate import EvaluateOperator
 from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
+from tfdist.operators.plan import PARTITION_KEY_FORMATS
 from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
 from tfdist.operators.validate_data import ValidateDataOperator
-from tfdist.operators.plan import PARTITION_KEY_FORMATS
 from tfdist.trainer.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)

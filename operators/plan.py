@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import string
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -13,7 +12,7 @@ from croniter import croniter
 
 from tfdist.trainer.contract import (EvaluateArgs, ExportArgs, PrepareArgs, RunLayout, StageArgs, TrainArgs,
                                      ValidateDataArgs, run_path)
-from tfdist.trainer.spec import Spec
+from tfdist.trainer.spec import Spec, partition_unit
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
@@ -77,16 +76,6 @@ class RunContext:
             return self.interval_end - dt.timedelta(days=window)
         ticks = croniter(schedule, self.interval_end)
         return [ticks.get_prev(dt.datetime) for _ in range(window)][-1]
-
-
-PARTITION_FIELDS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
-
-
-def partition_unit(source: str) -> str | None:
-    """The finest time placeholder of a source: its partitions are hours, days, months or years (None: the
-    source names no time)."""
-    fields = {field for _, field, _, _ in string.Formatter().parse(source) if field}
-    return next((unit for unit, names in PARTITION_FIELDS if fields & names), None)
 
 
 def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[dt.datetime]:

@@ -7,14 +7,15 @@
 
 from tfdist.trainer.spec.errors import SpecError
 from tfdist.trainer.spec.load import load_spec
-from tfdist.trainer.spec.model import (NAME_PATTERN, ArtifactVolume, AssetSchedule, ChangeThreshold, CheckpointSelection, CNNModel,
-                                       CustomModel, DataSpec, ExportSpec, Feature, KubernetesSpec, Label, MLPModel,
-                                       ModelSpec, MPISpec, PodSettings, RetrySpec, Spec, Threshold, TrainingSpec,
-                                       ValidationSpec, default_artifact_root, section_models)
+from tfdist.trainer.spec.model import (NAME_PATTERN, ArtifactVolume, AssetSchedule, ChangeThreshold,
+                                       CheckpointSelection, CNNModel, CustomModel, DataSpec, ExportSpec, Feature,
+                                       KubernetesSpec, Label, MLPModel, ModelSpec, MPISpec, PodSettings, RetrySpec,
+                                       Spec, Threshold, TrainingSpec, ValidationSpec, default_artifact_root,
+                                       partition_unit, section_models)
 from tfdist.trainer.spec.overrides import AuthorOnly, field_doc, field_value, override_policy, override_refusal
 
-__all__ = ["NAME_PATTERN", "ArtifactVolume", "AssetSchedule", "AuthorOnly", "CNNModel", "ChangeThreshold", "CheckpointSelection",
-           "CustomModel", "DataSpec", "ExportSpec", "Feature", "KubernetesSpec", "Label", "MLPModel", "MPISpec",
-           "ModelSpec", "PodSettings", "RetrySpec", "Spec", "SpecError", "Threshold", "TrainingSpec",
-           "ValidationSpec", "default_artifact_root", "field_doc", "field_value", "load_spec", "override_policy",
-           "override_refusal", "section_models"]
+__all__ = ["NAME_PATTERN", "ArtifactVolume", "AssetSchedule", "AuthorOnly", "CNNModel", "ChangeThreshold",
+           "CheckpointSelection", "CustomModel", "DataSpec", "ExportSpec", "Feature", "KubernetesSpec", "Label",
+           "MLPModel", "MPISpec", "ModelSpec", "PodSettings", "RetrySpec", "Spec", "SpecError", "Threshold",
+           "TrainingSpec", "ValidationSpec", "default_artifact_root", "field_doc", "field_value", "load_spec",
+           "override_policy", "override_refusal", "partition_unit", "section_models"]

@@ -631,8 +631,15 @@ def _asset_uri(uri: str) -> str:
 
 
 PARTITION_PERIODS = ("hour", "day", "week", "month", "year")
-SOURCE_TIME_FIELDS = ({"hour"}, {"date", "day"}, set(), {"month"}, {"year"})
-"""The source's time placeholders of each partition period (none is a week's)."""
+SOURCE_PERIODS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
+"""The periods a source's time placeholders name, finest first (none names a week)."""
+
+
+def partition_unit(source: str) -> str | None:
+    """The finest time placeholder of a source: its partitions are hours, days, months or years (None: the
+    source names no time)."""
+    fields = {field for _, field, _, _ in string.Formatter().parse(source) if field}
+    return next((unit for unit, names in SOURCE_PERIODS if fields & names), None)
 
 
 class AssetSchedule(_Section):
@@ -649,7 +656,10 @@ class AssetSchedule(_Section):
     partition_key_format: str = "%Y-%m-%dT%H:%M:%S"
     """How the upstream writes its partition keys (strftime), e.g. '%Y-%m-%d' for '2026-11-20'."""
 
-    _cron = field_validator("cron")(classmethod(lambda cls, value: _valid_cron(value)))
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        return _valid_cron(value)
 
     @field_validator("assets")
     @classmethod
@@ -770,9 +780,8 @@ class Spec(_Section):
         if self.partitioned and self.data.window:
             raise ValueError("data.window: a partitioned schedule trains on exactly the partition its events name; "
                              "drop data.window, or schedule without partitions")
-        named = {field for _, field, _, _ in string.Formatter().parse(self.data.source) if field}
-        finest = min((rank for rank, fields in enumerate(SOURCE_TIME_FIELDS) if named & fields), default=None)
-        if self.partitioned and (finest is None or finest > PARTITION_PERIODS.index(self.partitioned)):
+        unit, period = partition_unit(self.data.source), self.partitioned
+        if period and (unit is None or PARTITION_PERIODS.index(unit) > PARTITION_PERIODS.index(period)):
             raise ValueError(f"data.source: each run reads its {self.partitioned} partition, but the source names no "
                              f"{self.partitioned} or finer: put its time in the path, e.g. '.../{{date}}/*.csv'")
         return self
