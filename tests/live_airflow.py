@@ -172,6 +172,12 @@ class LiveAirflow:
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         return {task_id: ti["state"] for task_id, ti in self.task_instances(dag_id, run_id).items()}
 
+    def scheduler_took_exit(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> bool:
+        """The scheduler has handled the executor's event of the try's worker process ending (a deferral's too)."""
+        key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}', try_number={try_number},"
+        with open(os.path.join(self.home, "scheduler.log")) as f:
+            return any("Received executor event" in line and key in line for line in f)
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """The task's log as text (its JSON records, non-ASCII characters kept)."""
         folder = os.path.join(self.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}", f"task_id={task_id}")

@@ -676,6 +676,10 @@ def answer_approval(airflow, dag_id: str, run_id: str, option: str, comment: str
     path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
     airflow.wait_for(lambda: airflow.task_states(dag_id, run_id).get("approve") == "awaiting_input", 300,
                      f"the approval request of {run_id}")
+    # as a person would: not before the scheduler has taken the deferring worker's exit (an answer within that
+    # moment fails the task in Airflow 3.3: apache/airflow#66374, #67287)
+    airflow.wait_for(lambda: airflow.scheduler_took_exit(dag_id, run_id, "approve"), 60,
+                     f"the scheduler to take the approve task's deferral of {run_id}")
     asked = airflow.api("GET", path)
     airflow.api("PATCH", path, {"chosen_options": [option], "params_input": {"comment": comment} if comment else {}})
     return asked
