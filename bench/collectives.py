@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from tfdist.trainer.contract import MANIFEST
+from tfdist.contract import MANIFEST
 
 
 def main() -> None:
@@ -40,8 +40,9 @@ def main() -> None:
         hvd.init()
         first = hvd.rank() == 0
     else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=(
-            tf.distribute.experimental.CommunicationOptions(bytes_per_pack=args.bytes_per_pack)))
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=(tf.distribute.experimental.CommunicationOptions(bytes_per_pack=args.bytes_per_pack))
+        )
         first = not strategy.cluster_resolver.task_id
     spec = load_spec(args.spec)
     with open(os.path.join(args.data, MANIFEST)) as f:

@@ -7,5 +7,9 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
 with DAG("empty_nightly", schedule="@daily", start_date=dt.datetime(2026, 11, 1), catchup=False):
-    EmptyOperator(task_id="prepare_data") >> EmptyOperator(task_id="train") >> EmptyOperator(
-        task_id="evaluate") >> EmptyOperator(task_id="export")
+    (
+        EmptyOperator(task_id="prepare_data")
+        >> EmptyOperator(task_id="train")
+        >> EmptyOperator(task_id="evaluate")
+        >> EmptyOperator(task_id="export")
+    )

@@ -27,7 +27,7 @@ from kubernetes import client, config
 
 from tests.conftest import wait_for
 from tests.k8s_standin import Cluster
-from tfdist.operators.launchers.k8s_api import Watch
+from tfdist.operators.launchers.kubernetes.api import Watch
 
 CONNECTION = "bench_k8s_standin"
 NAMESPACE = "ml"
@@ -36,29 +36,57 @@ LINE = re.compile(r"^\[(?P<member>[\w-]+)\] (?P=member) line (?P<n>\d+):")
 ENDED = re.compile(r"^Job \S+ ended \(")
 """The follow's line once it knows how the stage ended (before it deletes the objects: the stand-in deletes
 synchronously, pods and processes included, where a real API server answers at once)."""
-POD_LOOP = ('i=0; while true; do i=$((i+1)); printf "%s line %d: step %d, loss 0.%04d, 1234.5 examples/s\\n" '
-            '"worker-$JOB_COMPLETION_INDEX" $i $((i*10)) $((i*37%10000)); sleep 1; done')
+POD_LOOP = (
+    'i=0; while true; do i=$((i+1)); printf "%s line %d: step %d, loss 0.%04d, 1234.5 examples/s\\n" '
+    '"worker-$JOB_COMPLETION_INDEX" $i $((i*10)) $((i*37%10000)); sleep 1; done'
+)
 """A cheap pod's container: one numbered line a second, about as long as a training step's log line."""
 
 
 def job(name: str, pods: int) -> dict:
     """An Indexed Job of cheap pods that fails at once when one fails, as the launcher's Jobs do."""
     container = {"name": "trainer", "image": "busybox:1", "command": ["sh", "-c", POD_LOOP]}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"completionMode": "Indexed", "completions": pods, "parallelism": pods, "backoffLimit": 0,
-                     "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                         "containerName": "trainer", "operator": "NotIn", "values": [0]}}]},
-                     "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": pods,
+            "parallelism": pods,
+            "backoffLimit": 0,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [0]},
+                    }
+                ]
+            },
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
 
 
 def watch_of(name: str, pods: int) -> Watch:
-    return Watch(CONNECTION, NAMESPACE, "bench", "Job", name, (("Job", name),),
-                 tuple(f"worker-{i}" for i in range(pods)), False, "worker-0", 120, LOG_MEMBERS)
+    return Watch(
+        CONNECTION,
+        NAMESPACE,
+        "bench",
+        "Job",
+        name,
+        (("Job", name),),
+        tuple(f"worker-{i}" for i in range(pods)),
+        False,
+        "worker-0",
+        120,
+        LOG_MEMBERS,
+    )
 
 
 async def follow_and_time(watch: Watch, log: logging.Logger) -> dict:
     """Follow the stage, sampling the event loop's lag every 50 ms: how it ended, and the lags."""
-    from tfdist.operators.launchers.k8s_follow import follow
+    from tfdist.operators.launchers.kubernetes.follow import follow
 
     lags, running = [], True
 
@@ -72,12 +100,15 @@ async def follow_and_time(watch: Watch, log: logging.Logger) -> dict:
     try:
         await follow(watch, log)
         outcome = "success"
-    except Exception as exc:  # noqa: BLE001 - the figure is how it ended
+    except Exception as exc:
         outcome = str(exc).splitlines()[0]
     running = False
     await ticking
-    return {"outcome": outcome, "lag_p99_ms": 1000 * sorted(lags)[int(len(lags) * 0.99)],
-            "lag_max_ms": 1000 * max(lags)}
+    return {
+        "outcome": outcome,
+        "lag_p99_ms": 1000 * sorted(lags)[int(len(lags) * 0.99)],
+        "lag_max_ms": 1000 * max(lags),
+    }
 
 
 def child(watch_file: str, lines_file: str, out_file: str) -> None:
@@ -108,16 +139,24 @@ def counted(lines: list[tuple[float, str]]) -> dict:
         if m := LINE.match(line):
             numbers.setdefault(m["member"], []).append(int(m["n"]))
     lost = sum(max(n) - len(set(n)) for n in numbers.values())
-    return {"members_relayed": sorted(numbers), "lines": sum(map(len, numbers.values())), "lost": lost,
-            "duplicated": sum(len(n) - len(set(n)) for n in numbers.values())}
+    return {
+        "members_relayed": sorted(numbers),
+        "lines": sum(map(len, numbers.values())),
+        "lost": lost,
+        "duplicated": sum(len(n) - len(set(n)) for n in numbers.values()),
+    }
 
 
 def condition_set_at(cluster, name: str, condition: str = "FailureTarget") -> float:
     """When the stand-in's Job controller set the Job's condition (from the stand-in's change history)."""
     with cluster.lock:
         changes = [json.loads(text) for _, _, key, text in cluster.history if key == ("Job", NAMESPACE, name)]
-    stamps = [c["lastTransitionTime"] for job in changes for c in job.get("status", {}).get("conditions") or []
-              if c["type"] == condition and c["status"] == "True"]
+    stamps = [
+        c["lastTransitionTime"]
+        for job in changes
+        for c in job.get("status", {}).get("conditions") or []
+        if c["type"] == condition and c["status"] == "True"
+    ]
     return dt.datetime.fromisoformat(stamps[0].replace("Z", "+00:00")).timestamp()
 
 
@@ -128,11 +167,16 @@ def steady(cluster, follower: psutil.Process, lines_file: str, seconds: float) -
     time.sleep(seconds)
     ended, cpu_after, minutes = time.time(), follower.cpu_times(), seconds / 60
     window = {k: v - requests.get(k, 0) for k, v in sorted(cluster.requests.items()) if v - requests.get(k, 0)}
-    return {"steady_requests_per_minute": {k: v / minutes for k, v in window.items()},
-            "log_bytes_fetched": cluster.bytes_sent["get pods/log"] - sent.get("get pods/log", 0),
-            "log_bytes_relayed": sum(len(line.split("] ", 1)[1]) + 1 for at, line in relayed(lines_file)
-                                     if started <= at < ended and LINE.match(line)),
-            "cpu_seconds_per_minute": (sum(cpu_after[:2]) - sum(cpu[:2])) / minutes}
+    return {
+        "steady_requests_per_minute": {k: v / minutes for k, v in window.items()},
+        "log_bytes_fetched": cluster.bytes_sent["get pods/log"] - sent.get("get pods/log", 0),
+        "log_bytes_relayed": sum(
+            len(line.split("] ", 1)[1]) + 1
+            for at, line in relayed(lines_file)
+            if started <= at < ended and LINE.match(line)
+        ),
+        "cpu_seconds_per_minute": (sum(cpu_after[:2]) - sum(cpu[:2])) / minutes,
+    }
 
 
 def one(cluster, work: str, pods: int, seconds: float) -> dict:
@@ -140,16 +184,23 @@ def one(cluster, work: str, pods: int, seconds: float) -> dict:
     name = f"bench-{pods}"
     api = client.CustomObjectsApi(config.new_client_from_config_dict(cluster.kubeconfig))
     api.create_namespaced_custom_object("batch", "v1", NAMESPACE, "jobs", job(name, pods))
-    running = lambda: [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)  # noqa: E731
-                       and p.phase == "Running"]
+    running = lambda: [
+        p
+        for p in cluster.pods.values()
+        if p.obj["metadata"]["name"].startswith(name)  # noqa: E731
+        and p.phase == "Running"
+    ]
     wait_for(lambda: len(running()) == pods, 60 + pods, f"{pods} pods to run")
     files = {k: os.path.join(work, f"{name}.{k}") for k in ("watch", "lines", "out")}
     with open(files["watch"], "w") as f:
         json.dump(watch_of(name, pods).to_dict(), f)
     before, began = dict(cluster.requests), time.time()
     follower = subprocess.Popen([sys.executable, "-m", "bench.follow", "--child", *files.values()])
-    wait_for(lambda: os.path.exists(files["lines"]) and len(relayed(files["lines"])) >= 2 * LOG_MEMBERS, 120,
-             "the follower to relay")
+    wait_for(
+        lambda: os.path.exists(files["lines"]) and len(relayed(files["lines"])) >= 2 * LOG_MEMBERS,
+        120,
+        "the follower to relay",
+    )
     time.sleep(2)
     figures = steady(cluster, psutil.Process(follower.pid), files["lines"], seconds)
     cluster.drop_connections(1.0)
@@ -162,12 +213,21 @@ def one(cluster, work: str, pods: int, seconds: float) -> dict:
     with open(files["out"]) as f:
         out = json.load(f)
     seen = next(at for at, line in relayed(files["lines"]) if ENDED.match(line))
-    wait_for(lambda: not [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)], 120,
-             "the pods to be deleted")
-    return {"pods": pods, **figures, **out, "requests_of_the_follow": total,
-            "requests_per_minute": sum(total.values()) / ((finished - began) / 60),
-            "kill_to_failure_seconds": seen - killed_at,
-            "condition_to_failure_seconds": seen - condition_set_at(cluster, name), **counted(relayed(files["lines"]))}
+    wait_for(
+        lambda: not [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name)],
+        120,
+        "the pods to be deleted",
+    )
+    return {
+        "pods": pods,
+        **figures,
+        **out,
+        "requests_of_the_follow": total,
+        "requests_per_minute": sum(total.values()) / ((finished - began) / 60),
+        "kill_to_failure_seconds": seen - killed_at,
+        "condition_to_failure_seconds": seen - condition_set_at(cluster, name),
+        **counted(relayed(files["lines"])),
+    }
 
 
 def measure(work: str, counts: tuple[int, ...], seconds: float) -> dict:
@@ -177,7 +237,8 @@ def measure(work: str, counts: tuple[int, ...], seconds: float) -> dict:
     os.makedirs(work, exist_ok=True)
     cluster = Cluster(work).start()
     os.environ[f"AIRFLOW_CONN_{CONNECTION.upper()}"] = json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}})
+        {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}}
+    )
     try:
         return {"rows": [one(cluster, work, pods, seconds) for pods in counts], "seconds": seconds}
     finally:
@@ -192,16 +253,37 @@ def rows(results: dict, ratio_row) -> list[dict]:
     by = {r["pods"]: r for r in results["rows"]}
     top = max(by)
     base = 8 if 8 in by and top > 8 else min(by)
-    out = [ratio_row(f"follow {top} pods / {base} pods: {figure}", [by[top][key]], [max(by[base][key], 1e-9)],
-                     "≤ 1.5", lambda m: m <= 1.5)
-           for figure, key in (("API requests per minute of the follow", "requests_per_minute"),
-                               ("follower CPU seconds per minute", "cpu_seconds_per_minute"))]
+    out = [
+        ratio_row(
+            f"follow {top} pods / {base} pods: {figure}",
+            [by[top][key]],
+            [max(by[base][key], 1e-9)],
+            "≤ 1.5",
+            lambda m: m <= 1.5,
+        )
+        for figure, key in (
+            ("API requests per minute of the follow", "requests_per_minute"),
+            ("follower CPU seconds per minute", "cpu_seconds_per_minute"),
+        )
+    ]
     for r in results["rows"]:
         n = r["pods"]
-        out += [ratio_row(f"follow {n} pods: log bytes fetched / relayed", [r["log_bytes_fetched"]],
-                          [r["log_bytes_relayed"]], "≤ 1.2", lambda m: m <= 1.2),
-                ratio_row(f"follow {n} pods: seconds from a pod's kill to the stage's failure",
-                          [r["kill_to_failure_seconds"]], [1], "≤ 2", lambda m: m <= 2)]
+        out += [
+            ratio_row(
+                f"follow {n} pods: log bytes fetched / relayed",
+                [r["log_bytes_fetched"]],
+                [r["log_bytes_relayed"]],
+                "≤ 1.2",
+                lambda m: m <= 1.2,
+            ),
+            ratio_row(
+                f"follow {n} pods: seconds from a pod's kill to the stage's failure",
+                [r["kill_to_failure_seconds"]],
+                [1],
+                "≤ 2",
+                lambda m: m <= 2,
+            ),
+        ]
     return out
 
 
@@ -212,19 +294,28 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     for r in results["rows"]:
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["steady_requests_per_minute"].items()) or "none"
         every = ", ".join(f"{k} {v}" for k, v in r["requests_of_the_follow"].items())
-        out += [(f"follow {r['pods']} pods: requests per minute in the steady window", kinds),
-                (f"follow {r['pods']} pods: requests of the whole follow (a drop included)", every),
-                (f"follow {r['pods']} pods: follower CPU, event-loop lag",
-                 f"{r['cpu_seconds_per_minute']:.2f} s/min, p99 {r['lag_p99_ms']:.0f} ms, "
-                 f"max {r['lag_max_ms']:.0f} ms"),
-                (f"follow {r['pods']} pods: log bytes fetched, relayed (steady)",
-                 f"{r['log_bytes_fetched']:,}, {r['log_bytes_relayed']:,}"),
-                (f"follow {r['pods']} pods: how the stage ended", r["outcome"][:120]),
-                (f"follow {r['pods']} pods: the Job's FailureTarget → the follow knew it",
-                 f"{r['condition_to_failure_seconds']:.3f} s (the rest of the kill → failure time is the stand-in's "
-                 "kubelet and Job controller)"),
-                (f"follow {r['pods']} pods: relayed lines lost / duplicated through a dropped API (goal 0 / 0)",
-                 f"{r['lost']} / {r['duplicated']} of {r['lines']} from {', '.join(r['members_relayed'])}")]
+        out += [
+            (f"follow {r['pods']} pods: requests per minute in the steady window", kinds),
+            (f"follow {r['pods']} pods: requests of the whole follow (a drop included)", every),
+            (
+                f"follow {r['pods']} pods: follower CPU, event-loop lag",
+                f"{r['cpu_seconds_per_minute']:.2f} s/min, p99 {r['lag_p99_ms']:.0f} ms, max {r['lag_max_ms']:.0f} ms",
+            ),
+            (
+                f"follow {r['pods']} pods: log bytes fetched, relayed (steady)",
+                f"{r['log_bytes_fetched']:,}, {r['log_bytes_relayed']:,}",
+            ),
+            (f"follow {r['pods']} pods: how the stage ended", r["outcome"][:120]),
+            (
+                f"follow {r['pods']} pods: the Job's FailureTarget → the follow knew it",
+                f"{r['condition_to_failure_seconds']:.3f} s (the rest of the kill → failure time is the stand-in's "
+                "kubelet and Job controller)",
+            ),
+            (
+                f"follow {r['pods']} pods: relayed lines lost / duplicated through a dropped API (goal 0 / 0)",
+                f"{r['lost']} / {r['duplicated']} of {r['lines']} from {', '.join(r['members_relayed'])}",
+            ),
+        ]
     return out
 
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from tfdist.trainer.contract import MANIFEST
+from tfdist.contract import MANIFEST
 
 
 def pin_to_own_cores(mode: str) -> int:
@@ -36,7 +36,7 @@ def pin_to_own_cores(mode: str) -> int:
     if count > len(cores):
         return 0
     share = len(cores) // count
-    os.sched_setaffinity(0, cores[index * share:(index + 1) * share])
+    os.sched_setaffinity(0, cores[index * share : (index + 1) * share])
     return share
 
 
@@ -69,10 +69,15 @@ def main() -> None:
     parse = data.parse_fn(tf, manifest)
 
     def dataset(ctx):
-        own = files[ctx.input_pipeline_id::ctx.num_input_pipelines]
-        return (tf.data.TFRecordDataset(own).shuffle(4096).repeat()
-                .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-                .map(parse, num_parallel_calls=2).prefetch(2))
+        own = files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
+        return (
+            tf.data.TFRecordDataset(own)
+            .shuffle(4096)
+            .repeat()
+            .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            .map(parse, num_parallel_calls=2)
+            .prefetch(2)
+        )
 
     hvd = coordinator = None
     is_chief = True
@@ -87,8 +92,13 @@ def main() -> None:
     elif args.mode == "ps":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if resolver.task_type in ("ps", "worker"):
-            tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                 task_index=resolver.task_id, protocol="grpc", start=True).join()
+            tf.distribute.Server(
+                resolver.cluster_spec(),
+                job_name=resolver.task_type,
+                task_index=resolver.task_id,
+                protocol="grpc",
+                start=True,
+            ).join()
             return
         strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -107,16 +117,18 @@ def main() -> None:
         ctx = tf.distribute.InputContext(hvd.size(), hvd.rank(), hvd.size())
         iterator = iter(dataset(ctx))
     elif coordinator:
-        iterator = iter(coordinator.create_per_worker_dataset(
-            lambda: strategy.distribute_datasets_from_function(dataset)))
+        iterator = iter(
+            coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(dataset))
+        )
     else:
         iterator = iter(strategy.distribute_datasets_from_function(dataset))
 
     def step(batch):
         features, labels = batch
         with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)),
-                                              global_batch_size=global_batch)
+            loss = tf.nn.compute_average_loss(
+                loss_fn(labels, model(features, training=True)), global_batch_size=global_batch
+            )
         gradients = tape.gradient(loss, model.trainable_variables)
         if hvd:
             gradients = hvd.grouped_allreduce(gradients, op=hvd.Sum)
@@ -127,8 +139,11 @@ def main() -> None:
     def train_steps(iterator):
         loss = tf.constant(0.0)
         for _ in tf.range(args.steps_per_call):
-            loss = step(next(iterator)) if hvd else strategy.reduce("SUM", strategy.run(step, args=(next(iterator),)),
-                                                                    axis=None)
+            loss = (
+                step(next(iterator))
+                if hvd
+                else strategy.reduce("SUM", strategy.run(step, args=(next(iterator),)), axis=None)
+            )
         return loss
 
     def call():

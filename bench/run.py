@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass
 
 from bench import follow, warm_start
+from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import RunContext, Stage, build_plan
-from tfdist.trainer.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
-from tfdist.trainer.spec import load_spec
+from tfdist.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +53,7 @@ class Budget:
     """Distribution modes whose training is measured (the tiny budget leaves out the 4-process parameter-server
     cluster, the most expensive to start)."""
     airflow_run: bool
-    """Measure the Airflow task process's memory in one ``airflow dags test`` run (tests/test_demo.py already
+    """Measure the Airflow task process's memory in one ``airflow dags test`` run (tests/live/test_demo.py already
     runs that path, so the tiny budget skips it)."""
     prepare_base_mb: float
     """prepare_data at scale: the 1× input (PREPARE_FACTORS times it: memory; 8×: one vs two writers)."""
@@ -73,12 +73,36 @@ PREPARE_FACTORS = (1, 8, 64)
 
 
 BUDGETS = {
-    "tiny": Budget(repetitions=1, epochs=2, worker_counts=(2,), shard_sizes=(2_000, 4_000), parse_repetitions=1,
-                   modes=("mirrored", "horovod"), airflow_run=False, prepare_base_mb=0.5, follow_pods=(2, 8),
-                   follow_seconds=5, warm_start_epochs=3, summary_epochs=5, summary_best_of=1),
-    "full": Budget(repetitions=3, epochs=20, worker_counts=(1, 2), shard_sizes=(20_000, 200_000), parse_repetitions=7,
-                   modes=tuple(MODES), airflow_run=True, prepare_base_mb=50, follow_pods=(2, 8, 32, 64, 128),
-                   follow_seconds=30, warm_start_epochs=20, summary_epochs=250, summary_best_of=3),
+    "tiny": Budget(
+        repetitions=1,
+        epochs=2,
+        worker_counts=(2,),
+        shard_sizes=(2_000, 4_000),
+        parse_repetitions=1,
+        modes=("mirrored", "horovod"),
+        airflow_run=False,
+        prepare_base_mb=0.5,
+        follow_pods=(2, 8),
+        follow_seconds=5,
+        warm_start_epochs=3,
+        summary_epochs=5,
+        summary_best_of=1,
+    ),
+    "full": Budget(
+        repetitions=3,
+        epochs=20,
+        worker_counts=(1, 2),
+        shard_sizes=(20_000, 200_000),
+        parse_repetitions=7,
+        modes=tuple(MODES),
+        airflow_run=True,
+        prepare_base_mb=50,
+        follow_pods=(2, 8, 32, 64, 128),
+        follow_seconds=30,
+        warm_start_epochs=20,
+        summary_epochs=250,
+        summary_best_of=3,
+    ),
 }
 
 
@@ -135,7 +159,7 @@ class Training:
         spec = copy.deepcopy(self.spec)
         spec["training"].update(training)
         spec = load_spec(spec)
-        start = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+        start = dt.datetime.combine(DAY, dt.time(), dt.UTC)
         plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
         record_run(plan.layout, spec.to_json_dict(), plan.run_record())
         return plan
@@ -155,15 +179,37 @@ class Training:
         launched as the train stage launches them."""
         plan = self.plan(f"sync-{mode}", {**MODES[mode], "num_workers": 2})
         stage = plan.stage("train")
-        command = [sys.executable, "-m", "bench.collectives", mode, "--spec", self.spec_file, "--data", self.data,
-                   "--steps", str(self.steps)]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.collectives",
+            mode,
+            "--spec",
+            self.spec_file,
+            "--data",
+            self.data,
+            "--steps",
+            str(self.steps),
+        ]
         _, lines = run_stage(plan, stage, local_processes(plan.spec, stage, command=command))
         return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
 
     def handwritten(self, mode: str, workers: int) -> float:
         """Examples/s of bench/handwritten.py: plain processes, neither pinned nor given a thread budget."""
-        command = (sys.executable, "-m", "bench.handwritten", mode, "--spec", self.spec_file, "--data", self.data,
-                   "--steps", str(self.steps), "--steps-per-call", str(STEPS_PER_CALL))
+        command = (
+            sys.executable,
+            "-m",
+            "bench.handwritten",
+            mode,
+            "--spec",
+            self.spec_file,
+            "--data",
+            self.data,
+            "--steps",
+            str(self.steps),
+            "--steps-per-call",
+            str(STEPS_PER_CALL),
+        )
         training = {"single": {}, "horovod": MODES["horovod"], "ps": MODES["parameter_server"]}.get(mode, {})
         plan = self.plan(f"handwritten-{mode}-{workers}", {**training, "num_workers": workers})
         stage = plan.stage("train")
@@ -174,8 +220,10 @@ class Training:
             argv = (horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", *command)
             processes = [Process("horovodrun-0", "horovodrun", argv, HOROVOD_SHARED_CORES_ENV, rank_tagged=True)]
         else:  # the cluster's TF_CONFIG only
-            processes = [Process(p.name, p.role, command, {"TF_CONFIG": p.env["TF_CONFIG"]})
-                         for p in local_processes(plan.spec, stage, command=list(command))]
+            processes = [
+                Process(p.name, p.role, command, {"TF_CONFIG": p.env["TF_CONFIG"]})
+                for p in local_processes(plan.spec, stage, command=list(command))
+            ]
         _, lines = run_stage(plan, stage, processes)
         return next(float(m[1]) for _, line in lines if (m := re.search(r"examples/s ([\d.]+)$", line)))
 
@@ -213,9 +261,11 @@ for module in iter_airflow_imports(sys.argv[1]):  # what the dag-processor impor
 started = time.perf_counter(); runpy.run_path(sys.argv[1]); seconds = time.perf_counter() - started
 print(json.dumps({"seconds": seconds, "tensorflow": sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[:3]}))
 """
-DAG_FILES = {"empty": os.path.join(REPO, "bench", "empty_dag.py"),
-             "digits_nightly": os.path.join(REPO, "dags", "digits_nightly.py"),
-             "yaml_specs": os.path.join(REPO, "dags", "yaml_specs.py")}
+DAG_FILES = {
+    "empty": os.path.join(REPO, "bench", "empty_dag.py"),
+    "digits_nightly": os.path.join(REPO, "dags", "digits_nightly.py"),
+    "yaml_specs": os.path.join(REPO, "dags", "yaml_specs.py"),
+}
 PLUGIN_LOADING = {"plugins loaded": "False", "lazy plugins": "True"}
 """[core] lazy_load_plugins: False (recommended) has every Airflow process load the tfdist plugin, which imports
 the DAG builder, before the dag-processor forks; True is Airflow's default."""
@@ -230,8 +280,14 @@ def parse_times(work: str, budget: Budget) -> dict:
     samples: dict[str, dict[str, list]] = {setting: {name: [] for name in DAG_FILES} for setting in PLUGIN_LOADING}
     for repetition in range(budget.parse_repetitions + 1):  # the first writes the bytecode caches
         for setting, name, path in alternating(cases, repetition):
-            out = subprocess.run([sys.executable, "-c", PARSE_PROBE, path], cwd=REPO, check=True, capture_output=True,
-                                 text=True, env={**env, "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": PLUGIN_LOADING[setting]})
+            out = subprocess.run(
+                [sys.executable, "-c", PARSE_PROBE, path],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**env, "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": PLUGIN_LOADING[setting]},
+            )
             if repetition:
                 samples[setting][name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return samples
@@ -239,12 +295,17 @@ def parse_times(work: str, budget: Budget) -> dict:
 
 def airflow_run(work: str, budget: Budget) -> dict:
     """One real run of the example DAG (``airflow dags test``): the Airflow task process's peak memory."""
-    env = {"AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": os.path.join(work, "dag_run"),
-           "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env = {
+        "AIRFLOW_HOME": os.path.join(work, "airflow_home"),
+        "TFDIST_ARTIFACT_ROOT": os.path.join(work, "dag_run"),
+        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
     os.environ.update(env)
     write_digits_partitions(os.path.join(env["TFDIST_ARTIFACT_ROOT"], "raw", "digits"), DAY - dt.timedelta(days=1), 1)
-    outcome = airflow_dags_test("digits_nightly", DAY, os.path.join(work, "dags-test.log"), echo=False,
-                                conf={"training.epochs": budget.epochs})
+    outcome = airflow_dags_test(
+        "digits_nightly", DAY, os.path.join(work, "dags-test.log"), echo=False, conf={"training.epochs": budget.epochs}
+    )
     if outcome.state != "success":
         raise RuntimeError(f"the example DAG run ended {outcome.state}: see {outcome.log_path}")
     return {"peak_rss_mb": outcome.peak_rss_mb}
@@ -258,86 +319,194 @@ def ratio_row(figure: str, numerators: list[float], denominators: list[float], g
 
 def table(results: dict, budget: Budget) -> list[dict]:
     t = results["training"]["samples"]
-    rate = {name: [v["examples_per_sec"] if isinstance(v, dict) else v for v in values]
-            for name, values in t.items() if name.startswith(("ours/", "handwritten/", "limit"))}
+    rate = {
+        name: [v["examples_per_sec"] if isinstance(v, dict) else v for v in values]
+        for name, values in t.items()
+        if name.startswith(("ours/", "handwritten/", "limit"))
+    }
     batch = results["training"]["global_batch"]
     rows = []
     for mode in budget.modes:
         for n in budget.worker_counts:
-            rows.append(ratio_row(f"throughput {mode}, {n} worker(s) / one process (limit)", rate[f"ours/{mode}/{n}"],
-                                  rate["limit"], "≥ 0.9" if n == 2 else "", lambda m, n=n: m >= 0.9 if n == 2 else None))
-        rows.append(ratio_row(f"throughput hand-written {mode}, 2 workers / limit", rate[f"handwritten/{mode}/2"],
-                              rate["limit"], "", lambda m: None))
-        rows.append(ratio_row(f"plugin tax {mode}: ours / hand-written, 2 workers", rate[f"ours/{mode}/2"],
-                              rate[f"handwritten/{mode}/2"], "≥ 0.95", lambda m: m >= 0.95))
+            rows.append(
+                ratio_row(
+                    f"throughput {mode}, {n} worker(s) / one process (limit)",
+                    rate[f"ours/{mode}/{n}"],
+                    rate["limit"],
+                    "≥ 0.9" if n == 2 else "",
+                    lambda m, n=n: m >= 0.9 if n == 2 else None,
+                )
+            )
+        rows.append(
+            ratio_row(
+                f"throughput hand-written {mode}, 2 workers / limit",
+                rate[f"handwritten/{mode}/2"],
+                rate["limit"],
+                "",
+                lambda m: None,
+            )
+        )
+        rows.append(
+            ratio_row(
+                f"plugin tax {mode}: ours / hand-written, 2 workers",
+                rate[f"ours/{mode}/2"],
+                rate[f"handwritten/{mode}/2"],
+                "≥ 0.95",
+                lambda m: m >= 0.95,
+            )
+        )
         if mode in SYNC_MODES:  # the best 2 workers could do if compute split perfectly: limit step + sync
             step_ms = [1000 * batch / r for r in rate["limit"]]
-            rows.append(ratio_row(f"ceiling {mode}, 2 workers: limit step / (limit step + sync alone)", step_ms,
-                                  [s + sync for s, sync in zip(step_ms, t[f"sync/{mode}/2"])], "", lambda m: None))
+            rows.append(
+                ratio_row(
+                    f"ceiling {mode}, 2 workers: limit step / (limit step + sync alone)",
+                    step_ms,
+                    [s + sync for s, sync in zip(step_ms, t[f"sync/{mode}/2"])],
+                    "",
+                    lambda m: None,
+                )
+            )
     for mode in budget.modes:
-        rows.append(ratio_row(f"train start → first steps, {mode} 2 workers / bare import tensorflow",
-                              [v["first_step_seconds"] for v in t[f"ours/{mode}/2"]], t["import"], "≤ 1.5",
-                              lambda m: m <= 1.5))
+        rows.append(
+            ratio_row(
+                f"train start → first steps, {mode} 2 workers / bare import tensorflow",
+                [v["first_step_seconds"] for v in t[f"ours/{mode}/2"]],
+                t["import"],
+                "≤ 1.5",
+                lambda m: m <= 1.5,
+            )
+        )
     for setting, p in results["parse"].items():
         for name in ("digits_nightly", "yaml_specs"):
-            rows.append(ratio_row(f"DAG file parse, {setting}: {name} / empty DAG", [s["seconds"] for s in p[name]],
-                                  [s["seconds"] for s in p["empty"]], "≤ 1.2", lambda m: m <= 1.2))
+            rows.append(
+                ratio_row(
+                    f"DAG file parse, {setting}: {name} / empty DAG",
+                    [s["seconds"] for s in p[name]],
+                    [s["seconds"] for s in p["empty"]],
+                    "≤ 1.2",
+                    lambda m: m <= 1.2,
+                )
+            )
     for s in results["shards"]:
-        rows.append({"figure": f"shard writing, {s['size']:,} rows: ours / bare TFRecordWriter loop (per core)",
-                     "median": s["ratio"], "min": s["ratio_min"], "max": s["ratio_max"], "n": budget.repetitions,
-                     "goal": "≥ 0.8", "met": s["ratio"] >= 0.8})
+        rows.append(
+            {
+                "figure": f"shard writing, {s['size']:,} rows: ours / bare TFRecordWriter loop (per core)",
+                "median": s["ratio"],
+                "min": s["ratio_min"],
+                "max": s["ratio_max"],
+                "n": budget.repetitions,
+                "goal": "≥ 0.8",
+                "met": s["ratio"] >= 0.8,
+            }
+        )
     scaling = results["prepare_scaling"]
     memory = {int(k): v for k, v in scaling["memory"].items()}
     for factor in PREPARE_FACTORS[1:]:
-        rows.append(ratio_row(f"prepare peak memory, {factor}× input ({memory[factor]['input_mb']:,.0f} MB) / 1× "
-                              "(one writer process)", [memory[factor]["peak_rss_mb"]], [memory[1]["peak_rss_mb"]],
-                              "≤ 1.5", lambda m: m <= 1.5))
+        rows.append(
+            ratio_row(
+                f"prepare peak memory, {factor}× input ({memory[factor]['input_mb']:,.0f} MB) / 1× "
+                "(one writer process)",
+                [memory[factor]["peak_rss_mb"]],
+                [memory[1]["peak_rss_mb"]],
+                "≤ 1.5",
+                lambda m: m <= 1.5,
+            )
+        )
     writers = {int(k): v for k, v in scaling["writers"].items()}
-    rows.append(ratio_row("prepare records/s, 2 writer processes / 1 (8× input)", writers[2], writers[1], "≥ 1.5",
-                          lambda m: m >= 1.5))
-    rows.append(ratio_row("prepare records/s with the data statistics / without (8× input, one writer)",
-                          scaling["statistics"]["with"], scaling["statistics"]["without"], "≥ 0.9",
-                          lambda m: m >= 0.9))
+    rows.append(
+        ratio_row(
+            "prepare records/s, 2 writer processes / 1 (8× input)", writers[2], writers[1], "≥ 1.5", lambda m: m >= 1.5
+        )
+    )
+    rows.append(
+        ratio_row(
+            "prepare records/s with the data statistics / without (8× input, one writer)",
+            scaling["statistics"]["with"],
+            scaling["statistics"]["without"],
+            "≥ 0.9",
+            lambda m: m >= 0.9,
+        )
+    )
     top = max(memory)
-    rows.append(ratio_row(f"data gate seconds, {top}× input / 1×", [memory[top]["data_gate_seconds"]],
-                          [memory[1]["data_gate_seconds"]], "≤ 1.5 (independent of the input)", lambda m: m <= 1.5))
+    rows.append(
+        ratio_row(
+            f"data gate seconds, {top}× input / 1×",
+            [memory[top]["data_gate_seconds"]],
+            [memory[1]["data_gate_seconds"]],
+            "≤ 1.5 (independent of the input)",
+            lambda m: m <= 1.5,
+        )
+    )
     return rows + follow.rows(results["follow"], ratio_row) + warm_start.rows(results["warm_start"], ratio_row)
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
     t = results["training"]["samples"]
-    out = [("limit: one hand-written process, all cores", f"{statistics.median(t['limit']):,.0f} examples/s"),
-           ("bare import tensorflow", f"{statistics.median(t['import']):.2f} s")]
+    out = [
+        ("limit: one hand-written process, all cores", f"{statistics.median(t['limit']):,.0f} examples/s"),
+        ("bare import tensorflow", f"{statistics.median(t['import']):.2f} s"),
+    ]
     for name, values in t.items():
         if name.startswith("ours/"):
-            out.append((f"{name}: throughput", f"{statistics.median(v['examples_per_sec'] for v in values):,.0f} examples/s"))
-            out.append((f"{name}: start → first steps", f"{statistics.median(v['first_step_seconds'] for v in values):.2f} s"))
+            out.append(
+                (f"{name}: throughput", f"{statistics.median(v['examples_per_sec'] for v in values):,.0f} examples/s")
+            )
+            out.append(
+                (f"{name}: start → first steps", f"{statistics.median(v['first_step_seconds'] for v in values):.2f} s")
+            )
             out.append((f"{name}: peak RSS per worker (largest)", f"{max(v['peak_rss_mb'] for v in values):,.0f} MB"))
         elif name.startswith("handwritten/"):
             out.append((f"{name}: throughput", f"{statistics.median(values):,.0f} examples/s"))
         elif name.startswith("sync/"):
             out.append((f"{name}: gradient sync + update alone", f"{statistics.median(values):.3f} ms per step"))
     for s in results["shards"]:
-        out.append((f"shards, {s['size']:,} rows: ours", f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s"))
-        out.append((f"shards, {s['size']:,} rows: bare loop", f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s"))
+        out.append(
+            (
+                f"shards, {s['size']:,} rows: ours",
+                f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s",
+            )
+        )
+        out.append(
+            (
+                f"shards, {s['size']:,} rows: bare loop",
+                f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s",
+            )
+        )
     for factor, m in results["prepare_scaling"]["memory"].items():
-        out.append((f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows, one writer",
-                    f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s']:,.0f} records/s"))
+        out.append(
+            (
+                f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows, one writer",
+                f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s']:,.0f} records/s",
+            )
+        )
     for factor, m in results["prepare_scaling"]["memory"].items():
-        out.append((f"data gate, {factor}× input: read the statistics and check them",
-                    f"{1000 * m['data_gate_seconds']:.1f} ms"))
+        out.append(
+            (
+                f"data gate, {factor}× input: read the statistics and check them",
+                f"{1000 * m['data_gate_seconds']:.1f} ms",
+            )
+        )
     for processes, rates in results["prepare_scaling"]["writers"].items():
-        out.append((f"prepare, 8× input, {processes} writer process(es)",
-                    f"{statistics.median(rates):,.0f} records/s"))
+        out.append((f"prepare, 8× input, {processes} writer process(es)", f"{statistics.median(rates):,.0f} records/s"))
     for setting, p in results["parse"].items():
         for name, samples in p.items():
-            out.append((f"DAG file parse, {setting}: {name}", f"{1000 * statistics.median(s['seconds'] for s in samples):.1f} ms"))
-    tensorflow = sorted({m for p in results["parse"].values() for samples in p.values() for s in samples
-                         for m in s["tensorflow"]})
+            out.append(
+                (
+                    f"DAG file parse, {setting}: {name}",
+                    f"{1000 * statistics.median(s['seconds'] for s in samples):.1f} ms",
+                )
+            )
+    tensorflow = sorted(
+        {m for p in results["parse"].values() for samples in p.values() for s in samples for m in s["tensorflow"]}
+    )
     out.append(("TensorFlow modules imported by parsing the DAG files", ", ".join(tensorflow) or "none"))
     if "airflow" in results:
-        out.append(("Airflow task process peak RSS (airflow dags test, workers excluded)",
-                    f"{results['airflow']['peak_rss_mb']:,.0f} MB"))
+        out.append(
+            (
+                "Airflow task process peak RSS (airflow dags test, workers excluded)",
+                f"{results['airflow']['peak_rss_mb']:,.0f} MB",
+            )
+        )
     return out + follow.absolutes(results["follow"]) + warm_start.absolutes(results["warm_start"])
 
 
@@ -345,7 +514,9 @@ def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> 
     lines = [header, "", "| figure | median | spread | goal | met |", "|---|---|---|---|---|"]
     for r in rows:
         met = {True: "yes", False: "**no**", None: ""}[r["met"]]
-        lines.append(f"| {r['figure']} | {r['median']:.2f} | {r['min']:.2f}–{r['max']:.2f} (n={r['n']}) | {r['goal']} | {met} |")
+        lines.append(
+            f"| {r['figure']} | {r['median']:.2f} | {r['min']:.2f}–{r['max']:.2f} (n={r['n']}) | {r['goal']} | {met} |"
+        )
     lines += ["", "| measured | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in absolute)]
     return "\n".join(lines) + "\n"
 
@@ -360,11 +531,20 @@ def chart(results: dict, budget: Budget, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / (len(budget.worker_counts) + 1)
     for i, mode in enumerate(budget.modes):
-        bars = [(f"ours, {n} worker(s)", [v["examples_per_sec"] for v in t[f"ours/{mode}/{n}"]]) for n in budget.worker_counts]
+        bars = [
+            (f"ours, {n} worker(s)", [v["examples_per_sec"] for v in t[f"ours/{mode}/{n}"]])
+            for n in budget.worker_counts
+        ]
         bars.append(("hand-written, 2 workers", t[f"handwritten/{mode}/2"]))
         for j, (label, values) in enumerate(bars):
-            ax.bar(i + j * width, statistics.median(values), width, color=f"C{j}", label=label if i == 0 else None,
-                   yerr=[[statistics.median(values) - min(values)], [max(values) - statistics.median(values)]])
+            ax.bar(
+                i + j * width,
+                statistics.median(values),
+                width,
+                color=f"C{j}",
+                label=label if i == 0 else None,
+                yerr=[[statistics.median(values) - min(values)], [max(values) - statistics.median(values)]],
+            )
     limit = statistics.median(t["limit"])
     ax.axhline(limit, color="k", linestyle="--", label="limit: one process, all cores")
     ax.set_ylim(0, limit * 1.4)
@@ -395,8 +575,9 @@ def main() -> None:
         print("shard writing", flush=True)
         results["shards"] = shards.measure(os.path.join(work, "shards"), budget.shard_sizes, budget.repetitions)
         print("prepare_data at scale", flush=True)
-        results["prepare_scaling"] = shards.scaling(os.path.join(work, "scaling"), budget.prepare_base_mb,
-                                                    PREPARE_FACTORS, budget.repetitions)
+        results["prepare_scaling"] = shards.scaling(
+            os.path.join(work, "scaling"), budget.prepare_base_mb, PREPARE_FACTORS, budget.repetitions
+        )
         print("following a Kubernetes stage", flush=True)
         results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
         print("warm start and the cost of summaries", flush=True)
@@ -407,9 +588,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows, absolute = table(results, budget), absolutes(results)
-    header = (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d} with `make bench` (budget {args.budget}: "
-              f"{budget.repetitions} repetition(s), {results['training']['steps']} training steps per run) "
-              f"on {os.cpu_count()} cores.")
+    header = (
+        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d} with `make bench` (budget {args.budget}: "
+        f"{budget.repetitions} repetition(s), {results['training']['steps']} training steps per run) "
+        f"on {os.cpu_count()} cores."
+    )
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump({"budget": args.budget, "rows": rows, "absolute": absolute, "results": results}, f, indent=1)

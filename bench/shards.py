@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 
-from tfdist.trainer.contract import MANIFEST, read_json, stage_command
-from tfdist.trainer.contract.data_gate import checks as data_gate_checks
-from tfdist.trainer.spec.model import DataChecks
+from tfdist.contract import MANIFEST, read_json, stage_command
+from tfdist.contract.data_gate import checks as data_gate_checks
+from tfdist.spec.model import DataChecks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THROUGHPUT = re.compile(r"throughput: (\d+) records, ([\d.]+) MB in ([\d.]+)s")
@@ -43,23 +43,38 @@ def write_csv_input(path: str, megabytes: float) -> int:
     with open(path, "w") as f:
         f.write(",".join(["label", *(f"pixel_{i}" for i in range(64))]) + "\n")
         while f.tell() < megabytes * 1e6:
-            np.savetxt(f, np.column_stack([digits.target, digits.data + 0.001 * copies]), fmt=["%d"] + ["%.3f"] * 64,
-                       delimiter=",")
+            np.savetxt(
+                f,
+                np.column_stack([digits.target, digits.data + 0.001 * copies]),
+                fmt=["%d"] + ["%.3f"] * 64,
+                delimiter=",",
+            )
             copies += 1
     return copies * len(digits.target)
 
 
 def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
-    from tfdist.trainer.spec import load_spec
-    from tfdist.trainer.contract import write_json_atomic
+    from tfdist.contract import write_json_atomic
+    from tfdist.spec import load_spec
 
-    spec = load_spec({
-        "name": "shards_bench", "artifact_root": workdir, "start_date": "2026-11-01",
-        "data": {"source": "unused", "format": fmt, "features": [{"name": "pixel", "shape": [64]}],
-                 "label": {"name": "label", "num_classes": 10}, "num_shards": 4, "prepare_processes": processes},
-        "model": {"family": "mlp"}, "export": {"model_name": "shards_bench"},
-        "validation": {"allow_unvalidated": True},  # only prepare runs here: nothing is evaluated or published
-    })
+    spec = load_spec(
+        {
+            "name": "shards_bench",
+            "artifact_root": workdir,
+            "start_date": "2026-11-01",
+            "data": {
+                "source": "unused",
+                "format": fmt,
+                "features": [{"name": "pixel", "shape": [64]}],
+                "label": {"name": "label", "num_classes": 10},
+                "num_shards": 4,
+                "prepare_processes": processes,
+            },
+            "model": {"family": "mlp"},
+            "export": {"model_name": "shards_bench"},
+            "validation": {"allow_unvalidated": True},  # only prepare runs here: nothing is evaluated or published
+        }
+    )
     path = os.path.join(workdir, f"spec-{fmt}-{processes}.json")
     write_json_atomic(path, spec.to_json_dict())
     return path
@@ -76,8 +91,14 @@ def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
     children together in MB, sampled every 50 ms)."""
     import psutil
 
-    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) as proc:
+    with subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    ) as proc:
         peak, main = 0, psutil.Process(proc.pid)
         while proc.poll() is None:
             try:
@@ -96,8 +117,17 @@ def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
 
 def _prepare(spec: str, out: str, source: str) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
-    return [*stage_command(sys.executable, "prepare"), "--spec", spec, "--out", out, "--result", out + ".result.json",
-            "--source", source]
+    return [
+        *stage_command(sys.executable, "prepare"),
+        "--spec",
+        spec,
+        "--out",
+        out,
+        "--result",
+        out + ".result.json",
+        "--source",
+        source,
+    ]
 
 
 def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repetitions: int) -> dict:
@@ -115,17 +145,30 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
     for factor in factors:
         source, out = os.path.join(workdir, f"x{factor}", "*.csv"), os.path.join(workdir, "out")
         (rate, _), peak = _run(_prepare(one, out, source))
-        memory[factor] = {"input_mb": factor * os.path.getsize(base) / 1e6, "rows": factor * rows,
-                          "peak_rss_mb": peak, "records_per_s": rate}
+        memory[factor] = {
+            "input_mb": factor * os.path.getsize(base) / 1e6,
+            "rows": factor * rows,
+            "peak_rss_mb": peak,
+            "records_per_s": rate,
+        }
         first, memory[factor]["data_gate_seconds"] = data_gate_seconds(out, first)
     writers, statistics_cost = {1: [], 2: []}, {"with": [], "without": []}
     x8 = os.path.join(workdir, "x8", "*.csv")
     for repetition in range(repetitions):
-        for processes, spec in (((1, one), (2, two)) if repetition % 2 == 0 else ((2, two), (1, one))):
+        for processes, spec in ((1, one), (2, two)) if repetition % 2 == 0 else ((2, two), (1, one)):
             writers[processes].append(_timed(_prepare(spec, os.path.join(workdir, "out"), x8))[0])
-        cases = [("with", lambda: _prepare(one, os.path.join(workdir, "out"), x8)),
-                 ("without", lambda: [sys.executable, "-m", "bench.without_statistics",
-                                      *_prepare(one, os.path.join(workdir, "out"), x8)[3:]])]
+        cases = [
+            ("with", lambda: _prepare(one, os.path.join(workdir, "out"), x8)),
+            (
+                "without",
+                lambda: [
+                    sys.executable,
+                    "-m",
+                    "bench.without_statistics",
+                    *_prepare(one, os.path.join(workdir, "out"), x8)[3:],
+                ],
+            ),
+        ]
         for name, argv in cases if repetition % 2 == 0 else cases[::-1]:
             statistics_cost[name].append(_timed(argv())[0])
     return {"memory": memory, "writers": writers, "statistics": statistics_cost}
@@ -150,17 +193,26 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
         ours, bare = [], []
         for repetition in range(repetitions):
             out = os.path.join(workdir, f"out-{size}-{repetition}")
-            runs = [(ours, _prepare(spec, out, source)),
-                    (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"])]
+            runs = [
+                (ours, _prepare(spec, out, source)),
+                (bare, [sys.executable, "-m", "bench.shards", "bare", source, out + ".tfrecord"]),
+            ]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
                 samples.append(_timed(argv))
         ratios = [a[0] / b[0] for a, b in zip(ours, bare)]
-        rows.append({
-            "size": size, "cores": 1,
-            "ours_records_per_s": statistics.median(r for r, _ in ours), "ours_mb_per_s": statistics.median(m for _, m in ours),
-            "bare_records_per_s": statistics.median(r for r, _ in bare), "bare_mb_per_s": statistics.median(m for _, m in bare),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-        })
+        rows.append(
+            {
+                "size": size,
+                "cores": 1,
+                "ours_records_per_s": statistics.median(r for r, _ in ours),
+                "ours_mb_per_s": statistics.median(m for _, m in ours),
+                "bare_records_per_s": statistics.median(r for r, _ in bare),
+                "bare_mb_per_s": statistics.median(m for _, m in bare),
+                "ratio": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+            }
+        )
     return rows
 
 
@@ -179,14 +231,16 @@ def bare(source: str, out: str) -> None:
     label_values = example.features.feature["label"].int64_list.value
     with tf.io.TFRecordWriter(out) as writer:
         for block in range(0, len(labels), 16384):
-            for pixel, label in zip(pixels[block:block + 16384].tolist(), labels[block:block + 16384].tolist()):
+            for pixel, label in zip(pixels[block : block + 16384].tolist(), labels[block : block + 16384].tolist()):
                 pixel_values[:] = pixel
                 label_values[:] = [label]
                 writer.write(example.SerializeToString())
     seconds = time.monotonic() - started
     megabytes = os.path.getsize(out) / 1e6
-    print(f"throughput: {len(labels)} records, {megabytes:.2f} MB in {seconds:.3f}s: {len(labels) / seconds:.0f} "
-          f"records/s, {megabytes / seconds:.2f} MB/s")
+    print(
+        f"throughput: {len(labels)} records, {megabytes:.2f} MB in {seconds:.3f}s: {len(labels) / seconds:.0f} "
+        f"records/s, {megabytes / seconds:.2f} MB/s"
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["bare"]:

@@ -19,9 +19,9 @@ import os
 import statistics
 
 from tests.conftest import DAY, SMALL_SPEC, prepared_plan, run
+from tfdist.contract import read_curve, read_json
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.trainer.contract import read_curve, read_json
-from tfdist.trainer.spec.model import TrainingSpec
+from tfdist.spec.model import TrainingSpec
 from tfdist.trainer.train import STEPS_PER_CALL  # the first step call (tracing) is outside the measured window
 
 CHECKPOINT_EVERY = 5
@@ -39,23 +39,38 @@ INTERVALS = {"default": SUMMARY_DEFAULT, "every_call": STEPS_PER_CALL, "off": NE
 def plan(root: str, run_id: str, day: dt.date, seed: int, **training):
     """A 1-worker run of the small spec on ``day``'s partition, its data prepared, publishing to a model of
     ``seed``'s own (each seed's day 2 finds its own parent)."""
-    return prepared_plan(root, run_id, day, training={"num_workers": 1, "seed": seed, **training},
-                         validation={**GATE, "checkpoint": {"mode": "best"}},
-                         export={"model_name": f"warm_start_bench_{seed}"})
+    return prepared_plan(
+        root,
+        run_id,
+        day,
+        training={"num_workers": 1, "seed": seed, **training},
+        validation={**GATE, "checkpoint": {"mode": "best"}},
+        export={"model_name": f"warm_start_bench_{seed}"},
+    )
 
 
 def scored(root: str, run_id: str, seed: int, epochs: int, warm: bool) -> dict:
     """Train a day-2 run and score every checkpoint: {"curve": [[step, eval accuracy], ...], "parent": the
     parent version's accuracy on the same eval split (the evaluate stage's baseline)}."""
-    p = plan(root, run_id, DAY, seed, epochs=epochs, checkpoint_every_steps=CHECKPOINT_EVERY,
-             keep_checkpoints=NEVER, warm_start="baseline" if warm else "none")
+    p = plan(
+        root,
+        run_id,
+        DAY,
+        seed,
+        epochs=epochs,
+        checkpoint_every_steps=CHECKPOINT_EVERY,
+        keep_checkpoints=NEVER,
+        warm_start="baseline" if warm else "none",
+    )
     run(p, "train")
     if warm and read_json(p.layout.warm_start_file)["restored"] != "model and optimizer":
         raise RuntimeError(f"{run_id} did not warm-start: {read_json(p.layout.warm_start_file)['cold_start']}")
     run(p, "evaluate")
     blessing = read_json(p.layout.blessing_file)
-    return {"curve": sorted([c["step"], c["metrics"]["accuracy"]] for c in blessing["candidates"]),
-            "parent": blessing["baseline"]["metrics"]["accuracy"]}
+    return {
+        "curve": sorted([c["step"], c["metrics"]["accuracy"]] for c in blessing["candidates"]),
+        "parent": blessing["baseline"]["metrics"]["accuracy"],
+    }
 
 
 def first_reaching(curve: list[list], accuracy: float) -> int | None:
@@ -64,15 +79,21 @@ def first_reaching(curve: list[list], accuracy: float) -> int | None:
 
 def one_seed(root: str, seed: int, epochs: int) -> dict:
     """Day 1 cold and published; day 2 cold and warm, scored along the way."""
-    parent = plan(root, f"parent-{seed}", DAY - dt.timedelta(days=1), seed, epochs=epochs,
-                  checkpoint_every_steps=NEVER)
+    parent = plan(root, f"parent-{seed}", DAY - dt.timedelta(days=1), seed, epochs=epochs, checkpoint_every_steps=NEVER)
     for task_id in ("train", "evaluate", "export"):
         run(parent, task_id)
     cold = scored(root, f"cold-{seed}", seed, epochs, warm=False)
     warm = scored(root, f"warm-{seed}", seed, epochs, warm=True)
     steps, accuracy = cold["curve"][-1]
-    return {"seed": seed, "cold_steps": steps, "cold_accuracy": accuracy, "parent_accuracy": warm["parent"],
-            "warm_steps": first_reaching(warm["curve"], accuracy), "cold": cold["curve"], "warm": warm["curve"]}
+    return {
+        "seed": seed,
+        "cold_steps": steps,
+        "cold_accuracy": accuracy,
+        "parent_accuracy": warm["parent"],
+        "warm_steps": first_reaching(warm["curve"], accuracy),
+        "cold": cold["curve"],
+        "warm": warm["curve"],
+    }
 
 
 def throughput(root: str, run_id: str, epochs: int, summary_every: int) -> tuple[float, int, int]:
@@ -96,12 +117,15 @@ def summaries_cost(root: str, epochs: int, repetitions: int, best_of: int) -> di
             cases = list(INTERVALS.items())
             for name, every in cases if (r * best_of + k) % 2 == 0 else cases[::-1]:
                 rate, samples["steps"], samples["points"][name] = throughput(
-                    root, f"summaries-{name}-r{r}-{k}", epochs, every)
+                    root, f"summaries-{name}-r{r}-{k}", epochs, every
+                )
                 rates[name].append(rate)
         for name, values in rates.items():
             samples[name].append(max(values))
-        print("  summaries: " + ", ".join(f"{name} {samples[name][-1]:,.0f}" for name in INTERVALS) + " examples/s",
-              flush=True)
+        print(
+            "  summaries: " + ", ".join(f"{name} {samples[name][-1]:,.0f}" for name in INTERVALS) + " examples/s",
+            flush=True,
+        )
     return samples
 
 
@@ -115,8 +139,11 @@ def measure(work: str, budget) -> dict:
     for seed in range(budget.repetitions):
         seeds.append(one_seed(work, seed, budget.warm_start_epochs))
         s = seeds[-1]
-        print(f"  seed {seed}: cold {s['cold_accuracy']:.4f} at step {s['cold_steps']}, warm reaches it at step "
-              f"{s['warm_steps']}", flush=True)
+        print(
+            f"  seed {seed}: cold {s['cold_accuracy']:.4f} at step {s['cold_steps']}, warm reaches it at step "
+            f"{s['warm_steps']}",
+            flush=True,
+        )
     summaries = summaries_cost(work, budget.summary_epochs, budget.repetitions, budget.summary_best_of)
     return {"seeds": seeds, "summaries": summaries}
 
@@ -129,11 +156,21 @@ def warm_steps_or_bound(s: dict) -> int:
 def rows(results: dict, ratio_row) -> list[dict]:
     seeds, summaries = results["seeds"], results["summaries"]
     return [
-        ratio_row(f"warm start: steps to the cold run's final eval accuracy, warm / cold (day 2, checkpoints every "
-                  f"{CHECKPOINT_EVERY}; > 1: not reached)", [warm_steps_or_bound(s) for s in seeds],
-                  [s["cold_steps"] for s in seeds], "≤ 0.5", lambda m: m <= 0.5),
-        ratio_row(f"throughput with summaries every {SUMMARY_DEFAULT} steps / only at the last (1 worker)",
-                  summaries["default"], summaries["off"], "≥ 0.98", lambda m: m >= 0.98),
+        ratio_row(
+            f"warm start: steps to the cold run's final eval accuracy, warm / cold (day 2, checkpoints every "
+            f"{CHECKPOINT_EVERY}; > 1: not reached)",
+            [warm_steps_or_bound(s) for s in seeds],
+            [s["cold_steps"] for s in seeds],
+            "≤ 0.5",
+            lambda m: m <= 0.5,
+        ),
+        ratio_row(
+            f"throughput with summaries every {SUMMARY_DEFAULT} steps / only at the last (1 worker)",
+            summaries["default"],
+            summaries["off"],
+            "≥ 0.98",
+            lambda m: m >= 0.98,
+        ),
     ]
 
 
@@ -146,17 +183,28 @@ def side_by_side(seeds: list[dict]) -> list[tuple[str, str]]:
     reached the cold one's final accuracy."""
     out = []
     for fraction in FRACTIONS:
-        at = [max(CHECKPOINT_EVERY, round(fraction * s["cold_steps"] / CHECKPOINT_EVERY) * CHECKPOINT_EVERY)
-              for s in seeds]
+        at = [
+            max(CHECKPOINT_EVERY, round(fraction * s["cold_steps"] / CHECKPOINT_EVERY) * CHECKPOINT_EVERY)
+            for s in seeds
+        ]
         warm = [dict(s["warm"])[step] for s, step in zip(seeds, at)]
         cold = [dict(s["cold"])[step] for s, step in zip(seeds, at)]
-        out.append((f"warm start: eval accuracy after {'/'.join(map(str, sorted(set(at))))} steps "
-                    f"({fraction:.0%} of the cold run's), warm / cold", f"{spread(warm)} / {spread(cold)}"))
+        out.append(
+            (
+                f"warm start: eval accuracy after {'/'.join(map(str, sorted(set(at))))} steps "
+                f"({fraction:.0%} of the cold run's), warm / cold",
+                f"{spread(warm)} / {spread(cold)}",
+            )
+        )
     reached = [s for s in seeds if s["warm_steps"] is not None]
     if reached:
-        out.append(("warm start: eval accuracy where the warm run reached it, warm / cold",
-                    f"{spread([dict(s['warm'])[s['warm_steps']] for s in reached])} / "
-                    f"{spread([dict(s['cold'])[s['warm_steps']] for s in reached])} (n={len(reached)})"))
+        out.append(
+            (
+                "warm start: eval accuracy where the warm run reached it, warm / cold",
+                f"{spread([dict(s['warm'])[s['warm_steps']] for s in reached])} / "
+                f"{spread([dict(s['cold'])[s['warm_steps']] for s in reached])} (n={len(reached)})",
+            )
+        )
     return out
 
 
@@ -171,22 +219,35 @@ def per_summary_ms(summaries: dict) -> list[float]:
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
     seeds, summaries = results["seeds"], results["summaries"]
-    steps = ", ".join(f"seed {s['seed']}: " + (f"step {s['warm_steps']}" if s["warm_steps"] is not None else
-                                                f"not reached in {s['warm'][-1][0]}") for s in seeds)
+    steps = ", ".join(
+        f"seed {s['seed']}: "
+        + (f"step {s['warm_steps']}" if s["warm_steps"] is not None else f"not reached in {s['warm'][-1][0]}")
+        for s in seeds
+    )
     already = sum(s["parent_accuracy"] >= s["cold_accuracy"] for s in seeds)
     step_ms = [1000 * BATCH / rate for rate in summaries["off"]]
     return [
-        ("warm start: the cold run's final eval accuracy (day 2), at step",
-         f"{spread([s['cold_accuracy'] for s in seeds])}, {spread([s['cold_steps'] for s in seeds], '{:.0f}')}"),
-        ("warm start: the parent (day 1's version) on day 2's eval split",
-         f"{spread([s['parent_accuracy'] for s in seeds])}; at or above the cold run's in {already} of {len(seeds)}"),
+        (
+            "warm start: the cold run's final eval accuracy (day 2), at step",
+            f"{spread([s['cold_accuracy'] for s in seeds])}, {spread([s['cold_steps'] for s in seeds], '{:.0f}')}",
+        ),
+        (
+            "warm start: the parent (day 1's version) on day 2's eval split",
+            f"{spread([s['parent_accuracy'] for s in seeds])}; at or above the cold run's in {already} of {len(seeds)}",
+        ),
         ("warm start: the warm run's first checkpoint at or above it", steps),
         *side_by_side(seeds),
-        (f"train throughput, 1 worker, {summaries['steps']} steps, summaries every {SUMMARY_DEFAULT} steps / "
-         f"every step call / only the last", " / ".join(f"{spread(summaries[name], '{:,.0f}')}" for name in INTERVALS)
-         + " examples/s"),
-        ("one summary (4 scalars and a curve point), from those every step call / only the last; a training step",
-         f"{spread(per_summary_ms(summaries), '{:.2f}')} ms; {spread(step_ms, '{:.2f}')} ms"),
-        (f"so at one every {SUMMARY_DEFAULT} steps, the summaries' share of the training time",
-         f"{statistics.median(per_summary_ms(summaries)) / (SUMMARY_DEFAULT * statistics.median(step_ms)):.1%}"),
+        (
+            f"train throughput, 1 worker, {summaries['steps']} steps, summaries every {SUMMARY_DEFAULT} steps / "
+            f"every step call / only the last",
+            " / ".join(f"{spread(summaries[name], '{:,.0f}')}" for name in INTERVALS) + " examples/s",
+        ),
+        (
+            "one summary (4 scalars and a curve point), from those every step call / only the last; a training step",
+            f"{spread(per_summary_ms(summaries), '{:.2f}')} ms; {spread(step_ms, '{:.2f}')} ms",
+        ),
+        (
+            f"so at one every {SUMMARY_DEFAULT} steps, the summaries' share of the training time",
+            f"{statistics.median(per_summary_ms(summaries)) / (SUMMARY_DEFAULT * statistics.median(step_ms)):.1%}",
+        ),
     ]

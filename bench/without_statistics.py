@@ -11,8 +11,9 @@ from tfdist.trainer.runtime import run_stage
 
 NOTHING: dict = {}
 
-prepare.statistics = types.SimpleNamespace(of_chunk=lambda values: NOTHING, merged=lambda a, b: a,
-                                           summary=lambda stats: {}, SCHEME=statistics.SCHEME)
+prepare.statistics = types.SimpleNamespace(
+    of_chunk=lambda values: NOTHING, merged=lambda a, b: a, summary=lambda stats: {}, SCHEME=statistics.SCHEME
+)
 
 if __name__ == "__main__":
     run_stage(prepare.main)

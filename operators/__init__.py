@@ -1,7 +1,7 @@
 """Airflow-facing package: spec → plan → DAG of operators → launchers → worker processes.
 
 Never imports TensorFlow. The operators are loaded lazily, so ``tfdist.operators.plan`` and the spec
-(``tfdist.trainer.spec``, shared with the workers) stay usable without importing Airflow."""
+(``tfdist.spec``, shared with the workers) stay usable without importing Airflow."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ _EXPORTS = {
     "DistributedTrainOperator": f"{__name__}.train",
     "EvaluateOperator": f"{__name__}.evaluate",
     "ExportModelOperator": f"{__name__}.export",
-    "Spec": "tfdist.trainer.spec",
-    "SpecError": "tfdist.trainer.spec",
-    "load_spec": "tfdist.trainer.spec",
+    "Spec": "tfdist.spec",
+    "SpecError": "tfdist.spec",
+    "load_spec": "tfdist.spec",
 }
 
 __all__ = list(_EXPORTS)

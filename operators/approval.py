@@ -8,9 +8,9 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 
+from tfdist.contract import approval, read_json
 from tfdist.operators.base import RunPlanned, as_datetime
-from tfdist.trainer.contract import approval, read_json
-from tfdist.trainer.spec import Spec, load_spec
+from tfdist.spec import Spec, load_spec
 
 
 class PublishApprovalOperator(RunPlanned, ApprovalOperator):
@@ -23,8 +23,16 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     template_fields = (*ApprovalOperator.template_fields, "run_dir", "data_interval_start", "data_interval_end")
     ui_color = "#fff59d"
 
-    def __init__(self, *, spec: Spec | dict | str, pipeline_group: str | None = None, run_dir: str | None = None,
-                 data_interval_start: str | None = None, data_interval_end: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        spec: Spec | dict | str,
+        pipeline_group: str | None = None,
+        run_dir: str | None = None,
+        data_interval_start: str | None = None,
+        data_interval_end: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.spec = load_spec(spec)
         self.pipeline_group = pipeline_group
         kwargs.pop("params", None)  # the DAG's, which Airflow passes: the task's context has them without it
@@ -34,9 +42,17 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
             subject=f"Publish a new version of {self.spec.export.model_name}?",
             defaults=(self.APPROVE if rule.on_timeout == "approve" else self.REJECT) if timed else None,
             response_timeout=dt.timedelta(minutes=rule.timeout_minutes) if timed else None,
-            params={"comment": Param("", type=["string", "null"], title="Comment",  # the form's one field
-                                     description="Why (recorded with the decision and shown on the runs page)")},
-            retries=0, **kwargs)
+            params={
+                "comment": Param(
+                    "",
+                    type=["string", "null"],
+                    title="Comment",  # the form's one field
+                    description="Why (recorded with the decision and shown on the runs page)",
+                )
+            },
+            retries=0,
+            **kwargs,
+        )
         self.run_dir = run_dir
         self.data_interval_start = data_interval_start
         self.data_interval_end = data_interval_end
@@ -57,11 +73,19 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     def record_decision(self, context: Any, event: dict[str, Any]) -> None:
         decision = approval.APPROVED if event["chosen_options"] == [self.APPROVE] else approval.REJECTED
         record = approval.record_approval(
-            self.plan(context).layout.approval_file, context["run_id"], decision,
-            by=(event["responded_by_user"] or {}).get("name"), at=as_datetime(event["responded_at"]),
-            comment=(event["params_input"] or {}).get("comment"), timed_out=bool(event.get("timedout")))
+            self.plan(context).layout.approval_file,
+            context["run_id"],
+            decision,
+            by=(event["responded_by_user"] or {}).get("name"),
+            at=as_datetime(event["responded_at"]),
+            comment=(event["params_input"] or {}).get("comment"),
+            timed_out=bool(event.get("timedout")),
+        )
         if record["timed_out"]:
-            self.log.warning("no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",
-                             self.spec.export.approval.timeout_minutes, approval.approval_summary(record))
+            self.log.warning(
+                "no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",
+                self.spec.export.approval.timeout_minutes,
+                approval.approval_summary(record),
+            )
         else:
             self.log.info("%s", approval.approval_summary(record))

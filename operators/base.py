@@ -9,13 +9,20 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
+from tfdist.contract import EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_exists, record_run, run_path, runs_root
 from tfdist.operators.launchers import StageFailed, get_launcher
-from tfdist.operators.plan import (PARTITION_KEY_FORMATS, Plan, RunContext, build_plan, manual_interval,
-                                   partition_start, period_end, pipeline_id)
-from tfdist.operators.ui.links import TrainingRunLink
-from tfdist.trainer.contract import (EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_exists, record_run, run_path,
-                                     runs_root)
-from tfdist.trainer.spec import AssetSchedule, Spec, SpecError, field_value, load_spec
+from tfdist.operators.links import TrainingRunLink
+from tfdist.operators.plan import (
+    PARTITION_KEY_FORMATS,
+    Plan,
+    RunContext,
+    build_plan,
+    manual_interval,
+    partition_start,
+    period_end,
+    pipeline_id,
+)
+from tfdist.spec import AssetSchedule, Spec, SpecError, field_value, load_spec
 
 
 def as_datetime(value: Any) -> dt.datetime:
@@ -27,24 +34,31 @@ def _partition_start(period: str, dag_run: Any) -> dt.datetime:
     """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it."""
     key = getattr(dag_run, "partition_key", None)
     if getattr(dag_run, "partition_date", None):
-        return as_datetime(dag_run.partition_date).astimezone(dt.timezone.utc)
+        return as_datetime(dag_run.partition_date).astimezone(dt.UTC)
     try:
         return partition_start(key or "", period)
     except ValueError:
         raise AirflowFailException(
             f"this pipeline trains on one {period} partition per run, but the run names {key!r}: trigger it through "
             f"its upstream assets, or with a partition key such as "
-            f"{dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])!r}") from None
+            f"{dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])!r}"
+        ) from None
 
 
-def previous_window_end(artifact_root: str, pipeline: str, run_id: str,
-                        before: dt.datetime) -> tuple[str, dt.datetime] | None:
+def previous_window_end(
+    artifact_root: str, pipeline: str, run_id: str, before: dt.datetime
+) -> tuple[str, dt.datetime] | None:
     """(run id, window end) of the pipeline's run whose recorded window ends last, at or before ``before``."""
     root = runs_root(artifact_root, pipeline)
-    records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
-               for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ()))
-    ends = [(r["run_id"], as_datetime(r["data_interval_end"])) for r in records
-            if r and r.get("run_id") != run_id and "data_interval_end" in r]
+    records = (
+        read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
+        for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ())
+    )
+    ends = [
+        (r["run_id"], as_datetime(r["data_interval_end"]))
+        for r in records
+        if r and r.get("run_id") != run_id and "data_interval_end" in r
+    ]
     return max((e for e in ends if e[1] <= before), key=lambda e: e[1], default=None)
 
 
@@ -71,8 +85,10 @@ class RunPlanned:
             return conf, context.get("params") or {}
         own = conf.get(self.pipeline_group) or {}
         if not isinstance(own, dict):
-            raise AirflowFailException(f"conf.{self.pipeline_group}: must be a mapping of this pipeline's overrides, "
-                                       f"e.g. {{\"{self.pipeline_group}\": {{\"training.epochs\": 2}}}}")
+            raise AirflowFailException(
+                f"conf.{self.pipeline_group}: must be a mapping of this pipeline's overrides, "
+                f'e.g. {{"{self.pipeline_group}": {{"training.epochs": 2}}}}'
+            )
         return own, {}
 
     def effective_spec(self, context: Any) -> tuple[Spec, dict[str, Any]]:
@@ -80,8 +96,9 @@ class RunPlanned:
         DAG's Params (trigger form) and the run's conf (see run_overrides); anything not overridable is refused."""
         conf, params = self.run_overrides(context)
         requested = {**{k: params[k] for k in self.spec.overridable if k in params}, **conf}
-        changed = {k: v for k, v in requested.items()
-                   if k not in self.spec.overridable or field_value(self.spec, k) != v}
+        changed = {
+            k: v for k, v in requested.items() if k not in self.spec.overridable or field_value(self.spec, k) != v
+        }
         if not changed:
             return self.spec, {}
         try:
@@ -100,17 +117,29 @@ class RunPlanned:
                 return RunContext(self.pipeline_id, run_id, as_datetime(start), as_datetime(end))
             start, end = manual_interval(spec.cron, as_datetime(end))  # an embedding DAG's cron trigger: start = end
             self.log.info("the DAG run's data interval is empty: training on the window %s → %s", start, end)
-            return RunContext(self.pipeline_id, run_id, start, end, "the schedule's period before its DAG run's "
-                              "(empty) data interval")
+            return RunContext(
+                self.pipeline_id, run_id, start, end, "the schedule's period before its DAG run's (empty) data interval"
+            )
         recorded = read_json_if_exists(
-            RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id)).run_file)
+            RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id)).run_file
+        )
         if recorded and "window" in recorded:
-            return RunContext(self.pipeline_id, run_id, as_datetime(recorded["data_interval_start"]),
-                              as_datetime(recorded["data_interval_end"]), recorded["window"],
-                              recorded.get("partition_key"))
+            return RunContext(
+                self.pipeline_id,
+                run_id,
+                as_datetime(recorded["data_interval_start"]),
+                as_datetime(recorded["data_interval_end"]),
+                recorded["window"],
+                recorded.get("partition_key"),
+            )
         ctx = self.inferred_window(spec, context)
-        self.log.info("run triggered without a logical date at %s: training on the window %s → %s, %s",
-                      context["dag_run"].run_after, ctx.interval_start, ctx.interval_end, ctx.window)
+        self.log.info(
+            "run triggered without a logical date at %s: training on the window %s → %s, %s",
+            context["dag_run"].run_after,
+            ctx.interval_start,
+            ctx.interval_end,
+            ctx.window,
+        )
         return ctx
 
     def inferred_window(self, spec: Spec, context: Any) -> RunContext:
@@ -120,19 +149,37 @@ class RunPlanned:
         dag_run, run_id = context["dag_run"], context["run_id"]
         if spec.partitioned:
             start = _partition_start(spec.partitioned, dag_run)
-            return RunContext(self.pipeline_id, run_id, start, period_end(start, spec.partitioned),
-                              f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
-                              dag_run.partition_key)
+            return RunContext(
+                self.pipeline_id,
+                run_id,
+                start,
+                period_end(start, spec.partitioned),
+                f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
+                dag_run.partition_key,
+            )
         end = as_datetime(dag_run.run_after)
         if isinstance(spec.schedule, AssetSchedule):
             previous = previous_window_end(spec.artifact_root, self.pipeline_id, run_id, end)
             if previous:
-                return RunContext(self.pipeline_id, run_id, previous[1], end,
-                                  f"since the end of the previous run's window (run {previous[0]!r})")
-            unseen = "" if os.path.isdir(spec.artifact_root) else (
-                f" (this task does not see the artifact root {spec.artifact_root}, where they are recorded)")
-            return RunContext(self.pipeline_id, run_id, end - dt.timedelta(days=1), end,
-                              f"the day before it ran: no earlier run of this pipeline has a window{unseen}")
+                return RunContext(
+                    self.pipeline_id,
+                    run_id,
+                    previous[1],
+                    end,
+                    f"since the end of the previous run's window (run {previous[0]!r})",
+                )
+            unseen = (
+                ""
+                if os.path.isdir(spec.artifact_root)
+                else (f" (this task does not see the artifact root {spec.artifact_root}, where they are recorded)")
+            )
+            return RunContext(
+                self.pipeline_id,
+                run_id,
+                end - dt.timedelta(days=1),
+                end,
+                f"the day before it ran: no earlier run of this pipeline has a window{unseen}",
+            )
         start, end = manual_interval(spec.cron, end)
         return RunContext(self.pipeline_id, run_id, start, end, "the last complete interval before it was triggered")
 
@@ -143,8 +190,13 @@ class RunPlanned:
     def plan(self, context: Any) -> Plan:
         """The run's plan, with the spec after the run's overrides."""
         spec, overrides = self.effective_spec(context)
-        return build_plan(spec, self.run_context(spec, context), run_dir=self.run_dir or None, overrides=overrides,
-                          **self.plan_overrides())
+        return build_plan(
+            spec,
+            self.run_context(spec, context),
+            run_dir=self.run_dir or None,
+            overrides=overrides,
+            **self.plan_overrides(),
+        )
 
 
 class StageOperator(RunPlanned, BaseOperator):
@@ -194,8 +246,12 @@ class StageOperator(RunPlanned, BaseOperator):
         plan = self.plan(context)
         if plan.overrides:
             self.log.info("this run overrides %s", plan.overrides)
-        self.log.info("run directory %s, data interval %s → %s", plan.layout.run_dir,
-                      plan.context.interval_start, plan.context.interval_end)
+        self.log.info(
+            "run directory %s, data interval %s → %s",
+            plan.layout.run_dir,
+            plan.context.interval_start,
+            plan.context.interval_end,
+        )
         self._launcher, self._run_id = get_launcher(plan, context["ti"].try_number), context["run_id"]
         stage = plan.stage(self.stage)
         try:
@@ -218,7 +274,8 @@ class StageOperator(RunPlanned, BaseOperator):
         if event["status"] != "success":
             plan = self.plan(context)
             trigger = get_launcher(plan, context["ti"].try_number).continue_deferred(
-                plan.stage(self.stage), event, self.log, context.get("task_state_store"))
+                plan.stage(self.stage), event, self.log, context.get("task_state_store")
+            )
             if trigger is not None:
                 self.defer(trigger=trigger, method_name="execute_complete")
             self.fail(event["returncode"], event["message"])
@@ -240,8 +297,11 @@ class StageOperator(RunPlanned, BaseOperator):
         if self._launcher is None:
             return
         if self._launcher.outlives_task and self._still_running():
-            self.log.warning("%s: told to stop while the task still runs (its worker shuts down, or was evicted): "
-                             "the stage is left running for the task's next try to follow", self.task_id)
+            self.log.warning(
+                "%s: told to stop while the task still runs (its worker shuts down, or was evicted): "
+                "the stage is left running for the task's next try to follow",
+                self.task_id,
+            )
             return
         self._launcher.stop()
 
@@ -251,8 +311,12 @@ class StageOperator(RunPlanned, BaseOperator):
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance  # the running task's, not at parse
 
         try:
-            return RuntimeTaskInstance.get_ti_count(dag_id=self.dag_id, task_ids=[self.task_id], run_ids=[self._run_id],
-                                                    states=["running"]) > 0
-        except Exception as exc:  # noqa: BLE001 - on_kill must not fail
+            return (
+                RuntimeTaskInstance.get_ti_count(
+                    dag_id=self.dag_id, task_ids=[self.task_id], run_ids=[self._run_id], states=["running"]
+                )
+                > 0
+            )
+        except Exception as exc:
             self.log.warning("%s: could not learn whether the task still runs (%s)", self.task_id, exc)
             return True

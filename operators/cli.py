@@ -1,13 +1,13 @@
 """``tfdist``: validate a spec and print its resolved plan without running anything; write demo data.
 
-    tfdist validate SPEC.yaml
-    tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
-    tfdist models MODEL_DIR            (the versions of one model, each with its parent, and the withdrawn ones)
-    tfdist models withdraw MODEL_DIR VERSION --reason "..." [--by NAME]
-    tfdist models restore MODEL_DIR VERSION
-    tfdist runs DAG_ID                 (each run's window, parent, metrics, gate decision, export version)
-    tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
-    tfdist --version
+tfdist validate SPEC.yaml
+tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
+tfdist models MODEL_DIR            (the versions of one model, each with its parent, and the withdrawn ones)
+tfdist models withdraw MODEL_DIR VERSION --reason "..." [--by NAME]
+tfdist models restore MODEL_DIR VERSION
+tfdist runs DAG_ID                 (each run's window, parent, metrics, gate decision, export version)
+tfdist demo [--logs DIR]           (the example DAG once on real Airflow; see tfdist.operators.demo)
+tfdist --version
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import json
 import os
 import sys
 
+from tfdist.contract import registry
 from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
-from tfdist.trainer.contract import registry
-from tfdist.trainer.spec import Spec, SpecError, default_artifact_root, load_spec
+from tfdist.spec import Spec, SpecError, default_artifact_root, load_spec
 
 
 def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:
     spec = load_spec(spec_path)
     start = logical_date or spec.start_date
-    start, end = scheduled_interval(spec.cron, start.replace(tzinfo=start.tzinfo or dt.timezone.utc))
+    start, end = scheduled_interval(spec.cron, start.replace(tzinfo=start.tzinfo or dt.UTC))
     return spec, RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
 
 
@@ -36,17 +36,20 @@ def print_kubernetes_objects(spec_path: str, logical_date: dt.datetime | None, k
     """Every object a run on Kubernetes creates, stage by stage, as YAML for ``kubectl apply -f -``."""
     import yaml
 
-    from tfdist.operators.launchers.k8s_objects import stage_objects
+    from tfdist.operators.launchers.kubernetes.objects import stage_objects
 
     spec, ctx = _scheduled_run(spec_path, logical_date)
     if spec.kubernetes is None:
-        raise SpecError(["kubernetes: required to plan a run on Kubernetes (pods.image, artifact_volume, ...)"],
-                        f"spec {spec_path}")
+        raise SpecError(
+            ["kubernetes: required to plan a run on Kubernetes (pods.image, artifact_volume, ...)"], f"spec {spec_path}"
+        )
     plan = build_plan(spec, ctx)
     for stage in plan.stages:
         print(f"# task {stage.task_id} of run {ctx.run_id}")
-        print(yaml.safe_dump_all(stage_objects(plan, stage, kubeflow=kubeflow),
-                                 sort_keys=False, explicit_start=True), end="")
+        print(
+            yaml.safe_dump_all(stage_objects(plan, stage, kubeflow=kubeflow), sort_keys=False, explicit_start=True),
+            end="",
+        )
 
 
 def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
@@ -94,17 +97,21 @@ def change_model(action: str, model_dir: str, version: int, reason: str, by: str
 
     if action == "withdraw":
         result = registry.withdraw(model_dir, version, reason, by)
-        print(f"withdrew version {version} of {model_dir} (by {by}: {result['reason']}); "
-              f"moved to {registry.withdrawn_path(model_dir, version)}")
+        print(
+            f"withdrew version {version} of {model_dir} (by {by}: {result['reason']}); "
+            f"moved to {registry.withdrawn_path(model_dir, version)}"
+        )
         extra = {"withdrawn": version, "reason": result["reason"], "by": by}
     else:
         result = registry.restore(model_dir, version)
         print(f"restored version {version} of {model_dir} (withdrawn by {result['by']}: {result['reason']})")
         extra = {"restored": version, "by": by}
     print(now_served(model_dir, result["live"]))
-    print(f"no Asset event was emitted (the CLI does not reach Airflow): the plugin's API route does this and emits "
-          f"one; to tell the consumers of model://{os.path.basename(model_dir)} now, POST /api/v2/assets/events "
-          f"with extra {json.dumps(extra)}")
+    print(
+        f"no Asset event was emitted (the CLI does not reach Airflow): the plugin's API route does this and emits "
+        f"one; to tell the consumers of model://{os.path.basename(model_dir)} now, POST /api/v2/assets/events "
+        f"with extra {json.dumps(extra)}"
+    )
 
 
 def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -128,10 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("validate", help="validate a spec file").add_argument("spec")
     plan = sub.add_parser("plan", help="print the resolved plan of one scheduled run")
     plan.add_argument("spec")
-    plan.add_argument("--logical-date", type=dt.datetime.fromisoformat, default=None,
-                      help="start of the run's data interval (default: the spec's start_date)")
-    plan.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
-                      help="kubernetes: print the objects the run creates, as YAML documents")
+    plan.add_argument(
+        "--logical-date",
+        type=dt.datetime.fromisoformat,
+        default=None,
+        help="start of the run's data interval (default: the spec's start_date)",
+    )
+    plan.add_argument(
+        "--launcher",
+        choices=["local", "kubernetes"],
+        default="local",
+        help="kubernetes: print the objects the run creates, as YAML documents",
+    )
     plan.add_argument("--kubeflow", action="store_true", help="with kubernetes: the train stage as a TFJob or MPIJob")
     models = sub.add_parser("models", help="list a model's versions, newest first; withdraw or restore one")
     models.add_argument("words", nargs="+", metavar="MODEL_DIR | {withdraw,restore} MODEL_DIR VERSION")

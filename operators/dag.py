@@ -10,9 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from airflow.sdk import (DAG, Asset, AssetAll, AssetAny, AssetOrTimeSchedule, BaseOperator, CronDataIntervalTimetable,
-                        PartitionedAssetTimetable, StartOfDayMapper, StartOfHourMapper, StartOfMonthMapper,
-                        StartOfWeekMapper, StartOfYearMapper, TaskGroup)
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetAll,
+    AssetAny,
+    AssetOrTimeSchedule,
+    BaseOperator,
+    CronDataIntervalTimetable,
+    PartitionedAssetTimetable,
+    StartOfDayMapper,
+    StartOfHourMapper,
+    StartOfMonthMapper,
+    StartOfWeekMapper,
+    StartOfYearMapper,
+    TaskGroup,
+)
 from airflow.sdk.definitions._internal.contextmanager import DagContext
 from airflow.sdk.definitions._internal.node import GROUP_KEY_REGEX
 from airflow.sdk.exceptions import AirflowFailException
@@ -25,13 +38,18 @@ from tfdist.operators.plan import PARTITION_KEY_FORMATS
 from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
 from tfdist.operators.validate_data import ValidateDataOperator
-from tfdist.trainer.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
+from tfdist.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
 
 log = logging.getLogger(__name__)
 
 
-PARTITION_MAPPERS = {"hour": StartOfHourMapper, "day": StartOfDayMapper, "week": StartOfWeekMapper,
-                     "month": StartOfMonthMapper, "year": StartOfYearMapper}
+PARTITION_MAPPERS = {
+    "hour": StartOfHourMapper,
+    "day": StartOfDayMapper,
+    "week": StartOfWeekMapper,
+    "month": StartOfMonthMapper,
+    "year": StartOfYearMapper,
+}
 
 
 def timetable(spec: Spec) -> Any:
@@ -48,8 +66,9 @@ def timetable(spec: Spec) -> Any:
             raise SpecError([f"schedule.assets[{i}]: Airflow refuses {uri!r}: {exc}"], f"spec {spec.name!r}") from None
     condition = (AssetAll if schedule.when == "all" else AssetAny)(*assets)
     if schedule.partitions:
-        mapper = PARTITION_MAPPERS[schedule.partitions](input_format=schedule.partition_key_format,
-                                                        output_format=PARTITION_KEY_FORMATS[schedule.partitions])
+        mapper = PARTITION_MAPPERS[schedule.partitions](
+            input_format=schedule.partition_key_format, output_format=PARTITION_KEY_FORMATS[schedule.partitions]
+        )
         return PartitionedAssetTimetable(assets=condition, default_partition_mapper=mapper)
     if schedule.cron:
         return AssetOrTimeSchedule(timetable=CronDataIntervalTimetable(schedule.cron, timezone="UTC"), assets=condition)
@@ -102,24 +121,34 @@ def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> li
     """Why ``spec`` cannot be embedded as task group ``group_id`` (None: its name) of the DAG being defined ([]
     when it can)."""
     if dag is None:
-        return ["<spec>: build_task_group makes a task group of the DAG being defined; call it inside "
-                "'with DAG(...):'"]
-    problems = [f"{field}: belongs to the DAG {dag.dag_id!r} the pipeline is embedded in (set it there); remove it "
-                "from the spec" for field in DAG_FIELDS if field in spec.model_fields_set]
+        return ["<spec>: build_task_group makes a task group of the DAG being defined; call it inside 'with DAG(...):'"]
+    problems = [
+        f"{field}: belongs to the DAG {dag.dag_id!r} the pipeline is embedded in (set it there); remove it "
+        "from the spec"
+        for field in DAG_FIELDS
+        if field in spec.model_fields_set
+    ]
     if not GROUP_KEY_REGEX.match(group_id or spec.name):
-        problems.append(f"group_id: {group_id!r} is no task group id (letters, digits, '_' and '-' only)" if group_id
-                        else f"name: {spec.name!r} cannot be the task group id (letters, digits, '_' and '-' only); "
-                        "pass build_task_group(spec, group_id=...)")
+        problems.append(
+            f"group_id: {group_id!r} is no task group id (letters, digits, '_' and '-' only)"
+            if group_id
+            else f"name: {spec.name!r} cannot be the task group id (letters, digits, '_' and '-' only); "
+            "pass build_task_group(spec, group_id=...)"
+        )
     model_dir = os.path.join(spec.export_root, spec.export.model_name)
-    problems += [f"export.model_name: {spec.export.model_name!r} is published to {model_dir} by the pipeline "
-                 f"{task.pipeline_id!r} of this DAG too, and their versions would interleave; give each pipeline its "
-                 "own export.model_name" for task in dag.tasks
-                 if isinstance(task, ExportModelOperator) and task.model_dir == model_dir]
+    problems += [
+        f"export.model_name: {spec.export.model_name!r} is published to {model_dir} by the pipeline "
+        f"{task.pipeline_id!r} of this DAG too, and their versions would interleave; give each pipeline its "
+        "own export.model_name"
+        for task in dag.tasks
+        if isinstance(task, ExportModelOperator) and task.model_dir == model_dir
+    ]
     return problems
 
 
-def build_task_group(spec: Spec | dict | str | os.PathLike, group_id: str | None = None,
-                     **task_group_kwargs: Any) -> TaskGroup:
+def build_task_group(
+    spec: Spec | dict | str | os.PathLike, group_id: str | None = None, **task_group_kwargs: Any
+) -> TaskGroup:
     """The spec's pipeline as a task group (``group_id``: default the spec's name) of the DAG being defined, e.g.
     ``extract >> build_task_group(spec)``: the DAG's schedule and data interval drive it, its run conf's
     ``<group_id>`` mapping holds the run's overrides. Invalid or conflicting specs raise SpecError."""
@@ -156,7 +185,7 @@ def invalid_spec_dag(dag_id: str, path: Path, error: SpecError) -> DAG:
         dag_display_name=f"{dag_id} (INVALID SPEC {path.name})",
         description=str(error),
         doc_md=f"**Invalid pipeline spec `{path}`**: nothing of it runs until it is fixed.\n\n"
-               + "\n".join(f"- `{problem}`" for problem in error.problems),
+        + "\n".join(f"- `{problem}`" for problem in error.problems),
         schedule=None,
         is_paused_upon_creation=True,
         tags=["tfdist", "invalid-spec"],
@@ -183,8 +212,13 @@ def build_dags_from_directory(directory: str | os.PathLike) -> dict[str, DAG]:
         try:
             spec = load_spec(path)
             if spec.name in origins:
-                raise SpecError([f"name: {spec.name!r} is already the name of {origins[spec.name]}; give each "
-                                 "spec file its own name"], f"spec file {path}")
+                raise SpecError(
+                    [
+                        f"name: {spec.name!r} is already the name of {origins[spec.name]}; give each "
+                        "spec file its own name"
+                    ],
+                    f"spec file {path}",
+                )
         except SpecError as exc:
             invalid.append((path, exc))
             continue

@@ -15,11 +15,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tfdist.trainer.contract import registry
+from tfdist.contract import registry
 
 DEMO_DAG = "digits_nightly"
-_SHOWN = re.compile(r"(\[(?:worker|chief|ps|rank|prepare|evaluate|export)-\d+\].*?|ERROR.*?|\w+Error.*?)"
-                    r"(?:\s+\[airflow[.\w]*\] loc=\S+)?$")
+_SHOWN = re.compile(
+    r"(\[(?:worker|chief|ps|rank|prepare|evaluate|export)-\d+\].*?|ERROR.*?|\w+Error.*?)"
+    r"(?:\s+\[airflow[.\w]*\] loc=\S+)?$"
+)
 _NOISE = re.compile(r"oneDNN|absl::|cpu_feature_guard|\] [IW]0000 ")
 _FINISHED = re.compile(r"DagRun Finished: .*?run_id=(?P<run_id>[^,]+), .*?state=(?P<state>\w+)")
 
@@ -42,8 +44,14 @@ def write_digits_partitions(root: str, end: dt.date, days: int) -> list[str]:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         header = ",".join([f"pixel_{i}" for i in range(64)] + ["label"])
         tmp = path + ".tmp"
-        np.savetxt(tmp, np.column_stack([digits.data[rows], digits.target[rows]]).astype(int), fmt="%d",
-                   delimiter=",", header=header, comments="")
+        np.savetxt(
+            tmp,
+            np.column_stack([digits.data[rows], digits.target[rows]]).astype(int),
+            fmt="%d",
+            delimiter=",",
+            header=header,
+            comments="",
+        )
         os.replace(tmp, path)
         written.append(path)
     return written
@@ -69,19 +77,39 @@ def _sample_peak_rss(pid: int, peak: list[float]) -> None:
             time.sleep(0.1)
 
 
-def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: bool = True,
-                      conf: dict | None = None, wrapper: tuple[str, ...] = ()) -> DagTestOutcome:
+def airflow_dags_test(
+    dag_id: str,
+    logical_date: dt.date,
+    log_path: str,
+    echo: bool = True,
+    conf: dict | None = None,
+    wrapper: tuple[str, ...] = (),
+) -> DagTestOutcome:
     """``airflow db migrate`` then ``airflow dags test`` (with the run conf ``conf``, started through the
     argv ``wrapper`` if given): one real DAG run; its whole output goes to ``log_path``."""
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     run_id = state = None
-    argv = [*wrapper, airflow, "dags", "test", dag_id, logical_date.isoformat(), *(["--conf", json.dumps(conf)] if conf else [])]
+    argv = [
+        *wrapper,
+        airflow,
+        "dags",
+        "test",
+        dag_id,
+        logical_date.isoformat(),
+        *(["--conf", json.dumps(conf)] if conf else []),
+    ]
     peak = [0.0]
-    with open(log_path, "w") as log, subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    ) as proc:
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc,
+    ):
         sampler = threading.Thread(target=_sample_peak_rss, args=(proc.pid, peak), daemon=True)
         sampler.start()
         for line in proc.stdout:
@@ -96,7 +124,7 @@ def airflow_dags_test(dag_id: str, logical_date: dt.date, log_path: str, echo: b
 
 
 def run_demo(artifact_root: str, logs_dir: str) -> int:
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     for path in write_digits_partitions(os.path.join(artifact_root, "raw", "digits"), today - dt.timedelta(days=1), 3):
         print(f"wrote {path}")
     outcome = airflow_dags_test(DEMO_DAG, today, os.path.join(logs_dir, "dags-test.log"))
@@ -109,8 +137,10 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
             print(f"\nrun {outcome.run_id} succeeded; full log: {outcome.log_path}")
             print(f"Airflow process peak memory: {outcome.peak_rss_mb:.0f} MB (tasks run in it; workers excluded)")
             print(f"exported model: {metadata['path']}")
-            print(f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
-                  f"(serving signature on the held-out split: {metadata['serving_eval_accuracy']:.4f})")
+            print(
+                f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
+                f"(serving signature on the held-out split: {metadata['serving_eval_accuracy']:.4f})"
+            )
             return 0
     print(f"run {outcome.run_id} succeeded but published no version in {model_dir}")
     return 1

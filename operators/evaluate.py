@@ -22,8 +22,10 @@ class EvaluateOperator(StageOperator):
 
     def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         if plan.spec.validation.allow_unvalidated:
-            self.log.warning("no gate: validation.allow_unvalidated is set, so this model is published without "
-                             "any threshold (recorded in blessing.json and the version's metadata.json)")
+            self.log.warning(
+                "no gate: validation.allow_unvalidated is set, so this model is published without "
+                "any threshold (recorded in blessing.json and the version's metadata.json)"
+            )
         if not record["blessed"]:
             reason = "model not blessed: " + "; ".join(record["failures"])
             self.log.warning("%s", reason)

@@ -8,8 +8,8 @@ from typing import Any
 from airflow.sdk import Asset
 
 from tfdist.operators.base import StageOperator
+from tfdist.operators.links import PublishedVersionLink, TrainingRunLink
 from tfdist.operators.plan import Plan
-from tfdist.operators.ui.links import PublishedVersionLink, TrainingRunLink
 
 
 def model_asset(model_name: str) -> Asset:
@@ -45,5 +45,6 @@ class ExportModelOperator(StageOperator):
 
     def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         context["outlet_events"][self.model_asset].extra = {
-            k: record.get(k) for k in ("version", "path", "parent_version", "cold_start")}
+            k: record.get(k) for k in ("version", "path", "parent_version", "cold_start")
+        }
         return record

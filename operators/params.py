@@ -8,10 +8,20 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from tfdist.trainer.spec import Spec, field_doc, field_value, section_models
+from tfdist.spec import Spec, field_doc, field_value, section_models
 
-_KEPT = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
-         "pattern", "description")
+_KEPT = (
+    "type",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "description",
+)
 
 
 def param_schema(prop: dict[str, Any], description: str | None = None) -> dict[str, Any]:
@@ -45,6 +55,7 @@ def dag_params(spec: Spec) -> dict[str, Param]:
         parent, _, leaf = path.rpartition(".")
         section = field_value(spec, parent) if parent else spec
         model = type(section)
-        params[path] = Param(field_value(spec, path), title=path, **param_schema(_properties(model)[leaf],
-                                                                                 field_doc(model, leaf)))
+        params[path] = Param(
+            field_value(spec, path), title=path, **param_schema(_properties(model)[leaf], field_doc(model, leaf))
+        )
     return params

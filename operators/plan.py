@@ -10,9 +10,18 @@ from typing import Any, Literal
 
 from croniter import croniter
 
-from tfdist.trainer.contract import (EvaluateArgs, ExportArgs, PrepareArgs, RunLayout, StageArgs, TrainArgs,
-                                     ValidateDataArgs, run_path)
-from tfdist.trainer.spec import Spec, partition_unit
+from tfdist.contract import (
+    EvaluateArgs,
+    ExportArgs,
+    PrepareArgs,
+    RunLayout,
+    StageArgs,
+    TrainArgs,
+    ValidateDataArgs,
+    run_path,
+)
+from tfdist.spec import Spec, partition_unit
+
 
 def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
@@ -45,7 +54,7 @@ def period_end(start: dt.datetime, period: str) -> dt.datetime:
 
 def partition_start(key: str, period: str) -> dt.datetime:
     """Where the partition ``key`` of a ``period`` starts (UTC); ValueError for a key of another form."""
-    return dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]).replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]).replace(tzinfo=dt.UTC)
 
 
 def pipeline_id(dag_id: str, group_id: str | None) -> str:
@@ -92,8 +101,14 @@ def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[d
 
 
 def source_for(source: str, partition: dt.datetime, artifact_root: str) -> str:
-    return source.format(date=partition.date().isoformat(), year=f"{partition:%Y}", month=f"{partition:%m}",
-                         day=f"{partition:%d}", hour=f"{partition:%H}", artifact_root=artifact_root)
+    return source.format(
+        date=partition.date().isoformat(),
+        year=f"{partition:%Y}",
+        month=f"{partition:%m}",
+        day=f"{partition:%d}",
+        hour=f"{partition:%H}",
+        artifact_root=artifact_root,
+    )
 
 
 @dataclass(frozen=True)
@@ -144,17 +159,17 @@ class Stage:
 
     @property
     def result_file(self) -> str:
-        """Where the stage writes its result record (tfdist.trainer.contract)."""
+        """Where the stage writes its result record (tfdist.contract)."""
         return self.args.result
 
     @property
     def heartbeat_dir(self) -> str:
-        """Training: where each training process marks its progress (tfdist.trainer.contract.beat)."""
+        """Training: where each training process marks its progress (tfdist.contract.beat)."""
         return self.args.heartbeats if isinstance(self.args, TrainArgs) else ""
 
     @property
     def checkpoint_dir(self) -> str:
-        """Training: where the chief writes checkpoints (tfdist.trainer.contract.checkpoint_step reads the latest)."""
+        """Training: where the chief writes checkpoints (tfdist.contract.checkpoint_step reads the latest)."""
         return self.args.checkpoints if isinstance(self.args, TrainArgs) else ""
 
     @property
@@ -203,16 +218,22 @@ class Plan:
     def run_record(self) -> dict[str, Any]:
         """run.json: what identifies the run and what its trigger changed."""
         ctx = self.context
-        return {"pipeline_id": ctx.pipeline_id, "run_id": ctx.run_id, "overrides": self.overrides,
-                "data_interval_start": ctx.interval_start.isoformat(), "data_interval_end": ctx.interval_end.isoformat(),
-                "window": ctx.window, "partition_key": ctx.partition_key}
+        return {
+            "pipeline_id": ctx.pipeline_id,
+            "run_id": ctx.run_id,
+            "overrides": self.overrides,
+            "data_interval_start": ctx.interval_start.isoformat(),
+            "data_interval_end": ctx.interval_end.isoformat(),
+            "window": ctx.window,
+            "partition_key": ctx.partition_key,
+        }
 
 
 def version_base(ctx: RunContext) -> int:
     """First export version of the run's data interval, from its end (not wall-clock): e.g. 20261121000000.
 
     The export takes the first free version ``base + n`` (n < 100); a rerun of the same run reuses its own."""
-    return int(ctx.interval_end.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M")) * 100
+    return int(ctx.interval_end.astimezone(dt.UTC).strftime("%Y%m%d%H%M")) * 100
 
 
 def build_plan(
@@ -228,21 +249,52 @@ def build_plan(
     layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.pipeline_id, ctx.run_id))
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
     source = source or spec.data.source
-    sources = [source_for(source, t, spec.artifact_root) for t in partitions(
-        ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))]
+    sources = [
+        source_for(source, t, spec.artifact_root)
+        for t in partitions(ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))
+    ]
     published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
-    prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), tuple(dict.fromkeys(sources)))
-    validate = ValidateDataArgs(layout.spec_file, layout.run_file, layout.data_dir, model_dir,
-                                layout.data_validation_dir, layout.result("validate_data"))
-    train = TrainArgs(layout.spec_file, layout.data_dir, layout.checkpoint_dir, layout.result("train"),
-                      layout.heartbeat_dir, layout.progress_file, layout.run_file, model_dir, layout.warm_start_file,
-                      layout.curve_file, layout.tensorboard("train"))
-    evaluate = EvaluateArgs(**published, checkpoints=layout.checkpoint_dir, train_result=layout.result("train"),
-                            out=layout.eval_dir, result=layout.result("evaluate"),
-                            tensorboard=layout.tensorboard("eval"))
-    export = ExportArgs(**published, eval=layout.eval_dir, train_result=layout.result("train"),
-                        warm_start=layout.warm_start_file, version_base=version_base(ctx),
-                        result=layout.result("export"), approval=layout.approval_file if spec.export.approval else "")
+    prepare = PrepareArgs(
+        layout.spec_file, layout.data_dir, layout.result("prepare_data"), tuple(dict.fromkeys(sources))
+    )
+    validate = ValidateDataArgs(
+        layout.spec_file,
+        layout.run_file,
+        layout.data_dir,
+        model_dir,
+        layout.data_validation_dir,
+        layout.result("validate_data"),
+    )
+    train = TrainArgs(
+        layout.spec_file,
+        layout.data_dir,
+        layout.checkpoint_dir,
+        layout.result("train"),
+        layout.heartbeat_dir,
+        layout.progress_file,
+        layout.run_file,
+        model_dir,
+        layout.warm_start_file,
+        layout.curve_file,
+        layout.tensorboard("train"),
+    )
+    evaluate = EvaluateArgs(
+        **published,
+        checkpoints=layout.checkpoint_dir,
+        train_result=layout.result("train"),
+        out=layout.eval_dir,
+        result=layout.result("evaluate"),
+        tensorboard=layout.tensorboard("eval"),
+    )
+    export = ExportArgs(
+        **published,
+        eval=layout.eval_dir,
+        train_result=layout.result("train"),
+        warm_start=layout.warm_start_file,
+        version_base=version_base(ctx),
+        result=layout.result("export"),
+        approval=layout.approval_file if spec.export.approval else "",
+    )
     return Plan(
         spec=spec,
         layout=layout,

@@ -9,8 +9,7 @@ from typing import Any
 
 DISTRIBUTION = "airflow-tfdist"
 """The distribution's name in pyproject.toml; Airflow refuses provider info that names another."""
-EXTRA_LINKS = [f"{__package__}.ui.links.{link}"
-               for link in ("TrainingRunLink", "PublishedVersionLink", "TensorBoardLink")]
+EXTRA_LINKS = [f"{__package__}.links.{link}" for link in ("TrainingRunLink", "PublishedVersionLink", "TensorBoardLink")]
 """Every extra link of the operators, as import paths (``airflow providers links`` lists them): Airflow reads
 provider info while it initializes, so nothing here imports Airflow."""
 
@@ -28,8 +27,9 @@ def get_provider_info() -> dict[str, Any]:
         "name": "tfdist",
         "description": metadata.metadata(DISTRIBUTION)["Summary"],
         "versions": [version()],
-        "integrations": [{"integration-name": "TensorFlow", "external-doc-url": "https://www.tensorflow.org/",
-                          "tags": ["software"]}],
+        "integrations": [
+            {"integration-name": "TensorFlow", "external-doc-url": "https://www.tensorflow.org/", "tags": ["software"]}
+        ],
         "operators": [{"integration-name": "TensorFlow", "python-modules": operator_modules()}],
         "extra-links": EXTRA_LINKS,
     }

@@ -7,11 +7,22 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from tfdist.trainer.contract import (RunLayout, TrainProgress, approval, gate, read_curve, read_json_if_exists,
-                                     registry, run_path, runs_root, warm_start_summary)
-from tfdist.trainer.contract.data_gate import DATA_VALIDATION
+from tfdist.contract import (
+    RunLayout,
+    TrainProgress,
+    approval,
+    gate,
+    read_curve,
+    read_json_if_exists,
+    registry,
+    run_path,
+    runs_root,
+    warm_start_summary,
+)
+from tfdist.contract.data_gate import DATA_VALIDATION
 
 LOWER_IS_BETTER = {"loss"}
 
@@ -21,9 +32,12 @@ def progress(run_dir: str) -> dict[str, Any] | None:
     found = TrainProgress.read(RunLayout(run_dir).progress_file)
     if found is None:
         return None
-    return {**dataclasses.asdict(found), "seconds_left": found.seconds_left,
-            "finished": found.step >= found.total_steps,
-            "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.timezone.utc).isoformat()}
+    return {
+        **dataclasses.asdict(found),
+        "seconds_left": found.seconds_left,
+        "finished": found.step >= found.total_steps,
+        "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.UTC).isoformat(),
+    }
 
 
 def curve(run_dir: str) -> dict[str, Any] | None:
@@ -62,8 +76,7 @@ def data_decision(run: dict[str, Any]) -> str:
     """The data gate's decision in a word or two: refused, passed, passed with warnings, or '-'."""
     if run.get("data_decision") is None:
         return "-"
-    return "REFUSED" if run["data_decision"] == "refused" else "passed" + (" (warned)" if run["data_failures"]
-                                                                             else "")
+    return "REFUSED" if run["data_decision"] == "refused" else "passed" + (" (warned)" if run["data_failures"] else "")
 
 
 def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
@@ -81,8 +94,9 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     metrics = blessing.get("metrics")
     checks = blessing.get("checks")
     if checks is None and metrics:  # written before blessing.json recorded its checks
-        checks = gate.checks(metrics, blessing.get("thresholds") or {}, blessing.get("change_thresholds") or {},
-                             baseline.get("metrics"))
+        checks = gate.checks(
+            metrics, blessing.get("thresholds") or {}, blessing.get("change_thresholds") or {}, baseline.get("metrics")
+        )
     return {
         **run,
         "overrides": run.get("overrides") or {},
@@ -120,8 +134,9 @@ def _newest_first(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def list_runs(pipeline_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
     """One summary per run directory of the pipeline under any of ``artifact_roots``, newest data interval first."""
     runs_dirs = [runs_root(root, pipeline_id) for root in artifact_roots]
-    return _newest_first(run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d)
-                         for key in sorted(os.listdir(d)))
+    return _newest_first(
+        run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d) for key in sorted(os.listdir(d))
+    )
 
 
 VERSION_FIELDS = ("version", "run_id", "data_interval_start", "data_interval_end", "metrics", "gate", "path")
@@ -140,9 +155,13 @@ def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _version_row(metadata: dict[str, Any], baseline: bool) -> dict[str, Any]:
-    return {**{k: metadata.get(k) for k in VERSION_FIELDS}, "baseline": baseline,
-            "withdrawn": metadata.get("withdrawn"), "parent": (metadata.get("parent") or {}).get("version"),
-            "cold_start": (metadata.get("warm_start") or {}).get("cold_start")}
+    return {
+        **{k: metadata.get(k) for k in VERSION_FIELDS},
+        "baseline": baseline,
+        "withdrawn": metadata.get("withdrawn"),
+        "parent": (metadata.get("parent") or {}).get("version"),
+        "cold_start": (metadata.get("warm_start") or {}).get("cold_start"),
+    }
 
 
 def all_model_dirs(runs: Iterable[dict[str, Any]], declared: Iterable[str]) -> list[str]:
@@ -153,8 +172,10 @@ def all_model_dirs(runs: Iterable[dict[str, Any]], declared: Iterable[str]) -> l
 def now_served(model_dir: str, live: int | None) -> str:
     """After a withdrawal or restore, what TF Serving's "latest" policy serves, in words."""
     if live is None:
-        return (f"no published version of {os.path.basename(model_dir)} is left: TF Serving serves none until one is "
-                "published or restored")
+        return (
+            f"no published version of {os.path.basename(model_dir)} is left: TF Serving serves none until one is "
+            "published or restored"
+        )
     return f"TF Serving now serves version {live}, the newest published one"
 
 
@@ -199,12 +220,17 @@ def _series(run_type: str | None, backfill: Backfill | None) -> tuple[str, str]:
     return name, {"scheduled": "nightly (scheduled)", "manual": "manual triggers"}.get(name, name)
 
 
-def overview(pipeline_id: str, artifact_roots: list[str], model_dirs: Iterable[str],
-             airflow_runs: dict[str, AirflowRun], backfills: dict[int, Backfill]) -> dict[str, Any]:
+def overview(
+    pipeline_id: str,
+    artifact_roots: list[str],
+    model_dirs: Iterable[str],
+    airflow_runs: dict[str, AirflowRun],
+    backfills: dict[int, Backfill],
+) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
     root remembers), the metrics and thresholds to chart, the published and withdrawn versions (a run's
     ``export_withdrawn``: its version's withdrawal, who, when and why)."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     found = {r["run_id"]: r for r in list_runs(pipeline_id, artifact_roots)}
     runs = []
     for run_id in dict.fromkeys([*airflow_runs, *found]):
@@ -212,15 +238,23 @@ def overview(pipeline_id: str, artifact_roots: list[str], model_dirs: Iterable[s
         summary = found.get(run_id) or run_summary(run_path(artifact_roots[0], pipeline_id, run_id), run_id)
         backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
         series, label = _series(known and known.run_type, backfill)
-        runs.append({
-            **({"data_interval_start": known.data_interval_start, "data_interval_end": known.data_interval_end}
-               if known else {}),
-            **summary,
-            "run_type": known and known.run_type, "state": known and known.state,
-            "started_at": known and known.started_at, "ended_at": known and known.ended_at,
-            "duration_seconds": _seconds(known.started_at, known.ended_at, now) if known else None,
-            "series": series, "series_label": label,
-        })
+        runs.append(
+            {
+                **(
+                    {"data_interval_start": known.data_interval_start, "data_interval_end": known.data_interval_end}
+                    if known
+                    else {}
+                ),
+                **summary,
+                "run_type": known and known.run_type,
+                "state": known and known.state,
+                "started_at": known and known.started_at,
+                "ended_at": known and known.ended_at,
+                "duration_seconds": _seconds(known.started_at, known.ended_at, now) if known else None,
+                "series": series,
+                "series_label": label,
+            }
+        )
     runs = _newest_first(runs)
     versions = published_versions(all_model_dirs(runs, model_dirs))
     withdrawn = {v["version"]: v["withdrawn"] for v in versions if v["withdrawn"]}
@@ -250,8 +284,17 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
         window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
         overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
         shown = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in ("accuracy", "loss")]
-        rows.append((r["run_id"], window, overrides, data_decision(r),
-                     started_from(r["parent_version"], r["cold_start"], short=True), *shown, gate_decision,
-                     str(r["export_version"] or "-")))
+        rows.append(
+            (
+                r["run_id"],
+                window,
+                overrides,
+                data_decision(r),
+                started_from(r["parent_version"], r["cold_start"], short=True),
+                *shown,
+                gate_decision,
+                str(r["export_version"] or "-"),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

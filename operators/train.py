@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfdist.operators.base import StageOperator
-from tfdist.operators.ui.links import TensorBoardLink, TrainingRunLink
+from tfdist.operators.links import TensorBoardLink, TrainingRunLink
 
 
 class DistributedTrainOperator(StageOperator):

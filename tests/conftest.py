@@ -17,11 +17,11 @@ import types
 import psutil
 import pytest
 
+from tfdist.contract import last_beats, read_json, record_run
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import RunContext, build_plan
-from tfdist.trainer.contract import last_beats, read_json, record_run
-from tfdist.trainer.spec import load_spec
+from tfdist.spec import load_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = dt.date(2026, 11, 20)
@@ -37,6 +37,7 @@ def lacks_root(*tools: str) -> bool:
 
 def needs_root(why: str, *tools: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(lacks_root(*tools), reason=why)
+
 
 SMALL_SPEC = {
     "name": "digits_test",
@@ -75,13 +76,15 @@ def make_spec(root: str, **sections) -> dict:
 def airflow_home(tmp_path_factory) -> str:
     """A private AIRFLOW_HOME for the whole session (its SQLite DB is created by the tests that need one)."""
     home = str(tmp_path_factory.mktemp("airflow_home"))
-    os.environ.update({
-        "AIRFLOW_HOME": home,
-        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),  # the thin file beside the entry point
-        "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as recommended: the dag-processor pre-imports tfdist
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": home,
+            "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(REPO, "plugins"),  # the thin file beside the entry point
+            "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as recommended: the dag-processor pre-imports tfdist
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        }
+    )
     return home
 
 
@@ -116,13 +119,13 @@ def collecting_logger(name: str, on_line=None) -> tuple[logging.Logger, Lines]:
     return logger, handler
 
 
-START = dt.datetime.combine(DAY, dt.time(), dt.timezone.utc)
+START = dt.datetime.combine(DAY, dt.time(), dt.UTC)
 
 
 def plan_for(root: str, run_id: str, day: dt.date = DAY, **sections):
     """The plan of a run of SMALL_SPEC on the daily partition of ``day``, its run directory recorded."""
     spec = load_spec(make_spec(root, **sections))
-    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
     plan = build_plan(spec, RunContext(spec.name, run_id, start, start + dt.timedelta(days=1)))
     record_run(plan.layout, spec.to_json_dict(), plan.run_record())
     return plan
@@ -246,6 +249,10 @@ def task_instance(dag_id: str, run_id: str, try_number: int = 1) -> types.Simple
     """What a stage operator's execute uses of Airflow's task instance: its key, its try number and XCom
     pushes (kept in ``pushed``)."""
     pushed: dict = {}
-    return types.SimpleNamespace(dag_id=dag_id, run_id=run_id, try_number=try_number, pushed=pushed,
-                                 xcom_push=lambda key, value: pushed.__setitem__(key, value))
-
+    return types.SimpleNamespace(
+        dag_id=dag_id,
+        run_id=run_id,
+        try_number=try_number,
+        pushed=pushed,
+        xcom_push=lambda key, value: pushed.__setitem__(key, value),
+    )

@@ -109,8 +109,14 @@ MESSAGE_MAX_BYTES, LOG_MESSAGE_LINES, LOG_MESSAGE_MAX_BYTES = 4096, 80, 2048
 """The kubelet's termination message: the file's last 4096 bytes, or the log's last 80 lines, 2048 bytes."""
 CRDS = {"tfjobs": ("kubeflow.org", "v1", "TFJob"), "mpijobs": ("kubeflow.org", "v2beta1", "MPIJob")}
 """The custom resources a cluster may have installed: plural → (group, version, kind)."""
-API_VERSIONS = {"Job": "batch/v1", "Service": "v1", "Pod": "v1", "ConfigMap": "v1", "Secret": "v1",
-                **{k: f"{g}/{v}" for g, v, k in CRDS.values()}}
+API_VERSIONS = {
+    "Job": "batch/v1",
+    "Service": "v1",
+    "Pod": "v1",
+    "ConfigMap": "v1",
+    "Secret": "v1",
+    **{k: f"{g}/{v}" for g, v, k in CRDS.values()},
+}
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 TF_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
 TF_STATUS_ORDER = ("Chief", "Evaluator", "Master", "PS", "Worker")
@@ -123,8 +129,10 @@ MPI_OPERATOR, MPI_CONFIG = "mpi-operator", "/etc/mpi"
 IMAGE_USER = ("tfdist", 1000, 1000, "/home/tfdist")
 """The worker image's user (docker/Dockerfile.worker: ``useradd --uid 1000 --create-home tfdist``): name, uid,
 gid, home."""
-IMAGE_DIRS = {"/home": {"tfdist/.sshd_config": "docker/sshd_config"},
-              "/etc/ssh/ssh_config.d": {"tfdist.conf": "docker/ssh_config"}}
+IMAGE_DIRS = {
+    "/home": {"tfdist/.sshd_config": "docker/sshd_config"},
+    "/etc/ssh/ssh_config.d": {"tfdist.conf": "docker/ssh_config"},
+}
 """The worker image's directories that differ from this machine's, with the files the Dockerfile copies into
 them from the repository: the user's home (with its sshd config) and the ssh client's settings."""
 CONTAINER_SETUP = r"""set -e
@@ -164,7 +172,7 @@ LOG_FOLLOW_SECONDS = 0.05
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _index(pod: Pod) -> int:
@@ -187,11 +195,14 @@ def _log_lines(lines: list[str], query: dict, first: bool) -> list[str]:
     newline: those within sinceSeconds, then, in the first answer, the last tailLines of them; without their
     time unless timestamps=true."""
     if "sinceSeconds" in query:
-        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=int(query["sinceSeconds"]))
-        lines = [line for line in lines if dt.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
-                 .replace(tzinfo=dt.timezone.utc) >= since]
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=int(query["sinceSeconds"]))
+        lines = [
+            line
+            for line in lines
+            if dt.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC) >= since
+        ]
     if first and "tailLines" in query:
-        lines = lines[len(lines) - min(len(lines), int(query["tailLines"])):]
+        lines = lines[len(lines) - min(len(lines), int(query["tailLines"])) :]
     if not _flag(query, "timestamps"):
         lines = [line.split(" ", 1)[1] if " " in line else "" for line in lines]
     return [line + "\n" for line in lines]
@@ -200,8 +211,10 @@ def _log_lines(lines: list[str], query: dict, first: bool) -> list[str]:
 def _selected(obj: dict, query: dict) -> bool:
     """Whether a list or watch with this query's labelSelector and fieldSelector (``metadata.name=``) has it."""
     fields = dict(term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if term)
-    return _matches(obj, query.get("labelSelector", "")) and fields.get("metadata.name", obj["metadata"]["name"]) == \
-        obj["metadata"]["name"]
+    return (
+        _matches(obj, query.get("labelSelector", ""))
+        and fields.get("metadata.name", obj["metadata"]["name"]) == obj["metadata"]["name"]
+    )
 
 
 def memory_bytes(quantity: str | int) -> int:
@@ -211,8 +224,11 @@ def memory_bytes(quantity: str | int) -> int:
         raise ValueError(f"not a quantity: {quantity!r}")
     binary = {f"{p}i": 2 ** (10 * (n + 1)) for n, p in enumerate("KMGTPE")}
     decimal = {p: 10 ** (3 * (n + 1)) for n, p in enumerate("kMGTPE")}
-    scale = fractions.Fraction(10) ** int(m[2]) if m[2] else {**binary, **decimal, "m": fractions.Fraction(1, 1000),
-                                                               None: 1}[m[3]]
+    scale = (
+        fractions.Fraction(10) ** int(m[2])
+        if m[2]
+        else {**binary, **decimal, "m": fractions.Fraction(1, 1000), None: 1}[m[3]]
+    )
     return math.ceil(fractions.Fraction(m[1]) * scale)
 
 
@@ -251,12 +267,18 @@ def _together(calls: Iterable[Callable[[], object]]) -> None:
         thread.join()
 
 
-def _set_condition(conditions: list[dict], type_: str, status: str, reason: str | None = None,
-                   message: str | None = None) -> None:
+def _set_condition(
+    conditions: list[dict], type_: str, status: str, reason: str | None = None, message: str | None = None
+) -> None:
     """Set a pod's condition: its lastTransitionTime changes with its status only."""
     current = next((c for c in conditions if c["type"] == type_), None)
-    condition = {"type": type_, "status": status, "lastTransitionTime": now(),
-                 **({"reason": reason} if reason else {}), **({"message": message} if message else {})}
+    condition = {
+        "type": type_,
+        "status": status,
+        "lastTransitionTime": now(),
+        **({"reason": reason} if reason else {}),
+        **({"message": message} if message else {}),
+    }
     if current is None:
         conditions.append(condition)
     else:
@@ -275,14 +297,24 @@ def _set_job_condition(status: dict, type_: str, reason: str, message: str) -> N
     replace each other; Succeeded and Failed turn Running False."""
     conditions = status.setdefault("conditions", [])
     current = next((c for c in conditions if c["type"] == type_), None)
-    if _true(status, "Failed") or current and (current["status"], current["reason"]) == ("True", reason):
+    if _true(status, "Failed") or (current and (current["status"], current["reason"]) == ("True", reason)):
         return
     stamp = now()
-    kept = [{**c, "status": "False"} if type_ in ("Succeeded", "Failed") and c["type"] == "Running" else c
-            for c in conditions if c["type"] != type_ and {c["type"], type_} != {"Running", "Restarting"}]
-    status["conditions"] = kept + [{
-        "type": type_, "status": "True", "reason": reason, "message": message, "lastUpdateTime": stamp,
-        "lastTransitionTime": current["lastTransitionTime"] if current and current["status"] == "True" else stamp}]
+    kept = [
+        {**c, "status": "False"} if type_ in ("Succeeded", "Failed") and c["type"] == "Running" else c
+        for c in conditions
+        if c["type"] != type_ and {c["type"], type_} != {"Running", "Restarting"}
+    ]
+    status["conditions"] = kept + [
+        {
+            "type": type_,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": current["lastTransitionTime"] if current and current["status"] == "True" else stamp,
+        }
+    ]
 
 
 class Pod:
@@ -293,8 +325,9 @@ class Pod:
         meta = obj["metadata"]
         self.dir = os.path.join(cluster.workdir, "pods", f"{meta['namespace']}_{meta['name']}_{meta['uid']}")
         os.makedirs(self.dir)
-        self.log_path, self.hosts_path, self.message_path = (os.path.join(self.dir, f) for f in
-                                                             ("log", "hosts", "termination-log"))
+        self.log_path, self.hosts_path, self.message_path = (
+            os.path.join(self.dir, f) for f in ("log", "hosts", "termination-log")
+        )
         open(self.message_path, "w").close()
         octet = address.rsplit(".", 1)[1]
         self.netns = f"tfd{cluster.id}p{octet}"
@@ -351,8 +384,11 @@ class Pod:
         """Whether a headless Service's DNS names this pod: it has an address, has not terminated, and is
         ready (or the Service publishes not-ready addresses)."""
         status = self.obj["status"]
-        return bool(status.get("podIP")) and self.phase not in ("Succeeded", "Failed") and (
-            publish_not_ready or _true(status, "Ready"))
+        return (
+            bool(status.get("podIP"))
+            and self.phase not in ("Succeeded", "Failed")
+            and (publish_not_ready or _true(status, "Ready"))
+        )
 
     def owned_by(self, owner: dict) -> bool:
         return any(r["uid"] == owner["metadata"]["uid"] for r in self.obj["metadata"].get("ownerReferences", []))
@@ -362,8 +398,10 @@ class Pod:
         stays Pending: FailedScheduling); the kubelet then runs it."""
         status = self.obj["status"]
         if not (self.obj["spec"].get("nodeSelector") or {}).items() <= NODE_LABELS.items():
-            message = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: "
-                       "0/1 nodes are available.")
+            message = (
+                "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: "
+                "0/1 nodes are available."
+            )
             with self.cluster.lock:
                 _set_condition(status.setdefault("conditions", []), "PodScheduled", "False", "Unschedulable", message)
             self.cluster.event(self.obj, "FailedScheduling", message, "Warning")
@@ -371,8 +409,9 @@ class Pod:
         with self.cluster.lock:
             self.obj["spec"]["nodeName"] = NODE
             _set_condition(status.setdefault("conditions", []), "PodScheduled", "True")
-        self.cluster.event(self.obj, "Scheduled", f"Successfully assigned {self.namespace}/"
-                                                  f"{self.obj['metadata']['name']} to {NODE}")
+        self.cluster.event(
+            self.obj, "Scheduled", f"Successfully assigned {self.namespace}/{self.obj['metadata']['name']} to {NODE}"
+        )
         self.kubelet = threading.Thread(target=self._sync, daemon=True)
         self.kubelet.start()
 
@@ -394,17 +433,24 @@ class Pod:
         run("ip", "netns", "add", self.netns)
         run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
         run("ip", "link", "set", veth, "master", self.cluster.bridge, "up")
-        for argv in (("ip", "addr", "add", f"{self.address}/24", "dev", "eth0"), ("ip", "link", "set", "eth0", "up"),
-                     ("ip", "link", "set", "lo", "up")):
+        for argv in (
+            ("ip", "addr", "add", f"{self.address}/24", "dev", "eth0"),
+            ("ip", "link", "set", "eth0", "up"),
+            ("ip", "link", "set", "lo", "up"),
+        ):
             run("ip", "netns", "exec", self.netns, *argv)
         with self.cluster.lock:
             status = self.obj["status"]
-            status.update(podIP=self.address, podIPs=[{"ip": self.address}], hostIP=f"{self.cluster.subnet}.1",
-                          startTime=now())
+            status.update(
+                podIP=self.address, podIPs=[{"ip": self.address}], hostIP=f"{self.cluster.subnet}.1", startTime=now()
+            )
             unready = f"containers with unready status: [{self.container['name']}]"
             for type_ in ("Initialized", "ContainersReady", "Ready"):
-                _set_condition(status["conditions"], type_, *(("True",) if type_ == "Initialized" else
-                                                               ("False", "ContainersNotReady", unready)))
+                _set_condition(
+                    status["conditions"],
+                    type_,
+                    *(("True",) if type_ == "Initialized" else ("False", "ContainersNotReady", unready)),
+                )
         self.cluster.write_hosts()
 
     def _mount(self) -> list[tuple[str, str, str]] | None:
@@ -436,8 +482,9 @@ class Pod:
             with self.cluster.lock:
                 data = copy.deepcopy((self.cluster.objects.get((kind, self.namespace, name)) or {}).get("data"))
             if data is None:
-                raise LookupError(f'MountVolume.SetUp failed for volume "{mount["name"]}" : {kind.lower()} "{name}" '
-                                  "not found")
+                raise LookupError(
+                    f'MountVolume.SetUp failed for volume "{mount["name"]}" : {kind.lower()} "{name}" not found'
+                )
             data = {k: base64.b64decode(v) if kind == "Secret" else v.encode() for k, v in data.items()}
             directory = os.path.join(self.dir, "volumes", mount["name"])
             for item in source.get("items") or [{"key": key, "path": key} for key in data]:
@@ -457,11 +504,16 @@ class Pod:
         name, uid, gid, home = IMAGE_USER
         image, mounts = os.path.join(self.dir, "image"), []
         os.makedirs(image, exist_ok=True)
-        for path, entry in (("/etc/passwd", [name, "x", uid, gid, "", home, "/bin/sh"]),
-                            ("/etc/group", [name, "x", gid, ""])):
+        for path, entry in (
+            ("/etc/passwd", [name, "x", uid, gid, "", home, "/bin/sh"]),
+            ("/etc/group", [name, "x", gid, ""]),
+        ):
             with open(path) as f:
-                kept = [line for line in f.read().splitlines() if line.split(":")[0] != name and
-                        line.split(":")[2:3] != [str(entry[2])]]
+                kept = [
+                    line
+                    for line in f.read().splitlines()
+                    if line.split(":")[0] != name and line.split(":")[2:3] != [str(entry[2])]
+                ]
             copied = os.path.join(image, os.path.basename(path))
             with open(copied, "w") as f:
                 f.write("\n".join([*kept, ":".join(map(str, entry))]) + "\n")
@@ -484,8 +536,11 @@ class Pod:
             if self.cluster.has_image(image):
                 if policy == "Always":
                     self.cluster.event(self.obj, "Pulling", f'Pulling image "{image}"')
-                    self.cluster.event(self.obj, "Pulled", f'Successfully pulled image "{image}" in 0s (0s including '
-                                                           "waiting). Image size: 0 bytes.")
+                    self.cluster.event(
+                        self.obj,
+                        "Pulled",
+                        f'Successfully pulled image "{image}" in 0s (0s including waiting). Image size: 0 bytes.',
+                    )
                 else:
                     self.cluster.event(self.obj, "Pulled", f'Container image "{image}" already present on machine')
                 return True
@@ -495,8 +550,10 @@ class Pod:
                 self.stopping.wait(POD_RESYNC_SECONDS)
                 continue
             ref = image_reference(image)
-            error = (f'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": failed to resolve '
-                     f'reference "{ref}": {ref}: not found')
+            error = (
+                f'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": failed to resolve '
+                f'reference "{ref}": {ref}: not found'
+            )
             self.cluster.event(self.obj, "Pulling", f'Pulling image "{image}"')
             self._wait_for_image("ErrImagePull", error, ("Failed", f'Failed to pull image "{image}": {error}'))
             if self.stopping.wait(POD_RESYNC_SECONDS):
@@ -512,22 +569,37 @@ class Pod:
             self.cluster.event(self.obj, *warning, "Warning")
         self.cluster.event(self.obj, "Failed", f"Error: {reason}", "Warning")
         with self.cluster.lock:
-            self.obj["status"]["containerStatuses"] = [self._container_status(
-                {"waiting": {"reason": reason, "message": message}}, ready=False)]
+            self.obj["status"]["containerStatuses"] = [
+                self._container_status({"waiting": {"reason": reason, "message": message}}, ready=False)
+            ]
 
     def _container_status(self, state: dict, ready: bool, container_id: str | None = None) -> dict:
         c = self.container
-        return {"name": c["name"], "image": c["image"], "imageID": "", "ready": ready, "started": "running" in state,
-                "restartCount": 0, "state": state, "lastState": {},
-                **({"containerID": container_id} if container_id else {})}
+        return {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": ready,
+            "started": "running" in state,
+            "restartCount": 0,
+            "state": state,
+            "lastState": {},
+            **({"containerID": container_id} if container_id else {}),
+        }
 
     def _environment(self) -> dict[str, str]:
         """The container's environment: its env (values, and fields of the pod the kubelet fills in), HOSTNAME,
         HOME, and, standing in for the image, this machine's PATH (its ``python`` has tfdist installed)."""
         env = {"HOSTNAME": self.hostname, "HOME": self.user[2]}  # HOME: the runtime's, from the user
         meta = self.obj["metadata"]
-        fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
-                  "spec.nodeName": NODE, "status.podIP": self.address, "status.hostIP": f"{self.cluster.subnet}.1"}
+        fields = {
+            "metadata.name": meta["name"],
+            "metadata.namespace": meta["namespace"],
+            "metadata.uid": meta["uid"],
+            "spec.nodeName": NODE,
+            "status.podIP": self.address,
+            "status.hostIP": f"{self.cluster.subnet}.1",
+        }
         for var in self.container.get("env", []):
             path = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
             if m := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path or ""):
@@ -550,10 +622,26 @@ class Pod:
             with open(os.path.join(self.cgroup, "memory.limit_in_bytes"), "w") as f:
                 f.write(str(limit or -1))
         command = [sys.executable if a == "python" else a for a in [*container["command"], *container.get("args", [])]]
-        mounts = [(self.hosts_path, "/etc/hosts", "rw"), (self.message_path, container["terminationMessagePath"], "rw"),
-                  *self._image(), *volumes]
-        enter = ["ip", "netns", "exec", self.netns, "unshare", "-mu", "sh", "-c", CONTAINER_SETUP, self.hostname,
-                 *itertools.chain.from_iterable(mounts), "--"]
+        mounts = [
+            (self.hosts_path, "/etc/hosts", "rw"),
+            (self.message_path, container["terminationMessagePath"], "rw"),
+            *self._image(),
+            *volumes,
+        ]
+        enter = [
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "unshare",
+            "-mu",
+            "sh",
+            "-c",
+            CONTAINER_SETUP,
+            self.hostname,
+            *itertools.chain.from_iterable(mounts),
+            "--",
+        ]
         if (user := self.user)[0]:
             enter += ["unshare", "--user", f"--map-user={user[0]}", f"--map-group={user[1]}", "--"]
         if self.cgroup:
@@ -561,14 +649,21 @@ class Pod:
         with self.lock:
             if self.stopping.is_set():
                 return
-            self.proc = subprocess.Popen([*enter, *command], env=self._environment(), stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*enter, *command],
+                env=self._environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         container_id, started = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}", now()
         with self.cluster.lock:
             status = self.obj["status"]
             status["phase"] = "Running"
-            status["containerStatuses"] = [self._container_status({"running": {"startedAt": started}}, True,
-                                                                  container_id)]
+            status["containerStatuses"] = [
+                self._container_status({"running": {"startedAt": started}}, True, container_id)
+            ]
             for type_ in ("ContainersReady", "Ready"):
                 _set_condition(status["conditions"], type_, "True")
         self.cluster.event(self.obj, "Created", f"Created container {container['name']}")
@@ -584,8 +679,13 @@ class Pod:
         log.join()
         code = code if code >= 0 else 128 - code
         oom = self.oom_killed or bool(self.cgroup and self._oom_kills())
-        terminated = {"exitCode": code, "reason": "OOMKilled" if oom else "Completed" if code == 0 else "Error",
-                      "startedAt": started, "finishedAt": now(), "containerID": container_id}
+        terminated = {
+            "exitCode": code,
+            "reason": "OOMKilled" if oom else "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": now(),
+            "containerID": container_id,
+        }
         if message := self._termination_message(code):
             terminated["message"] = message
         with self.cluster.lock:
@@ -703,8 +803,9 @@ class Cluster:
     installed, by plural (``tfjobs``, ``mpijobs``); ``history_limit``: how many changes a watch may resume
     from."""
 
-    def __init__(self, workdir: str, images: Iterable[str] | None = None, crds: Iterable[str] = (),
-                 history_limit: int = 10000):
+    def __init__(
+        self, workdir: str, images: Iterable[str] | None = None, crds: Iterable[str] = (), history_limit: int = 10000
+    ):
         self.id = f"{os.getpid() % 1000}{next(_clusters)}"
         self.workdir, self.bridge = workdir, f"tfd{self.id}br"
         self.subnet = f"10.{200 + os.getpid() % 50}.{self.id[-1]}"
@@ -741,7 +842,8 @@ class Cluster:
         self.revision = 0
         """The newest resourceVersion given out: one counter for every kind, as etcd's revision."""
         self.history: collections.deque[tuple[int, str, tuple[str, str, str], str]] = collections.deque(
-            maxlen=history_limit)
+            maxlen=history_limit
+        )
         """The last ``history_limit`` changes (resourceVersion, event type, key, the object as JSON): what a watch
         from an older resourceVersion would need is gone (410 Gone)."""
         self.recorded = threading.Condition()
@@ -812,10 +914,14 @@ class Cluster:
     @property
     def kubeconfig(self) -> dict:
         server = f"http://127.0.0.1:{self.server.server_address[1]}"
-        return {"apiVersion": "v1", "kind": "Config", "current-context": "standin",
-                "clusters": [{"name": "standin", "cluster": {"server": server}}],
-                "users": [{"name": "standin", "user": {"token": "standin"}}],
-                "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin"}}]}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "standin",
+            "clusters": [{"name": "standin", "cluster": {"server": server}}],
+            "users": [{"name": "standin", "user": {"token": "standin"}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin"}}],
+        }
 
     def close(self) -> None:
         self._stopping = True
@@ -843,16 +949,32 @@ class Cluster:
         meta, stamp = obj["metadata"], now()
         with self.lock:
             for e in self.events:
-                if (e["involvedObject"]["uid"], e["reason"], e["message"], e["type"]) == (meta["uid"], reason,
-                                                                                          message, type_):
+                if (e["involvedObject"]["uid"], e["reason"], e["message"], e["type"]) == (
+                    meta["uid"],
+                    reason,
+                    message,
+                    type_,
+                ):
                     e.update(count=e["count"] + 1, lastTimestamp=stamp)
                     return
-            self.events.append({
-                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
-                                   "namespace": meta["namespace"], "uid": meta["uid"]},
-                "reason": reason, "message": message, "type": type_, "count": 1, "firstTimestamp": stamp,
-                "lastTimestamp": stamp})
+            self.events.append(
+                {
+                    "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+                    "involvedObject": {
+                        "apiVersion": obj["apiVersion"],
+                        "kind": obj["kind"],
+                        "name": meta["name"],
+                        "namespace": meta["namespace"],
+                        "uid": meta["uid"],
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": type_,
+                    "count": 1,
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
+                }
+            )
 
     def write_hosts(self) -> None:
         """Rewrite in place (the pods bind-mount these files) every pod's hosts file: the kubelet's (localhost,
@@ -864,12 +986,16 @@ class Cluster:
                 if kind != "Service" or spec.get("clusterIP") != "None" or not spec.get("selector"):
                     continue
                 for pod in self.pods.values():
-                    if pod.namespace == ns and spec["selector"].items() <= pod.labels.items() and pod.serves(
-                            spec.get("publishNotReadyAddresses", False)):
-                        records.append((ns, pod.address, [name] + ([f"{pod.hostname}.{name}"]
-                                                                   if pod.subdomain == name else [])))
+                    if (
+                        pod.namespace == ns
+                        and spec["selector"].items() <= pod.labels.items()
+                        and pod.serves(spec.get("publishNotReadyAddresses", False))
+                    ):
+                        records.append(
+                            (ns, pod.address, [name] + ([f"{pod.hostname}.{name}"] if pod.subdomain == name else []))
+                        )
             for pod in self.pods.values():
-                own = ([f"{pod.hostname}.{pod.subdomain}.{pod.namespace}.svc.cluster.local"] if pod.subdomain else [])
+                own = [f"{pod.hostname}.{pod.subdomain}.{pod.namespace}.svc.cluster.local"] if pod.subdomain else []
                 lines = ["127.0.0.1 localhost", " ".join([pod.address, *own, pod.hostname])]
                 for ns, address, names in records:
                     qualified = [f"{n}.{ns}{suffix}" for n in names for suffix in (".svc.cluster.local", ".svc", "")]
@@ -882,16 +1008,31 @@ class Cluster:
         controller's owner reference to ``owner``), then start what acts on it: a Job's pods, a Service's
         names. None when one of its kind and name exists (or ``owner`` is gone, or the cluster closes)."""
         kind, meta = obj["kind"], obj["metadata"]
-        meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now(),
-                    **({"ownerReferences": [_owner_reference(owner)]} if owner else {}))
+        meta.update(
+            namespace=namespace,
+            uid=str(uuid.uuid4()),
+            creationTimestamp=now(),
+            **({"ownerReferences": [_owner_reference(owner)]} if owner else {}),
+        )
         if kind not in ("ConfigMap", "Secret"):
             obj["status"] = {"loadBalancer": {}} if kind == "Service" else {}
         if kind == "Job":  # work-queue Jobs (parallelism without completions) are not modelled
-            obj["spec"] = {"completions": 1, "parallelism": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
-                           **obj["spec"]}
+            obj["spec"] = {
+                "completions": 1,
+                "parallelism": 1,
+                "backoffLimit": 6,
+                "completionMode": "NonIndexed",
+                **obj["spec"],
+            }
         with self.lock:
-            if self._stopping or (kind, namespace, meta["name"]) in self.objects or owner is not None and \
-                    self.objects.get((owner["kind"], namespace, owner["metadata"]["name"])) is not owner:
+            if (
+                self._stopping
+                or (kind, namespace, meta["name"]) in self.objects
+                or (
+                    owner is not None
+                    and self.objects.get((owner["kind"], namespace, owner["metadata"]["name"])) is not owner
+                )
+            ):
                 return None
             self.objects[kind, namespace, meta["name"]] = obj
         if kind == "Job":
@@ -910,12 +1051,22 @@ class Cluster:
             c.setdefault("imagePullPolicy", "Always" if tag == "latest" and "@" not in c["image"] else "IfNotPresent")
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
-        obj = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels, "annotations": annotations,
-                            "uid": str(uuid.uuid4()), "creationTimestamp": now(),
-                            "ownerReferences": [_owner_reference(owner)],
-                            **({"finalizers": [JOB_TRACKING]} if owner["kind"] == "Job" else {})},
-               "spec": spec, "status": {"phase": "Pending", "conditions": []}}
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": annotations,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": now(),
+                "ownerReferences": [_owner_reference(owner)],
+                **({"finalizers": [JOB_TRACKING]} if owner["kind"] == "Job" else {}),
+            },
+            "spec": spec,
+            "status": {"phase": "Pending", "conditions": []},
+        }
         with self.lock:
             if self._stopping or self.objects.get((owner["kind"], meta["namespace"], meta["name"])) is not owner:
                 return None
@@ -939,7 +1090,7 @@ class Cluster:
             for kind, job in jobs:
                 try:
                     controllers[kind](job)
-                except Exception:  # noqa: BLE001 - a controller keeps going
+                except Exception:
                     traceback.print_exc()
 
     # the Job controller -------------------------------------------------------------------------------
@@ -955,17 +1106,27 @@ class Cluster:
         pods = []
         for index in indexes:
             name = f"{meta['name']}-{f'{index}-' if indexed else ''}{uuid.uuid4().hex[:5]}"
-            labels = {**(template.get("metadata") or {}).get("labels", {}),
-                      "batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"],
-                      **({INDEX: str(index)} if indexed else {})}
-            annotations = {**(template.get("metadata") or {}).get("annotations", {}),
-                           **({INDEX: str(index)} if indexed else {})}
+            labels = {
+                **(template.get("metadata") or {}).get("labels", {}),
+                "batch.kubernetes.io/job-name": meta["name"],
+                "job-name": meta["name"],
+                **({INDEX: str(index)} if indexed else {}),
+            }
+            annotations = {
+                **(template.get("metadata") or {}).get("annotations", {}),
+                **({INDEX: str(index)} if indexed else {}),
+            }
             pod_spec = copy.deepcopy(template["spec"])
             if indexed:
                 pod_spec["hostname"] = f"{meta['name']}-{index}"
                 for c in pod_spec["containers"]:
-                    c["env"] = [*c.get("env", []), {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                        "fieldPath": f"metadata.annotations['{INDEX}']"}}}]
+                    c["env"] = [
+                        *c.get("env", []),
+                        {
+                            "name": "JOB_COMPLETION_INDEX",
+                            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX}']"}},
+                        },
+                    ]
             if pod := self.add_pod(job, name, labels, annotations, pod_spec):
                 pods.append(pod)
         for pod in pods:
@@ -982,46 +1143,67 @@ class Cluster:
         self._count_terminated(job)
         if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
             return
-        pods, indexed = self._owned(job) + self.counted.get(job["metadata"]["uid"], []), \
-            spec["completionMode"] == "Indexed"
+        pods, indexed = (
+            self._owned(job) + self.counted.get(job["metadata"]["uid"], []),
+            spec["completionMode"] == "Indexed",
+        )
         failed = [p for p in pods if p.phase == "Failed"]
         running = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
         succeeded = [p for p in pods if p.phase == "Succeeded"]
         done = sorted({_index(p) for p in succeeded}) if indexed else []  # the completed indexes
         with self.lock:
-            status.update(succeeded=len(succeeded), failed=len(failed), active=len(running),
-                          **({"completedIndexes": ",".join(map(str, done))} if indexed else {}))
+            status.update(
+                succeeded=len(succeeded),
+                failed=len(failed),
+                active=len(running),
+                **({"completedIndexes": ",".join(map(str, done))} if indexed else {}),
+            )
         conditions = []
         rules = spec.get("podFailurePolicy", {}).get("rules", [])
-        hit = next(((k, pod, why) for pod in failed for k, rule in enumerate(rules)
-                    if (why := self._rule_matches(rule, pod))), None)
+        hit = next(
+            ((k, pod, why) for pod in failed for k, rule in enumerate(rules) if (why := self._rule_matches(rule, pod))),
+            None,
+        )
         if hit or len(failed) > spec["backoffLimit"]:
             reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
             if hit:
                 k, pod, why = hit
                 reason, message = "PodFailurePolicy", f"{why} at index {k}"
-            conditions = [{"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
-                          {"type": "Failed", "status": "True", "reason": reason, "message": message}]
+            conditions = [
+                {"type": "FailureTarget", "status": "True", "reason": reason, "message": message},
+                {"type": "Failed", "status": "True", "reason": reason, "message": message},
+            ]
         else:
             wanted = [r["succeededIndexes"] for r in spec.get("successPolicy", {}).get("rules", [])]
             if any(set(map(int, w.split(","))) <= set(done) for w in wanted):
-                conditions = [{"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy"},
-                              {"type": "Complete", "status": "True", "reason": "SuccessPolicy"}]
+                conditions = [
+                    {"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy"},
+                    {"type": "Complete", "status": "True", "reason": "SuccessPolicy"},
+                ]
             elif len(done if indexed else succeeded) >= spec["completions"]:
                 conditions = [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]
             elif failed:  # within backoffLimit: the failed pods are replaced
                 wanted = min(spec["parallelism"], spec["completions"] - len(succeeded)) - len(running)
-                self.create_pods(job, sorted(set(range(spec["completions"])) - set(done) - {_index(p) for p in running})
-                                 if indexed else range(wanted))
+                self.create_pods(
+                    job,
+                    sorted(set(range(spec["completions"])) - set(done) - {_index(p) for p in running})
+                    if indexed
+                    else range(wanted),
+                )
         if conditions:
             _together(p.stop for p in pods)  # lingering pods are terminated once the Job is finished
             for c in conditions:
                 c["lastTransitionTime"] = now()
             with self.lock:
-                status.update(conditions=conditions,
-                              completionTime=now() if conditions[-1]["type"] == "Complete" else None)
-            self.event(job, conditions[-1]["reason"], conditions[-1].get("message", ""),
-                       "Warning" if conditions[-1]["type"] == "Failed" else "Normal")
+                status.update(
+                    conditions=conditions, completionTime=now() if conditions[-1]["type"] == "Complete" else None
+                )
+            self.event(
+                job,
+                conditions[-1]["reason"],
+                conditions[-1].get("message", ""),
+                "Warning" if conditions[-1]["type"] == "Failed" else "Normal",
+            )
 
     def _count_terminated(self, job: dict) -> None:
         """The job-tracking finalizer: a terminated pod is counted and its finalizer removed; one being deleted
@@ -1044,15 +1226,20 @@ class Cluster:
         rule_text = f"matching {rule['action']} rule"
         if "onPodConditions" in rule:
             patterns = {(c["type"], c.get("status", "True")) for c in rule["onPodConditions"]}
-            condition = next((c["type"] for c in pod.obj["status"].get("conditions", [])
-                              if (c["type"], c["status"]) in patterns), None)
-            return condition and f"Pod {pod.namespace}/{pod.obj['metadata']['name']} has condition {condition} " \
-                                 f"{rule_text}"
+            condition = next(
+                (c["type"] for c in pod.obj["status"].get("conditions", []) if (c["type"], c["status"]) in patterns),
+                None,
+            )
+            return (
+                condition and f"Pod {pod.namespace}/{pod.obj['metadata']['name']} has condition {condition} {rule_text}"
+            )
         code = (pod.terminated or {}).get("exitCode", 0)  # a pod stopped before its container ran has none
         codes, op = rule["onExitCodes"]["values"], rule["onExitCodes"]["operator"]
         if code != 0 and (code in codes) == (op == "In"):
-            return (f"Container {pod.container['name']} for pod {pod.namespace}/{pod.obj['metadata']['name']} "
-                    f"failed with exit code {code} {rule_text}")
+            return (
+                f"Container {pod.container['name']} for pod {pod.namespace}/{pod.obj['metadata']['name']} "
+                f"failed with exit code {code} {rule_text}"
+            )
         return None
 
     # the TFJob controller (Kubeflow training operator v1) ------------------------------------------------
@@ -1068,8 +1255,9 @@ class Cluster:
                 _set_job_condition(status, "Created", "TFJobCreated", f"TFJob {meta['name']} is created.")
         if _true(status, "Succeeded") or _true(status, "Failed"):
             clean = policy.get("cleanPodPolicy") or "None"
-            self._delete_replicas(job, [p for p in pods if clean == "All" or clean == "Running" and p.phase in (
-                "Running", "Pending")])
+            self._delete_replicas(
+                job, [p for p in pods if clean == "All" or (clean == "Running" and p.phase in ("Running", "Pending"))]
+            )
             if _true(status, "Succeeded"):
                 with self.lock:
                     for counts in status.get("replicaStatuses", {}).values():
@@ -1080,8 +1268,12 @@ class Cluster:
         active = sum(p.phase not in ("Succeeded", "Failed") for p in pods)
         known = sum(r.get("failed", 0) for r in status.get("replicaStatuses", {}).values())
         limit = policy.get("backoffLimit")
-        if limit is not None and failed > known and active != sum(r["replicas"] for r in replicas.values()) \
-                and limit < 1:
+        if (
+            limit is not None
+            and failed > known
+            and active != sum(r["replicas"] for r in replicas.values())
+            and limit < 1
+        ):
             message = f"Job {meta['name']} has failed because it has reached the specified backoff limit"
             with self.lock:
                 status.setdefault("completionTime", now())
@@ -1111,7 +1303,8 @@ class Cluster:
                 continue
             code = (pod.terminated or {}).get("exitCode")
             restart = spec["restartPolicy"] in ("OnFailure", "Always") or (
-                spec["restartPolicy"] == "ExitCode" and code is not None and code >= 128)
+                spec["restartPolicy"] == "ExitCode" and code is not None and code >= 128
+            )
             if pod.phase == "Failed" and restart:
                 self._delete_replicas(job, [pod], services=False)
                 message = f"job {meta['name']} is restarting because {rtype} replica(s) failed."
@@ -1130,10 +1323,17 @@ class Cluster:
             status.setdefault("replicaStatuses", {})[rtype] = {k: v for k, v in counts.items() if v}
         for index in range(spec["replicas"]):
             name, labels = f"{meta['name']}-{rt}-{index}", _tf_labels(meta["name"], rt, index)
-            ports = [{"name": p["name"], "port": p["containerPort"]} for p in _tf_container(spec).get("ports", [])
-                     if p.get("name")]
-            service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-                       "spec": {"clusterIP": "None", "selector": labels, "ports": ports}}
+            ports = [
+                {"name": p["name"], "port": p["containerPort"]}
+                for p in _tf_container(spec).get("ports", [])
+                if p.get("name")
+            ]
+            service = {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"clusterIP": "None", "selector": labels, "ports": ports},
+            }
             if self.create(service, meta["namespace"], job):  # None: it exists
                 self.event(job, "SuccessfulCreateService", f"Created service: {name}")
         for pod in created:
@@ -1152,15 +1352,25 @@ class Cluster:
             labels[f"{TF}job-role"] = "master"
         pod_spec = template["spec"]
         if pod_spec.get("restartPolicy"):
-            self.event(job, "SetPodTemplateRestartPolicy", "Restart policy in pod template will be overwritten by "
-                                                           "restart policy in replica spec", "Warning")
+            self.event(
+                job,
+                "SetPodTemplateRestartPolicy",
+                "Restart policy in pod template will be overwritten by restart policy in replica spec",
+                "Warning",
+            )
         pod_spec["restartPolicy"] = "Never" if spec["restartPolicy"] == "ExitCode" else spec["restartPolicy"]
         if sum(r["replicas"] for r in replicas.values()) != 1:
-            cluster = {t.lower(): [f"{meta['name']}-{t.lower()}-{i}.{meta['namespace']}.svc:{_tf_port(r)}"
-                                   for i in range(r["replicas"])] for t, r in sorted(replicas.items(),
-                                                                                     key=lambda kv: kv[0].lower())}
-            tf_config = json.dumps({"cluster": cluster, "task": {"type": rt, "index": index}, "environment": "cloud"},
-                                   separators=(",", ":"))
+            cluster = {
+                t.lower(): [
+                    f"{meta['name']}-{t.lower()}-{i}.{meta['namespace']}.svc:{_tf_port(r)}"
+                    for i in range(r["replicas"])
+                ]
+                for t, r in sorted(replicas.items(), key=lambda kv: kv[0].lower())
+            }
+            tf_config = json.dumps(
+                {"cluster": cluster, "task": {"type": rt, "index": index}, "environment": "cloud"},
+                separators=(",", ":"),
+            )
             for c in pod_spec["containers"]:
                 if c["name"] == "tensorflow":
                     c["env"] = [*c.get("env", []), {"name": "TF_CONFIG", "value": tf_config}]
@@ -1175,8 +1385,12 @@ class Cluster:
         ref = f"{meta['namespace']}/{meta['name']}"
         restarting = next((c for c in status.get("conditions", []) if c["type"] == "Restarting"), None)
         worker0 = "Worker" not in replicas or any(
-            p.labels.get(f"{TF}replica-type") == "worker" and p.labels.get(f"{TF}replica-index") == "0"
-            and p.phase == "Succeeded" and p.terminated["exitCode"] == 0 for p in pods)
+            p.labels.get(f"{TF}replica-type") == "worker"
+            and p.labels.get(f"{TF}replica-index") == "0"
+            and p.phase == "Succeeded"
+            and p.terminated["exitCode"] == 0
+            for p in pods
+        )
         has_chief = bool({"Chief", "Master"} & replicas.keys())
         with self.lock:
             status.setdefault("startTime", now())
@@ -1188,7 +1402,7 @@ class Cluster:
             if has_chief and rtype in ("Chief", "Master"):
                 succeeded, is_running = expected == 0, running > 0
             elif not has_chief and rtype == "Worker":
-                succeeded = expected == 0 or worker0 and job["spec"].get("successPolicy") != "AllWorkers"
+                succeeded = expected == 0 or (worker0 and job["spec"].get("successPolicy") != "AllWorkers")
                 is_running = not succeeded and running > 0
             with self.lock:
                 if is_running:
@@ -1212,12 +1426,14 @@ class Cluster:
 
     def _delete_replicas(self, job: dict, pods: list[Pod], services: bool = True) -> None:
         """DeletePodsAndServices: each pod, and its Service (same name)."""
+
         def delete(pod: Pod) -> None:
             name = pod.obj["metadata"]["name"]
             if self.delete("Pod", pod.namespace, name):
                 self.event(job, "SuccessfulDeletePod", f"Deleted pod: {name}")
             if services and self.delete("Service", pod.namespace, name):
                 self.event(job, "SuccessfulDeleteService", f"Deleted service: {name}")
+
         _together(lambda p=p: delete(p) for p in pods)
 
     # the MPIJob controller (Kubeflow's MPI operator v2beta1, v0.6) ---------------------------------------
@@ -1238,8 +1454,11 @@ class Cluster:
         if (_true(status, "Succeeded") or _true(status, "Failed")) and status.get("completionTime"):
             clean = (spec.get("runPolicy") or {}).get("cleanPodPolicy") or "None"
             if clean in ("All", "Running"):
-                _together(lambda p=p: self.delete("Pod", ns, p.obj["metadata"]["name"]) for p in workers
-                          if clean == "All" or p.phase in ("Running", "Pending"))
+                _together(
+                    lambda p=p: self.delete("Pod", ns, p.obj["metadata"]["name"])
+                    for p in workers
+                    if clean == "All" or p.phase in ("Running", "Pending")
+                )
                 with self.lock:
                     status.setdefault("replicaStatuses", {})["Worker"] = {}
             return
@@ -1264,27 +1483,55 @@ class Cluster:
         name, ns, slots = meta["name"], meta["namespace"], spec.get("slotsPerWorker", 1)
         hosts = [f"{name}-worker-{i}.{name}.{ns}.svc" for i in range(_mpi_worker_replicas(job))]
         running = sorted(p.obj["metadata"]["name"] for p in workers if p.phase == "Running")
-        data = {"hostfile": "".join(f"{h} slots={slots}\n" for h in hosts),
-                "discover_hosts.sh": "#!/bin/sh\n" + "".join(f"echo {p}.{name}.{ns}.svc\n" for p in running)}
+        data = {
+            "hostfile": "".join(f"{h} slots={slots}\n" for h in hosts),
+            "discover_hosts.sh": "#!/bin/sh\n" + "".join(f"echo {p}.{name}.{ns}.svc\n" for p in running),
+        }
         with self.lock:
             config = self.objects.get(("ConfigMap", ns, f"{name}-config"))
             if config is not None:
                 config["data"] = data
         if config is None:
-            self.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config",
-                                                                               "labels": {"app": name}},
-                         "data": data}, ns, job)
-        self.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {"app": name}},
-                     "spec": {"clusterIP": "None", "selector": _mpi_labels(name)}}, ns, job)  # unless it exists
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"{name}-config", "labels": {"app": name}},
+                    "data": data,
+                },
+                ns,
+                job,
+            )
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"clusterIP": "None", "selector": _mpi_labels(name)},
+            },
+            ns,
+            job,
+        )  # unless it exists
         if ("Secret", ns, f"{name}-ssh") not in self.objects:
             key = ec.generate_private_key(ec.SECP521R1())
-            private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                        serialization.NoEncryption())
+            private = key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            )
             public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-            self.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth",
-                         "metadata": {"name": f"{name}-ssh", "labels": {"app": name}},
-                         "data": {"ssh-privatekey": base64.b64encode(private).decode(),
-                                  "ssh-publickey": base64.b64encode(public + b"\n").decode()}}, ns, job)
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": "kubernetes.io/ssh-auth",
+                    "metadata": {"name": f"{name}-ssh", "labels": {"app": name}},
+                    "data": {
+                        "ssh-privatekey": base64.b64encode(private).decode(),
+                        "ssh-publickey": base64.b64encode(public + b"\n").decode(),
+                    },
+                },
+                ns,
+                job,
+            )
 
     def _mpi_workers(self, job: dict, pods: list[Pod]) -> list[Pod]:
         """The worker pods ``<job>-worker-<i>``, in index order, created as missing from the Worker template:
@@ -1296,8 +1543,11 @@ class Cluster:
             if f"{name}-worker-{i}" in mine:
                 continue
             template = copy.deepcopy(replica["template"])
-            labels = {**(template.get("metadata") or {}).get("labels", {}), **_mpi_labels(name, "worker"),
-                      f"{TF}replica-index": str(i)}
+            labels = {
+                **(template.get("metadata") or {}).get("labels", {}),
+                **_mpi_labels(name, "worker"),
+                f"{TF}replica-index": str(i),
+            }
             pod_spec = {**template["spec"], "hostname": f"{name}-worker-{i}", "subdomain": name}
             dns = pod_spec.setdefault("dnsConfig", {})
             dns["searches"] = [*dns.get("searches", []), f"{name}.{ns}.svc.cluster.local"]
@@ -1321,30 +1571,57 @@ class Cluster:
         meta, spec = job["metadata"], job["spec"]
         name, replica = meta["name"], spec["mpiReplicaSpecs"]["Launcher"]
         template = copy.deepcopy(replica["template"])
-        template["metadata"] = {**(template.get("metadata") or {}), "labels": {
-            **(template.get("metadata") or {}).get("labels", {}), **_mpi_labels(name, "launcher")}}
+        template["metadata"] = {
+            **(template.get("metadata") or {}),
+            "labels": {**(template.get("metadata") or {}).get("labels", {}), **_mpi_labels(name, "launcher")},
+        }
         pod_spec = template["spec"]
         pod_spec.update(hostname=f"{name}-launcher", subdomain=name)
         container = pod_spec["containers"][0]
-        container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in (
-            ("K_MPI_JOB_ROLE", "launcher"), ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
-            ("OMPI_MCA_orte_default_hostfile", f"{MPI_CONFIG}/hostfile"),
-            ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
-            ("OMPI_MCA_orte_set_default_slots", str(spec.get("slotsPerWorker", 1))))),
-            {"name": "NVIDIA_VISIBLE_DEVICES"}, {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
+        container["env"] = [
+            *container.get("env", []),
+            *(
+                {"name": k, "value": v}
+                for k, v in (
+                    ("K_MPI_JOB_ROLE", "launcher"),
+                    ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+                    ("OMPI_MCA_orte_default_hostfile", f"{MPI_CONFIG}/hostfile"),
+                    ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+                    ("OMPI_MCA_orte_set_default_slots", str(spec.get("slotsPerWorker", 1))),
+                )
+            ),
+            {"name": "NVIDIA_VISIBLE_DEVICES"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES"},
+        ]
         if pod_spec.get("restartPolicy"):
-            self.event(job, "SetPodTemplateRestartPolicy", "Restart policy in pod template overridden by restart "
-                                                           "policy in replica spec", "Warning")
+            self.event(
+                job,
+                "SetPodTemplateRestartPolicy",
+                "Restart policy in pod template overridden by restart policy in replica spec",
+                "Warning",
+            )
         self._mpi_pod(job, {"restartPolicy": "OnFailure", **replica}, pod_spec)
-        pod_spec["volumes"].append({"name": "mpi-job-config", "configMap": {"name": f"{name}-config", "items": [
-            {"key": "hostfile", "path": "hostfile", "mode": 0o444},
-            {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o555}]}})
+        pod_spec["volumes"].append(
+            {
+                "name": "mpi-job-config",
+                "configMap": {
+                    "name": f"{name}-config",
+                    "items": [
+                        {"key": "hostfile", "path": "hostfile", "mode": 0o444},
+                        {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o555},
+                    ],
+                },
+            }
+        )
         container["volumeMounts"].append({"name": "mpi-job-config", "mountPath": MPI_CONFIG})
         policy = spec.get("runPolicy") or {}
         keys = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
-        return {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": f"{name}-launcher", "labels": {"app": name}},
-                "spec": {**{k: policy[k] for k in keys if policy.get(k) is not None}, "template": template}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"{name}-launcher", "labels": {"app": name}},
+            "spec": {**{k: policy[k] for k in keys if policy.get(k) is not None}, "template": template},
+        }
 
     @staticmethod
     def _mpi_pod(job: dict, replica: dict, pod_spec: dict) -> None:
@@ -1354,9 +1631,14 @@ class Cluster:
         name, path = job["metadata"]["name"], job["spec"].get("sshAuthMountPath", "/root/.ssh")
         policy = replica.get("restartPolicy", "Never")
         pod_spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
-        secret = {"secretName": f"{name}-ssh", "items": [
-            {"key": "ssh-privatekey", "path": "id_rsa"}, {"key": "ssh-publickey", "path": "id_rsa.pub"},
-            {"key": "ssh-publickey", "path": "authorized_keys"}]}
+        secret = {
+            "secretName": f"{name}-ssh",
+            "items": [
+                {"key": "ssh-privatekey", "path": "id_rsa"},
+                {"key": "ssh-publickey", "path": "id_rsa.pub"},
+                {"key": "ssh-publickey", "path": "authorized_keys"},
+            ],
+        }
         if path == "/root/.ssh":
             secret["defaultMode"] = 0o600
         pod_spec["volumes"] = [*pod_spec.get("volumes", []), {"name": "ssh-auth", "secret": secret}]
@@ -1384,8 +1666,11 @@ class Cluster:
                 failed = next(c for c in launched["conditions"] if c["type"] == "Failed")
                 reason = failed.get("reason") or "MPIJobFailed"
                 message = failed.get("message") or f"MPIJob {ref} has failed"
-                last = max((p for p in pods if p.phase == "Failed"), default=None,
-                           key=lambda p: p.obj["metadata"]["creationTimestamp"])
+                last = max(
+                    (p for p in pods if p.phase == "Failed"),
+                    default=None,
+                    key=lambda p: p.obj["metadata"]["creationTimestamp"],
+                )
                 if reason == "BackoffLimitExceeded" and last:
                     reason += "/" + last.obj["status"].get("reason", "")
                     message += ": " + last.obj["status"].get("message", "")
@@ -1400,9 +1685,15 @@ class Cluster:
         phases = [p.phase for p in workers]
         evicted = sum(p.phase == "Failed" and p.obj["status"].get("reason") == "Evicted" for p in workers)
         with self.lock:
-            status.setdefault("replicaStatuses", {})["Worker"] = {k: v for k, v in (
-                ("active", phases.count("Running")), ("succeeded", phases.count("Succeeded")),
-                ("failed", phases.count("Failed"))) if v}
+            status.setdefault("replicaStatuses", {})["Worker"] = {
+                k: v
+                for k, v in (
+                    ("active", phases.count("Running")),
+                    ("succeeded", phases.count("Succeeded")),
+                    ("failed", phases.count("Failed")),
+                )
+                if v
+            }
             if evicted:
                 _set_job_condition(status, "Failed", "MPIJobEvicted", f"{evicted}/{len(workers)} workers are evicted")
         if evicted:
@@ -1416,8 +1707,9 @@ class Cluster:
 
     # the API server and the garbage collector ------------------------------------------------------------
 
-    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None,
-               collected: bool = False) -> dict | None:
+    def delete(
+        self, kind: str, namespace: str, name: str, propagation: str | None = None, collected: bool = False
+    ) -> dict | None:
         """Delete the object, and, unless the propagation policy is Orphan (for batch/v1 Jobs the default,
         as the API server's), its dependents: the objects whose owner references name it (``collected``: as
         such a dependent). A pod with a finalizer is only marked (deletionTimestamp) and stopped; it stays
@@ -1437,8 +1729,11 @@ class Cluster:
             if obj is None:
                 return None
             uid = obj["metadata"]["uid"]
-            dependents = [(key, o) for key, o in self.objects.items()
-                          if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))]
+            dependents = [
+                (key, o)
+                for key, o in self.objects.items()
+                if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))
+            ]
             policy = propagation or ("Orphan" if kind == "Job" else "Background")
             if policy == "Orphan":
                 for _, o in dependents:
@@ -1469,8 +1764,13 @@ class Cluster:
         if pod is None or pod.namespace != namespace:
             return False
         with self.lock:
-            _set_condition(pod.obj["status"].setdefault("conditions", []), "DisruptionTarget", "True",
-                           "EvictionByEvictionAPI", "Eviction API: evicting")
+            _set_condition(
+                pod.obj["status"].setdefault("conditions", []),
+                "DisruptionTarget",
+                "True",
+                "EvictionByEvictionAPI",
+                "Eviction API: evicting",
+            )
         threading.Thread(target=self.delete, args=("Pod", namespace, name), daemon=True).start()
         return True
 
@@ -1482,25 +1782,46 @@ class Cluster:
         """The APIGroupList: batch, and kubeflow.org with the versions of its installed CRDs (GA first)."""
         kubeflow = [v for v in ("v1", "v2beta1") if any(CRDS[p][1] == v for p in self.crds)]
         groups = [("batch", ["v1"])] + ([("kubeflow.org", kubeflow)] if kubeflow else [])
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
-             "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]}}
-            for g, versions in groups]}
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
+                    "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]},
+                }
+                for g, versions in groups
+            ],
+        }
 
     def api_resources(self, group: str, version: str) -> dict | None:
         """The APIResourceList of a group version (None when none is served): each resource and its status."""
-        served = [("jobs", "Job")] if (group, version) == ("batch", "v1") else [
-            (p, CRDS[p][2]) for p in self.crds if CRDS[p][:2] == (group, version)]
+        served = (
+            [("jobs", "Job")]
+            if (group, version) == ("batch", "v1")
+            else [(p, CRDS[p][2]) for p in self.crds if CRDS[p][:2] == (group, version)]
+        )
         if not served:
             return None
         resources = []
         for plural, kind in served:
-            resources += [{"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
-                           "verbs": VERBS},
-                          {"name": f"{plural}/status", "singularName": "", "namespaced": True, "kind": kind,
-                           "verbs": ["get", "patch", "update"]}]
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
-                "resources": resources}
+            resources += [
+                {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind, "verbs": VERBS},
+                {
+                    "name": f"{plural}/status",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": kind,
+                    "verbs": ["get", "patch", "update"],
+                },
+            ]
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}",
+            "resources": resources,
+        }
 
 
 def _tf_replicas(spec: dict) -> dict[str, dict]:
@@ -1528,8 +1849,12 @@ def _tf_port(replica: dict) -> int:
 
 
 def _tf_labels(job: str, rt: str, index: int) -> dict[str, str]:
-    return {f"{TF}operator-name": "tfjob-controller", f"{TF}job-name": job, f"{TF}replica-type": rt,
-            f"{TF}replica-index": str(index)}
+    return {
+        f"{TF}operator-name": "tfjob-controller",
+        f"{TF}job-name": job,
+        f"{TF}replica-type": rt,
+        f"{TF}replica-index": str(index),
+    }
 
 
 def _mpi_worker_replicas(job: dict) -> int:
@@ -1543,20 +1868,29 @@ def _mpi_labels(job: str, role: str | None = None) -> dict[str, str]:
 
 
 def _owner_reference(owner: dict) -> dict:
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
-ROUTES = [(re.compile(p), kind) for p, kind in (
-    (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(?:/status)?$", "Job"),
-    (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "Service"),
-    (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/status)?$", "Pod"),
-    (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$", "Log"),
-    (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(eviction)$", "Eviction"),
-    (r"^/api/v1/namespaces/([^/]+)/events$", "Event"),
-    (r"^/api/v1/namespaces/([^/]+)/configmaps(?:/([^/]+))?$", "ConfigMap"),
-    (r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$", "Secret"),
-)]
+ROUTES = [
+    (re.compile(p), kind)
+    for p, kind in (
+        (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(?:/status)?$", "Job"),
+        (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "Service"),
+        (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/status)?$", "Pod"),
+        (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$", "Log"),
+        (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(eviction)$", "Eviction"),
+        (r"^/api/v1/namespaces/([^/]+)/events$", "Event"),
+        (r"^/api/v1/namespaces/([^/]+)/configmaps(?:/([^/]+))?$", "ConfigMap"),
+        (r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$", "Secret"),
+    )
+]
 CUSTOM_ROUTE = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/status)?)?$")
 DISCOVERY_ROUTE = re.compile(r"^/apis(?:/([^/]+)/([^/]+))?/?$")
 
@@ -1584,14 +1918,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Count the request by verb and resource; False (answered 403) when RBAC denies the verb."""
         parts = urllib.parse.urlsplit(self.path).path.split("/")
         at = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts) - 1
-        resource = "/".join(parts[at:at + 1] + parts[at + 2:at + 3])
+        resource = "/".join(parts[at : at + 1] + parts[at + 2 : at + 3])
         verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
-            "get" if name else "watch" if _flag(query, "watch") else "list")
+            "get" if name else "watch" if _flag(query, "watch") else "list"
+        )
         self.what = f"{verb} {resource}"
         self.cluster.requests[self.what] += 1
         if (verb, resource) in self.cluster.forbidden:
-            self._status(403, "Forbidden", f'{resource} is forbidden: User "system:serviceaccount:tfdist:airflow" '
-                                           f'cannot {verb} resource "{resource}" in the namespace')
+            self._status(
+                403,
+                "Forbidden",
+                f'{resource} is forbidden: User "system:serviceaccount:tfdist:airflow" '
+                f'cannot {verb} resource "{resource}" in the namespace',
+            )
             return False
         return True
 
@@ -1605,8 +1944,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _status(self, code: int, reason: str, message: str) -> None:
-        self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                          "reason": reason, "code": code})
+        self._send(
+            code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": message,
+                "reason": reason,
+                "code": code,
+            },
+        )
 
     def _body(self) -> dict:
         length = int(self.headers.get("Content-Length") or 0)
@@ -1624,8 +1972,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if m := DISCOVERY_ROUTE.match(urllib.parse.urlsplit(self.path).path):
             found = c.api_resources(m[1], m[2]) if m[1] else c.api_groups()
-            return self._send(200, found) if found else self._status(404, "NotFound", "the server could not find "
-                                                                                      "the requested resource")
+            return (
+                self._send(200, found)
+                if found
+                else self._status(404, "NotFound", "the server could not find the requested resource")
+            )
         kind, namespace, name, query = self._route()
         if not self._admitted("GET", name, query):
             return None
@@ -1636,20 +1987,38 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if kind == "Event":
             wanted = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
             with c.lock:
-                items = copy.deepcopy([e for e in c.events if e["metadata"]["namespace"] == namespace
-                                       and (not wanted or e["involvedObject"]["name"] == wanted)])
+                items = copy.deepcopy(
+                    [
+                        e
+                        for e in c.events
+                        if e["metadata"]["namespace"] == namespace
+                        and (not wanted or e["involvedObject"]["name"] == wanted)
+                    ]
+                )
             return self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items})
         if kind is None:
             return self._status(404, "NotFound", "the server could not find the requested resource")
         with c.lock:  # a copy, as the controllers change objects meanwhile
             obj = copy.deepcopy(c.objects.get((kind, namespace, name))) if name else None
-            items = [] if name else copy.deepcopy([o for (k, ns, _), o in c.objects.items() if k == kind and ns ==
-                                                   namespace and _selected(o, query)])
+            items = (
+                []
+                if name
+                else copy.deepcopy(
+                    [o for (k, ns, _), o in c.objects.items() if k == kind and ns == namespace and _selected(o, query)]
+                )
+            )
             revision = c.revision
         if name:
             return self._send(200, obj) if obj else self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-        self._send(200, {"kind": f"{kind}List", "apiVersion": API_VERSIONS[kind],
-                         "metadata": {"resourceVersion": str(revision)}, "items": items})
+        self._send(
+            200,
+            {
+                "kind": f"{kind}List",
+                "apiVersion": API_VERSIONS[kind],
+                "metadata": {"resourceVersion": str(revision)},
+                "items": items,
+            },
+        )
 
     def _watch(self, kind: str, namespace: str, query: dict) -> None:
         """A watch: the changes after ``resourceVersion`` (without one: every object as ADDED first), as JSON
@@ -1662,8 +2031,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if cursor:
                 events = c.changes_after(cursor)
             else:
-                events = [("ADDED", copy.deepcopy(o)) for (k, ns, _), o in c.objects.items()
-                          if (k, ns) == (kind, namespace)]
+                events = [
+                    ("ADDED", copy.deepcopy(o)) for (k, ns, _), o in c.objects.items() if (k, ns) == (kind, namespace)
+                ]
                 cursor = c.revision
         self._start_stream()
         try:
@@ -1676,17 +2046,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         self._chunk({"type": type_, "object": obj})
                     cursor = max(cursor, int(obj["metadata"].get("resourceVersion") or cursor))
                 if bookmarks and time.monotonic() - bookmarked > BOOKMARK_SECONDS:
-                    self._chunk({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": API_VERSIONS[kind],
-                                                                "metadata": {"resourceVersion": str(cursor)}}})
+                    self._chunk(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": kind,
+                                "apiVersion": API_VERSIONS[kind],
+                                "metadata": {"resourceVersion": str(cursor)},
+                            },
+                        }
+                    )
                     bookmarked = time.monotonic()
                 with c.recorded:
                     c.recorded.wait(0.2)
                 with c.lock:
                     events = c.changes_after(cursor)
             if events is None:
-                self._chunk({"type": "ERROR", "object": {
-                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
-                    "message": f"too old resource version: {cursor} ({c.history[0][0] - 1})"}})
+                self._chunk(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "reason": "Expired",
+                            "code": 410,
+                            "message": f"too old resource version: {cursor} ({c.history[0][0] - 1})",
+                        },
+                    }
+                )
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -1713,10 +2101,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._status(404, "NotFound", f'pods "{name}" not found')
         waiting = ((pod.obj["status"].get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting")
         if waiting:  # as the kubelet answers for a container that never started
-            why = "trying and failing to pull image" if waiting["reason"] in ("ErrImagePull", "ImagePullBackOff") \
+            why = (
+                "trying and failing to pull image"
+                if waiting["reason"] in ("ErrImagePull", "ImagePullBackOff")
                 else waiting["reason"]
-            return self._status(400, "BadRequest", f'container "{pod.container["name"]}" in pod "{name}" is waiting '
-                                                   f"to start: {why}")
+            )
+            return self._status(
+                400, "BadRequest", f'container "{pod.container["name"]}" in pod "{name}" is waiting to start: {why}'
+            )
         if _flag(query, "follow"):
             return self._follow_log(pod, query)
         lines = open(pod.log_path).read().splitlines() if os.path.exists(pod.log_path) else []
@@ -1774,8 +2166,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         options = self._body()
         if not self._admitted("DELETE", name, query):
             return None
-        propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or (
-            "Orphan" if options.get("orphanDependents") else None)
+        propagation = (
+            query.get("propagationPolicy")
+            or options.get("propagationPolicy")
+            or ("Orphan" if options.get("orphanDependents") else None)
+        )
         obj = self.cluster.delete(kind, namespace, name, propagation) if kind and name else None
         if obj is None:
             return self._status(404, "NotFound", f'{(kind or "object").lower()}s "{name}" not found')
@@ -1784,5 +2179,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 body = copy.deepcopy(obj)
             return self._send(200, body)
         group = API_VERSIONS[kind].rpartition("/")[0]
-        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {
-            "name": name, "group": group, "kind": f"{kind.lower()}s", "uid": obj["metadata"]["uid"]}})
+        self._send(
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Success",
+                "details": {"name": name, "group": group, "kind": f"{kind.lower()}s", "uid": obj["metadata"]["uid"]},
+            },
+        )

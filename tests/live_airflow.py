@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 import requests
 
-from tfdist.operators.launchers.processes import free_ports
-from tfdist.trainer.contract.stopping import stop_processes
 from tests.postgres import Postgres
+from tfdist.contract.stopping import stop_processes
+from tfdist.operators.launchers.processes import free_ports
 
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,11 +58,17 @@ class LiveAirflow:
             "AIRFLOW__CORE__MULTI_TEAM": "True",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, (r, _) in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": passwords,
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
-                {"name": "dags-folder", "classpath": bundle, "kwargs": {"path": dags_folder}},
-                {"name": "restricted", "classpath": bundle, "kwargs": {"path": restricted_folder},
-                 "team_name": RESTRICTED_TEAM},
-            ]),
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+                [
+                    {"name": "dags-folder", "classpath": bundle, "kwargs": {"path": dags_folder}},
+                    {
+                        "name": "restricted",
+                        "classpath": bundle,
+                        "kwargs": {"path": restricted_folder},
+                        "team_name": RESTRICTED_TEAM,
+                    },
+                ]
+            ),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
@@ -73,11 +79,14 @@ class LiveAirflow:
         self._tokens: dict[str, str] = {}
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([os.path.join(BIN, "airflow"), *args], env=self.env, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [os.path.join(BIN, "airflow"), *args], env=self.env, capture_output=True, text=True, timeout=120
+        )
         if done.returncode:
-            raise CommandFailed(f"airflow {' '.join(args)} exited {done.returncode}\n"
-                                f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}")
+            raise CommandFailed(
+                f"airflow {' '.join(args)} exited {done.returncode}\n"
+                f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}"
+            )
         return done.stdout
 
     def start(self, dag_ids: list[str], timeout: float = 180) -> None:
@@ -87,10 +96,20 @@ class LiveAirflow:
             self.cli("teams", "create", team)
         for args in COMPONENTS:
             log = open(os.path.join(self.home, f"{args[0]}.log"), "w")
-            self.processes.append(subprocess.Popen([os.path.join(BIN, "airflow"), *args], env=self.env, stdout=log,
-                                                   stderr=subprocess.STDOUT, start_new_session=True))
-        self.wait_for(lambda: set(dag_ids) <= {d["dag_id"] for d in self.api("GET", "/api/v2/dags?limit=100")["dags"]},
-                      timeout, f"the dag-processor to parse {dag_ids} (logs in {self.home})")
+            self.processes.append(
+                subprocess.Popen(
+                    [os.path.join(BIN, "airflow"), *args],
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        self.wait_for(
+            lambda: set(dag_ids) <= {d["dag_id"] for d in self.api("GET", "/api/v2/dags?limit=100")["dags"]},
+            timeout,
+            f"the dag-processor to parse {dag_ids} (logs in {self.home})",
+        )
 
     def stop(self) -> None:
         victims = []
@@ -118,8 +137,9 @@ class LiveAirflow:
     def token(self, user: str = "admin") -> str:
         """A JWT from ``/auth/token``, as a REST client logs in."""
         if user not in self._tokens:
-            response = requests.post(f"{self.url}/auth/token", json={"username": user, "password": USERS[user][1]},
-                                     timeout=30)
+            response = requests.post(
+                f"{self.url}/auth/token", json={"username": user, "password": USERS[user][1]}, timeout=30
+            )
             response.raise_for_status()
             self._tokens[user] = response.json()["access_token"]
         return self._tokens[user]
@@ -144,13 +164,15 @@ class LiveAirflow:
         """A manual run (no logical date) of an unpaused DAG; its run id."""
         self.unpause(dag_id)
         return self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})[
-            "dag_run_id"]
+            "dag_run_id"
+        ]
 
     def runs(self, dag_id: str) -> list[dict]:
         return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
 
     def wait_for_runs(self, dag_id: str, predicate, timeout: float = 300) -> list[dict]:
         """Poll until ``predicate(runs)`` holds and none of those runs is still queued or running."""
+
         def finished():
             runs = self.runs(dag_id)
             return runs if predicate(runs) and all(r["state"] in ("success", "failed") for r in runs) else None
@@ -159,6 +181,7 @@ class LiveAirflow:
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> dict:
         """The finished run ``run_id``."""
+
         def finished():
             run = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
             return run if run["state"] in ("success", "failed") else None

@@ -39,8 +39,17 @@ class Postgres:
     def start(self) -> Postgres:
         data = os.path.join(self.directory, "data")
         self._run(_bin("initdb"), "-D", data, "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-sync")
-        self._run(_bin("pg_ctl"), "-D", data, "-l", os.path.join(self.directory, "server.log"), "-w", "-o",
-                  f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.directory} -c fsync=off", "start")
+        self._run(
+            _bin("pg_ctl"),
+            "-D",
+            data,
+            "-l",
+            os.path.join(self.directory, "server.log"),
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.directory} -c fsync=off",
+            "start",
+        )
         self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow")
         return self
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.trainer.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file
+from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file
 from tfdist.trainer.runtime import fail
 
 MANIFEST_VERSION = 3
@@ -94,8 +94,11 @@ def verified_manifest(data_dir: str, *splits: str) -> dict[str, Any]:
 
 
 def _refuse(path: str, check: str, detail: str) -> None:
-    fail(f"data check '{check}' failed for {path}: {detail}. The run's data changed after prepare_data wrote it: "
-         "clear this run's prepare_data task (and the tasks after it) to prepare the data again", EXIT_REFUSED)
+    fail(
+        f"data check '{check}' failed for {path}: {detail}. The run's data changed after prepare_data wrote it: "
+        "clear this run's prepare_data task (and the tasks after it) to prepare the data again",
+        EXIT_REFUSED,
+    )
 
 
 def shard_paths(data_dir: str, manifest: dict[str, Any], split: str) -> list[str]:

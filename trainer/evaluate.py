@@ -16,15 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfdist.contract import (
+    BLESSING,
+    EXIT_REFUSED,
+    MANIFEST,
+    EvaluateArgs,
+    gate,
+    read_json,
+    registry,
+    sha256_file,
+    write_json_atomic,
+)
 from tfdist.trainer import data
-from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, EvaluateArgs, gate, read_json, registry,
-                                     sha256_file, write_json_atomic)
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
 
 if TYPE_CHECKING:
-    from tfdist.trainer.spec import Spec
+    from tfdist.spec import Spec
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -50,17 +59,22 @@ def compute_metrics(probabilities: np.ndarray, labels: np.ndarray, names: list[s
 def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, dict[str, Any]]:
     predicted = probabilities.argmax(axis=1)
     return {
-        str(c): {"examples": int((labels == c).sum()),
-                 "accuracy": float((predicted[labels == c] == c).mean()) if (labels == c).any() else None}
+        str(c): {
+            "examples": int((labels == c).sum()),
+            "accuracy": float((predicted[labels == c] == c).mean()) if (labels == c).any() else None,
+        }
         for c in range(num_classes)
     }
 
 
 def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, dict[str, float | None]]:
     return {
-        k: {"absolute": metrics[k] - baseline[k],
-            "relative": (metrics[k] - baseline[k]) / abs(baseline[k]) if baseline[k] else None}
-        for k in metrics if k in baseline
+        k: {
+            "absolute": metrics[k] - baseline[k],
+            "relative": (metrics[k] - baseline[k]) / abs(baseline[k]) if baseline[k] else None,
+        }
+        for k in metrics
+        if k in baseline
     }
 
 
@@ -72,11 +86,18 @@ def check_candidate(tf, spec: Spec, manifest, manifest_sha: str, path: str, trai
         raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
     named_step = int(path.rsplit("-", 1)[1])
     if step != named_step or (path == train_result["checkpoint"] and step != train_result["final_step"]):
-        raise IntegrityError("step", path, f"holds step {step}; training reported step "
-                             f"{train_result['final_step']} for {train_result['checkpoint']}")
+        raise IntegrityError(
+            "step",
+            path,
+            f"holds step {step}; training reported step {train_result['final_step']} for {train_result['checkpoint']}",
+        )
     if train_result["data_manifest_sha256"] != manifest_sha:
-        raise IntegrityError("data_manifest", path, "was trained on another data manifest than this run's "
-                             f"({train_result['data_manifest_sha256'][:12]} ≠ {manifest_sha[:12]})")
+        raise IntegrityError(
+            "data_manifest",
+            path,
+            "was trained on another data manifest than this run's "
+            f"({train_result['data_manifest_sha256'][:12]} ≠ {manifest_sha[:12]})",
+        )
     return model, step
 
 
@@ -96,8 +117,9 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 """What of the blessing record the task's XCom holds (the whole record is eval/blessing.json)."""
 
 
-def scored_candidates(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
-                      train_result: dict) -> list[dict[str, Any]]:
+def scored_candidates(
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, train_result: dict
+) -> list[dict[str, Any]]:
     """Each candidate checkpoint's step, metrics and accuracy per label value, once it passes every integrity
     check; the first one failing one refuses the stage, its blessing record naming the check."""
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
@@ -109,43 +131,78 @@ def scored_candidates(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: d
         try:
             model, step = check_candidate(tf, spec, manifest, manifest_sha, path, train_result)
         except IntegrityError as exc:
-            write_json_atomic(os.path.join(args.out, BLESSING), {
-                "blessed": False, "checkpoint": path, "integrity": {"failed": exc.check}, "failures": [str(exc)],
-                "report": [str(exc)], "run_id": run["run_id"]})
+            write_json_atomic(
+                os.path.join(args.out, BLESSING),
+                {
+                    "blessed": False,
+                    "checkpoint": path,
+                    "integrity": {"failed": exc.check},
+                    "failures": [str(exc)],
+                    "report": [str(exc)],
+                    "run_id": run["run_id"],
+                },
+            )
             fail(str(exc), EXIT_REFUSED)
         probabilities, labels = score(tf, lambda features: model(features, training=False), args.data, manifest)
-        scored.append({"checkpoint": path, "step": step, "examples": len(labels),
-                       "metrics": compute_metrics(probabilities, labels, spec.model.metrics),
-                       "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"])})
-        say(f"{path} (step {step}): restores, weights finite, data manifest matches; "
-            + ", ".join(f"{k} {v:.4f}" for k, v in scored[-1]["metrics"].items()))
+        scored.append(
+            {
+                "checkpoint": path,
+                "step": step,
+                "examples": len(labels),
+                "metrics": compute_metrics(probabilities, labels, spec.model.metrics),
+                "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"]),
+            }
+        )
+        say(
+            f"{path} (step {step}): restores, weights finite, data manifest matches; "
+            + ", ".join(f"{k} {v:.4f}" for k, v in scored[-1]["metrics"].items())
+        )
     return scored
 
 
-def compare_with_baseline(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
-                          metrics: dict[str, float]) -> tuple[dict | None, dict, list[str]]:
+def compare_with_baseline(
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, metrics: dict[str, float]
+) -> tuple[dict | None, dict, list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
     Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply."""
     baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
     if baseline is None:
         if not spec.validation.change_thresholds:
             return None, {}, []
-        return None, {}, ["  change thresholds: no baseline (nothing published as of this data interval); "
-                          "only value thresholds apply"]
+        return (
+            None,
+            {},
+            [
+                "  change thresholds: no baseline (nothing published as of this data interval); "
+                "only value thresholds apply"
+            ],
+        )
     try:
         base = baseline_metrics(tf, baseline, args.data, manifest, spec.model.metrics)
-    except Exception as exc:  # noqa: BLE001 - any failure to score makes the baseline incomparable
-        return {"version": baseline["version"], "path": baseline["path"], "error": str(exc)}, {}, [
-            f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
-            "only value thresholds apply"]
+    except Exception as exc:
+        return (
+            {"version": baseline["version"], "path": baseline["path"], "error": str(exc)},
+            {},
+            [
+                f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
+                "only value thresholds apply"
+            ],
+        )
     changes = deltas(metrics, base)
     record = {"version": baseline["version"], "path": baseline["path"], "run_id": baseline["run_id"], "metrics": base}
-    return record, changes, [f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} "
-                             f"({d['absolute']:+.4f})" for k, d in changes.items()]
+    return (
+        record,
+        changes,
+        [
+            f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} ({d['absolute']:+.4f})"
+            for k, d in changes.items()
+        ],
+    )
 
 
-def blessing_record(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict,
-                    scored: list[dict[str, Any]]) -> dict[str, Any]:
+def blessing_record(
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, scored: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
     selection = spec.validation.checkpoint
     sign = 1 if selection.direction == "higher_is_better" else -1
@@ -158,8 +215,9 @@ def blessing_record(tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dic
     baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, metrics)
     report += lines
     gate_rules = spec.validation.model_dump(mode="json")  # as blessing.json records them
-    checks = gate.checks(metrics, gate_rules["thresholds"], gate_rules["change_thresholds"],
-                         (baseline or {}).get("metrics"))
+    checks = gate.checks(
+        metrics, gate_rules["thresholds"], gate_rules["change_thresholds"], (baseline or {}).get("metrics")
+    )
     failures = gate.failures(checks, baseline and baseline["version"])
     decided_by = gate.decided_by(gate_rules, bool(changes))
     if spec.validation.allow_unvalidated:
@@ -197,12 +255,16 @@ def main() -> None:
     tf = import_tensorflow()
     scored = scored_candidates(tf, args, spec, run, manifest, train_result)
     blessing = blessing_record(tf, args, spec, run, manifest, scored)
-    write_json_atomic(os.path.join(args.out, "metrics.json"),
-                      {"metrics": blessing["metrics"], "per_class": blessing["per_class"]})
+    write_json_atomic(
+        os.path.join(args.out, "metrics.json"), {"metrics": blessing["metrics"], "per_class": blessing["per_class"]}
+    )
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
     scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
-    write_json_atomic(args.result, {k: blessing[k] for k in RESULT_FIELDS} | {
-        "baseline_version": blessing["baseline"] and blessing["baseline"]["version"]})
+    write_json_atomic(
+        args.result,
+        {k: blessing[k] for k in RESULT_FIELDS}
+        | {"baseline_version": blessing["baseline"] and blessing["baseline"]["version"]},
+    )
     for line in blessing["report"]:
         say(line)
 

@@ -20,15 +20,27 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tfdist.contract import (
+    BLESSING,
+    EXIT_REFUSED,
+    MANIFEST,
+    ExportArgs,
+    approval,
+    digest_json,
+    publish_dir,
+    read_json,
+    read_json_if_exists,
+    registry,
+    sha256_file,
+    write_json_atomic,
+)
 from tfdist.trainer import data
-from tfdist.trainer.contract import (BLESSING, EXIT_REFUSED, MANIFEST, ExportArgs, approval, digest_json, publish_dir,
-                                     read_json, read_json_if_exists, registry, sha256_file, write_json_atomic)
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 if TYPE_CHECKING:
-    from tfdist.trainer.spec import Spec
+    from tfdist.spec import Spec
 
 MAX_VERSIONS_PER_INTERVAL = 100
 
@@ -102,16 +114,18 @@ def keep_checkpoint(checkpoint: str, prefix: str) -> None:
     """Copy a checkpoint's files (``<checkpoint>.index``, ``<checkpoint>.data-*``) to ``<prefix>.*``."""
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     for path in glob.glob(glob.escape(checkpoint) + ".*"):
-        shutil.copyfile(path, prefix + path[len(checkpoint):])
+        shutil.copyfile(path, prefix + path[len(checkpoint) :])
 
 
 def lineage(args: ExportArgs) -> dict:
     """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
     record = read_json(args.warm_start) if os.path.exists(args.warm_start) else {}
     parent = record.get("parent")
-    return {"parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
-            "warm_start": {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")},
-            "train_metrics": read_json(args.train_result).get("metrics")}
+    return {
+        "parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
+        "warm_start": {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")},
+        "train_metrics": read_json(args.train_result).get("metrics"),
+    }
 
 
 def main() -> None:
@@ -119,16 +133,23 @@ def main() -> None:
     spec, run = load_spec(args.spec), read_json(args.run)
     blessing = read_json(os.path.join(args.eval, BLESSING))
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
-        fail(f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
-             EXIT_REFUSED)
+        fail(
+            f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
+            EXIT_REFUSED,
+        )
     if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
         fail(f"refusing to export: {refusal}", EXIT_REFUSED)
     version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
     out = os.path.join(args.model_dir, str(version))
     origin = lineage(args)
-    result = {"path": out, "version": version, "model_name": os.path.basename(args.model_dir),
-              "metrics": blessing["metrics"], "parent_version": (origin["parent"] or {}).get("version"),
-              "cold_start": (origin["warm_start"]["cold_start"] or "")[:200] or None}
+    result = {
+        "path": out,
+        "version": version,
+        "model_name": os.path.basename(args.model_dir),
+        "metrics": blessing["metrics"],
+        "parent_version": (origin["parent"] or {}).get("version"),
+        "cold_start": (origin["warm_start"]["cold_start"] or "")[:200] or None,
+    }
     if done:
         say(f"{out} already holds this run's export; nothing to do")
     else:
@@ -160,31 +181,49 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         accuracy = serving_accuracy(tf, tmp, args.data, manifest)
         expected = blessing["metrics"].get("accuracy")
         if expected is not None and abs(accuracy - expected) > 1e-3:
-            fail(f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
-                 EXIT_REFUSED)
+            fail(
+                f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
+                EXIT_REFUSED,
+            )
         write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
         keep_checkpoint(blessing["checkpoint"], registry.warm_start_checkpoint(tmp))
-        write_json_atomic(registry.metadata_file(tmp), {
-            "model_name": os.path.basename(args.model_dir),
-            "version": version,
-            "run_id": run["run_id"],
-            "data_interval_start": run["data_interval_start"],
-            "data_interval_end": run["data_interval_end"],
-            "spec_sha256": digest_json(spec.to_json_dict()),
-            "data_manifest_sha256": sha256_file(manifest_path),
-            "input_fingerprint": manifest["input_fingerprint"],
-            "metrics": blessing["metrics"],
-            "gate": blessing["gate"],
-            "blessing": {k: blessing[k] for k in ("blessed", "gate", "metrics", "baseline", "deltas", "thresholds",
-                                                  "change_thresholds", "step")},
-            "serving_eval_accuracy": accuracy,
-            "approval": read_json_if_exists(args.approval) if args.approval else None,
-            "source_checkpoint": blessing["checkpoint"],
-            **origin,
-            "signature": {"inputs": manifest["features"],
-                          "outputs": {"probabilities": [None, manifest["label"]["num_classes"]]}},
-            "tensorflow_version": tf.__version__,
-        })
+        write_json_atomic(
+            registry.metadata_file(tmp),
+            {
+                "model_name": os.path.basename(args.model_dir),
+                "version": version,
+                "run_id": run["run_id"],
+                "data_interval_start": run["data_interval_start"],
+                "data_interval_end": run["data_interval_end"],
+                "spec_sha256": digest_json(spec.to_json_dict()),
+                "data_manifest_sha256": sha256_file(manifest_path),
+                "input_fingerprint": manifest["input_fingerprint"],
+                "metrics": blessing["metrics"],
+                "gate": blessing["gate"],
+                "blessing": {
+                    k: blessing[k]
+                    for k in (
+                        "blessed",
+                        "gate",
+                        "metrics",
+                        "baseline",
+                        "deltas",
+                        "thresholds",
+                        "change_thresholds",
+                        "step",
+                    )
+                },
+                "serving_eval_accuracy": accuracy,
+                "approval": read_json_if_exists(args.approval) if args.approval else None,
+                "source_checkpoint": blessing["checkpoint"],
+                **origin,
+                "signature": {
+                    "inputs": manifest["features"],
+                    "outputs": {"probabilities": [None, manifest["label"]["num_classes"]]},
+                },
+                "tensorflow_version": tf.__version__,
+            },
+        )
     say(f"exported {out} (serving accuracy on the eval split {accuracy:.4f})")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.trainer.spec import CustomModel, MLPModel, Spec
+from tfdist.spec import CustomModel, MLPModel, Spec
 
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "rmsprop": "RMSprop"}
 
@@ -93,6 +93,7 @@ def restore_checked(tf, spec: Spec, manifest: dict[str, Any], path: str):
     """``restore_model``, or IntegrityError('restores')."""
     try:
         return restore_model(tf, spec, manifest, path)
-    except Exception as exc:  # noqa: BLE001 - a truncated file raises IndexError, a mismatch AssertionError, ...
-        raise IntegrityError("restores", path, f"does not restore into the spec's model: "
-                             f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise IntegrityError(
+            "restores", path, f"does not restore into the spec's model: {type(exc).__name__}: {exc}"
+        ) from None

@@ -13,7 +13,7 @@ pods are ready, and ssh does not retry a name that does not resolve).
         --horovod-slots 2 --pods 3) | --hostfile /etc/mpi/hostfile] -- python -m tfdist.trainer.train ...
 
 Peers are ``<job>-<index>.<job>``: an Indexed Job's pod hostnames under its headless Service. The Airflow
-side builds this argv with ``tfdist.trainer.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
+side builds this argv with ``tfdist.contract.pod_argv``. Imports no Airflow and no TensorFlow (Horovod only
 in the Horovod pods)."""
 
 from __future__ import annotations
@@ -28,10 +28,25 @@ import sys
 import threading
 import time
 
-from tfdist.trainer.contract import (EXIT_HUNG, EXIT_REFUSED, RENDEZVOUS_PORT, RUN_ENV, SPEC_ENV, TERMINATION_LOG,
-                                     TF_PORT, RunLayout, RunMismatch, encode_result, longest_silent, rank_tag,
-                                     read_json, record_run, stalled, tf_config)
-from tfdist.trainer.contract.stopping import is_stopped, stop_processes
+from tfdist.contract import (
+    EXIT_HUNG,
+    EXIT_REFUSED,
+    RENDEZVOUS_PORT,
+    RUN_ENV,
+    SPEC_ENV,
+    TERMINATION_LOG,
+    TF_PORT,
+    RunLayout,
+    RunMismatch,
+    encode_result,
+    longest_silent,
+    rank_tag,
+    read_json,
+    record_run,
+    stalled,
+    tf_config,
+)
+from tfdist.contract.stopping import is_stopped, stop_processes
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
@@ -106,8 +121,9 @@ def wait_for_peers(hosts: list[str], timeout: float) -> None:
     while missing:
         missing = [h for h in missing if not _resolves(h)]
         if missing and time.monotonic() > deadline:
-            print(f"ERROR: peers not resolvable after {timeout:.0f} s: {', '.join(missing)}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"ERROR: peers not resolvable after {timeout:.0f} s: {', '.join(missing)}", file=sys.stderr, flush=True
+            )
             raise SystemExit(1)
         if missing:
             time.sleep(0.5)
@@ -147,20 +163,29 @@ def run_horovod_ranks(args: argparse.Namespace, index: int, watch: HangWatch | N
 
     hosts = [peer(args.job, k) for k in range(args.pods)]
     wait_for_peers(hosts, args.peer_timeout)
-    plan = get_host_assignments(parse_hosts(",".join(f"{h}:{args.horovod_slots}" for h in hosts)),
-                                args.pods * args.horovod_slots)
+    plan = get_host_assignments(
+        parse_hosts(",".join(f"{h}:{args.horovod_slots}" for h in hosts)), args.pods * args.horovod_slots
+    )
     if index == 0:
         server = RendezvousHTTPServer(("", args.rendezvous_port), RendezvousHandler, 0)
         server.init(plan)
         threading.Thread(target=server.serve_forever, daemon=True).start()
     common = {
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": hosts[0], "HOROVOD_GLOO_RENDEZVOUS_PORT": str(args.rendezvous_port),
-        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": args.iface,
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": hosts[0],
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(args.rendezvous_port),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_IFACE": args.iface,
         "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS),
     }
     ranks = [slot for slot in plan if slot.hostname == hosts[index]]
-    return _run([(slot.rank, f"rank-{slot.rank}", args.command, {**os.environ, **common, **create_slot_env_vars(slot)})
-                 for slot in ranks], watch)
+    return _run(
+        [
+            (slot.rank, f"rank-{slot.rank}", args.command, {**os.environ, **common, **create_slot_env_vars(slot)})
+            for slot in ranks
+        ],
+        watch,
+    )
 
 
 def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], watch: HangWatch | None) -> int:
@@ -168,8 +193,10 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
     horovodrun does); when one fails, stop the rest and return its exit code; when the pod is told to stop
     (the kubelet's SIGTERM: deleted, evicted), stop them and return 128 + SIGTERM; when ``watch`` finds the stage
     hung, kill them and return EXIT_HUNG."""
-    started = [(rank, member, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-               for rank, member, argv, env in processes]
+    started = [
+        (rank, member, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        for rank, member, argv, env in processes
+    ]
     pumps = [threading.Thread(target=_relay, args=(rank, proc), daemon=True) for rank, _, proc in started]
     for t in pumps:
         t.start()
@@ -220,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not args.command or (args.cluster and args.horovod_slots) or bool(args.cluster or args.horovod_slots) != bool(
-            args.job) or (args.hostfile and args.job):
-        parser.error("give a command after '--', and --job with either --cluster or --horovod-slots and --pods, "
-                     "or --hostfile")
+    if (
+        not args.command
+        or (args.cluster and args.horovod_slots)
+        or bool(args.cluster or args.horovod_slots) != bool(args.job)
+        or (args.hostfile and args.job)
+    ):
+        parser.error(
+            "give a command after '--', and --job with either --cluster or --horovod-slots and --pods, or --hostfile"
+        )
     try:
         record_run(RunLayout(args.run_dir), json.loads(os.environ[SPEC_ENV]), json.loads(os.environ[RUN_ENV]))
     except KeyError as exc:

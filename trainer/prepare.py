@@ -25,13 +25,21 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import numpy as np
 
+from tfdist.contract import (
+    EXIT_REFUSED,
+    MANIFEST,
+    THREADS_ENV,
+    PrepareArgs,
+    digest_json,
+    publish_dir,
+    read_json,
+    write_json_atomic,
+)
 from tfdist.trainer import data, readers, statistics
-from tfdist.trainer.contract import (EXIT_REFUSED, MANIFEST, THREADS_ENV, PrepareArgs, digest_json, publish_dir,
-                                     read_json, write_json_atomic)
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
 if TYPE_CHECKING:
-    from tfdist.trainer.spec import DataSpec
+    from tfdist.spec import DataSpec
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20
@@ -42,6 +50,7 @@ this much input, up to the cores."""
 def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads: int) -> tuple[str, list[dict]]:
     """The digest of the input files' contents, the data spec (as spec.json holds it) and the manifest version;
     each file's path, size and sha256."""
+
     def sha256(url: str) -> str:
         digest = hashlib.sha256()
         with fsspec.open(url, "rb") as f:
@@ -58,9 +67,15 @@ def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads
 
 def write_result(path: str, data_dir: str, manifest: dict) -> None:
     """The stage's result record (the task's XCom)."""
-    write_json_atomic(path, {"data_dir": data_dir, "train_examples": manifest["train"]["examples"],
-                             "eval_examples": manifest["eval"]["examples"],
-                             "input_fingerprint": manifest["input_fingerprint"]})
+    write_json_atomic(
+        path,
+        {
+            "data_dir": data_dir,
+            "train_examples": manifest["train"]["examples"],
+            "eval_examples": manifest["eval"]["examples"],
+            "input_fingerprint": manifest["input_fingerprint"],
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -92,7 +107,7 @@ def merged(a: tuple, b: tuple) -> tuple:
     if not n:
         return a
     delta = mb - ma
-    return n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n)
+    return n, ma + delta * (nb / n), sa + sb + delta**2 * (na * nb / n)
 
 
 def write_share(share: Share) -> dict[str, Any]:
@@ -115,23 +130,30 @@ def write_share(share: Share) -> dict[str, Any]:
         for piece in share.pieces:
             counts = {"train": np.zeros(n, np.int64), "eval": np.zeros(n, np.int64)}
             classes = {split: np.zeros(spec.label.num_classes, np.int64) for split in counts}
-            stats, described = {name: (0, 0.0, 0.0) for name in names}, {}
+            stats, described = dict.fromkeys(names, (0, 0.0, 0.0)), {}
             for chunk in readers.chunks(piece, spec):
-                is_eval, shard = data.split_and_shard(data.row_hashes(chunk.features, chunk.labels),
-                                                      spec.eval_fraction, n)
+                is_eval, shard = data.split_and_shard(
+                    data.row_hashes(chunk.features, chunk.labels), spec.eval_fraction, n
+                )
                 for split, rows in (("train", ~is_eval), ("eval", is_eval)):
                     for index in np.unique(shard[rows]).tolist():
                         mask = rows & (shard == index)
                         if (split, index) not in writers:
                             writers[split, index] = tf.io.TFRecordWriter(
-                                part_path(share.parts_dir, split, index, share.writer))
-                        examples.write(writers[split, index], {k: v[mask] for k, v in chunk.features.items()},
-                                       chunk.labels[mask])
+                                part_path(share.parts_dir, split, index, share.writer)
+                            )
+                        examples.write(
+                            writers[split, index], {k: v[mask] for k, v in chunk.features.items()}, chunk.labels[mask]
+                        )
                     counts[split] += np.bincount(shard[rows], minlength=n)
                     classes[split] += np.bincount(chunk.labels[rows], minlength=spec.label.num_classes)
                 stats = {k: merged(stats[k], moments(v[~is_eval])) for k, v in chunk.features.items()}
-                described = {k: statistics.merged(described[k], statistics.of_chunk(v)) if k in described
-                             else statistics.of_chunk(v) for k, v in chunk.features.items()}
+                described = {
+                    k: statistics.merged(described[k], statistics.of_chunk(v))
+                    if k in described
+                    else statistics.of_chunk(v)
+                    for k, v in chunk.features.items()
+                }
             results.append({"counts": counts, "classes": classes, "stats": stats, "statistics": described})
     finally:
         for writer in writers.values():
@@ -152,8 +174,10 @@ def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Pie
 
 
 def refuse(exc: readers.BadData) -> None:
-    fail(f"{exc}. Nothing was published: fix the input (or what produces it), then clear this run's "
-         "prepare_data task", EXIT_REFUSED)
+    fail(
+        f"{exc}. Nothing was published: fix the input (or what produces it), then clear this run's prepare_data task",
+        EXIT_REFUSED,
+    )
 
 
 def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: str) -> list[dict]:
@@ -194,12 +218,17 @@ class Pods:
         return read_json(self.plan_path)
 
     def write_result(self, result: dict) -> None:
-        pieces = [{"counts": {split: v.tolist() for split, v in p["counts"].items()},
-                   "classes": {split: v.tolist() for split, v in p["classes"].items()},
-                   "stats": {name: [n, np.asarray(m).tolist(), np.asarray(s).tolist()]
-                             for name, (n, m, s) in p["stats"].items()},
-                   "statistics": {name: statistics.to_json(s) for name, s in p["statistics"].items()}}
-                  for p in result["pieces"]]
+        pieces = [
+            {
+                "counts": {split: v.tolist() for split, v in p["counts"].items()},
+                "classes": {split: v.tolist() for split, v in p["classes"].items()},
+                "stats": {
+                    name: [n, np.asarray(m).tolist(), np.asarray(s).tolist()] for name, (n, m, s) in p["stats"].items()
+                },
+                "statistics": {name: statistics.to_json(s) for name, s in p["statistics"].items()},
+            }
+            for p in result["pieces"]
+        ]
         write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
 
     def wait_results(self) -> list[dict]:
@@ -209,13 +238,15 @@ class Pods:
             while not os.path.exists(path := os.path.join(self.dir, f"result-{k}.json")):
                 time.sleep(self.POLL_SECONDS)
             result = read_json(path)
-            result["pieces"] = [{"counts": {split: np.asarray(v) for split, v in p["counts"].items()},
-                                 "classes": {split: np.asarray(v) for split, v in p["classes"].items()},
-                                 "stats": {name: (n, np.asarray(m), np.asarray(s))
-                                           for name, (n, m, s) in p["stats"].items()},
-                                 "statistics": {name: statistics.from_json(s)
-                                                for name, s in p["statistics"].items()}}
-                                for p in result["pieces"]]
+            result["pieces"] = [
+                {
+                    "counts": {split: np.asarray(v) for split, v in p["counts"].items()},
+                    "classes": {split: np.asarray(v) for split, v in p["classes"].items()},
+                    "stats": {name: (n, np.asarray(m), np.asarray(s)) for name, (n, m, s) in p["stats"].items()},
+                    "statistics": {name: statistics.from_json(s) for name, s in p["statistics"].items()},
+                }
+                for p in result["pieces"]
+            ]
             results.append(result)
         return results
 
@@ -256,15 +287,18 @@ def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bo
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
             write_result(args.result, args.out, read_json(manifest_path))
             return True
-        fail(f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
-             EXIT_REFUSED)
+        fail(
+            f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
+            EXIT_REFUSED,
+        )
     if os.path.exists(args.out):
         fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
     return False
 
 
-def write_parts(runs: list[list[readers.Piece]], data_spec: DataSpec, pods: Pods | None,
-                tmp: str) -> tuple[list[dict], str]:
+def write_parts(
+    runs: list[list[readers.Piece]], data_spec: DataSpec, pods: Pods | None, tmp: str
+) -> tuple[list[dict], str]:
     """(every writer's write_share result, the directory of their parts): the pods' (pod 0 writes the first run),
     or this process's writers' in ``tmp``."""
     if pods:
@@ -278,16 +312,16 @@ def write_parts(runs: list[list[readers.Piece]], data_spec: DataSpec, pods: Pods
     return write_all(runs, data_spec, parts_dir), parts_dir
 
 
-def row_counts(results: list[dict], files: list[tuple[str, int]], writers: str,
-               num_shards: int) -> dict[str, np.ndarray]:
+def row_counts(
+    results: list[dict], files: list[tuple[str, int]], writers: str, num_shards: int
+) -> dict[str, np.ndarray]:
     """Rows per split and shard over the writers' pieces, logged with the files and ``writers`` that read them;
     an input without rows, or with too few for the train shards, is refused."""
     counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
     records = int(counts["train"].sum() + counts["eval"].sum())
     say(f"read {records} rows from {len(files)} file(s) by {writers}")
     if not records:
-        fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's "
-             "window?)")
+        fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's window?)")
     if (counts["train"] == 0).any():
         fail(f"{records} rows are too few for {num_shards} train shards (data.num_shards): some shard would be empty")
     return counts
@@ -313,14 +347,28 @@ def data_statistics(results: list[dict]) -> dict[str, Any]:
         for r in results[1:]:
             merged_stats = statistics.merged(merged_stats, r["statistics"][name])
         features[name] = statistics.summary(merged_stats)
-    return {"bins": statistics.SCHEME, "features": features,
-            **{split: {"rows": int(sum(r["counts"][split].sum() for r in results)),
-                       "class_counts": sum(r["classes"][split] for r in results).tolist()}
-               for split in ("train", "eval")}}
+    return {
+        "bins": statistics.SCHEME,
+        "features": features,
+        **{
+            split: {
+                "rows": int(sum(r["counts"][split].sum() for r in results)),
+                "class_counts": sum(r["classes"][split] for r in results).tolist(),
+            }
+            for split in ("train", "eval")
+        },
+    }
 
 
-def data_manifest(data_spec: DataSpec, fingerprint: str, inputs: list[dict], results: list[dict],
-                  counts: dict[str, np.ndarray], parts_dir: str, out_dir: str) -> dict[str, Any]:
+def data_manifest(
+    data_spec: DataSpec,
+    fingerprint: str,
+    inputs: list[dict],
+    results: list[dict],
+    counts: dict[str, np.ndarray],
+    parts_dir: str,
+    out_dir: str,
+) -> dict[str, Any]:
     """The manifest of the shards, joined into ``out_dir`` from the writers' parts."""
     n = data_spec.num_shards
     manifest = {
@@ -335,8 +383,13 @@ def data_manifest(data_spec: DataSpec, fingerprint: str, inputs: list[dict], res
         "statistics": data_statistics(results),
     }
     for split in ("train", "eval"):
-        shards = [{**join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
-                   "examples": int(counts[split][i])} for i in range(n)]
+        shards = [
+            {
+                **join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
+                "examples": int(counts[split][i]),
+            }
+            for i in range(n)
+        ]
         manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
     return manifest
 
@@ -351,8 +404,12 @@ def main() -> None:
     files = readers.expand(args.source)
     if not files:
         fail(f"no input files match {args.source} (data.source of the spec, for this run's window)")
-    processes = args.pods if pods else data_spec.prepare_processes or max(1, min(
-        usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
+    processes = (
+        args.pods
+        if pods
+        else data_spec.prepare_processes
+        or max(1, min(usable_cores(), math.ceil(sum(size for _, size in files) / BYTES_PER_WRITER)))
+    )
     fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
     if reuse_prepared(args, pods, fingerprint):
         return
@@ -368,13 +425,17 @@ def main() -> None:
         write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
     n = data_spec.num_shards
-    say(f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
-        f"in {n}+{n} shards to {args.out}")
+    say(
+        f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
+        f"in {n}+{n} shards to {args.out}"
+    )
     seconds = time.monotonic() - started
     records = manifest["train"]["examples"] + manifest["eval"]["examples"]
     megabytes = sum(s["bytes"] for split in ("train", "eval") for s in manifest[split]["shards"]) / 1e6
-    say(f"throughput: {records} records, {megabytes:.2f} MB in {seconds:.3f}s: {records / seconds:.0f} records/s, "
-        f"{megabytes / seconds:.2f} MB/s")
+    say(
+        f"throughput: {records} records, {megabytes:.2f} MB in {seconds:.3f}s: {records / seconds:.0f} records/s, "
+        f"{megabytes / seconds:.2f} MB/s"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 
-from tfdist.trainer.spec import DataSpec, Feature
+from tfdist.spec import DataSpec, Feature
 
 PIECE_BYTES = 64 << 20
 """A CSV or JSON-lines file larger than this is read as several pieces."""
@@ -58,7 +58,7 @@ def expand(patterns: list[str]) -> list[tuple[str, int]]:
     found = {}
     for pattern in patterns:
         fs, path = fsspec.core.url_to_fs(pattern)
-        for match in (fs.glob(path) if fsspec.core.has_magic(path) else [path] if fs.exists(path) else []):
+        for match in fs.glob(path) if fsspec.core.has_magic(path) else [path] if fs.exists(path) else []:
             info = fs.info(match)
             if info["type"] == "file":
                 found[fs.unstrip_protocol(match) if "://" in pattern else match] = info.get("size") or 0
@@ -90,8 +90,7 @@ def feature_columns(feature: Feature) -> list[str]:
     return [feature.name] if not feature.shape else [f"{feature.name}_{i}" for i in range(feature.size)]
 
 
-def _checked(url: str, features: dict[str, np.ndarray], labels: np.ndarray, data_spec: DataSpec,
-             row_name) -> Chunk:
+def _checked(url: str, features: dict[str, np.ndarray], labels: np.ndarray, data_spec: DataSpec, row_name) -> Chunk:
     """The chunk, once every feature value is finite and every label an integer class; else BadData naming
     the row (``row_name(i)``: its line or record) and the field."""
     num_classes, label = data_spec.label.num_classes, data_spec.label.name
@@ -103,8 +102,10 @@ def _checked(url: str, features: dict[str, np.ndarray], labels: np.ndarray, data
     bad = (labels < 0) | (labels >= num_classes) | (labels != np.floor(labels)) | ~np.isfinite(labels)
     if bad.any():
         i = int(np.argmax(bad))
-        raise BadData(f"{url}, {row_name(i)}, field '{label}': {labels[i]:g} is not a class in [0, {num_classes}) "
-                      f"(data.label.num_classes)")
+        raise BadData(
+            f"{url}, {row_name(i)}, field '{label}': {labels[i]:g} is not a class in [0, {num_classes}) "
+            f"(data.label.num_classes)"
+        )
     return Chunk({n: v.astype(np.float32, copy=False) for n, v in features.items()}, labels.astype(np.int64))
 
 
@@ -166,11 +167,19 @@ def _csv(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
         label = data_spec.label.name
         wanted = [label, *(c for f in data_spec.features for c in feature_columns(f))]
         if missing := [c for c in wanted if c not in index]:
-            raise BadData(f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
-                          f"(data.features and data.label name the CSV header's columns)")
+            raise BadData(
+                f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
+                f"(data.features and data.label name the CSV header's columns)"
+            )
         try:
-            table = np.loadtxt([line.decode() for line in lines], delimiter=",", quotechar='"', dtype=np.float64,
-                               ndmin=2, usecols=[index[c] for c in wanted])
+            table = np.loadtxt(
+                [line.decode() for line in lines],
+                delimiter=",",
+                quotechar='"',
+                dtype=np.float64,
+                ndmin=2,
+                usecols=[index[c] for c in wanted],
+            )
             if any(line.count(b",") != len(names) - 1 for line in lines if b'"' not in line):
                 raise ValueError("column count")
         except ValueError:
@@ -178,7 +187,7 @@ def _csv(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
             raise
         out, at = {}, 1
         for f in data_spec.features:
-            out[f.name], at = table[:, at:at + f.size], at + f.size
+            out[f.name], at = table[:, at : at + f.size], at + f.size
         return out, table[:, 0]
 
     def find_bad_row(lines, names, wanted, row_name) -> None:
@@ -221,8 +230,10 @@ def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
                         if np.asarray(value, dtype=np.float64).size != size:
                             raise ValueError
                     except (TypeError, ValueError):
-                        raise BadData(f"{piece.url}, {row_name(i)}, field '{name}': {value!r} is not "
-                                      f"{'a number' if size == 1 else f'{size} numbers'}") from None
+                        raise BadData(
+                            f"{piece.url}, {row_name(i)}, field '{name}': {value!r} is not "
+                            f"{'a number' if size == 1 else f'{size} numbers'}"
+                        ) from None
                 raise
         return out, out.pop(label)[:, 0]
 
@@ -232,8 +243,7 @@ def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
 # NPZ and Parquet ----------------------------------------------------------------------------------------
 
 
-def _records(url: str, data_spec: DataSpec, features: dict[str, np.ndarray], labels: np.ndarray,
-             first: int) -> Chunk:
+def _records(url: str, data_spec: DataSpec, features: dict[str, np.ndarray], labels: np.ndarray, first: int) -> Chunk:
     return _checked(url, features, labels, data_spec, lambda i: f"record {first + i + 1}")
 
 
@@ -250,13 +260,20 @@ def _npz(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
         for f in data_spec.features:
             values = arrays[f.name]
             if len(values) != len(labels) or values[0:1].size not in (0, f.size):
-                raise BadData(f"{piece.url}: array '{f.name}' has shape {values.shape}, expected "
-                              f"({len(labels)}, {', '.join(map(str, f.shape))}) (data.features[].shape)")
+                raise BadData(
+                    f"{piece.url}: array '{f.name}' has shape {values.shape}, expected "
+                    f"({len(labels)}, {', '.join(map(str, f.shape))}) (data.features[].shape)"
+                )
             columns[f.name] = values.reshape(len(labels), -1)
     for first in range(0, len(labels), CHUNK_ROWS):
         rows = slice(first, first + CHUNK_ROWS)
-        yield _records(piece.url, data_spec, {n: v[rows].astype(np.float64) for n, v in columns.items()},
-                       labels[rows].astype(np.float64), first)
+        yield _records(
+            piece.url,
+            data_spec,
+            {n: v[rows].astype(np.float64) for n, v in columns.items()},
+            labels[rows].astype(np.float64),
+            first,
+        )
 
 
 def _parquet(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
@@ -268,11 +285,14 @@ def _parquet(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     with fsspec.open(piece.url, "rb") as f:
         file = pq.ParquetFile(f)
         present = set(file.schema_arrow.names)
-        sources = {feat.name: [feat.name] if feat.name in present else feature_columns(feat)
-                   for feat in data_spec.features}
+        sources = {
+            feat.name: [feat.name] if feat.name in present else feature_columns(feat) for feat in data_spec.features
+        }
         if missing := [c for c in [label, *(c for cols in sources.values() for c in cols)] if c not in present]:
-            raise BadData(f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
-                          f"(data.features and data.label name its columns)")
+            raise BadData(
+                f"{piece.url}: missing columns {missing[:5]}{'…' if len(missing) > 5 else ''} "
+                f"(data.features and data.label name its columns)"
+            )
         first = 0
         wanted = sorted(present & {label, *sum(sources.values(), [])})
         for batch in file.iter_batches(batch_size=CHUNK_ROWS, columns=wanted):
@@ -283,13 +303,16 @@ def _parquet(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
                 if len(names) == 1 and names[0] == feat.name and feat.shape:
                     values = batch.column(feat.name)
                     try:
-                        columns[feat.name] = np.asarray(values.flatten().to_numpy(zero_copy_only=False),
-                                                        dtype=np.float64).reshape(n, size)
+                        columns[feat.name] = np.asarray(
+                            values.flatten().to_numpy(zero_copy_only=False), dtype=np.float64
+                        ).reshape(n, size)
                     except (AttributeError, TypeError, ValueError):
                         sizes = [len(v) if isinstance(v, list) else 0 for v in values.to_pylist()]
                         i = next(k for k, s in enumerate(sizes) if s != size)
-                        raise BadData(f"{piece.url}, record {first + i + 1}, field '{feat.name}': "
-                                      f"{sizes[i]} values, expected {size}") from None
+                        raise BadData(
+                            f"{piece.url}, record {first + i + 1}, field '{feat.name}': "
+                            f"{sizes[i]} values, expected {size}"
+                        ) from None
                 else:
                     columns[feat.name] = np.column_stack([_numbers(piece.url, batch, c, first) for c in names])
             yield _records(piece.url, data_spec, columns, _numbers(piece.url, batch, label, first), first)
@@ -355,8 +378,10 @@ def _framed_records(f, url: str, first: int) -> list[bytes]:
         where = f"{url}, record {first + len(records) + 1}"
         length, length_crc = struct.unpack("<QI", header) if len(header) == 12 else (None, None)
         if length is None or masked(header[:8]) != length_crc:
-            raise BadData(f"{where}: its length is {'cut short' if length is None else 'damaged (CRC mismatch)'}: "
-                          "not a complete TFRecord file")
+            raise BadData(
+                f"{where}: its length is {'cut short' if length is None else 'damaged (CRC mismatch)'}: "
+                "not a complete TFRecord file"
+            )
         data = f.read(length + 4)
         if len(data) < length + 4:
             raise BadData(f"{where}: cut short ({len(data)} of {length + 4} bytes): not a complete TFRecord file")

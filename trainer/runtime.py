@@ -7,11 +7,11 @@ import math
 import os
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable
 
-from tfdist.trainer import spec
-from tfdist.trainer.contract import CORES_ENV, THREADS_ENV, read_json
-from tfdist.trainer.contract.stopping import end_with_parent
+from tfdist import spec
+from tfdist.contract import CORES_ENV, THREADS_ENV, read_json
+from tfdist.contract.stopping import end_with_parent
 
 
 def load_spec(path: str) -> spec.Spec:
@@ -79,5 +79,7 @@ def run_stage(main: Callable[[], None]) -> None:
             raise
         named = re.search(r"(?:^|\s)(/[^\s;]+)", str(exc))  # TensorFlow's: '{{function_node …}} /path; No space …'
         where = getattr(exc, "filename", None) or (named.group(1) if named else "the artifact root")
-        fail(f"no space left on the device holding {where}: free space under the artifact root (or move it to "
-             "a larger volume) and retry the task; nothing partial was published")
+        fail(
+            f"no space left on the device holding {where}: free space under the artifact root (or move it to "
+            "a larger volume) and retry the task; nothing partial was published"
+        )

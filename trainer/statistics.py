@@ -51,10 +51,14 @@ def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
     values = values.astype(np.float64)
     rows, size = values.shape
     mean = values.mean(axis=0) if rows else np.zeros(size)
-    return {"count": np.int64(rows), "mean": mean, "m2": ((values - mean) ** 2).sum(axis=0),
-            "min": values.min(axis=0) if rows else np.full(size, np.inf),
-            "max": values.max(axis=0) if rows else np.full(size, -np.inf),
-            "histogram": np.bincount(flat, minlength=NUM_BINS * size).reshape(size, NUM_BINS)}
+    return {
+        "count": np.int64(rows),
+        "mean": mean,
+        "m2": ((values - mean) ** 2).sum(axis=0),
+        "min": values.min(axis=0) if rows else np.full(size, np.inf),
+        "max": values.max(axis=0) if rows else np.full(size, -np.inf),
+        "histogram": np.bincount(flat, minlength=NUM_BINS * size).reshape(size, NUM_BINS),
+    }
 
 
 def merged(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -66,20 +70,29 @@ def merged(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.n
     if not a["count"]:
         return b
     delta = b["mean"] - a["mean"]
-    return {"count": n, "mean": a["mean"] + delta * (b["count"] / n),
-            "m2": a["m2"] + b["m2"] + delta ** 2 * (a["count"] * b["count"] / n),
-            "min": np.minimum(a["min"], b["min"]), "max": np.maximum(a["max"], b["max"]),
-            "histogram": a["histogram"] + b["histogram"]}
+    return {
+        "count": n,
+        "mean": a["mean"] + delta * (b["count"] / n),
+        "m2": a["m2"] + b["m2"] + delta**2 * (a["count"] * b["count"] / n),
+        "min": np.minimum(a["min"], b["min"]),
+        "max": np.maximum(a["max"], b["max"]),
+        "histogram": a["histogram"] + b["histogram"],
+    }
 
 
 def summary(stats: dict[str, np.ndarray]) -> dict[str, Any]:
     """As JSON values, per element: count, mean, std, min, max, zero share, and the histogram's non-empty bins
     ({bin: count})."""
     n = int(stats["count"])
-    return {"count": n, "mean": stats["mean"].tolist(), "std": np.sqrt(stats["m2"] / max(n, 1)).tolist(),
-            "min": stats["min"].tolist(), "max": stats["max"].tolist(),
-            "zero_share": (stats["histogram"][:, ZERO_BIN] / max(n, 1)).tolist(),
-            "histogram": [{str(b): int(c) for b, c in enumerate(row) if c} for row in stats["histogram"]]}
+    return {
+        "count": n,
+        "mean": stats["mean"].tolist(),
+        "std": np.sqrt(stats["m2"] / max(n, 1)).tolist(),
+        "min": stats["min"].tolist(),
+        "max": stats["max"].tolist(),
+        "zero_share": (stats["histogram"][:, ZERO_BIN] / max(n, 1)).tolist(),
+        "histogram": [{str(b): int(c) for b, c in enumerate(row) if c} for row in stats["histogram"]],
+    }
 
 
 def to_json(stats: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -88,5 +101,4 @@ def to_json(stats: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def from_json(stats: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=np.int64 if k in ("count", "histogram") else np.float64)
-            for k, v in stats.items()}
+    return {k: np.asarray(v, dtype=np.int64 if k in ("count", "histogram") else np.float64) for k, v in stats.items()}

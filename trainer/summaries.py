@@ -3,7 +3,7 @@ package to write them (``tf.summary.scalar`` does), only whoever views them."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def scalar_writer(tf, logdir: str) -> Callable[[int, dict[str, float | None]], None]:

@@ -38,17 +38,27 @@ import time
 import types
 from typing import TYPE_CHECKING, Any
 
+from tfdist.contract import (
+    CORES_ENV,
+    EXIT_REFUSED,
+    HOSTS_ENV,
+    MANIFEST,
+    TrainArgs,
+    TrainProgress,
+    append_curve_point,
+    beat,
+    sha256_file,
+    warm_start_summary,
+    write_json_atomic,
+)
 from tfdist.trainer import data
-from tfdist.trainer.contract import (CORES_ENV, EXIT_REFUSED, HOSTS_ENV, MANIFEST, TrainArgs, TrainProgress,
-                                     append_curve_point, beat, sha256_file, warm_start_summary,
-                                     write_json_atomic)
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
 from tfdist.trainer.warm_start import WarmStart
 
 if TYPE_CHECKING:
-    from tfdist.trainer.spec import Spec, TrainingSpec
+    from tfdist.spec import Spec, TrainingSpec
 
 STEPS_PER_CALL = 10  # training steps per tf.function call (per worker closure with a parameter server)
 PROGRESS_SECONDS = 2.0
@@ -122,8 +132,11 @@ class ParameterServer(Mirrored):
         self.steps_per_call = STEPS_PER_CALL * self.workers  # each worker's closure runs STEPS_PER_CALL steps
 
     def step_runner(self, replica_step, dataset_fn):
-        iterator = iter(self.coordinator.create_per_worker_dataset(
-            lambda: self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn))))
+        iterator = iter(
+            self.coordinator.create_per_worker_dataset(
+                lambda: self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn))
+            )
+        )
         chunk = self._chunk(replica_step)
 
         def run(steps):
@@ -239,8 +252,9 @@ class ElasticHorovod(Horovod):
             def sync(self):
                 try:
                     for i, variable in enumerate(self.variables):
-                        variable.assign(sync.hvd.broadcast(sync.tf.convert_to_tensor(variable), root_rank=0,
-                                                           name=f"state_{i}"))
+                        variable.assign(
+                            sync.hvd.broadcast(sync.tf.convert_to_tensor(variable), root_rank=0, name=f"state_{i}")
+                        )
                     self._committed = [v.numpy() for v in self.variables]
                     super().sync()
                 except Exception as error:  # a rank lost while syncing: reset again
@@ -278,8 +292,9 @@ class ElasticHorovod(Horovod):
 
 def serve(tf, resolver) -> None:
     """A parameter-server cluster's ps or worker task: serve until the launcher stops this process."""
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                  task_index=resolver.task_id, protocol="grpc", start=True)
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id, protocol="grpc", start=True
+    )
     say(f"{resolver.task_type}-{resolver.task_id}: serving at {server.target}")
     server.join()
 
@@ -384,9 +399,11 @@ class TrainingRun:
             say(f"{sync.name}: already trained to step {self.start_step} ({self.latest}); nothing to do")
             return
         cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-        say(f"{sync.name}: {'resuming from ' + self.latest if self.latest else 'starting fresh'} at step "
+        say(
+            f"{sync.name}: {'resuming from ' + self.latest if self.latest else 'starting fresh'} at step "
             f"{self.start_step} of {self.total_steps} ({self.steps_per_epoch} steps/epoch, global batch "
-            f"{self.global_batch}, {sync.workers} workers, cores {cores})")
+            f"{self.global_batch}, {sync.workers} workers, cores {cores})"
+        )
         os.makedirs(self.args.heartbeats, exist_ok=True)
         self.started = self.stepped = self.last_report = time.monotonic()
         self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
@@ -398,10 +415,19 @@ class TrainingRun:
         if self.latest:
             try:
                 self.checkpoint.restore(self.latest).assert_existing_objects_matched()
-            except Exception as exc:  # noqa: BLE001 - a cut file raises DataLossError, a mismatch AssertionError, ...
-                fail(str(IntegrityError("restores", self.latest, f"{type(exc).__name__}: {exc}. Delete its files "
-                                        f"({self.latest}.index, {self.latest}.data-*) to resume from the checkpoint "
-                                        "before it")), EXIT_REFUSED)
+            except Exception as exc:
+                fail(
+                    str(
+                        IntegrityError(
+                            "restores",
+                            self.latest,
+                            f"{type(exc).__name__}: {exc}. Delete its files "
+                            f"({self.latest}.index, {self.latest}.data-*) to resume from the checkpoint "
+                            "before it",
+                        )
+                    ),
+                    EXIT_REFUSED,
+                )
         else:
             self.start_from_parent()
         self.sync.start(self.model, self.optimizer)
@@ -410,13 +436,20 @@ class TrainingRun:
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
         record = WarmStart(self.spec, self.args.run, self.args.model_dir, self.args.warm_start).restore(
-            self.tf, self.model, self.optimizer)
+            self.tf, self.model, self.optimizer
+        )
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start, record)
             parent = record["parent"]
-            say(f"{self.sync.name}: " + (f"warm start from version {parent['version']} (run {parent['run_id']}): "
-                                         f"restored the {record['restored']}" if parent else
-                                         f"cold start: {record['cold_start']}"))
+            say(
+                f"{self.sync.name}: "
+                + (
+                    f"warm start from version {parent['version']} (run {parent['run_id']}): "
+                    f"restored the {record['restored']}"
+                    if parent
+                    else f"cold start: {record['cold_start']}"
+                )
+            )
 
     def manager(self):
         """The chief's CheckpointManager on the run's checkpoint directory (with MultiWorkerMirrored, every other
@@ -428,8 +461,10 @@ class TrainingRun:
         directory = self.args.checkpoints if sync.is_chief else None
         if directory not in self.managers:
             self.managers[directory] = self.tf.train.CheckpointManager(
-                self.checkpoint, directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"),
-                max_to_keep=self.training.keep_checkpoints)
+                self.checkpoint,
+                directory or tempfile.mkdtemp(prefix="tfdist-ckpt-"),
+                max_to_keep=self.training.keep_checkpoints,
+            )
         return self.managers[directory]
 
     def dataset(self, reader: int, readers: int, per_replica_batch, first_step: int):
@@ -463,8 +498,9 @@ class TrainingRun:
     def train_fixed(self) -> types.SimpleNamespace:
         """Train with the world the process started in; the final progress."""
         progress = types.SimpleNamespace(**new_progress(self.start_step))
-        run_steps = self.sync.step_runner(self.replica_step(self.global_batch),
-                                          lambda r, n, b: self.dataset(r, n, b, first_step=self.start_step))
+        run_steps = self.sync.step_runner(
+            self.replica_step(self.global_batch), lambda r, n, b: self.dataset(r, n, b, first_step=self.start_step)
+        )
         self.train(run_steps, progress, self.global_batch)
         return progress
 
@@ -474,8 +510,11 @@ class TrainingRun:
         # made a rank's exit wait 3-60 s for their autotune threads (Model::OptimizeLoop); parallelism is fixed
         without_autotune = self.tf.data.Options()
         without_autotune.autotune.enabled = False
-        state = self.sync.state([*self.model.variables, *self.optimizer.variables], **new_progress(self.start_step),
-                                world_size=self.sync.workers)
+        state = self.sync.state(
+            [*self.model.variables, *self.optimizer.variables],
+            **new_progress(self.start_step),
+            world_size=self.sync.workers,
+        )
         state.reached = self.start_step  # the end of this rank's last step call (not part of the state)
         self.sync.run(functools.partial(self.train_world, dataset_options=without_autotune), state)
         return state
@@ -487,13 +526,17 @@ class TrainingRun:
         size = sync.workers
         if state.world_size != size:
             if sync.is_chief:  # reached: the end of the step call the world changed in (or at)
-                say(f"{sync.name}: world size {state.world_size} -> {size} at step {state.reached} "
-                    f"(restored commit at step {state.step})")
+                say(
+                    f"{sync.name}: world size {state.world_size} -> {size} at step {state.reached} "
+                    f"(restored commit at step {state.step})"
+                )
                 self.last_report = float("-inf")  # report the first step call of the new world
             state.world_size = size
         batch = self.global_batch // size * size
-        run_steps = sync.step_runner(self.replica_step(batch), lambda r, n, b: self.dataset(
-            r, n, b, first_step=state.step).with_options(dataset_options))
+        run_steps = sync.step_runner(
+            self.replica_step(batch),
+            lambda r, n, b: self.dataset(r, n, b, first_step=state.step).with_options(dataset_options),
+        )
 
         def commit() -> None:
             """Keep this step call's state (host memory, no collective); at checkpoint boundaries also ask
@@ -565,11 +608,23 @@ class TrainingRun:
         sync, epoch = self.sync, step / self.steps_per_epoch
         rate = steady_rate(step, now, self.warm, self.global_batch)
         if sync.is_chief:
-            TrainProgress(step, self.total_steps, round(epoch, 3), self.training.epochs, metrics["loss"],
-                          metrics["accuracy"], rate, sync.workers, self.global_batch, round(now - self.started, 1),
-                          time.time()).write(self.args.progress)
-        say(f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} loss {metrics['loss']:.4f} "
-            f"accuracy {metrics['accuracy']:.4f}" + (f" examples/s {rate:,.0f}" if rate else ""))
+            TrainProgress(
+                step,
+                self.total_steps,
+                round(epoch, 3),
+                self.training.epochs,
+                metrics["loss"],
+                metrics["accuracy"],
+                rate,
+                sync.workers,
+                self.global_batch,
+                round(now - self.started, 1),
+                time.time(),
+            ).write(self.args.progress)
+        say(
+            f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} loss {metrics['loss']:.4f} "
+            f"accuracy {metrics['accuracy']:.4f}" + (f" examples/s {rate:,.0f}" if rate else "")
+        )
         self.last_report = now
 
     def finish(self, p) -> None:
@@ -578,26 +633,31 @@ class TrainingRun:
         finished = time.monotonic()
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         sync, args, history = self.sync, self.args, p.history
-        say(f"{sync.name}: done at step {p.step}; weights sha256 {weights_digest(self.model)}; "
-            f"peak RSS {peak_mb:.0f} MB")
+        say(
+            f"{sync.name}: done at step {p.step}; weights sha256 {weights_digest(self.model)}; "
+            f"peak RSS {peak_mb:.0f} MB"
+        )
         saver = self.manager()
         if not sync.is_chief:
             if saver:
                 shutil.rmtree(saver.directory, ignore_errors=True)
             return
-        write_json_atomic(args.result, {
-            "checkpoint": saver.latest_checkpoint,
-            "checkpoint_dir": args.checkpoints,
-            "final_step": p.step,
-            "resumed_from_step": self.start_step,
-            "data_manifest_sha256": sha256_file(os.path.join(args.data, MANIFEST)),
-            "metrics": history[-1] if history else {},
-            "loss_per_epoch": [round(m["loss"], 5) for m in history],
-            "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
-            "workers": sync.workers,
-            "train_seconds": round(finished - self.started, 2),
-            "warm_start": warm_start_summary(self.args.warm_start),
-        })
+        write_json_atomic(
+            args.result,
+            {
+                "checkpoint": saver.latest_checkpoint,
+                "checkpoint_dir": args.checkpoints,
+                "final_step": p.step,
+                "resumed_from_step": self.start_step,
+                "data_manifest_sha256": sha256_file(os.path.join(args.data, MANIFEST)),
+                "metrics": history[-1] if history else {},
+                "loss_per_epoch": [round(m["loss"], 5) for m in history],
+                "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
+                "workers": sync.workers,
+                "train_seconds": round(finished - self.started, 2),
+                "warm_start": warm_start_summary(self.args.warm_start),
+            },
+        )
         say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
 
 
@@ -615,8 +675,11 @@ class Window:
 
     def means(self) -> dict[str, float | None]:
         seconds = time.monotonic() - self.began
-        return {"loss": self.loss / max(self.steps, 1), "accuracy": self.correct / max(self.examples, 1),
-                "examples_per_sec": round(self.examples / seconds, 1) if seconds > 0 else None}
+        return {
+            "loss": self.loss / max(self.steps, 1),
+            "accuracy": self.correct / max(self.examples, 1),
+            "examples_per_sec": round(self.examples / seconds, 1) if seconds > 0 else None,
+        }
 
 
 def main() -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tfdist.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
+from tfdist.contract.data_gate import DATA_VALIDATION, FORMULAS, checks, failure_line
 from tfdist.trainer import data
-from tfdist.trainer.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
-from tfdist.trainer.contract.data_gate import DATA_VALIDATION, FORMULAS, checks, failure_line
 from tfdist.trainer.runtime import fail, load_spec, run_stage, say
 
 RESULT_FIELDS = ("decision", "baseline_version", "checks_run", "failed")
@@ -27,8 +27,12 @@ def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[d
     path = os.path.join(baseline["path"], registry.DATA_STATISTICS)
     record = {"version": baseline["version"], "run_id": baseline["run_id"], "path": baseline["path"]}
     if not os.path.exists(path):
-        return record, None, f"baseline version {baseline['version']} has no {registry.DATA_STATISTICS} (published " \
-                             "by an earlier tfdist)"
+        return (
+            record,
+            None,
+            f"baseline version {baseline['version']} has no {registry.DATA_STATISTICS} (published "
+            "by an earlier tfdist)",
+        )
     statistics = read_json(path)
     if statistics.get("bins") != now.get("bins"):
         return record, None, f"baseline version {baseline['version']}'s histograms are binned otherwise"
@@ -40,13 +44,24 @@ def decision_record(args: ValidateDataArgs, settings: dict, run: dict, now: dict
     rows = checks(now, base, settings)
     refused = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "refuse"]
     warned = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "warn"]
-    return {"decision": "refused" if refused else "passed", "run_id": run["run_id"],
-            "data_interval_end": run["data_interval_end"], "baseline": baseline,
-            "baseline_version": baseline and baseline["version"], "compared": base is not None,
-            "why_not_compared": missing or None, "settings": settings, "formulas": FORMULAS, "checks": rows,
-            "checks_run": len(rows),
-            "failed": sum(not r["passed"] for r in rows),
-            "refused": refused, "warned": warned, "statistics": now, "baseline_statistics": base}
+    return {
+        "decision": "refused" if refused else "passed",
+        "run_id": run["run_id"],
+        "data_interval_end": run["data_interval_end"],
+        "baseline": baseline,
+        "baseline_version": baseline and baseline["version"],
+        "compared": base is not None,
+        "why_not_compared": missing or None,
+        "settings": settings,
+        "formulas": FORMULAS,
+        "checks": rows,
+        "checks_run": len(rows),
+        "failed": sum(not r["passed"] for r in rows),
+        "refused": refused,
+        "warned": warned,
+        "statistics": now,
+        "baseline_statistics": base,
+    }
 
 
 def main() -> None:
@@ -55,8 +70,11 @@ def main() -> None:
     now = data.verified_manifest(args.data)["statistics"]
     record = decision_record(args, spec.data.checks.model_dump(mode="json"), run, now)
     write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
-    write_json_atomic(args.result, {k: record[k] for k in RESULT_FIELDS} | {
-        k: [line[:SHOWN_CHARACTERS] for line in record[k][:SHOWN_FAILURES]] for k in ("refused", "warned")})
+    write_json_atomic(
+        args.result,
+        {k: record[k] for k in RESULT_FIELDS}
+        | {k: [line[:SHOWN_CHARACTERS] for line in record[k][:SHOWN_FAILURES]] for k in ("refused", "warned")},
+    )
     if record["why_not_compared"]:
         say(f"{record['why_not_compared']}: only the checks that need no baseline apply")
     else:
@@ -65,9 +83,13 @@ def main() -> None:
     for line in record["warned"]:
         say(f"WARNING (data.checks mode warn): {line}")
     if record["refused"]:
-        fail("the data gate refused this run's data, nothing was trained:\n  " + "\n  ".join(record["refused"])
-             + "\nIf the data is right, loosen the check in the spec's data.checks (or set its mode to warn), "
-               "then clear validate_data", EXIT_REFUSED)
+        fail(
+            "the data gate refused this run's data, nothing was trained:\n  "
+            + "\n  ".join(record["refused"])
+            + "\nIf the data is right, loosen the check in the spec's data.checks (or set its mode to warn), "
+            "then clear validate_data",
+            EXIT_REFUSED,
+        )
     say("data gate passed")
 
 

@@ -23,7 +23,7 @@ import tempfile
 import uuid
 from typing import Any
 
-from tfdist.trainer.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
+from tfdist.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
 from tfdist.trainer.runtime import fail
 
 SHOWN_MISMATCHES = 10
@@ -57,9 +57,12 @@ def differences(ours: dict[str, tuple], parent: dict[str, tuple], part: str, mod
     """The variables under ``part`` ('model', 'optimizer') that are not in both with the same shape; with
     ``model``, each named by its layer too."""
     names = sorted(n for n in {*ours, *parent} if n.startswith(part + "/"))
-    return [f"{readable(n, model)} {list(ours[n]) if n in ours else 'absent'} here, "
-            f"{list(parent[n]) if n in parent else 'absent'} in the parent"
-            for n in names if ours.get(n) != parent.get(n)]
+    return [
+        f"{readable(n, model)} {list(ours[n]) if n in ours else 'absent'} here, "
+        f"{list(parent[n]) if n in parent else 'absent'} in the parent"
+        for n in names
+        if ours.get(n) != parent.get(n)
+    ]
 
 
 def readable(path: str, model) -> str:
@@ -92,8 +95,10 @@ def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> tuple
         version = read_json(choice_file)["version"]
         chosen = next((m for m in registry.versions(model_dir) if m["version"] == version), None)
         gone = version is not None and chosen is None
-        return chosen, f"baseline version {version}, chosen by this run's first process, is published no more" \
-            if gone else None
+        return (
+            chosen,
+            f"baseline version {version}, chosen by this run's first process, is published no more" if gone else None,
+        )
     finally:
         os.remove(scratch)
 
@@ -108,13 +113,18 @@ class WarmStart:
             self.cold_start = "training.warm_start is none"
             return
         run = read_json(run_file)
-        self.parent, gone = agreed_parent(registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
-                                          model_dir, os.path.join(os.path.dirname(record_file), CHOICE))
+        self.parent, gone = agreed_parent(
+            registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
+            model_dir,
+            os.path.join(os.path.dirname(record_file), CHOICE),
+        )
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
         elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
-            self.cold_start = (f"baseline version {self.parent['version']} keeps no training checkpoint "
-                               "(published by an earlier tfdist)")
+            self.cold_start = (
+                f"baseline version {self.parent['version']} keeps no training checkpoint "
+                "(published by an earlier tfdist)"
+            )
 
     def restore(self, tf, model, optimizer) -> dict[str, Any]:
         """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning
@@ -124,13 +134,16 @@ class WarmStart:
             return self.record(model)
         prefix = registry.warm_start_checkpoint(self.parent["path"])
         with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
-            ours = variable_shapes(tf, tf.train.Checkpoint(model=model, optimizer=optimizer).write(
-                os.path.join(scratch, "ckpt")))
+            ours = variable_shapes(
+                tf, tf.train.Checkpoint(model=model, optimizer=optimizer).write(os.path.join(scratch, "ckpt"))
+            )
         parent = variable_shapes(tf, prefix)
         mismatched = differences(ours, parent, "model", model)
         if mismatched:
-            reason = (f"{len(mismatched)} variable(s) of the model do not match baseline version "
-                      f"{self.parent['version']}: " + "; ".join(mismatched[:SHOWN_MISMATCHES]))
+            reason = (
+                f"{len(mismatched)} variable(s) of the model do not match baseline version "
+                f"{self.parent['version']}: " + "; ".join(mismatched[:SHOWN_MISMATCHES])
+            )
             if self.settings.on_mismatch == "fail":
                 fail(f"refusing to start cold (training.warm_start.on_mismatch is fail): {reason}", EXIT_REFUSED)
             self.cold_start = reason
@@ -145,8 +158,14 @@ class WarmStart:
 
     def record(self, model, mismatched: list[str] = (), restored: str | None = None) -> dict[str, Any]:
         parent = self.parent if restored else None
-        return {"from": self.settings.source, "on_mismatch": self.settings.on_mismatch,
-                "parent": parent and {k: parent[k] for k in ("version", "run_id", "path", "data_interval_end")},
-                "parent_final": parent and parent.get("train_metrics"),
-                "restored": restored, "cold_start": self.cold_start, "mismatched": list(mismatched),
-                "normalization": "this run's data", "weights": weight_digests(model)}
+        return {
+            "from": self.settings.source,
+            "on_mismatch": self.settings.on_mismatch,
+            "parent": parent and {k: parent[k] for k in ("version", "run_id", "path", "data_interval_end")},
+            "parent_final": parent and parent.get("train_metrics"),
+            "restored": restored,
+            "cold_start": self.cold_start,
+            "mismatched": list(mismatched),
+            "normalization": "this run's data",
+            "weights": weight_digests(model),
+        }

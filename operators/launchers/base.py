@@ -18,8 +18,16 @@ class StageFailed(RuntimeError):
     the account given by the return code, ``detail`` follows it. ``lost`` names the processes that did not fail
     by their own decision (killed by a signal, stopped, hung): an elastic stage may continue without them."""
 
-    def __init__(self, process: str, returncode: int | None, tails: dict[str, list[str]], *, how: str | None = None,
-                 detail: str | None = None, lost: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        process: str,
+        returncode: int | None,
+        tails: dict[str, list[str]],
+        *,
+        how: str | None = None,
+        detail: str | None = None,
+        lost: tuple[str, ...] = (),
+    ):
         self.process, self.returncode, self.tails, self.lost = process, returncode, tails, lost
         if how is None and returncode is None:
             how = "stopped serving before the stage was done"
@@ -50,16 +58,35 @@ def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict], elastic: E
     return None if size is None else stage.with_workers(size)
 
 
-def restart_record(stage: Stage, smaller: Stage, lost: tuple[str, ...], why: str, restarts: list[dict],
-                   log: logging.Logger, **measured: Any) -> dict[str, Any]:
+def restart_record(
+    stage: Stage,
+    smaller: Stage,
+    lost: tuple[str, ...],
+    why: str,
+    restarts: list[dict],
+    log: logging.Logger,
+    **measured: Any,
+) -> dict[str, Any]:
     """Log an elastic restart and add its record (an item of the result record's ``elastic_restarts``)."""
-    change = {"restart": len(restarts) + 1, "lost": list(lost), "why": why, "workers_before": stage.workers,
-              "workers_after": smaller.workers, **measured}
-    log.warning("%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
-                "training.max_restarts; the global batch is kept)", stage.task_id, why, change["workers_after"],
-                change["workers_before"], f"checkpoint at step {measured['resumed_at_step']}"
-                if "resumed_at_step" in measured else "latest checkpoint", change["restart"],
-                stage.elastic.max_restarts)
+    change = {
+        "restart": len(restarts) + 1,
+        "lost": list(lost),
+        "why": why,
+        "workers_before": stage.workers,
+        "workers_after": smaller.workers,
+        **measured,
+    }
+    log.warning(
+        "%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
+        "training.max_restarts; the global batch is kept)",
+        stage.task_id,
+        why,
+        change["workers_after"],
+        change["workers_before"],
+        f"checkpoint at step {measured['resumed_at_step']}" if "resumed_at_step" in measured else "latest checkpoint",
+        change["restart"],
+        stage.elastic.max_restarts,
+    )
     restarts.append(change)
     return change
 

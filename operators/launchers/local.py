@@ -15,12 +15,19 @@ import time
 
 import psutil
 
+from tfdist.contract import (
+    checkpoint_step,
+    last_beats,
+    longest_silent,
+    read_json,
+    split_rank_tags,
+    stage_command,
+    stalled,
+)
+from tfdist.contract.stopping import is_stopped, stop_processes
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, Stage
-from tfdist.trainer.contract import (checkpoint_step, last_beats, longest_silent, read_json, split_rank_tags,
-                                     stage_command, stalled)
-from tfdist.trainer.contract.stopping import is_stopped, stop_processes
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,11 +49,17 @@ class LocalLauncher(Launcher):
         spec), so a retry never runs a second set of workers beside the first."""
         signature = " ".join([*stage_command("", stage.args.stage)[1:], "--spec", stage.args.spec, ""])
         ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-        leftovers = [proc for proc in psutil.process_iter(["pid", "cmdline"])
-                     if proc.pid not in ours and signature in " ".join(proc.info["cmdline"] or []) + " "]
+        leftovers = [
+            proc
+            for proc in psutil.process_iter(["pid", "cmdline"])
+            if proc.pid not in ours and signature in " ".join(proc.info["cmdline"] or []) + " "
+        ]
         if leftovers:
-            log.warning("stopping %d process(es) left by an earlier attempt: %s", len(leftovers),
-                        ", ".join(str(p.pid) for p in leftovers))
+            log.warning(
+                "stopping %d process(es) left by an earlier attempt: %s",
+                len(leftovers),
+                ", ".join(str(p.pid) for p in leftovers),
+            )
             stop_processes(others=leftovers)
 
     def run(self, stage: Stage, log: logging.Logger) -> dict:
@@ -58,15 +71,19 @@ class LocalLauncher(Launcher):
         return None if stage.sync == "horovod" else stage.elastic
 
     def measure_loss(self, stage: Stage) -> dict:
-        return {"lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
-                "resumed_at_step": checkpoint_step(stage.checkpoint_dir), "stopped_at": time.time()}
+        return {
+            "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
+            "resumed_at_step": checkpoint_step(stage.checkpoint_dir),
+            "stopped_at": time.time(),
+        }
 
     def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict:
         self.run_processes(stage, local_processes(self.plan.spec, stage), log, restarts[-1] if restarts else None)
         return read_json(stage.result_file)
 
-    def run_processes(self, stage: Stage, processes: list[Process], log: logging.Logger,
-                      recovering: dict | None = None) -> None:
+    def run_processes(
+        self, stage: Stage, processes: list[Process], log: logging.Logger, recovering: dict | None = None
+    ) -> None:
         """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
@@ -77,12 +94,20 @@ class LocalLauncher(Launcher):
                 log.info("starting %s: %s", p.name, " ".join(p.argv))
                 with self._lock:
                     self.processes[p.name] = subprocess.Popen(
-                        p.argv, env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env}, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                        p.argv,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
                         preexec_fn=_die_with_parent,
                     )
-            pumps = [threading.Thread(target=self._pump, args=(p.name, self.processes[p.name], p.rank_tagged, lines),
-                                      daemon=True) for p in processes]
+            pumps = [
+                threading.Thread(
+                    target=self._pump, args=(p.name, self.processes[p.name], p.rank_tagged, lines), daemon=True
+                )
+                for p in processes
+            ]
             for t in pumps:
                 t.start()
             self._wait(stage, {p.name: p.role for p in processes}, lines, tails, log, recovering)
@@ -112,8 +137,15 @@ class LocalLauncher(Launcher):
         except queue.Empty:
             pass
 
-    def _wait(self, stage: Stage, roles: dict[str, str], lines: queue.Queue, tails: dict, log: logging.Logger,
-              recovering: dict | None) -> None:
+    def _wait(
+        self,
+        stage: Stage,
+        roles: dict[str, str],
+        lines: queue.Queue,
+        tails: dict,
+        log: logging.Logger,
+        recovering: dict | None,
+    ) -> None:
         started = time.time()
         while True:
             self._relay(lines, tails, log, timeout=0.2)
@@ -125,12 +157,20 @@ class LocalLauncher(Launcher):
                 self._terminate()
                 self._relay(lines, tails, log)
                 name, detail = hung
-                raise StageFailed(name, None, failed_first(tails, name),
-                                  how=f"made no training progress for {stage.hang_timeout_seconds} s "
-                                      "(training.hang_timeout_seconds)", detail=detail, lost=(name,))
+                raise StageFailed(
+                    name,
+                    None,
+                    failed_first(tails, name),
+                    how=f"made no training progress for {stage.hang_timeout_seconds} s (training.hang_timeout_seconds)",
+                    detail=detail,
+                    lost=(name,),
+                )
             codes = {name: proc.poll() for name, proc in self.processes.items()}
-            failed = [name for name, code in codes.items()
-                      if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)]
+            failed = [
+                name
+                for name, code in codes.items()
+                if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)
+            ]
             if failed:
                 killed = tuple(name for name in failed if codes[name] < 0)
                 name, stopped = (killed or failed)[0], self._stopped(stage)
@@ -138,9 +178,14 @@ class LocalLauncher(Launcher):
                     name, pid = stopped
                     self._terminate()
                     self._relay(lines, tails, log)
-                    raise StageFailed(name, None, failed_first(tails, name),
-                                      how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
-                                      detail=f"{failed[0]} then exited with code {codes[failed[0]]}", lost=(name,))
+                    raise StageFailed(
+                        name,
+                        None,
+                        failed_first(tails, name),
+                        how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
+                        detail=f"{failed[0]} then exited with code {codes[failed[0]]}",
+                        lost=(name,),
+                    )
                 self._terminate()
                 time.sleep(0.2)  # let the pump threads deliver the last lines
                 self._relay(lines, tails, log)
@@ -156,8 +201,12 @@ class LocalLauncher(Launcher):
         if beats:
             first = min(beats, key=lambda b: b.time)
             change["seconds_to_recover"] = round(first.time - change["stopped_at"], 2)
-            log.info("%s: training again at step %d, %.1f s after the lost cluster was stopped", stage.task_id,
-                     first.step, change["seconds_to_recover"])
+            log.info(
+                "%s: training again at step %d, %.1f s after the lost cluster was stopped",
+                stage.task_id,
+                first.step,
+                change["seconds_to_recover"],
+            )
 
     def _hung(self, stage: Stage, started: float) -> tuple[str, str] | None:
         """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped

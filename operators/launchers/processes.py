@@ -10,7 +10,7 @@ Elastic Horovod (``training.min_workers`` < ``num_workers``) always runs ``horov
 whatever ``mpi.controller`` says (and without ``mpi.extra_args``, which are mpirun's): Horovod's elastic driver
 exists only over Gloo (an MPI world cannot change its size). horovodrun starts the planned maximum of ranks
 (``-np``/``--max-np``: num_workers × slots_per_worker), keeps training while at least ``--min-np``
-(min_workers × slots_per_worker) are left, learns the hosts from ``trainer/horovod_hosts.sh`` (the host
+(min_workers × slots_per_worker) are left, learns the hosts from ``contract/horovod_hosts.sh`` (the host
 discovery script: it prints $TFDIST_HOROVOD_HOSTS), and lets a failed host run ranks again after a cooldown, so
 a lost worker rejoins; the ranks keep their state after every step call and commit it at checkpoint boundaries
 (trainer/train.py). So the launcher does not restart an elastic Horovod stage itself.
@@ -34,13 +34,18 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
-from tfdist import trainer
+from tfdist.contract import (
+    CORES_ENV,
+    HOROVOD_SHARED_CORES_ENV,
+    HOST_DISCOVERY_SCRIPT,
+    HOSTS_ENV,
+    THREADS_ENV,
+    mpirun_argv,
+    tf_config,
+)
 from tfdist.operators.plan import Stage
-from tfdist.trainer.spec import Spec
-from tfdist.trainer.contract import (CORES_ENV, HOROVOD_SHARED_CORES_ENV, HOSTS_ENV, THREADS_ENV, mpirun_argv,
-                                     tf_config)
+from tfdist.spec import Spec
 
-HOST_DISCOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(trainer.__file__)), "horovod_hosts.sh")
 REJOIN_COOLDOWN_SECONDS = (1, 300)
 """horovodrun --blacklist-cooldown-range: a failed host runs ranks again after lower × 2^failures (+ up to
 one lower) seconds, at most the upper: 2-3 s after its first failure, 4-5 s after its second, ... The
@@ -89,7 +94,7 @@ def own_cores(spec: Spec, processes: int) -> list[str]:
     if spec.training.cpus_per_worker or processes > len(cores):
         return [""] * processes
     share = len(cores) // processes
-    return [",".join(map(str, cores[k * share:(k + 1) * share])) for k in range(processes)]
+    return [",".join(map(str, cores[k * share : (k + 1) * share])) for k in range(processes)]
 
 
 def devices(first: int, count: int) -> dict[str, str]:
@@ -97,8 +102,14 @@ def devices(first: int, count: int) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(first, first + count)))}
 
 
-def local_processes(spec: Spec, stage: Stage, *, python: str = sys.executable, command: list[str] | None = None,
-                    addresses: list[str] | None = None) -> list[Process]:
+def local_processes(
+    spec: Spec,
+    stage: Stage,
+    *,
+    python: str = sys.executable,
+    command: list[str] | None = None,
+    addresses: list[str] | None = None,
+) -> list[Process]:
     """The stage's processes on this machine. ``command``: what each process (or rank) runs, by default the
     stage's own; ``addresses``: a TF cluster's member addresses (host:port, in member order; by default free
     ports of 127.0.0.1)."""
@@ -113,9 +124,20 @@ def local_processes(spec: Spec, stage: Stage, *, python: str = sys.executable, c
     for member, address in zip(stage.members, addresses):
         cluster[member.role].append(address)
     threads = threads_per_process(spec, len(stage.members))
-    return [Process(m.name, m.role, tuple(command), {**threads, CORES_ENV: cores, **devices(m.index * m.gpus, m.gpus),
-                                                    "TF_CONFIG": tf_config(dict(cluster), m.role, m.index)})
-            for m, cores in zip(stage.members, own_cores(spec, len(stage.members)))]
+    return [
+        Process(
+            m.name,
+            m.role,
+            tuple(command),
+            {
+                **threads,
+                CORES_ENV: cores,
+                **devices(m.index * m.gpus, m.gpus),
+                "TF_CONFIG": tf_config(dict(cluster), m.role, m.index),
+            },
+        )
+        for m, cores in zip(stage.members, own_cores(spec, len(stage.members)))
+    ]
 
 
 def local_host_names(workers: int) -> list[str]:
@@ -128,8 +150,12 @@ def horovod_process(spec: Spec, stage: Stage, command: list[str]) -> Process:
     mpi, ranks = spec.training.mpi_settings, stage.workers * stage.slots
     horovodrun = os.path.join(os.path.dirname(command[0]), "horovodrun")
     cores = ";".join(own_cores(spec, ranks))  # one block per local rank: each rank pins itself to its own
-    env = {**threads_per_process(spec, ranks), **HOROVOD_SHARED_CORES_ENV, CORES_ENV: cores,
-           **devices(0, ranks if stage.gpus_per_worker else 0)}  # one GPU per rank, every rank on this machine
+    env = {
+        **threads_per_process(spec, ranks),
+        **HOROVOD_SHARED_CORES_ENV,
+        CORES_ENV: cores,
+        **devices(0, ranks if stage.gpus_per_worker else 0),
+    }  # one GPU per rank, every rank on this machine
     if stage.elastic:
         argv = [horovodrun, "--gloo", *elastic_args(spec, stage), *command]
         # block k*slots + local rank for the ranks of worker k: each rank finds its own from its host name
@@ -137,8 +163,9 @@ def horovod_process(spec: Spec, stage: Stage, command: list[str]) -> Process:
     elif mpi.controller == "gloo":
         argv = [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *command]
     else:
-        argv = mpirun_argv(ranks, command, hosts=f"localhost:{ranks}", extra_args=mpi.extra_args,
-                           as_root=os.geteuid() == 0)
+        argv = mpirun_argv(
+            ranks, command, hosts=f"localhost:{ranks}", extra_args=mpi.extra_args, as_root=os.geteuid() == 0
+        )
     name = os.path.basename(argv[0])
     return Process(f"{name}-0", name, tuple(argv), env, rank_tagged=True)
 
@@ -148,7 +175,17 @@ def elastic_args(spec: Spec, stage: Stage) -> list[str]:
     every reset of the world, a lost worker's and its return alike, so each of max_restarts losses may be
     followed by the worker's return."""
     ranks = str(stage.workers * stage.slots)
-    return ["-np", ranks, "--min-np", str(spec.training.min_workers * stage.slots), "--max-np", ranks,
-            "--host-discovery-script", shlex.quote(HOST_DISCOVERY_SCRIPT),  # horovodrun runs it through a shell
-            "--reset-limit", str(2 * stage.elastic.max_restarts),
-            "--blacklist-cooldown-range", *map(str, REJOIN_COOLDOWN_SECONDS)]
+    return [
+        "-np",
+        ranks,
+        "--min-np",
+        str(spec.training.min_workers * stage.slots),
+        "--max-np",
+        ranks,
+        "--host-discovery-script",
+        shlex.quote(HOST_DISCOVERY_SCRIPT),  # horovodrun runs it through a shell
+        "--reset-limit",
+        str(2 * stage.elastic.max_restarts),
+        "--blacklist-cooldown-range",
+        *map(str, REJOIN_COOLDOWN_SECONDS),
+    ]

@@ -1,0 +1,98 @@
+"""The gate's rules in plain Python: every threshold applied to a run's metrics as one check with its margin,
+and the failure lines of the checks that fail. evaluate decides with them; the training-runs page shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHANGE_SLACK = 1e-12
+"""A change exactly at its tolerance passes despite float rounding."""
+
+
+def checks(
+    metrics: dict[str, float],
+    thresholds: dict[str, dict],
+    change_thresholds: dict[str, dict],
+    baseline: dict[str, float] | None,
+) -> list[dict[str, Any]]:
+    """One check per bound of ``thresholds`` and, given the ``baseline``'s metrics, per change threshold with a
+    tolerance: its rule in words, the value, the margin (how far inside the rule; negative: failed), passed."""
+    rows = []
+    for metric, bound in thresholds.items():
+        value = metrics[metric]
+        if bound.get("lower") is not None:
+            rows.append(
+                {
+                    "metric": metric,
+                    "kind": "value",
+                    "rule": f"≥ {bound['lower']}",
+                    "bound": bound["lower"],
+                    "value": value,
+                    "margin": value - bound["lower"],
+                }
+            )
+        if bound.get("upper") is not None:
+            rows.append(
+                {
+                    "metric": metric,
+                    "kind": "value",
+                    "rule": f"≤ {bound['upper']}",
+                    "bound": bound["upper"],
+                    "value": value,
+                    "margin": bound["upper"] - value,
+                }
+            )
+    for metric, rule in change_thresholds.items() if baseline else ():
+        value, base = metrics[metric], baseline[metric]
+        tolerances = [
+            t
+            for t in (rule.get("absolute"), None if rule.get("relative") is None else rule["relative"] * abs(base))
+            if t is not None
+        ]
+        if not tolerances:
+            continue
+        allowed, higher = min(tolerances), rule["direction"] == "higher_is_better"
+        rows.append(
+            {
+                "metric": metric,
+                "kind": "change",
+                "rule": f"≥ baseline − {allowed:.4g}" if higher else f"≤ baseline + {allowed:.4g}",
+                "value": value,
+                "baseline": base,
+                "delta": value - base,
+                "allowed": allowed,
+                "margin": allowed + (value - base if higher else base - value),
+            }
+        )
+    for row in rows:
+        row["passed"] = row["margin"] >= (-CHANGE_SLACK if row["kind"] == "change" else 0)
+    return rows
+
+
+def failures(rows: list[dict[str, Any]], baseline_version: int | None = None) -> list[str]:
+    """One line per failed check, naming the metric, the value and by how much it missed."""
+    lines = []
+    for row in rows:
+        if row["passed"]:
+            continue
+        metric, value, missed = row["metric"], row["value"], -row["margin"]
+        if row["kind"] == "value":
+            side = "below the lower" if row["rule"].startswith("≥") else "above the upper"
+            lines.append(f"{metric} = {value:.4f} is {side} bound {row['bound']} by {missed:.4f}")
+        else:
+            lines.append(
+                f"{metric} = {value:.4f} is worse than the baseline (version {baseline_version}: "
+                f"{row['baseline']:.4f}) by {missed + row['allowed']:.4f}, more than the allowed "
+                f"{row['allowed']:.4f}"
+            )
+    return lines
+
+
+def decided_by(validation: dict, compared_with_baseline: bool) -> str:
+    """What the blessing was decided by, in words, for blessing.json and the version's metadata.json."""
+    if validation.get("allow_unvalidated"):
+        return "none: published without a gate (validation.allow_unvalidated)"
+    applied = ["value thresholds"] if validation["thresholds"] else []
+    if validation["change_thresholds"]:
+        applied.append("change thresholds" + ("" if compared_with_baseline else " (no baseline compared)"))
+    return " and ".join(applied)

@@ -1,0 +1,87 @@
+"""Where a run's artifacts live (the run key, the run's file layout) and the run's record."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.contract.records import read_json, write_json_atomic
+
+RUN_KEY_READABLE = 64
+"""At most this many characters of a run id stay readable in its run key."""
+
+
+def run_key(run_id: str) -> str:
+    """A run's directory name, one-to-one with its exact run id, whoever chose it (a trigger may): up to
+    RUN_KEY_READABLE characters of it to read (letters, digits, '_' and '-'; others become '_'), then a hash of
+    all of it. Never empty, '.' or '..', never more than one path component."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", run_id)[:RUN_KEY_READABLE] or "run"
+    return f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}"
+
+
+def runs_root(artifact_root: str, pipeline_id: str) -> str:
+    """Where a pipeline's run directories live under its artifact root (its id: the DAG's id, or
+    '<dag id>.<task group id>' for a pipeline embedded in a DAG)."""
+    return os.path.join(artifact_root, pipeline_id, "runs")
+
+
+def run_path(artifact_root: str, pipeline_id: str, run_id: str) -> str:
+    """One run's directory: keyed by its pipeline and run, never by wall-clock time."""
+    return os.path.join(runs_root(artifact_root, pipeline_id), run_key(run_id))
+
+
+MANIFEST, BLESSING, APPROVAL = "manifest.json", "blessing.json", "approval.json"
+"""In the data directory, what prepare_data produced (shards, counts, hashes, statistics); in the eval
+directory, the gate's decision; in the run directory, the human approval's (``export.approval``)."""
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one run's artifacts live: ``<artifact root>/<pipeline>/runs/<run key>/``."""
+
+    run_dir: str
+
+    spec_file = property(lambda self: os.path.join(self.run_dir, "spec.json"))
+    run_file = property(lambda self: os.path.join(self.run_dir, "run.json"))
+    data_dir = property(lambda self: os.path.join(self.run_dir, "data"))
+    checkpoint_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
+    eval_dir = property(lambda self: os.path.join(self.run_dir, "eval"))
+    heartbeat_dir = property(lambda self: os.path.join(self.run_dir, "train", "heartbeats"))
+    progress_file = property(lambda self: os.path.join(self.run_dir, "train", "progress.json"))
+    curve_file = property(lambda self: os.path.join(self.run_dir, "train", "curve.jsonl"))
+    warm_start_file = property(lambda self: os.path.join(self.run_dir, "train", "warm_start.json"))
+    """Where the run's training started from (the parent version, or why it started cold) and what was restored."""
+    manifest_file = property(lambda self: os.path.join(self.data_dir, MANIFEST))
+    blessing_file = property(lambda self: os.path.join(self.eval_dir, BLESSING))
+    approval_file = property(lambda self: os.path.join(self.run_dir, APPROVAL))
+    data_validation_dir = property(lambda self: os.path.join(self.run_dir, "validate_data"))
+
+    def tensorboard(self, part: str) -> str:
+        """TensorBoard event files of ``part``: 'train' (the chief's) or 'eval'; ``tensorboard --logdir <artifact
+        root>/<pipeline>/runs`` shows every run side by side (as ``<run key>/tensorboard/<part>``)."""
+        return os.path.join(self.run_dir, "tensorboard", part)
+
+    def result(self, task_id: str) -> str:
+        """The result record of the stage ``task_id``."""
+        return os.path.join(self.run_dir, task_id, "result.json")
+
+
+class RunMismatch(ValueError):
+    """The run directory was produced from another spec."""
+
+
+def record_run(layout: RunLayout, spec: dict[str, Any], run: dict[str, Any]) -> None:
+    """Write the run's record (identity, window, overrides) and effective spec once; refuse a run directory
+    that was made from another spec. Safe to call from every process of a stage at once."""
+    if os.path.exists(layout.spec_file):
+        if read_json(layout.spec_file) != spec:
+            raise RunMismatch(
+                f"{layout.run_dir} was produced from a different spec (see {layout.spec_file}); "
+                "use a new run, or move that directory away to redo this run"
+            )
+        return
+    write_json_atomic(layout.run_file, run)
+    write_json_atomic(layout.spec_file, spec)

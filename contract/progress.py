@@ -1,0 +1,160 @@
+"""How the train stage shows it is alive and how far it got: heartbeats, the progress record, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tfdist.contract.records import read_json, write_json_atomic
+
+
+class Beat(NamedTuple):
+    time: float
+    """When the member last finished a step call (the file's mtime)."""
+    pid: int
+    step: int
+    """The global step it had reached."""
+
+
+def beat(heartbeat_dir: str, member: str, step: int) -> None:
+    """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing, at global ``step``."""
+    path = os.path.join(heartbeat_dir, member)
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{os.getpid()} {step}")
+    except OSError as exc:  # raised by the close, which names no file
+        raise OSError(exc.errno, exc.strerror, path + ".tmp") from exc
+    os.replace(path + ".tmp", path)
+
+
+def last_beats(heartbeat_dir: str) -> dict[str, Beat]:
+    """Each training process's last heartbeat, by member name."""
+    beats = {}
+    for entry in os.scandir(heartbeat_dir) if os.path.isdir(heartbeat_dir) else ():
+        if not entry.name.endswith(".tmp"):
+            try:
+                with open(entry.path) as f:
+                    pid, step = f.read().split()
+                beats[entry.name] = Beat(entry.stat().st_mtime, int(pid), int(step))
+            except (FileNotFoundError, ValueError):
+                continue
+    return beats
+
+
+def stalled(heartbeat_dir: str, since: float, timeout: float) -> dict[str, Beat] | None:
+    """The beats since ``since`` when none of them is newer than ``timeout`` seconds, else None (also before
+    the first beat: starting a cluster is bounded by its own timeouts)."""
+    beats = {m: b for m, b in last_beats(heartbeat_dir).items() if b.time >= since}
+    if not beats or time.time() - max(b.time for b in beats.values()) < timeout:
+        return None
+    return beats
+
+
+def longest_silent(beats: dict[str, Beat]) -> tuple[str, str]:
+    """(the member silent longest, how long each has been silent): in a hung collective every member waits for
+    the one that stopped stepping first."""
+    now = time.time()
+    return min(beats, key=lambda m: beats[m].time), "the others wait for it: " + ", ".join(
+        f"{m} last stepped {now - b.time:.0f} s ago" for m, b in sorted(beats.items())
+    )
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """Where the train stage is, written by its chief (``progress.json``) at most every few seconds while it
+    trains and once at the end; the training-runs page shows it live."""
+
+    step: int
+    total_steps: int
+    epoch: float
+    """Epochs done, fractional."""
+    epochs: int
+    loss: float
+    """The current epoch's mean training loss so far."""
+    accuracy: float
+    examples_per_sec: float | None
+    """Since the first step call (tracing excluded); None until a second call ended."""
+    workers: int
+    global_batch_size: int
+    elapsed_seconds: float
+    updated_at: float
+    """Unix time of the write."""
+
+    @property
+    def seconds_left(self) -> float | None:
+        """At the current rate (None until there is one)."""
+        if not self.examples_per_sec:
+            return None
+        return round((self.total_steps - self.step) * self.global_batch_size / self.examples_per_sec, 1)
+
+    def write(self, path: str) -> None:
+        write_json_atomic(path, dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, path: str) -> TrainProgress | None:
+        """The progress at ``path``, None when training has not written one yet."""
+        try:
+            return cls(**read_json(path))
+        except FileNotFoundError:
+            return None
+
+
+CURVE_FIELDS = ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
+"""A point of the training curve (``curve.jsonl``): the chief appends one at the first step call at or past every
+``training.summary_every_steps`` steps and at the last, with the same values it writes to TensorBoard."""
+
+
+def append_curve_point(path: str, point: dict) -> None:
+    """Append one point (CURVE_FIELDS) to the run's training curve; one short line, written whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({k: point.get(k) for k in CURVE_FIELDS}) + "\n")
+
+
+def read_curve(path: str) -> list[dict]:
+    """The training curve by step: a step written again (a resumed or restarted training) keeps its last point; a
+    line cut short by a crash is skipped."""
+    points: dict[int, dict] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    point = json.loads(line)
+                except ValueError:
+                    continue
+                points[point["step"]] = point
+    except FileNotFoundError:
+        return []
+    return [points[step] for step in sorted(points)]
+
+
+def warm_start_summary(path: str) -> dict | None:
+    """What the train stage's result (the task's XCom) and the runs page keep of its warm-start record at ``path``
+    (``RunLayout.warm_start_file``, written by the chief as training starts); None before, or for a run that
+    started before tfdist recorded it."""
+    if not os.path.exists(path):
+        return None
+    record = read_json(path)
+    parent = record["parent"] or {}
+    return {
+        "parent_version": parent.get("version"),
+        "parent_run_id": parent.get("run_id"),
+        "cold_start": record["cold_start"] and record["cold_start"][:200],
+        "parent_final": record["parent_final"],
+    }
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+    """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
+    file), 0 when there is none."""
+    try:
+        with open(os.path.join(checkpoint_dir, "checkpoint")) as f:
+            found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.MULTILINE)
+    except FileNotFoundError:
+        return 0
+    return int(found.group(1)) if found else 0

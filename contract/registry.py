@@ -1,0 +1,156 @@
+"""The published versions of a model: ``<model dir>/<integer version>/`` each with ``metadata.json``; the
+withdrawn ones, moved aside whole to ``<model dir>/.withdrawn/<version>/`` with ``withdrawn.json``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from typing import Any
+
+from tfdist.contract.records import read_json, write_json_atomic
+
+METADATA = "metadata.json"
+"""In each version's directory: what was published, from which run, data and checkpoint, and why."""
+DATA_STATISTICS = "data_statistics.json"
+"""In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
+data gate of a later run compares its own with."""
+WITHDRAWN_DIR = ".withdrawn"
+"""In a model's directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
+subdirectory names for versions, so it never reads this one, and its "latest" policy serves the newest version
+left; one ``os.rename`` within the model directory moves a version here (or back) whole."""
+WITHDRAWN = "withdrawn.json"
+"""In a withdrawn version's directory: who withdrew it, when and why."""
+WARM_START_CHECKPOINT = os.path.join("checkpoint", "ckpt")
+"""In each version's directory: the training checkpoint it was exported from (model and optimizer), which a later
+run's warm start restores: it never depends on another run's working directory."""
+
+
+def metadata_file(version_dir: str) -> str:
+    return os.path.join(version_dir, METADATA)
+
+
+class RegistryError(ValueError):
+    """A withdrawal or restore that cannot be done (already withdrawn, no reason, a version in the way)."""
+
+
+class UnknownVersion(RegistryError):
+    """No such version to withdraw (or restore)."""
+
+
+def _versions_in(parent: str) -> list[dict[str, Any]]:
+    """The metadata (plus ``path``) of each ``<parent>/<integer>/`` with ``metadata.json``, oldest first."""
+    found = []
+    for name in os.listdir(parent) if os.path.isdir(parent) else []:
+        metadata_path = metadata_file(os.path.join(parent, name))
+        if name.isdigit() and os.path.exists(metadata_path):
+            found.append({**read_json(metadata_path), "path": os.path.join(parent, name)})
+    return sorted(found, key=lambda m: m["version"])
+
+
+def versions(model_dir: str) -> list[dict[str, Any]]:
+    """Every published version's metadata (plus its ``path``), oldest first; withdrawn ones are not listed."""
+    return _versions_in(model_dir)
+
+
+def withdrawn(model_dir: str) -> list[dict[str, Any]]:
+    """Every withdrawn version's metadata (plus its ``path`` and ``withdrawn``: who, when, why), oldest first."""
+    found = _versions_in(os.path.join(model_dir, WITHDRAWN_DIR))
+    return [{**m, "withdrawn": read_json(os.path.join(m["path"], WITHDRAWN))} for m in found]
+
+
+def withdrawn_path(model_dir: str, version: int) -> str:
+    return os.path.join(model_dir, WITHDRAWN_DIR, str(version))
+
+
+def _live(model_dir: str) -> int | None:
+    """The version TF Serving's "latest" policy serves: the newest published one (None: there is none)."""
+    found = versions(model_dir)
+    return found[-1]["version"] if found else None
+
+
+def _check_withdrawable(model_dir: str, version: int, reason: str) -> str:
+    """The version's directory; RegistryError for an empty reason, a withdrawn or an unknown version."""
+    path = os.path.join(model_dir, str(version))
+    if not reason.strip():
+        raise RegistryError("a reason is required to withdraw a version (say why it is bad)")
+    if os.path.exists(withdrawn_path(model_dir, version)):
+        raise RegistryError(f"version {version} of {model_dir} is already withdrawn")
+    if not os.path.exists(metadata_file(path)):
+        published = ", ".join(str(m["version"]) for m in versions(model_dir)) or "none"
+        raise UnknownVersion(f"{model_dir} has no published version {version} (published: {published})")
+    return path
+
+
+def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, Any]:
+    """Move ``version`` aside to ``.withdrawn/<version>/`` in one rename, its ``withdrawn.json`` (who, when, why)
+    written inside it first; the record, plus ``live``: the version served now (None: no version is left)."""
+    path = _check_withdrawable(model_dir, version, reason)
+    record = {
+        "version": version,
+        "by": by,
+        "reason": reason.strip(),
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    write_json_atomic(os.path.join(path, WITHDRAWN), record)
+    os.makedirs(os.path.join(model_dir, WITHDRAWN_DIR), exist_ok=True)
+    try:
+        os.rename(path, withdrawn_path(model_dir, version))
+    except OSError:
+        os.remove(os.path.join(path, WITHDRAWN))  # still published: no record claims otherwise
+        raise
+    return {**record, "live": _live(model_dir)}
+
+
+def restore(model_dir: str, version: int) -> dict[str, Any]:
+    """Rename a withdrawn version back into place (refused while a version of that number is published); its
+    withdrawal record, plus ``live``: the version served now."""
+    aside, path = withdrawn_path(model_dir, version), os.path.join(model_dir, str(version))
+    if not os.path.exists(metadata_file(aside)):
+        raise UnknownVersion(f"version {version} of {model_dir} is not withdrawn")
+    if os.path.exists(path):
+        raise RegistryError(f"{path} exists: a version {version} is published; refusing to replace it")
+    record = read_json(os.path.join(aside, WITHDRAWN))
+    os.rename(aside, path)
+    os.remove(os.path.join(path, WITHDRAWN))
+    return {**record, "live": _live(model_dir)}
+
+
+def warm_start_checkpoint(version_dir: str) -> str:
+    """The checkpoint prefix of a version's training checkpoint (``tf.train.Checkpoint.read`` takes it)."""
+    return os.path.join(version_dir, WARM_START_CHECKPOINT)
+
+
+def lineage(model_dir: str, version: int) -> list[dict[str, Any]]:
+    """``version``'s metadata, then its parent's (the version it was warm-started from), and so on back to a cold
+    start or to a parent no longer kept (its number is in the last one's ``parent``). A withdrawn version is in
+    the chain with its ``withdrawn`` record."""
+    by_version = {m["version"]: m for m in [*withdrawn(model_dir), *versions(model_dir)]}
+    chain: list[dict[str, Any]] = []
+    while version in by_version and len(chain) < len(by_version):
+        chain.append(by_version[version])
+        version = (by_version[version].get("parent") or {}).get("version")
+    return chain
+
+
+def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, Any] | None:
+    """The newest version published for a data interval ending no later than ``interval_end`` by another
+    run: what was live for this run's window (a backfill of last Tuesday compares with last Tuesday's)."""
+    end = dt.datetime.fromisoformat(interval_end)
+    earlier = [
+        m
+        for m in versions(model_dir)
+        if m["run_id"] != run_id and dt.datetime.fromisoformat(m["data_interval_end"]) <= end
+    ]
+    return earlier[-1] if earlier else None
+
+
+def prune(model_dir: str, keep: int, protect: set[int]) -> list[int]:
+    """Delete all but the newest ``keep`` versions, never one in ``protect``; return the deleted ones."""
+    published = [m["version"] for m in versions(model_dir)]
+    doomed = [v for v in published[:-keep] if v not in protect]
+    for version in doomed:
+        hidden = os.path.join(model_dir, f".deleting-{version}")
+        os.rename(os.path.join(model_dir, str(version)), hidden)  # invisible at once, then removed
+        shutil.rmtree(hidden)
+    return doomed

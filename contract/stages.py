@@ -1,0 +1,148 @@
+"""Each stage's command line, typed: the Airflow side writes it, the stage's entry point reads it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+WORKER_PACKAGE = "tfdist.trainer"
+"""The worker runtime's package: each stage is a module of it, run as ``python -m tfdist.trainer.<stage>``."""
+
+
+def stage_command(python: str, stage: str) -> list[str]:
+    """How a worker process starts the stage ``stage`` (``prepare``, ``validate_data``, ``train``, ``evaluate``,
+    ``export``, ``pod``):
+    ``python -m tfdist.trainer.<stage>``, with the package wherever it is installed."""
+    return [python, "-m", f"{WORKER_PACKAGE}.{stage}"]
+
+
+Args = TypeVar("Args", bound="StageArgs")
+
+
+@dataclass(frozen=True)
+class StageArgs:
+    """A stage's command-line arguments, typed: the Airflow side writes them (``to_argv``), the stage's entry point
+    reads them (``parse``). A field ``source_dir`` is the flag ``--source-dir``; a tuple field is repeated; a field
+    left at its default is not written. Every value is a path or a number the plan chose."""
+
+    stage: ClassVar[str]
+    """The worker module running the stage (``tfdist.trainer.<stage>``)."""
+    spec: str
+    """The run's effective spec (spec.json)."""
+
+    def to_argv(self) -> list[str]:
+        argv: list[str] = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            for item in value if isinstance(value, tuple) else (value,):
+                argv += [_flag(field.name), str(item)]
+        return argv
+
+    def command(self, python: str) -> list[str]:
+        """The argv of a process running the stage with these arguments."""
+        return [*stage_command(python, self.stage), *self.to_argv()]
+
+    @classmethod
+    def parse(cls: type[Args], argv: list[str] | None = None) -> Args:
+        parser = argparse.ArgumentParser(prog=f"python -m {WORKER_PACKAGE}.{cls.stage}", description=cls.__doc__)
+        for field in dataclasses.fields(cls):
+            required = field.default is dataclasses.MISSING
+            options = (
+                {"action": "append"}
+                if field.type.startswith("tuple")
+                else {"type": int if field.type == "int" else str}
+            )
+            parser.add_argument(
+                _flag(field.name),
+                dest=field.name,
+                required=required,
+                **({} if required else {"default": field.default}),
+                **options,
+            )
+        values = vars(parser.parse_args(argv))
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class PrepareArgs(StageArgs):
+    """Stage prepare_data: the run's input → train/eval shards and the data manifest."""
+
+    stage = "prepare"
+    out: str
+    result: str
+    source: tuple[str, ...]
+    """The input: files or glob patterns (fsspec URLs), one per partition of the run's window."""
+    pods: int = 1
+    """On Kubernetes: the stage's pods, each writing a share of the input."""
+    coordination: str = ""
+    """With ``pods``: the directory they meet in, on the shared volume."""
+
+
+@dataclass(frozen=True)
+class ValidateDataArgs(StageArgs):
+    """Stage validate_data: the run's data statistics against the baseline's → the data gate's decision."""
+
+    stage = "validate_data"
+    run: str
+    data: str
+    model_dir: str
+    out: str
+    result: str
+
+
+@dataclass(frozen=True)
+class TrainArgs(StageArgs):
+    """Stage train: the run's shards (and, warm-started, the baseline's checkpoint) → checkpoints (the chief's),
+    progress, heartbeats, the training curve and TensorBoard summaries."""
+
+    stage = "train"
+    data: str
+    checkpoints: str
+    result: str
+    heartbeats: str
+    progress: str
+    run: str
+    model_dir: str
+    warm_start: str
+    curve: str
+    tensorboard: str
+
+
+@dataclass(frozen=True)
+class EvaluateArgs(StageArgs):
+    """Stage evaluate: the run's checkpoints → metrics and the gate's blessing."""
+
+    stage = "evaluate"
+    run: str
+    data: str
+    model_dir: str
+    checkpoints: str
+    train_result: str
+    out: str
+    result: str
+    tensorboard: str
+
+
+@dataclass(frozen=True)
+class ExportArgs(StageArgs):
+    """Stage export: the blessed checkpoint → a published SavedModel version."""
+
+    stage = "export"
+    run: str
+    data: str
+    model_dir: str
+    eval: str
+    train_result: str
+    warm_start: str
+    version_base: int
+    result: str
+    approval: str = ""
+    """With ``export.approval``: the run's approval record, which must say approved (contract.approval)."""

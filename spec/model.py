@@ -1,0 +1,925 @@
+"""The spec's sections and the ``Spec`` they make up: field types, bounds, defaults and the checks across fields.
+
+Each field's docstring is its description (the trigger form shows it; ``overrides.field_doc`` reads it); an
+``AuthorOnly`` mark keeps a field from being overridden by whoever triggers a run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import math
+import os
+import shutil
+import string
+import urllib.parse
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+from tfdist.spec.errors import SpecError, validated
+from tfdist.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+FACTORY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+SOURCE_PLACEHOLDERS = ("date", "year", "month", "day", "hour", "artifact_root")
+MPI_ARG_PATTERN = r"^[^\x00\n]+$"
+RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--hostfile", "--tag-output")
+
+
+def default_artifact_root() -> str:
+    """'$TFDIST_ARTIFACT_ROOT', else '~/tfdist'."""
+    return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
+
+
+PARSED = AuthorOnly("the DAG takes it when its file is parsed; a run cannot change it")
+"""Fields the DAG and its tasks are built from at parse time."""
+FAMILY = AuthorOnly("it chooses the model section itself, whose other fields change with it")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = [info.alias or name for name, info in cls.model_fields.items()]
+            for key in data:
+                if key not in allowed:
+                    close = difflib.get_close_matches(str(key), allowed, n=1)
+                    hint = f" (did you mean '{close[0]}'?)" if close else ""
+                    raise ValueError(f"unknown key '{key}'{hint}; allowed keys: {', '.join(allowed)}")
+        return data
+
+
+def _local_path(value: str) -> str:
+    """Expand '~' and '$VARS'; only absolute local paths are supported so far."""
+    if "://" in value:
+        raise ValueError(f"only local paths are supported so far, got {value!r}")
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    if not os.path.isabs(expanded):
+        raise ValueError(f"must be an absolute path (after expanding ~ and $VARS), got {value!r}")
+    return os.path.normpath(expanded)
+
+
+class Feature(_Section):
+    """One raw input feature: a scalar, or a fixed-size vector (CSV columns '<name>_0 .. <name>_<n-1>')."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=3)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Label(_Section):
+    name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] = "label"
+    num_classes: Annotated[int, Field(ge=2)]
+    """Integer classes 0 .. num_classes-1."""
+
+
+class Threshold(_Section):
+    lower: float | None = None
+    """The value (a metric, a feature's elements) must be at least this."""
+    upper: float | None = None
+    """The value must be at most this."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Threshold:
+        if self.lower is None and self.upper is None:
+            raise ValueError("give 'lower', 'upper' or both")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise ValueError(f"lower ({self.lower}) is above upper ({self.upper})")
+        return self
+
+
+class _Check(_Section):
+    mode: Literal["refuse", "warn", "off"] | None = None
+    """'refuse' (the run stops before training), 'warn' (logged and recorded, the run goes on) or 'off';
+    default: checks.mode."""
+
+
+class DriftCheck(_Check):
+    max_divergence: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """The largest Jensen–Shannon divergence (base 2: 0 same, 1 disjoint) allowed between a feature element's
+    histogram and the baseline's."""
+
+
+class ConstantCheck(_Check):
+    min_share: Annotated[float, Field(gt=0, lt=1)] = 0.01
+    """A feature element counts as varying when more than this share of its rows differ from its most common
+    value; constant now and varying in the baseline (or the reverse) fails."""
+
+
+class LabelCheck(_Check):
+    max_change: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """The largest change of a class's share of the rows (L∞) allowed against the baseline; a class the baseline
+    has and this run lacks always fails."""
+
+
+class RowsCheck(_Check):
+    min_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    """This run's rows over the baseline's, at least."""
+    max_ratio: Annotated[float, Field(ge=1)] = 2.0
+    """... and at most."""
+
+
+class BoundsCheck(_Check):
+    features: dict[str, Threshold] = Field(default_factory=dict)
+    """{feature: {lower: x, upper: y}}: every element of the feature within (its min and max); needs no
+    baseline."""
+
+
+class DataChecks(_Section):
+    """The data gate (task validate_data): this run's data statistics against the baseline's, the data the
+    model the gate compares with was trained on."""
+
+    mode: Literal["refuse", "warn"] = "refuse"
+    """What a failed check does unless it says itself: 'refuse' stops the run before training (no retry),
+    'warn' logs and records it."""
+    drift: DriftCheck = Field(default_factory=DriftCheck)
+    """Each feature element's histogram against the baseline's."""
+    constant: ConstantCheck = Field(default_factory=ConstantCheck)
+    """A feature element constant on one side only."""
+    labels: LabelCheck = Field(default_factory=LabelCheck)
+    """The label's class shares, and classes gone."""
+    rows: RowsCheck = Field(default_factory=RowsCheck)
+    """The row count against the baseline's."""
+    bounds: BoundsCheck = Field(default_factory=BoundsCheck)
+    """Value bounds per feature."""
+
+
+class DataSpec(_Section):
+    source: Annotated[str, Field(min_length=1)]
+    """Path, glob or URL (any fsspec file system: s3://, gs://, https://) of the input partitions: '{date}'
+    (YYYY-MM-DD), '{year}', '{month}', '{day}' and '{hour}' become each partition of the run's window (its
+    hours when '{hour}' is used, else its days, months or years), '{artifact_root}' the root."""
+    format: Literal["csv", "jsonl", "npz", "parquet", "tfrecord"]
+    """'csv' (a header row; a vector feature is columns <name>_0 ..), 'jsonl' (an object per line; a vector
+    feature is a list), 'npz' (one array per feature and one for the label), 'parquet' (a column per
+    scalar; a vector feature is a list column or columns <name>_0 ..) or 'tfrecord' (tf.train.Example
+    records: a float_list per feature, an int64_list label)."""
+    features: Annotated[list[Feature], Field(min_length=1)]
+    label: Label
+    eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
+    """Share of the rows held out for evaluation (by a hash of each row's content)."""
+    num_shards: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Train shards (and eval shards); at least one per training process."""
+    window: Annotated[int, Field(ge=1)] | None = None
+    """Train on the last N periods of the schedule ending at the data interval's end (N days for a daily
+    schedule, N hours for an hourly one); default: the data interval itself."""
+    prepare_processes: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Processes writing shards in prepare_data (each reads its share of the input), on Kubernetes each a pod
+    of its own; default: one pod, and one process per 32 MB of input up to the cores prepare_data runs on.
+    The shards are the same whatever it is."""
+    checks: Annotated[DataChecks, AuthorOnly("the data gate that may stop a run is the author's")] = Field(
+        default_factory=DataChecks
+    )
+    """The data gate before training: drift, constant features, labels, rows and bounds against the baseline's
+    data (not part of the input's fingerprint: loosening a check prepares nothing again)."""
+
+    @field_validator("source")
+    @classmethod
+    def _known_placeholders(cls, value: str) -> str:
+        for _, field, _, _ in string.Formatter().parse(value):
+            if field is not None and field not in SOURCE_PLACEHOLDERS:
+                raise ValueError(
+                    f"unknown placeholder {{{field}}}; allowed: {', '.join('{' + p + '}' for p in SOURCE_PLACEHOLDERS)}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DataSpec:
+        names = [f.name for f in self.features] + [self.label.name]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"features and label must have distinct names, repeated: {', '.join(duplicates)}")
+        unknown = sorted(set(self.checks.bounds.features) - {f.name for f in self.features})
+        if unknown:
+            raise ValueError(
+                f"checks.bounds.features: {', '.join(unknown)} is not a feature; features: "
+                f"{', '.join(f.name for f in self.features)}"
+            )
+        return self
+
+    @property
+    def input_size(self) -> int:
+        return sum(f.size for f in self.features)
+
+
+class _ModelBase(_Section):
+    optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    """Keras optimizer."""
+    learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
+    """Optimizer learning rate."""
+    loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
+    """Training loss."""
+    metrics: list[Literal["accuracy", "top_5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
+    """Metrics reported besides the loss (and usable in validation)."""
+
+
+class MLPModel(_ModelBase):
+    family: Annotated[Literal["mlp"], FAMILY]
+    hidden_units: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [128, 64]
+    )
+    """Units of each hidden layer."""
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Dropout rate after each hidden layer."""
+    activation: Literal["relu", "gelu", "tanh"] = "relu"
+    """Activation of the hidden layers."""
+
+
+class CNNModel(_ModelBase):
+    family: Annotated[Literal["cnn"], FAMILY]
+    image_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=3, max_length=3)]
+    """Height, width, channels: the concatenated features are reshaped to it."""
+    filters: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(default_factory=lambda: [32, 64])
+    """Filters of each convolution layer."""
+    kernel_size: Annotated[int, Field(ge=1)] = 3
+    """Convolution kernel size."""
+    dense_units: Annotated[int, Field(ge=1)] = 64
+    """Units of the dense layer after the convolutions."""
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Dropout rate before the output layer."""
+
+
+class CustomModel(_ModelBase):
+    family: Annotated[Literal["custom"], FAMILY]
+    factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
+    """'package.module:function', called as 'function(features, num_classes, **kwargs)';
+    'features' maps each feature name to its shape; returns a Keras model taking a dict of
+    those inputs and returning class probabilities."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+ModelSpec = Annotated[MLPModel | CNNModel | CustomModel, Field(discriminator="family")]
+
+
+class MPISpec(_Section):
+    """Horovod over OpenMPI ('mpirun') or Gloo ('horovodrun --gloo')."""
+
+    controller: Literal["mpi", "gloo"] = Field(default_factory=lambda: "mpi" if shutil.which("mpirun") else "gloo")
+    """Default: 'mpi' where OpenMPI's 'mpirun' is installed, else 'gloo'."""
+    slots_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
+    """Ranks per worker machine (one per GPU when 'gpus_per_worker' > 0)."""
+    extra_args: list[Annotated[str, Field(pattern=MPI_ARG_PATTERN)]] = Field(default_factory=list)
+    """Extra 'mpirun' arguments, one list item each (passed as argv, never through a shell)."""
+    scale_learning_rate: bool = True
+    """Multiply 'model.learning_rate' by the number of ranks (Horovod's convention)."""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_ours(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if arg.split("=")[0] in RESERVED_MPI_ARGS:
+                raise ValueError(f"{arg!r} is set by the launcher from num_workers and slots_per_worker")
+        return value
+
+
+class WarmStart(_Section):
+    source: Literal["none", "baseline"] = Field("none", alias="from")
+    """'none': random initial weights; 'baseline': the weights (and the optimizer's state, where the optimizer is
+    the same) of the version the gate compares with, the newest published for a data interval ending no later
+    than this run's (a backfill starts from what was live then)."""
+    on_mismatch: Literal["cold", "fail"] = "cold"
+    """When some of the baseline's variables do not fit the spec's model (names or shapes): 'cold' starts from
+    random weights, naming them; 'fail' refuses the run (no retry)."""
+
+
+class TrainingSpec(_Section):
+    backend: Literal["tf", "mpi"] = "tf"
+    """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
+    strategy: Literal["multi_worker_mirrored", "parameter_server"] = "multi_worker_mirrored"
+    """With backend 'tf': synchronous all-reduce, or a chief with parameter servers and workers."""
+    launcher: Annotated[Literal["local", "kubernetes"], AuthorOnly("it chooses the machines the training runs on")] = (
+        "local"
+    )
+    """Where every stage runs: 'local' (processes on this machine) or 'kubernetes' (pods; see 'kubernetes')."""
+    num_workers: Annotated[int, Field(ge=1, le=64)] = 2
+    """Training workers (with Horovod: worker machines, each running 'slots_per_worker' ranks)."""
+    num_ps: Annotated[int, Field(ge=0, le=64)] = 0
+    """Parameter-server tasks (strategy 'parameter_server' only)."""
+    mpi: MPISpec | None = None
+    """Horovod settings (backend 'mpi' only; defaults apply when omitted)."""
+    gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
+    """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally)."""
+    cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
+    """Threads per worker; default: the machine's cores shared evenly, each process pinned to its share
+    (local launcher)."""
+    epochs: Annotated[int, Field(ge=1)] = 5
+    """Passes over the training shards."""
+    global_batch_size: Annotated[int, Field(ge=1)] = 64
+    """Examples per training step, split evenly across the replicas."""
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] = 100
+    """The chief writes a checkpoint every this many steps (and at the end)."""
+    keep_checkpoints: Annotated[int, Field(ge=1)] = 3
+    """Checkpoints kept in the run's checkpoint directory."""
+    seed: int = 0
+    """Seed for weight initialization and shuffling."""
+    timeout_minutes: Annotated[int, Field(ge=1), PARSED] = 120
+    """Each task's execution timeout."""
+    hang_timeout_seconds: Annotated[int, Field(ge=10)] | None = 600
+    """The train stage fails when no training process has finished a step for this long (a worker stopped,
+    or stuck in a collective), naming the stopped one; null: only ``timeout_minutes`` bounds a hang."""
+    min_workers: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Elastic training: the fewest workers training continues with after losing some (killed, hung), from
+    the last checkpoint (TF cluster, restarted smaller) or Horovod commit (elastic 'horovodrun --gloo',
+    whatever 'mpi.controller' says; a lost worker rejoins), keeping the global batch; default
+    'num_workers': losing a worker fails the stage (the task's retry resumes from the checkpoint)."""
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    """Elastic training: how many losses one try of the train task may continue after before it fails
+    (with Horovod, each may be followed by the worker's return)."""
+    warm_start: Annotated[WarmStart, AuthorOnly("which model a run continues from is the author's")] = Field(
+        default_factory=WarmStart
+    )
+    """Where training starts: 'none', 'baseline', or {from: baseline, on_mismatch: cold | fail}."""
+    summary_every_steps: Annotated[int, Field(ge=1)] = 50
+    """The chief writes TensorBoard summaries (loss, accuracy, examples/s, learning rate) and a point of the
+    training curve at the end of the first step call at or past every this many steps, and at the last."""
+    tensorboard_url: Annotated[
+        str | None, Field(pattern=r"^https?://[^\s]+$"), AuthorOnly("it is a link every user of the DAG follows")
+    ] = None
+    """A TensorBoard serving this pipeline's runs: adds a 'TensorBoard' link to the train task (else Airflow's
+    setting [tfdist] tensorboard_url)."""
+    pool: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """Airflow pool of the train task: at most that many slots of training run at once (backfills included)."""
+    pool_slots: Annotated[Annotated[int, Field(ge=1)] | None, PARSED] = None
+    """Slots one training run takes in the pool; default: its number of processes."""
+
+    @field_validator("warm_start", mode="before")
+    @classmethod
+    def _warm_start_word(cls, value: Any) -> Any:
+        return {"from": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _mode(self) -> TrainingSpec:
+        if self.min_workers is not None and self.min_workers > self.num_workers:
+            raise ValueError(f"training.min_workers: at most num_workers ({self.num_workers}), got {self.min_workers}")
+        if self.elastic and self.elastic_sizes == (self.num_workers,):
+            raise ValueError(
+                f"training.min_workers: no worker count from {self.min_workers} to {self.num_workers - 1} "
+                f"splits global_batch_size {self.global_batch_size} evenly across its replicas; "
+                "lower min_workers or pick a global batch size they divide"
+            )
+        if self.backend == "mpi":
+            if self.strategy != "multi_worker_mirrored":
+                raise ValueError("training.strategy: 'parameter_server' needs backend 'tf' (Horovod is all-reduce)")
+            if self.num_ps:
+                raise ValueError(
+                    f"training.num_ps: parameter servers need backend 'tf' and strategy "
+                    f"'parameter_server', got {self.num_ps} with backend 'mpi'"
+                )
+            mpi = self.mpi_settings
+            if self.gpus_per_worker and mpi.slots_per_worker != self.gpus_per_worker:
+                raise ValueError(
+                    f"training.mpi.slots_per_worker: must equal gpus_per_worker "
+                    f"({self.gpus_per_worker}), one rank per GPU, got {mpi.slots_per_worker}"
+                )
+            if mpi.extra_args and (mpi.controller != "mpi" or self.elastic):
+                raise ValueError(
+                    "training.mpi.extra_args: mpirun arguments need controller 'mpi' without "
+                    "elastic training (min_workers below num_workers runs horovodrun over Gloo)"
+                )
+        elif self.mpi is not None:
+            raise ValueError("training.mpi: Horovod settings need backend 'mpi'")
+        elif self.strategy == "parameter_server" and not self.num_ps:
+            raise ValueError("training.num_ps: strategy 'parameter_server' needs at least 1 parameter server, got 0")
+        elif self.strategy == "multi_worker_mirrored" and self.num_ps:
+            raise ValueError(
+                f"training.num_ps: parameter servers need strategy 'parameter_server', got "
+                f"{self.num_ps} with 'multi_worker_mirrored'"
+            )
+        return self
+
+    @property
+    def mpi_settings(self) -> MPISpec:
+        return self.mpi or MPISpec()
+
+    @property
+    def elastic(self) -> bool:
+        """Training continues with fewer workers after a loss."""
+        return self.min_workers is not None and self.min_workers < self.num_workers
+
+    @property
+    def elastic_sizes(self) -> tuple[int, ...]:
+        """Worker counts training may continue with, largest first: from num_workers down to min_workers,
+        those whose replicas split the global batch evenly (every step keeps the global batch size)."""
+        sizes = range(self.num_workers, (self.min_workers or self.num_workers) - 1, -1)
+        per_worker = max(1, self.gpus_per_worker) * (self.mpi_settings.slots_per_worker if self.backend == "mpi" else 1)
+        if self.strategy == "parameter_server":  # each step runs on one worker, whatever their number
+            return tuple(sizes)
+        return tuple(n for n in sizes if self.global_batch_size % (n * per_worker) == 0)
+
+    @property
+    def data_readers(self) -> int:
+        """Processes that each read their own train shards."""
+        return self.num_workers * self.mpi_settings.slots_per_worker if self.backend == "mpi" else self.num_workers
+
+    @property
+    def processes(self) -> int:
+        """Training processes one run starts (its default pool slots)."""
+        if self.strategy == "parameter_server":
+            return 1 + self.num_ps + self.num_workers
+        return self.data_readers
+
+    @property
+    def replicas(self) -> int:
+        """Model replicas a global batch is split across in one step."""
+        if self.backend == "mpi":
+            return self.data_readers
+        if self.strategy == "parameter_server":
+            return max(1, self.gpus_per_worker)  # each step runs on one worker
+        return self.num_workers * max(1, self.gpus_per_worker)
+
+
+Direction = Literal["higher_is_better", "lower_is_better"]
+
+
+class ChangeThreshold(_Section):
+    """How much worse than the baseline (the newest model published as of the run's data interval)
+    a metric may be; both tolerances, when given, must hold."""
+
+    direction: Direction
+    absolute: Annotated[float, Field(ge=0)] | None = 0.0
+    """Largest allowed loss in metric units (0: no worse than the baseline)."""
+    relative: Annotated[float, Field(ge=0)] | None = None
+    """Largest allowed loss as a fraction of the baseline's value."""
+
+
+class CheckpointSelection(_Section):
+    mode: Literal["latest", "best"] = "latest"
+    """'best': validate every retained checkpoint and keep the best by 'metric'."""
+    metric: str = "accuracy"
+    """The metric 'best' is chosen by."""
+    direction: Direction = "higher_is_better"
+    """Whether a higher or a lower 'metric' is better."""
+
+
+class ValidationSpec(_Section):
+    """The gate: a model is published only when it passes. At least one threshold is required unless
+    'allow_unvalidated' says otherwise."""
+
+    thresholds: dict[str, Threshold] = Field(default_factory=dict)
+    """Value thresholds on the eval split: {metric: {lower: x, upper: y}}."""
+    change_thresholds: dict[str, ChangeThreshold] = Field(default_factory=dict)
+    """How much worse than the published baseline each metric may be."""
+    checkpoint: CheckpointSelection = Field(default_factory=CheckpointSelection)
+    """Which checkpoint is validated: the latest, or the best retained one."""
+    on_failure: Literal["fail", "skip"] = "fail"
+    """Not blessed: fail the evaluate task (no retry), or skip it; export does not run either way."""
+    allow_unvalidated: bool = False
+    """Publish every model that passes the integrity checks, with no threshold at all; recorded in
+    blessing.json and in the version's metadata.json as published without a gate."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ValidationSpec:
+        if self.allow_unvalidated and (self.thresholds or self.change_thresholds):
+            raise ValueError(
+                "validation.allow_unvalidated: only for a pipeline without thresholds; "
+                "remove it, the thresholds given are the gate"
+            )
+        return self
+
+
+class RetrySpec(_Section):
+    """Airflow retries of each task. A retried train task resumes from its run's latest checkpoint; a
+    model the gate refused, a refused export and invalid run overrides are never retried."""
+
+    prepare_data: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of prepare_data (e.g. for a partition that lands late)."""
+    validate_data: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of validate_data after a crash (a refusal is not retried)."""
+    train: Annotated[int, Field(ge=0, le=10)] = 2
+    """Retries of train; each resumes from the run's latest checkpoint."""
+    evaluate: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of evaluate after a crash."""
+    export: Annotated[int, Field(ge=0, le=10)] = 1
+    """Retries of export after a crash; a half-written version is never visible."""
+    delay_seconds: Annotated[int, Field(ge=0, le=86400)] = 60
+    """Wait before each retry."""
+
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+KUBERNETES = AuthorOnly("where, as whom and from which image the pods run is the author's")
+ROLES = ("prepare", "validate", "chief", "ps", "worker", "evaluate", "export")
+
+
+class PodSettings(_Section):
+    """What the pods of one role get; every field may be set for all roles and per role."""
+
+    image: Annotated[str, Field(min_length=1, pattern=r"^[^\s]+$")] | None = None
+    """Container image with the trainer package (docker/Dockerfile.worker or .worker-gpu)."""
+    cpu: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
+    """CPU request and limit, e.g. '4' or '500m'; also the worker's thread count when whole."""
+    memory: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
+    """Memory request and limit, e.g. '8Gi'."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the pods must run on."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Kubernetes tolerations, as in a pod spec."""
+    affinity: dict[str, Any] | None = None
+    """Kubernetes affinity, as in a pod spec."""
+
+
+class ArtifactVolume(_Section):
+    claim_name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=253)]
+    """A ReadWriteMany PersistentVolumeClaim holding the artifact root, mounted at the artifact root's own
+    path in every pod."""
+
+
+class KubernetesSpec(_Section):
+    """Where the stages run with 'training.launcher: kubernetes'. None of it can be overridden by a trigger."""
+
+    connection_id: Annotated[str, Field(pattern=NAME_PATTERN)] = "kubernetes_default"
+    """Airflow connection of type 'kubernetes' (in-cluster, kubeconfig file or inline kubeconfig)."""
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] = "default"
+    """Namespace of every object a run creates."""
+    pods: PodSettings
+    """Settings of every pod ('image' required here)."""
+    roles: dict[Literal[ROLES], PodSettings] = Field(default_factory=dict)
+    """Per-role settings over 'pods' (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """When the kubelet pulls the image."""
+    image_pull_secrets: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN)]] = Field(default_factory=list)
+    """Secrets holding registry credentials."""
+    service_account: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """Service account of the pods; default: the namespace's default."""
+    priority_class: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """PriorityClass of the pods."""
+    scheduler_name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN)] | None = None
+    """Scheduler of the pods (e.g. a gang scheduler); default: the cluster's."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels on every object and pod."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra annotations on every object and pod."""
+    artifact_volume: ArtifactVolume
+    """The shared volume holding the artifact root."""
+    operator: Literal["auto", "native", "kubeflow"] = "auto"
+    """How the train stage runs: 'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD);
+    'kubeflow': a TFJob (TF cluster) or MPIJob (Horovod), refused when that CRD is not installed; 'auto':
+    kubeflow when the cluster serves its CRD, else native. The other stages are always native Jobs."""
+    startup_timeout_seconds: Annotated[int, Field(ge=10)] = 600
+    """Pods not running by then fail the stage, with the scheduler's reason."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    """Finished objects are deleted this long after they finish."""
+    log_members: Annotated[int, Field(ge=1)] | Literal["all"] = 2
+    """How many members' whole logs reach the task log: the result member (chief, worker 0, rank 0's pod or the
+    MPIJob's launcher) first, then the others in order; 'all' for every member (small jobs, debugging). Any
+    other member's last lines are shown when it fails, is lost or hangs."""
+
+    @field_validator("pods")
+    @classmethod
+    def _image(cls, value: PodSettings) -> PodSettings:
+        if not value.image:
+            raise ValueError(
+                "kubernetes.pods.image: required: the worker image every pod runs, e.g. "
+                "registry.example.com/tfdist-worker:2.21"
+            )
+        return value
+
+    def for_role(self, role: str) -> PodSettings:
+        """The settings of pods of ``role``: 'pods' with the fields the role sets over it (in a spec validated from
+        its full JSON dump, spec.json, every field of a role counts as set)."""
+        own = self.roles.get(role)
+        return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
+
+
+class Approval(_Section):
+    """A human approval between evaluate and export (Airflow's Human-in-the-loop ``ApprovalOperator``): asked
+    only when the gate blesses; export publishes nothing without it."""
+
+    timeout_minutes: Annotated[int, Field(ge=1)] | None = None
+    """How long the approval is waited for; default: as long as it takes."""
+    on_timeout: Literal["reject", "approve"] = "reject"
+    """What no answer within 'timeout_minutes' means: 'reject' (nothing is published) or 'approve' (published,
+    recorded and logged as approved by the timeout)."""
+
+    @model_validator(mode="after")
+    def _timeout_given(self) -> Approval:
+        if self.on_timeout == "approve" and self.timeout_minutes is None:
+            raise ValueError("on_timeout: 'approve' needs timeout_minutes (after how long no answer approves)")
+        return self
+
+
+class ExportSpec(_Section):
+    model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    """Versions are published under '<export root>/<model_name>/'."""
+    root: str | None = None
+    """Default: '<artifact_root>/models'."""
+    keep_versions: Annotated[int, Field(ge=1)] | None = None
+    """Keep the newest N versions (and always the baseline); default: keep all."""
+    approval: Approval | None = None
+    """A human approval before publishing: 'true', or {timeout_minutes: N, on_timeout: reject | approve};
+    default: none, a blessed model is published at once."""
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _approval_word(cls, value: Any) -> Any:
+        return {} if value is True else None if value is False else value
+
+    @field_validator("root")
+    @classmethod
+    def _local_root(cls, value: str | None) -> str | None:
+        return None if value is None else _local_path(value)
+
+
+def _valid_cron(value: str | None) -> str | None:
+    from croniter import croniter  # Airflow's own dependency; cheap
+
+    if value is not None and not croniter.is_valid(value):
+        raise ValueError(f"not a valid cron expression or preset (e.g. '0 2 * * *', '@daily'), got {value!r}")
+    return value
+
+
+def _asset_uri(uri: str) -> str:
+    """An Airflow Asset URI as Airflow accepts it: a scheme, ASCII, no password, not the reserved 'airflow'."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.scheme or not (parts.netloc or parts.path.strip("/")):
+        raise ValueError(
+            f"{uri!r} is not an asset URI: give a scheme and a location, e.g. 's3://bucket/raw/digits' "
+            "or 'file:///data/raw/digits'"
+        )
+    if not uri.isascii() or len(uri) > 1500 or any(c.isspace() for c in uri):
+        raise ValueError(f"{uri!r}: an asset URI is ASCII, without spaces, at most 1500 characters")
+    if parts.scheme.lower() == "airflow" or parts.password or parts.fragment:
+        raise ValueError(
+            f"{uri!r}: the scheme 'airflow' is Airflow's own, and an asset URI carries no password and no '#fragment'"
+        )
+    return uri
+
+
+PARTITION_PERIODS = ("hour", "day", "week", "month", "year")
+SOURCE_PERIODS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
+"""The periods a source's time placeholders name, finest first (none names a week)."""
+
+
+def partition_unit(source: str) -> str | None:
+    """The finest time placeholder of a source: its partitions are hours, days, months or years (None: the
+    source names no time)."""
+    fields = {field for _, field, _, _ in string.Formatter().parse(source) if field}
+    return next((unit for unit, names in SOURCE_PERIODS if fields & names), None)
+
+
+class AssetSchedule(_Section):
+    """Run when upstream data lands: Airflow Assets the upstream DAGs update (their URIs)."""
+
+    assets: Annotated[list[str], Field(min_length=1)]
+    when: Literal["all", "any"] = "all"
+    """'all': a run once every asset has a new event; 'any': on each event of any of them."""
+    cron: str | None = None
+    """Also run on this cron whatever the assets do (Airflow's AssetOrTimeSchedule): 'asset or time'."""
+    partitions: Literal[PARTITION_PERIODS] | None = None
+    """The upstream's events carry partition keys (Airflow partitions): each run trains on exactly the
+    partition of this period that its events name (a day's key, or several of them rolled into a week...)."""
+    partition_key_format: str = "%Y-%m-%dT%H:%M:%S"
+    """How the upstream writes its partition keys (strftime), e.g. '%Y-%m-%d' for '2026-11-20'."""
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        return _valid_cron(value)
+
+    @field_validator("assets")
+    @classmethod
+    def _uris(cls, value: list[str]) -> list[str]:
+        for i, uri in enumerate(value):
+            try:
+                _asset_uri(uri)
+            except ValueError as exc:
+                raise ValueError(f"schedule.assets[{i}]: {exc}") from None
+        if len(set(value)) < len(value):
+            raise ValueError(f"schedule.assets: each asset once, got {value}")
+        return value
+
+    @field_validator("partition_key_format")
+    @classmethod
+    def _key_format(cls, value: str) -> str:
+        if "%" not in value:
+            raise ValueError(f"a strftime format of the upstream's keys (e.g. '%Y-%m-%d'), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _partitions_or_time(self) -> AssetSchedule:
+        if self.partitions and self.cron:
+            raise ValueError(
+                "schedule.cron: a partitioned schedule runs for its partitions' events only; drop "
+                "cron, or drop partitions to run on the assets or the time"
+            )
+        return self
+
+
+Schedule = Annotated[
+    Annotated[str, Tag("a cron")] | Annotated[AssetSchedule, Tag("upstream assets")],
+    Discriminator(lambda value: "a cron" if isinstance(value, str) else "upstream assets"),
+]
+"""A cron expression, or upstream assets (the tags are no keys of the input: errors name the fields below)."""
+
+
+class Spec(_Section):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=200)]
+    """Becomes the dag_id."""
+    description: str = ""
+    schedule: Annotated[Schedule | None, PARSED] = "@daily"
+    """A cron expression or preset, None (triggered runs only), or upstream assets: {assets: [URI, ...],
+    when: all|any, cron: ... (asset or time), partitions: day|... (partitioned events)}."""
+    start_date: dt.datetime
+    catchup: Annotated[bool, PARSED] = False
+    max_active_runs: Annotated[int, Field(ge=1), PARSED] = 1
+    """Runs of this pipeline at once (a backfill included)."""
+    tags: list[str] = Field(default_factory=list)
+    overridable: list[str] = Field(default_factory=list)
+    """Fields a run may override (trigger form, '--conf', backfill '--dag-run-conf'), as dotted
+    paths, e.g. 'training.epochs'; they become the DAG's typed Params."""
+    artifact_root: str = Field(default_factory=default_artifact_root)
+    data: DataSpec
+    model: ModelSpec
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    validation: Annotated[ValidationSpec, AuthorOnly("the gate that decides what is published is the author's")] = (
+        Field(default_factory=ValidationSpec)
+    )
+    export: Annotated[ExportSpec, AuthorOnly("what is published and which versions are deleted is the author's")]
+    retries: Annotated[RetrySpec, PARSED] = Field(default_factory=RetrySpec)
+    kubernetes: Annotated[KubernetesSpec | None, KUBERNETES] = None
+    """Pods, images and volume of a run on Kubernetes (see 'tfdist plan --launcher kubernetes')."""
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _local_artifact_root(cls, value: str) -> str:
+        return _local_path(value)
+
+    @field_validator("start_date")
+    @classmethod
+    def _utc(cls, value: dt.datetime) -> dt.datetime:
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: Any) -> Any:
+        return _valid_cron(value) if isinstance(value, str) else value
+
+    @property
+    def cron(self) -> str | None:
+        """The schedule's time part: its cron, an asset-or-time schedule's, else None."""
+        return self.schedule if isinstance(self.schedule, str) else self.schedule and self.schedule.cron
+
+    @property
+    def partitioned(self) -> str | None:
+        """The period of the upstream partitions each run trains on (None: not partitioned)."""
+        return None if isinstance(self.schedule, str | None) else self.schedule.partitions
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        t, d, m = self.training, self.data, self.model
+        if t.global_batch_size % t.replicas:
+            raise ValueError(
+                f"training.global_batch_size: must be a multiple of the {t.replicas} replicas "
+                f"it is split across, got {t.global_batch_size}"
+            )
+        if d.num_shards < t.data_readers:
+            raise ValueError(
+                f"data.num_shards: must be ≥ the {t.data_readers} training processes so every one "
+                f"reads its own shards, got {d.num_shards}"
+            )
+        known = {"loss", *m.metrics}
+        v = self.validation
+        for field, metrics in (
+            ("thresholds", v.thresholds),
+            ("change_thresholds", v.change_thresholds),
+            ("checkpoint.metric", [v.checkpoint.metric]),
+        ):
+            for metric in metrics:
+                if metric not in known:
+                    path = field if field.endswith("metric") else f"{field}.{metric}"
+                    raise ValueError(
+                        f"validation.{path}: unknown metric {metric!r}; this model reports "
+                        f"{', '.join(sorted(known))} (add it to model.metrics)"
+                    )
+        if isinstance(m, CNNModel) and math.prod(m.image_shape) != d.input_size:
+            raise ValueError(
+                f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
+                f"hold {d.input_size}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_window(self) -> Spec:
+        if self.partitioned and self.data.window:
+            raise ValueError(
+                "data.window: a partitioned schedule trains on exactly the partition its events name; "
+                "drop data.window, or schedule without partitions"
+            )
+        unit, period = partition_unit(self.data.source), self.partitioned
+        if period and (unit is None or PARTITION_PERIODS.index(unit) > PARTITION_PERIODS.index(period)):
+            raise ValueError(
+                f"data.source: each run reads its {self.partitioned} partition, but the source names no "
+                f"{self.partitioned} or finer: put its time in the path, e.g. '.../{{date}}/*.csv'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kubernetes_section(self) -> Spec:
+        if self.training.launcher == "kubernetes" and self.kubernetes is None:
+            raise ValueError(
+                "kubernetes: required with training.launcher 'kubernetes': at least "
+                "kubernetes: {pods: {image: ...}, artifact_volume: {claim_name: ...}}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _on_the_volume(self) -> Spec:
+        """Pods see only the artifact volume: the input and the export root must be below the artifact root."""
+        if self.kubernetes is None:
+            return self
+        local = (
+            [("data.source", self.data.source.replace("{artifact_root}", self.artifact_root))]
+            if "://" not in self.data.source
+            else []
+        )  # a URL is read from wherever the pods are
+        for field, path in (*local, ("export.root", self.export_root)):
+            if os.path.commonpath([self.artifact_root, os.path.normpath(path)]) != self.artifact_root:
+                raise ValueError(
+                    f"{field}: pods on Kubernetes see only the artifact volume mounted at "
+                    f"{self.artifact_root}; put it below the artifact root (e.g. '{{artifact_root}}/...')"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _gated(self) -> Spec:
+        v = self.validation
+        if not (v.thresholds or v.change_thresholds or v.allow_unvalidated):
+            raise ValueError(
+                "validation: no threshold is configured, so nothing would stop a bad model from being published; "
+                "add a value threshold, e.g. validation: {thresholds: {accuracy: {lower: 0.9}}}, or a change "
+                "threshold against the published baseline, e.g. validation: {change_thresholds: {accuracy: "
+                "{direction: higher_is_better}}}; or, to publish every model that restores, say so: "
+                "validation: {allow_unvalidated: true}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _overridable_fields(self) -> Spec:
+        for path in self.overridable:
+            if reason := override_refusal(Spec, path):
+                raise ValueError(
+                    f"overridable: {path!r} cannot be overridden by whoever triggers a run: {reason}; "
+                    f"only the DAG file sets it"
+                )
+            try:
+                value = field_value(self, path)
+            except (AttributeError, KeyError):
+                value = self
+            if isinstance(value, (BaseModel, dict)):
+                raise ValueError(
+                    f"overridable: {path!r} is not a field; give a dotted path to a single "
+                    f"value such as 'training.epochs' or 'model.learning_rate'"
+                )
+        return self
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Spec:
+        """This spec with '{dotted path: value}' applied, validated again; undeclared paths are refused, and
+        so is a run that would start more training processes than its pool slots (fixed at parse time). Only
+        the fields set are given again: a role's pod settings are those it sets (``KubernetesSpec.for_role``)."""
+        refused = sorted(set(overrides) - set(self.overridable))
+        if refused:
+            raise SpecError(
+                [
+                    f"{path}: not overridable in this pipeline; overridable: "
+                    f"{', '.join(self.overridable) or 'nothing (see the spec field overridable)'}"
+                    for path in refused
+                ],
+                "run overrides",
+            )
+        data = with_values(self.model_dump(mode="json", exclude_unset=True, by_alias=True), overrides)
+        changed = validated(Spec, data, "spec after the run's overrides")
+        t, slots = self.training, self.training.pool_slots or self.training.processes
+        if t.pool and changed.training.processes > slots:
+            raise SpecError(
+                [
+                    f"training: this run would start {changed.training.processes} training processes but "
+                    f"its train task holds {slots} slot(s) of pool {t.pool!r} (training.pool_slots, fixed "
+                    f"when the DAG file is parsed)"
+                ],
+                "run overrides",
+            )
+        return changed
+
+    @property
+    def export_root(self) -> str:
+        return self.export.root or os.path.join(self.artifact_root, "models")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def section_models() -> list[type[BaseModel]]:
+    """Every spec section model."""
+    found, stack = [], [_Section]
+    while stack:
+        subclasses = stack.pop().__subclasses__()
+        found += subclasses
+        stack += subclasses
+    return found

@@ -1,0 +1,151 @@
+"""DAG files parse fast without TensorFlow; invalid specs become Airflow import errors naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import yaml
+
+from tests.conftest import REPO, make_spec
+
+
+def run_python(code: str, **env: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_example_dags_parse_without_tensorflow():
+    out = run_python("""
+        import runpy, sys
+        for path in ("dags/digits_nightly.py", "dags/yaml_specs.py"):
+            runpy.run_path(path)
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
+        print("HEAVY", heavy)
+    """)
+    assert "HEAVY []" in out
+
+
+def test_dagbag_loads_both_examples_with_four_tasks():
+    out = run_python("""
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder="dags")
+        assert not bag.import_errors, bag.import_errors
+        for dag_id in sorted(bag.dag_ids):
+            dag = bag.dags[dag_id]
+            print(dag_id, [t.task_id for t in dag.topological_sort()], type(dag.timetable).__name__)
+    """)
+    assert (
+        "digits_mlp ['prepare_data', 'validate_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable" in out
+    )
+    assert (
+        "digits_nightly ['prepare_data', 'validate_data', 'train', 'evaluate', 'export'] CronDataIntervalTimetable"
+        in out
+    )
+
+
+def test_a_broken_yaml_spec_never_hides_the_others(tmp_path):
+    """Two valid specs keep their DAGs; the broken one and a duplicate name each become a paused DAG with
+    no schedule whose description names the file and the problem, and whose one task fails with it."""
+    dags = tmp_path / "dags"
+    (dags / "specs").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "dags", "yaml_specs.py"), dags)
+    for name, sections in {"team_a": {}, "team_b": {}, "team_c": {"training": {"num_workers": 0}}}.items():
+        spec = make_spec(str(tmp_path), name=name, **sections)
+        (dags / "specs" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    (dags / "specs" / "z_copy.yaml").write_text(yaml.safe_dump(make_spec(str(tmp_path), name="team_a")))
+    out = run_python(f"""
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        from airflow.sdk.exceptions import AirflowFailException
+        bag = DagBag(dag_folder={str(dags)!r})
+        assert not bag.import_errors, bag.import_errors
+        for dag_id, dag in sorted(bag.dags.items()):
+            failure = None
+            if dag.has_task("invalid_spec"):
+                try:
+                    dag.get_task("invalid_spec").execute({{}})
+                except AirflowFailException as exc:
+                    failure = str(exc)
+            print("DAG", json.dumps([dag_id, type(dag.timetable).__name__, dag.is_paused_upon_creation,
+                                     dag.description, sorted(t.task_id for t in dag.tasks), failure]))
+    """)
+    found = {row[0]: row[1:] for row in (json.loads(line[4:]) for line in out.splitlines() if line.startswith("DAG "))}
+    assert sorted(found) == ["invalid_spec.z_copy", "team_a", "team_b", "team_c"]
+    for valid in ("team_a", "team_b"):
+        assert found[valid][0] == "CronDataIntervalTimetable" and len(found[valid][3]) == 5
+    timetable, paused, description, tasks, failure = found["team_c"]
+    assert (timetable, paused, tasks) == ("NullTimetable", True, ["invalid_spec"])
+    problem = "training.num_workers: Input should be greater than or equal to 1 (got 0)"
+    assert "team_c.yaml" in description and problem in description and problem in failure
+    assert "name: 'team_a' is already the name of team_a.yaml" in found["invalid_spec.z_copy"][2]
+
+
+def readme_dag_file() -> str:
+    """The README's example pipeline file, exactly as shown."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    start = readme.index("```python\n", readme.index("## Writing a pipeline")) + len("```python\n")
+    return readme[start : readme.index("```", start)]
+
+
+def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
+    (tmp_path / "pipeline.py").write_text(readme_dag_file())
+    out = run_python(f"""
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder={str(tmp_path)!r}, safe_mode=True)
+        print("DAGS", sorted(bag.dag_ids), bag.import_errors)
+    """)
+    assert "DAGS ['digits_cnn'] {}" in out
+
+
+def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
+    from tfdist.operators.dag import build_dag
+    from tfdist.spec import load_spec
+
+    spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
+    params = build_dag(spec).params
+    epochs, backend = params.get_param("training.epochs"), params.get_param("training.backend")
+    assert (epochs.value, epochs.schema["type"], epochs.schema["minimum"]) == (4, "integer", 1)
+    assert epochs.description == "Passes over the training shards."
+    assert backend.schema["enum"] == ["tf", "mpi"]
+    assert backend.description == "'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."
+
+
+def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_but_not_tensorflow():
+    # AIRFLOW__CORE__LAZY_LOAD_PLUGINS=False (conftest, Makefile): what the dag-processor has before it forks a parse
+    out = run_python("""
+        import sys
+        import airflow.sdk
+        from tfdist.operators.params import _properties
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
+        print("dag" if "tfdist.operators.dag" in sys.modules else "no dag", _properties.cache_info().currsize, heavy)
+    """)
+    state, schemas, heavy = out.split(maxsplit=2)
+    assert state == "dag" and int(schemas) >= 10 and heavy.strip() == "[]", out
+
+
+def test_tasks_retry_as_the_spec_says():
+    from tfdist.operators.dag import build_dag
+    from tfdist.spec import load_spec
+
+    dag = build_dag(load_spec(make_spec("/tmp/tfdist-unused", retries={"train": 3, "delay_seconds": 5})))
+    assert {t.task_id: t.retries for t in dag.tasks} == {
+        "prepare_data": 1,
+        "validate_data": 1,
+        "train": 3,
+        "evaluate": 1,
+        "export": 1,
+    }
+    assert {t.retry_delay.total_seconds() for t in dag.tasks} == {5}

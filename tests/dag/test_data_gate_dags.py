@@ -1,0 +1,134 @@
+"""The data gate end to end on real Airflow (``airflow dags test``, consecutive dates of one pipeline): the
+first day publishes; each breakage of the next days, made from the example digits data, is refused at
+validate_data naming the feature and the statistic, with nothing trained; an ordinary day passes; in warn
+mode a drifted day goes through and is recorded."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_spec
+from tfdist.contract import RunLayout, read_json, registry, run_path
+from tfdist.contract.data_gate import DATA_VALIDATION
+from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
+
+pytestmark = pytest.mark.e2e
+FIRST = dt.date(2026, 11, 10)
+
+
+def broken(path: str, how: str) -> None:
+    """The day's digits partition, broken as named."""
+    table = np.loadtxt(path, delimiter=",", skiprows=1)
+    header = open(path).readline().strip()
+    if how == "constant":
+        table[:, 20] = 5
+    elif how == "scaled":
+        table[:, 20] *= 10
+    elif how == "class_removed":
+        table = table[table[:, -1] != 3]
+    elif how == "tenth_of_rows":
+        table = table[::10]
+    elif how == "columns_swapped":
+        table[:, [5, 30]] = table[:, [30, 5]]
+    np.savetxt(path, table, fmt="%g", delimiter=",", header=header, comments="")
+
+
+BREAKAGES = {
+    "constant": "constant: pixel[20] share of rows off the most common value 0",
+    "scaled": "drift: pixel[20] Jensen–Shannon divergence",
+    "class_removed": "labels: class 3 rows of the class 0",
+    "tenth_of_rows": "rows: rows rows over the baseline's",
+    "columns_swapped": "drift: pixel[5] Jensen–Shannon divergence",
+}
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory):
+    """Two DAGs on one artifact root and one model: refusing (the defaults) and warning."""
+    root, dags = str(tmp_path_factory.mktemp("data_gate")), tmp_path_factory.mktemp("data_gate_dags")
+    specs = [
+        make_spec(
+            root,
+            name="data_gate",
+            training={"epochs": 2},
+            validation={"thresholds": {}},
+            export={"model_name": "data_gate"},
+        ),
+        make_spec(
+            root,
+            name="data_gate_warn",
+            training={"epochs": 2},
+            validation={"thresholds": {}},
+            export={"model_name": "data_gate"},
+        ),
+    ]
+    for spec in specs:
+        spec["validation"]["allow_unvalidated"] = True
+    specs[1]["data"] = {**specs[1]["data"], "checks": {"mode": "warn"}}
+    (dags / "data_gate.py").write_text(
+        '"""Airflow DAGs of the data gate tests."""\n'
+        "from tfdist.operators import build_dag\n\n"
+        f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n"
+    )
+    saved = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
+    yield root
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
+
+
+def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tuple:
+    """One DAG run on ``day``'s partition (broken as ``how`` says): its outcome, task states and log."""
+    (path,) = write_digits_partitions(os.path.join(root, "raw", "digits"), day, 1)
+    if how:
+        broken(path, how)
+    # a manual run's data interval is the day before its logical date
+    outcome = airflow_dags_test(dag_id, day + dt.timedelta(days=1), str(logs / f"{dag_id}-{day}.log"), echo=False)
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    out = subprocess.run(
+        [airflow, "tasks", "states-for-dag-run", dag_id, outcome.run_id, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    states = {row["task_id"]: row["state"] for row in json.loads(out[out.index("[") :])}
+    return outcome, states, open(outcome.log_path).read()
+
+
+def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pipelines, tmp_path):
+    root = pipelines
+    outcome, states, log = day_run(root, "data_gate", FIRST, None, tmp_path)
+    assert outcome.state == "success", log[-4000:]
+    assert "no baseline: nothing published as of this data interval" in log
+    (first,) = registry.versions(os.path.join(root, "models", "data_gate"))
+    assert os.path.exists(os.path.join(first["path"], registry.DATA_STATISTICS))
+    for n, (how, named) in enumerate(BREAKAGES.items(), start=1):
+        outcome, states, log = day_run(root, "data_gate", FIRST + dt.timedelta(days=n), how, tmp_path)
+        assert (states["validate_data"], states["train"]) == ("failed", "upstream_failed"), (how, states)
+        assert "the data gate refused this run's data, nothing was trained" in log and named in log, (how, log[-3000:])
+        layout = RunLayout(run_path(root, "data_gate", outcome.run_id))
+        assert not os.path.exists(layout.checkpoint_dir), how
+        record = read_json(os.path.join(layout.data_validation_dir, DATA_VALIDATION))
+        assert record["decision"] == "refused" and record["baseline_version"] == first["version"], how
+        assert record["formulas"]["drift"].startswith("JS(P, Q)") and record["baseline_statistics"]["features"]
+    outcome, states, log = day_run(root, "data_gate", FIRST + dt.timedelta(days=6), None, tmp_path)
+    assert outcome.state == "success" and "data gate passed" in log, log[-4000:]
+
+
+def test_in_warn_mode_a_drifted_day_goes_through_and_is_recorded(pipelines, tmp_path):
+    root = pipelines
+    if not registry.versions(os.path.join(root, "models", "data_gate")):  # a baseline (when run alone)
+        assert day_run(root, "data_gate", FIRST, None, tmp_path)[0].state == "success"
+    outcome, states, log = day_run(root, "data_gate_warn", FIRST + dt.timedelta(days=8), "scaled", tmp_path)
+    assert outcome.state == "success", log[-4000:]
+    assert "WARNING (data.checks mode warn): drift: pixel[20] Jensen–Shannon divergence" in log
+    record = read_json(
+        os.path.join(RunLayout(run_path(root, "data_gate_warn", outcome.run_id)).data_validation_dir, DATA_VALIDATION)
+    )
+    assert record["decision"] == "passed" and any(line.startswith("drift: pixel[20]") for line in record["warned"])

@@ -1,0 +1,45 @@
+"""``make bench`` still runs end to end on the tiny budget (a smoke test: the figures it prints are not
+checked here; benchmarks are not tests). Not part of ``make test``: ``.ci/run`` runs it after (``-m bench``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.bench, pytest.mark.e2e]  # slow: out of the fast set too
+
+
+def test_make_bench_runs_on_a_tiny_budget(tmp_path):
+    out = tmp_path / "results"
+    done = subprocess.run(
+        ["make", "--no-print-directory", "bench", "BENCH_BUDGET=tiny", f"BENCH_OUT={out}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "latest.json").read_text())
+    figures = [row["figure"] for row in report["rows"]]
+    for expected in (
+        "throughput mirrored, 2 worker(s)",
+        "plugin tax horovod",
+        "train start → first steps",
+        "DAG file parse, plugins loaded: digits_nightly",
+        "shard writing",
+        "prepare records/s with the data statistics / without",
+        "data gate seconds",
+        "warm start: steps to the cold run's final eval accuracy",
+        "throughput with summaries every",
+        *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else []),
+    ):
+        assert any(f.startswith(expected) for f in figures), (expected, figures)
+    assert all(row["median"] > 0 for row in report["rows"])
+    assert (out / "latest.md").read_text().count("|") > 20
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "none" in dict(report["absolute"])["TensorFlow modules imported by parsing the DAG files"]

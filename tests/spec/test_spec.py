@@ -1,0 +1,397 @@
+"""The spec model: field-named errors, unknown keys rejected, defaults resolved, round trip."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from tests.conftest import make_spec
+from tfdist.spec import Spec, SpecError, field_doc, load_spec
+
+
+def problems(spec: dict) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    return err.value.problems
+
+
+def test_valid_spec_round_trips(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path)))
+    again = load_spec(spec.to_json_dict())
+    assert again == spec
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec.to_json_dict()))
+    assert load_spec(path) == spec
+
+
+def test_defaults_are_filled(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path)))
+    assert spec.training.backend == "tf" and spec.training.launcher == "local"
+    assert spec.export_root == str(tmp_path / "models")
+    assert spec.start_date.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
+        ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' or 'mpi' (got 'spark')"),
+        (
+            {"data": {"format": "avro"}},
+            "data.format: Input should be 'csv', 'jsonl', 'npz', 'parquet' or 'tfrecord' (got 'avro')",
+        ),
+        ({"data": {"eval_fraction": 1.5}}, "data.eval_fraction: Input should be less than 1 (got 1.5)"),
+        (
+            {"model": {"hidden_units": [64, 0]}},
+            "model.hidden_units[1]: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            {"model": {"family": "transformer"}},
+            "model.family: Input should be 'mlp', 'cnn' or 'custom' (got 'transformer')",
+        ),
+        ({"model": {"family": None}}, "model.family: Input should be 'mlp', 'cnn' or 'custom'"),
+        ({"model": {"family": "custom", "factory": "not a path"}}, "model.factory: String should match pattern"),
+        ({"schedule": "every night"}, "schedule: not a valid cron expression"),
+        ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
+        ({"data": {"source": "/raw/{week}/*.csv"}}, "data.source: unknown placeholder {week}"),
+        ({"validation": {"thresholds": {"accuracy": {}}}}, "validation.thresholds.accuracy: give 'lower', 'upper'"),
+        (
+            {"validation": {"change_thresholds": {"loss": {"direction": "down"}}}},
+            "validation.change_thresholds.loss.direction: Input should be 'higher_is_better' or 'lower_is_better'",
+        ),
+        ({"validation": {"on_failure": "ignore"}}, "validation.on_failure: Input should be 'fail' or 'skip'"),
+        ({"export": {"model_name": "m", "keep_versions": 0}}, "export.keep_versions: Input should be greater"),
+    ],
+)
+def test_invalid_field_is_named(tmp_path, sections, expected):
+    found = problems(make_spec(str(tmp_path), **sections))
+    assert any(p.startswith(expected) for p in found), found
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"training": {"global_batch_size": 63}}, "training.global_batch_size: must be a multiple of the 2 replicas"),
+        ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ the 8 training processes"),
+        ({"validation": {"thresholds": {"auc": {"lower": 0.5}}}}, "validation.thresholds.auc: unknown metric"),
+        (
+            {"validation": {"change_thresholds": {"top_5_accuracy": {"direction": "higher_is_better"}}}},
+            "validation.change_thresholds.top_5_accuracy: unknown metric",
+        ),
+        (
+            {"validation": {"checkpoint": {"mode": "best", "metric": "f1"}}},
+            "validation.checkpoint.metric: unknown metric 'f1'",
+        ),
+        ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
+    ],
+)
+def test_inconsistent_fields_are_named(tmp_path, sections, expected):
+    found = problems(make_spec(str(tmp_path), **sections))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_warm_start_is_a_word_or_a_section_with_from_and_is_the_authors(tmp_path):
+    for given, expected in (
+        ("baseline", ("baseline", "cold")),
+        ({"from": "baseline", "on_mismatch": "fail"}, ("baseline", "fail")),
+        ("none", ("none", "cold")),
+    ):
+        spec = Spec.model_validate(make_spec(str(tmp_path), training={"warm_start": given}))
+        assert (spec.training.warm_start.source, spec.training.warm_start.on_mismatch) == expected
+        assert Spec.model_validate(spec.to_json_dict()) == spec  # spec.json reads back
+    assert problems(make_spec(str(tmp_path), training={"warm_start": {"form": "baseline"}})) == [
+        "training.warm_start: unknown key 'form' (did you mean 'from'?); allowed keys: from, on_mismatch"
+    ]
+    assert problems(make_spec(str(tmp_path), overridable=["training.warm_start.from"]))[0].startswith(
+        "overridable: 'training.warm_start.from' cannot be overridden by whoever triggers a run: which model a run "
+        "continues from is the author's"
+    )
+
+
+def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
+    spec = make_spec(str(tmp_path), training={"num_worker": 2})
+    assert problems(spec) == [
+        "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
+        "num_workers, num_ps, mpi, gpus_per_worker, cpus_per_worker, epochs, global_batch_size, "
+        "checkpoint_every_steps, keep_checkpoints, seed, timeout_minutes, hang_timeout_seconds, min_workers, "
+        "max_restarts, warm_start, summary_every_steps, tensorboard_url, pool, pool_slots"
+    ]
+    spec = make_spec(str(tmp_path), colour="blue")
+    assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
+
+
+def test_missing_required_fields(tmp_path):
+    spec = make_spec(str(tmp_path))
+    del spec["export"], spec["data"]["format"]
+    assert sorted(problems(spec)) == ["data.format: required field is missing", "export: required field is missing"]
+
+
+def test_error_message_names_the_origin(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\n")
+    with pytest.raises(SpecError, match=f"Invalid pipeline spec file {path}"):
+        load_spec(path)
+
+
+def test_json_schema_checks_what_the_model_checks(tmp_path):
+    """The published JSON schema (for editors and the trigger form) refuses what the model refuses."""
+    import jsonschema
+
+    schema = Spec.model_json_schema()
+    valid = load_spec(make_spec(str(tmp_path))).to_json_dict()
+    jsonschema.validate(valid, schema)
+    for bad in (
+        make_spec(str(tmp_path), colour="blue"),
+        make_spec(str(tmp_path), training={"num_workers": 0}),
+        make_spec(str(tmp_path), training={"backend": "spark"}),
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**valid, **{k: v for k, v in bad.items() if k in ("colour", "training")}}, schema)
+
+
+@pytest.mark.parametrize(
+    "training, expected",
+    [
+        (
+            {"backend": "mpi", "strategy": "parameter_server"},
+            "training.strategy: 'parameter_server' needs backend 'tf'",
+        ),
+        ({"backend": "mpi", "num_ps": 1}, "training.num_ps: parameter servers need backend 'tf'"),
+        ({"num_ps": 1}, "training.num_ps: parameter servers need strategy 'parameter_server'"),
+        ({"strategy": "parameter_server"}, "training.num_ps: strategy 'parameter_server' needs at least 1"),
+        ({"mpi": {"controller": "gloo"}}, "training.mpi: Horovod settings need backend 'mpi'"),
+        ({"backend": "mpi", "mpi": {"controller": "tcp"}}, "training.mpi.controller: Input should be 'mpi' or 'gloo'"),
+        (
+            {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["-np", "4"]}},
+            "training.mpi.extra_args: '-np' is set by the launcher",
+        ),
+        (
+            {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--mca btl\nx"]}},
+            "training.mpi.extra_args[0]: String should match pattern",
+        ),
+        (
+            {"backend": "mpi", "mpi": {"controller": "gloo", "extra_args": ["--bind-to", "core"]}},
+            "training.mpi.extra_args: mpirun arguments need controller 'mpi'",
+        ),
+        (
+            {"backend": "mpi", "min_workers": 1, "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}},
+            "training.mpi.extra_args: mpirun arguments need controller 'mpi' without elastic training",
+        ),
+        (
+            {"backend": "mpi", "gpus_per_worker": 2, "mpi": {"slots_per_worker": 1}},
+            "training.mpi.slots_per_worker: must equal gpus_per_worker (2)",
+        ),
+        (
+            {"backend": "mpi", "num_workers": 2, "global_batch_size": 60, "mpi": {"slots_per_worker": 3}},
+            "data.num_shards: must be ≥ the 6 training processes",
+        ),
+    ],
+)
+def test_distribution_mode_combinations(tmp_path, training, expected):
+    found = problems(make_spec(str(tmp_path), training=training))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_valid_distribution_modes(tmp_path):
+    ps = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1})).training
+    assert ps.replicas == 1 and ps.data_readers == 2
+    mpi = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"slots_per_worker": 2}})).training
+    assert mpi.replicas == 4 and mpi.mpi_settings.scale_learning_rate
+
+
+@pytest.mark.parametrize("mpirun, controller", [("/usr/bin/mpirun", "mpi"), (None, "gloo")])
+def test_horovod_controller_defaults_to_mpirun_where_installed(tmp_path, monkeypatch, mpirun, controller):
+    monkeypatch.setattr("tfdist.spec.model.shutil.which", lambda name: mpirun if name == "mpirun" else None)
+    default = load_spec(make_spec(str(tmp_path), training={"backend": "mpi"})).training
+    assert default.mpi_settings.controller == controller
+
+
+def test_overrides_are_validated_against_the_same_model(tmp_path):
+    spec = load_spec(
+        make_spec(str(tmp_path), overridable=["training.epochs", "model.learning_rate", "training.backend"])
+    )
+    changed = spec.with_overrides({"training.epochs": 2, "model.learning_rate": 0.01, "training.backend": "mpi"})
+    assert (changed.training.epochs, changed.model.learning_rate, changed.training.backend) == (2, 0.01, "mpi")
+    assert spec.training.epochs == 4  # the DAG's own spec is untouched
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.epochs": 0})
+    assert err.value.problems == ["training.epochs: Input should be greater than or equal to 1 (got 0)"]
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.num_workers": 3})
+    assert err.value.problems[0].startswith(
+        "training.num_workers: not overridable in this pipeline; overridable: "
+        "training.epochs, model.learning_rate, training.backend"
+    )
+
+
+def test_overridable_must_name_single_fields(tmp_path):
+    assert problems(make_spec(str(tmp_path), overridable=["training"]))[0].startswith(
+        "overridable: 'training' is not a field"
+    )
+    assert problems(make_spec(str(tmp_path), overridable=["training.epoch"]))[0].startswith(
+        "overridable: 'training.epoch' is not a field"
+    )
+
+
+def test_a_spec_without_any_threshold_is_refused_unless_its_author_opts_out(tmp_path):
+    spec = make_spec(str(tmp_path))
+    del spec["validation"]
+    (problem,) = problems(spec)
+    assert problem.startswith("validation: no threshold is configured") and "{allow_unvalidated: true}" in problem
+    assert "validation: {thresholds: {accuracy: {lower: 0.9}}}" in problem
+    assert problems(make_spec(str(tmp_path), validation={"thresholds": {}}))[0].startswith("validation: no threshold")
+    assert load_spec(make_spec(str(tmp_path), validation={"thresholds": {}, "allow_unvalidated": True}))
+    change_only = {"thresholds": {}, "change_thresholds": {"loss": {"direction": "lower_is_better"}}}
+    assert load_spec(make_spec(str(tmp_path), validation=change_only))
+    assert problems(make_spec(str(tmp_path), validation={"allow_unvalidated": True}))[0].startswith(
+        "validation.allow_unvalidated: only for a pipeline without thresholds"
+    )
+
+
+CUSTOM = {"family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}}
+
+
+@pytest.mark.parametrize(
+    "path, sections, reason",
+    [
+        ("model.factory", {"model": CUSTOM}, "could name code, a path"),
+        ("model.kwargs.units", {"model": CUSTOM}, "could name code, a path"),
+        ("artifact_root", {}, "could name code, a path"),
+        ("data.source", {}, "could name code, a path"),
+        ("training.mpi.extra_args", {}, "could name code, a path"),
+        ("training.pool", {}, "could name code, a path"),
+        ("training.launcher", {}, "chooses the machines"),
+        ("export.root", {}, "what is published and which versions are deleted"),
+        ("export.keep_versions", {}, "what is published and which versions are deleted"),
+        ("validation.thresholds.accuracy.lower", {}, "the gate that decides what is published"),
+        ("validation.allow_unvalidated", {}, "the gate that decides what is published"),
+        ("data.eval_fraction", {}, "held-out data the gate scores"),
+        ("training.timeout_minutes", {}, "when its file is parsed"),
+        ("retries.train", {}, "when its file is parsed"),
+        ("max_active_runs", {}, "when its file is parsed"),
+    ],
+)
+def test_fields_naming_code_paths_or_arguments_are_never_overridable(tmp_path, path, sections, reason):
+    (problem,) = problems(make_spec(str(tmp_path), overridable=[path], **sections))
+    assert problem.startswith(f"overridable: {path!r} cannot be overridden by whoever triggers a run: "), problem
+    assert reason in problem and problem.endswith("only the DAG file sets it")
+
+
+def test_numbers_and_choices_stay_overridable(tmp_path):
+    paths = [
+        "training.epochs",
+        "model.learning_rate",
+        "training.backend",
+        "training.num_workers",
+        "model.optimizer",
+        "training.seed",
+        "model.hidden_units",
+        "data.window",
+    ]
+    assert load_spec(make_spec(str(tmp_path), overridable=paths)).overridable == paths
+
+
+def test_override_policy_is_a_property_of_each_fields_type_and_marker():
+    """Whatever fields are added later: free text, lists of text, mappings and dates are never overridable;
+    every overridable field is a number, a yes/no value or a fixed choice, and has a description."""
+    from tfdist.spec.overrides import FREE_FORM, _policies
+
+    seen = 0
+    for path, section, reason in _policies(Spec):
+        annotation = repr(section.model_fields[path.rsplit(".", 1)[-1]].annotation)
+        if any(word in annotation for word in ("str", "Any", "dict", "datetime")) and "Literal" not in annotation:
+            assert reason, f"{path} ({annotation}) is overridable"
+        if reason is None:
+            seen += 1
+            assert field_doc(section, path.rsplit(".", 1)[-1]), f"{path} has no description for the trigger form"
+        elif reason == FREE_FORM:
+            assert "Literal" not in annotation and not re.fullmatch(r"<class '(int|float|bool)'>", annotation), path
+    assert seen >= 20
+
+
+def test_a_run_may_not_start_more_processes_than_its_pool_slots(tmp_path):
+    spec = load_spec(
+        make_spec(
+            str(tmp_path),
+            overridable=["training.num_workers"],
+            training={"pool": "training", "pool_slots": 2, "global_batch_size": 48},
+        )
+    )
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.num_workers": 3})
+    assert err.value.problems == [
+        "training: this run would start 3 training processes but its train task holds 2 slot(s) of pool 'training' "
+        "(training.pool_slots, fixed when the DAG file is parsed)"
+    ]
+    assert spec.with_overrides({"training.num_workers": 1}).training.num_workers == 1
+
+
+def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp_path):
+    def training(**fields):
+        return load_spec(make_spec(str(tmp_path), training=fields)).training
+
+    assert not training().elastic and training().elastic_sizes == (2,)
+    assert training(num_workers=4, min_workers=1, global_batch_size=64).elastic_sizes == (4, 2, 1)  # not 3
+    assert training(
+        num_workers=3, min_workers=1, global_batch_size=96, strategy="parameter_server", num_ps=1
+    ).elastic_sizes == (3, 2, 1)  # each step runs on one worker: any count keeps it
+    assert problems(make_spec(str(tmp_path), training={"num_workers": 2, "min_workers": 3})) == [
+        "training.min_workers: at most num_workers (2), got 3"
+    ]
+    uneven = {"num_workers": 4, "min_workers": 3, "global_batch_size": 64}
+    assert problems(make_spec(str(tmp_path), training=uneven)) == [
+        "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
+        "replicas; lower min_workers or pick a global batch size they divide"
+    ]
+
+
+KUBERNETES = {
+    "pods": {"image": "registry.example.com/tfdist-worker:2.21", "node_selector": {"pool": "cpu"}},
+    "roles": {"prepare": {"cpu": "2"}},
+    "artifact_volume": {"claim_name": "artifacts"},
+}
+WRITTEN_SPECS = {
+    "defaults": {},
+    "parameter server": {"training": {"strategy": "parameter_server", "num_ps": 1}},
+    "horovod without its section": {"training": {"backend": "mpi"}},
+    "horovod": {"training": {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}}},
+    "custom model": {
+        "model": {
+            "family": "custom",
+            "factory": "no_such_package.models:build",
+            "kwargs": {"decay": 1e-05, "layers": [8, 4]},
+        }
+    },
+    "cnn": {"model": {"family": "cnn", "image_shape": [8, 8, 1]}},
+    "kubernetes": {"kubernetes": KUBERNETES},
+    "zoned start, overridable": {"start_date": "2026-11-01T02:00:00+02:00", "overridable": ["training.epochs"]},
+}
+
+
+@pytest.mark.parametrize("sections", WRITTEN_SPECS.values(), ids=WRITTEN_SPECS)
+def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sections):
+    """Validated again where the stages run (another machine or a pod: no mpirun, another environment, the
+    custom model's package not importable), spec.json is the same spec, and it and its data section dump to
+    the bytes spec.json holds (what the version's spec digest and the input fingerprint hash)."""
+    from tfdist.contract import digest_json, read_json, write_json_atomic
+    from tfdist.trainer.runtime import load_spec as worker_spec
+
+    spec = load_spec(make_spec(str(tmp_path), **sections))
+    write_json_atomic(path := str(tmp_path / "spec.json"), spec.to_json_dict())
+    monkeypatch.setattr("tfdist.spec.model.shutil.which", lambda name: None)
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", "/elsewhere")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    again, written = worker_spec(path), read_json(path)
+    assert again == spec and digest_json(again.to_json_dict()) == digest_json(written)
+    assert digest_json(again.data.model_dump(mode="json")) == digest_json(written["data"])
+
+
+def test_a_runs_overrides_keep_each_roles_own_pod_settings(tmp_path):
+    spec = load_spec(make_spec(str(tmp_path), overridable=["training.epochs"], kubernetes=KUBERNETES))
+    changed = spec.with_overrides({"training.epochs": 2})
+    assert changed.kubernetes.for_role("prepare") == spec.kubernetes.for_role("prepare")
+    assert changed.kubernetes.for_role("prepare").image == KUBERNETES["pods"]["image"]
+    written = spec.to_json_dict()
+    assert changed.to_json_dict() == {**written, "training": {**written["training"], "epochs": 2}}

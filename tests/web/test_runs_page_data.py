@@ -1,0 +1,306 @@
+"""The training-runs page's data without a browser: how Airflow's runs and the run directories are joined
+(series per backfill experiment, durations, the gate's checks, the current baseline, live progress) and
+where the links lead. The page itself is driven in Chromium on a live Airflow in tests/live/test_live_airflow.py."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tests.dag.test_dag_parse import run_python
+from tfdist.contract import (
+    CURVE_FIELDS,
+    RunLayout,
+    TrainProgress,
+    append_curve_point,
+    registry,
+    run_key,
+    write_json_atomic,
+)
+from tfdist.contract.gate import checks, failures
+from tfdist.operators.cli import main
+from tfdist.operators.page_urls import page_url
+from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview
+
+DAG = "digits"
+THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}
+CHANGE = {"accuracy": {"direction": "higher_is_better", "absolute": 0.01, "relative": None}}
+
+
+def write_run(
+    root: str,
+    key: str,
+    run_id: str,
+    end: str,
+    accuracy: float | None,
+    version: int | None = None,
+    baseline: dict | None = None,
+    with_checks: bool = True,
+    warm_start: dict | None = None,
+    lineage: dict | None = None,
+) -> RunLayout:
+    """A run directory as the stages leave it (run record, train result, blessing, export result); ``warm_start``
+    (what the train result keeps of it) into the chief's warm-start record, ``lineage`` (parent, warm_start) into the
+    published version's metadata."""
+    layout = RunLayout(os.path.join(root, DAG, "runs", key))
+    write_json_atomic(
+        layout.run_file,
+        {
+            "run_id": run_id,
+            "data_interval_start": end.replace("17", "16"),
+            "data_interval_end": end,
+            "overrides": {"training.epochs": 8},
+        },
+    )
+    if accuracy is None:
+        return layout
+    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20})
+    if warm_start:
+        write_warm_start(layout, warm_start)
+    metrics = {"accuracy": accuracy, "loss": 0.1}
+    rows = checks(metrics, THRESHOLDS, CHANGE, baseline and baseline["metrics"])
+    blessing = {
+        "blessed": not failures(rows),
+        "gate": "value thresholds",
+        "metrics": metrics,
+        "thresholds": THRESHOLDS,
+        "change_thresholds": CHANGE,
+        "baseline": baseline,
+        "failures": failures(rows),
+        "report": ["validated"],
+    }
+    write_json_atomic(layout.blessing_file, blessing | ({"checks": rows} if with_checks else {}))
+    if version:
+        path = os.path.join(root, "models", "digits", str(version))
+        write_json_atomic(layout.result("export"), {"version": version, "path": path})
+        write_json_atomic(
+            registry.metadata_file(path),
+            {"version": version, "run_id": run_id, "data_interval_end": end, "metrics": metrics, **(lineage or {})},
+        )
+    return layout
+
+
+def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
+    root = str(tmp_path)
+    write_run(root, "scheduled__2026-11-17", "scheduled__2026-11-17", "2026-11-17T00:00:00+00:00", 0.95, 1)
+    # an older blessing.json without its checks: they are derived from its thresholds and baseline
+    write_run(
+        root,
+        "backfill__2026-11-18",
+        "backfill__2026-11-18",
+        "2026-11-18T00:00:00+00:00",
+        0.93,
+        2,
+        baseline={"version": 1, "metrics": {"accuracy": 0.95, "loss": 0.1}},
+        with_checks=False,
+    )
+    running = write_run(root, "manual__now", "manual__now", "2026-11-19T00:00:00+00:00", None)
+    TrainProgress(
+        step=100,
+        total_steps=400,
+        epoch=1.25,
+        epochs=5,
+        loss=0.4,
+        accuracy=0.8,
+        examples_per_sec=6400.0,
+        workers=2,
+        global_batch_size=64,
+        elapsed_seconds=3.0,
+        updated_at=time.time(),
+    ).write(running.progress_file)
+    airflow_runs = {
+        "scheduled__2026-11-17": AirflowRun(
+            "scheduled", "success", None, None, "2026-11-24T10:00:00+00:00", "2026-11-24T10:01:07+00:00"
+        ),
+        "backfill__2026-11-18": AirflowRun(
+            "backfill", "success", None, None, "2026-11-24T11:00:00+00:00", "2026-11-24T11:00:30+00:00", backfill_id=3
+        ),
+        "manual__now": AirflowRun("manual", "running", None, None, "2026-11-24T12:00:00+00:00", None),
+        "queued__later": AirflowRun(
+            "manual", "queued", "2026-11-20T00:00:00+00:00", "2026-11-21T00:00:00+00:00", None, None
+        ),
+    }
+    backfills = {3: Backfill(3, "2026-11-18T00:00:00+00:00", "2026-11-18T00:00:00+00:00", {"training.epochs": 8})}
+
+    page = overview(DAG, [root], [os.path.join(root, "models", "digits")], airflow_runs, backfills)
+
+    runs = {r["run_id"]: r for r in page["runs"]}
+    assert [r["run_id"] for r in page["runs"]] == [
+        "queued__later",
+        "manual__now",
+        "backfill__2026-11-18",
+        "scheduled__2026-11-17",
+    ]  # newest data interval first
+    assert runs["backfill__2026-11-18"]["series"] == "backfill 3"
+    assert runs["backfill__2026-11-18"]["series_label"] == "backfill 3: 2026-11-18 → 2026-11-18, training.epochs=8"
+    assert runs["scheduled__2026-11-17"]["series"] == "scheduled"
+    assert runs["scheduled__2026-11-17"]["duration_seconds"] == 67.0
+    # the change check: 0.93 against the baseline's 0.95 misses the allowed 0.01 by 0.01
+    value, change = runs["backfill__2026-11-18"]["checks"]
+    assert (value["rule"], value["passed"]) == ("≥ 0.9", True)
+    assert (change["rule"], round(change["delta"], 4), round(change["margin"], 4), change["passed"]) == (
+        "≥ baseline − 0.01",
+        -0.02,
+        -0.01,
+        False,
+    )
+    assert runs["backfill__2026-11-18"]["baseline"] == {"version": 1, "metrics": {"accuracy": 0.95, "loss": 0.1}}
+    live = runs["manual__now"]["progress"]
+    assert (live["step"], live["seconds_left"], live["finished"]) == (100, 3.0, False)  # 300 steps × 64 / 6400
+    assert runs["queued__later"]["metrics"] is None and runs["queued__later"]["data_interval_end"].startswith(
+        "2026-11-21"
+    )
+    assert page["metrics"] == ["accuracy", "loss"] and page["thresholds"] == THRESHOLDS
+    assert [(v["version"], v["baseline"]) for v in page["versions"]] == [(2, True), (1, False)]
+
+
+def test_links_lead_into_airflows_ui_under_its_base_path(monkeypatch):
+    assert page_url("digits", run="manual__2026-11-24T10:00:00+00:00") == (
+        "/plugin/training-runs/tfdist/ui/digits?run=manual__2026-11-24T10%3A00%3A00%2B00%3A00"
+    )
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/ml/")
+    assert page_url("digits", version=7) == "/ml/plugin/training-runs/ml/tfdist/ui/digits?version=7"
+
+
+def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path):
+    """Before 0.2.0 a run's directory was its run id with unsafe characters replaced: such directories are
+    found by their run record, not by their name."""
+    old = "scheduled__2026-11-17T00_00_00_00_00"
+    write_run(str(tmp_path), old, "scheduled__2026-11-17T00:00:00+00:00", "2026-11-17T00:00:00+00:00", 0.95, 1)
+    new = write_run(str(tmp_path), run_key("manual__x"), "manual__x", "2026-11-18T00:00:00+00:00", 0.96, 2)
+    listed = {r["run_id"]: r["run_dir"] for r in list_runs(DAG, [str(tmp_path)])}
+    assert listed == {
+        "scheduled__2026-11-17T00:00:00+00:00": os.path.join(tmp_path, DAG, "runs", old),
+        "manual__x": new.run_dir,
+    }
+
+
+NO_BASELINE = "no baseline: nothing published as of this data interval"
+
+
+def write_warm_start(layout: RunLayout, summary: dict) -> None:
+    """The chief's warm-start record, as it writes it when training starts, of which ``summary`` is the part kept."""
+    parent = summary["parent_version"] and {"version": summary["parent_version"], "run_id": summary["parent_run_id"]}
+    write_json_atomic(
+        layout.warm_start_file,
+        {"parent": parent, "cold_start": summary["cold_start"], "parent_final": summary["parent_final"]},
+    )
+
+
+MISMATCH = "variables do not match: dense/kernel (64, 32) in the checkpoint, (64, 64) in the model"
+
+
+def write_lineage(root: str) -> str:
+    """Versions 1 to 4 of one model and their runs: 1 from before the warm-start record, 2 started cold (its
+    variables did not match its baseline's), 3 warm from 2, 4 warm from 3; returns the model directory."""
+    for version, parent, cold_start in ((1, None, None), (2, None, MISMATCH), (3, 2, None), (4, 3, None)):
+        run_id, end = f"scheduled__2026-11-1{version}", f"2026-11-1{version}T00:00:00+00:00"
+        start = {
+            "parent_version": parent,
+            "parent_run_id": parent and f"scheduled__2026-11-1{parent}",
+            "cold_start": cold_start,
+            "parent_final": parent and {"loss": 0.2, "accuracy": 0.95},
+        }
+        published = {
+            "parent": parent and {"version": parent, "run_id": start["parent_run_id"]},
+            "warm_start": {"from": "baseline", "cold_start": cold_start, "mismatched": []},
+        }
+        write_run(
+            root,
+            run_id,
+            run_id,
+            end,
+            0.95,
+            version,
+            warm_start=version > 1 and start,
+            lineage=version > 1 and published,
+        )
+    return os.path.join(root, "models", "digits")
+
+
+def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
+    layout = write_run(str(tmp_path), "manual__warm", "manual__warm", "2026-11-18T00:00:00+00:00", None)
+    assert curve(layout.run_dir) is None  # not a step trained yet
+    for step, loss in ((0, 2.3), (20, 0.9), (40, 0.5), (40, 0.45), (60, 0.3)):  # from step 40 again: resumed
+        append_curve_point(
+            layout.curve_file,
+            {
+                "step": step,
+                "loss": loss,
+                "accuracy": round(1 - loss / 3, 4),
+                "examples_per_sec": 8000.0,
+                "learning_rate": 0.003,
+            },
+        )
+    with open(layout.curve_file, "a") as f:
+        f.write('{"step": 80, "loss": 0.2')  # the chief died while writing
+
+    before = curve(layout.run_dir)  # a run older than the warm-start record: no parent known
+    assert [(p["step"], p["loss"]) for p in before["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
+    assert tuple(before["points"][0]) == CURVE_FIELDS
+    assert (before["parent_version"], before["parent_final"]) == (None, None)
+    write_warm_start(
+        layout,
+        {
+            "parent_version": 3,
+            "parent_run_id": "scheduled__2026-11-13",
+            "cold_start": None,
+            "parent_final": {"loss": 0.21, "accuracy": 0.94},
+        },
+    )
+    training = curve(layout.run_dir)  # known while it trains, from the record the chief writes as training starts
+    assert (training["parent_version"], training["parent_final"]) == (3, {"loss": 0.21, "accuracy": 0.94})
+    assert training["points"] == before["points"]
+
+
+def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_and_why(tmp_path):
+    model_dir = write_lineage(str(tmp_path))
+    runs = {r["run_id"][-2:]: r for r in list_runs(DAG, [str(tmp_path)])}
+    assert [
+        (runs[d]["parent_version"], runs[d]["parent_run_id"], runs[d]["cold_start"]) for d in ("11", "12", "13")
+    ] == [(None, None, None), (None, None, MISMATCH), (2, "scheduled__2026-11-12", None)]
+
+    page = overview(DAG, [str(tmp_path)], [model_dir], {}, {})
+    versions = {v["version"]: v for v in page["versions"]}
+    assert [(v, versions[v]["parent"], versions[v]["cold_start"]) for v in (1, 2, 3, 4)] == [
+        (1, None, None),
+        (2, None, MISMATCH),
+        (3, 2, None),
+        (4, 3, None),
+    ]
+    # the page follows the parents for a version's lineage (4 ← 3 ← 2, cold start): what the registry says
+    chain, version = [], 4
+    while version in versions:
+        chain.append(version)
+        version = versions[version]["parent"]
+    assert chain == [m["version"] for m in registry.lineage(model_dir, 4)] == [4, 3, 2]
+
+    table = format_runs(list_runs(DAG, [str(tmp_path)])).splitlines()
+    column = table[0].index("parent")
+    assert [row[column:].split("  ")[0] for row in table[1:]] == ["v3", "v2", "cold: variables do not match", "-"]
+
+
+def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys):
+    model_dir = write_lineage(str(tmp_path))
+    assert main(["models", model_dir]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("accuracy=0.9500 loss=0.1000  ")[1] for line in lines] == [
+        "warm start from v3",
+        "warm start from v2",
+        f"cold start: {MISMATCH}",
+        "-",
+    ]
+    assert lines[0].startswith(os.path.join(model_dir, "4") + "  run scheduled__2026-11-14  ")
+
+
+def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    append_curve_point(layout.curve_file, {"step": 1, "loss": 2.0})
+    out = run_python(f"""
+        import sys
+        from tfdist.operators.web.api import build_app, curve
+        build_app()
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
+        print("POINTS", len(curve({layout.run_dir!r})["points"]), "HEAVY", heavy)
+    """)
+    assert "POINTS 1 HEAVY []" in out
