@@ -9,7 +9,8 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 
 from tfdist.contract import approval, read_json
-from tfdist.operators.base import RunPlanned, as_datetime
+from tfdist.operators.base import RunPlanned
+from tfdist.operators.plan import as_datetime
 from tfdist.spec import Spec, load_spec
 
 

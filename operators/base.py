@@ -13,53 +13,26 @@ from tfdist.contract import EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_e
 from tfdist.operators.launchers import StageFailed, get_launcher
 from tfdist.operators.links import TrainingRunLink
 from tfdist.operators.plan import (
-    PARTITION_KEY_FORMATS,
     Plan,
     RunContext,
+    RunFacts,
+    WindowRefused,
+    as_datetime,
     build_plan,
-    manual_interval,
-    partition_start,
-    period_end,
     pipeline_id,
+    resolve_window,
 )
-from tfdist.spec import AssetSchedule, Spec, SpecError, field_value, load_spec
+from tfdist.spec import Spec, SpecError, field_value, load_spec
 
 
-def as_datetime(value: Any) -> dt.datetime:
-    """A datetime as given, or parsed from its ISO text."""
-    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
-
-
-def _partition_start(period: str, dag_run: Any) -> dt.datetime:
-    """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it."""
-    key = getattr(dag_run, "partition_key", None)
-    if getattr(dag_run, "partition_date", None):
-        return as_datetime(dag_run.partition_date).astimezone(dt.UTC)
-    try:
-        return partition_start(key or "", period)
-    except ValueError:
-        raise AirflowFailException(
-            f"this pipeline trains on one {period} partition per run, but the run names {key!r}: trigger it through "
-            f"its upstream assets, or with a partition key such as "
-            f"{dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])!r}"
-        ) from None
-
-
-def previous_window_end(
-    artifact_root: str, pipeline: str, run_id: str, before: dt.datetime
-) -> tuple[str, dt.datetime] | None:
-    """(run id, window end) of the pipeline's run whose recorded window ends last, at or before ``before``."""
+def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
+    """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
+    if not os.path.isdir(artifact_root):
+        return None
     root = runs_root(artifact_root, pipeline)
-    records = (
-        read_json_if_exists(RunLayout(os.path.join(root, key)).run_file)
-        for key in (sorted(os.listdir(root)) if os.path.isdir(root) else ())
-    )
-    ends = [
-        (r["run_id"], as_datetime(r["data_interval_end"]))
-        for r in records
-        if r and r.get("run_id") != run_id and "data_interval_end" in r
-    ]
-    return max((e for e in ends if e[1] <= before), key=lambda e: e[1], default=None)
+    keys = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file) for key in keys)
+    return tuple((r["run_id"], as_datetime(r["data_interval_end"])) for r in records if r and "data_interval_end" in r)
 
 
 class RunPlanned:
@@ -107,81 +80,51 @@ class RunPlanned:
             raise AirflowFailException(str(exc)) from None  # retrying cannot fix the run's conf
 
     def run_context(self, spec: Spec, context: Any) -> RunContext:
-        """The run's identity and window: its data interval; else (a run without one: triggered by hand or by
-        assets) the window its first stage recorded in run.json, or the one inferred for it (``inferred_window``)."""
-        run_id = context["run_id"]
+        """The run's identity and window (``resolve_window``), from what Airflow and the artifact root tell."""
+        facts = self.run_facts(spec, context)
+        try:
+            ctx = resolve_window(spec, self.pipeline_id, facts)
+        except WindowRefused as exc:
+            raise AirflowFailException(str(exc)) from None
+        if facts.interval is None:
+            self.log.info(
+                "run triggered without a logical date at %s: training on the window %s → %s, %s",
+                facts.run_after,
+                ctx.interval_start,
+                ctx.interval_end,
+                ctx.window,
+            )
+        elif ctx.window != RunContext.window:
+            self.log.info(
+                "the DAG run's data interval is empty: training on the window %s → %s, %s",
+                ctx.interval_start,
+                ctx.interval_end,
+                ctx.window,
+            )
+        return ctx
+
+    def run_facts(self, spec: Spec, context: Any) -> RunFacts:
+        """What the run's context and the artifact root tell of its window; the other runs' records are read
+        only for a run without a data interval or a recorded window."""
+        run_id, dag_run = context["run_id"], context.get("dag_run")
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
         if start is not None and end is not None:
-            if not self.pipeline_group or start != end:
-                return RunContext(self.pipeline_id, run_id, as_datetime(start), as_datetime(end))
-            start, end = manual_interval(spec.cron, as_datetime(end))  # an embedding DAG's cron trigger: start = end
-            self.log.info("the DAG run's data interval is empty: training on the window %s → %s", start, end)
-            return RunContext(
-                self.pipeline_id, run_id, start, end, "the schedule's period before its DAG run's (empty) data interval"
-            )
-        recorded = read_json_if_exists(
-            RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id)).run_file
+            interval = (as_datetime(start), as_datetime(end))
+            return RunFacts(run_id, interval, embedded=bool(self.pipeline_group))
+        layout = RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id))
+        recorded = read_json_if_exists(layout.run_file)
+        partition_date = getattr(dag_run, "partition_date", None)
+        return RunFacts(
+            run_id,
+            run_after=as_datetime(dag_run.run_after),
+            partition_key=getattr(dag_run, "partition_key", None),
+            partition_date=as_datetime(partition_date) if partition_date else None,
+            recorded=recorded,
+            earlier_windows=None
+            if recorded and "window" in recorded
+            else earlier_windows(spec.artifact_root, self.pipeline_id),
         )
-        if recorded and "window" in recorded:
-            return RunContext(
-                self.pipeline_id,
-                run_id,
-                as_datetime(recorded["data_interval_start"]),
-                as_datetime(recorded["data_interval_end"]),
-                recorded["window"],
-                recorded.get("partition_key"),
-            )
-        ctx = self.inferred_window(spec, context)
-        self.log.info(
-            "run triggered without a logical date at %s: training on the window %s → %s, %s",
-            context["dag_run"].run_after,
-            ctx.interval_start,
-            ctx.interval_end,
-            ctx.window,
-        )
-        return ctx
-
-    def inferred_window(self, spec: Spec, context: Any) -> RunContext:
-        """A partitioned schedule's run: the partition its asset events (or its trigger) name. Other asset
-        schedules' runs: since the end of the previous run's window (a day when there is none). A run triggered
-        by hand: the last complete interval before it, as Airflow's timetables infer it."""
-        dag_run, run_id = context["dag_run"], context["run_id"]
-        if spec.partitioned:
-            start = _partition_start(spec.partitioned, dag_run)
-            return RunContext(
-                self.pipeline_id,
-                run_id,
-                start,
-                period_end(start, spec.partitioned),
-                f"the {spec.partitioned} partition {dag_run.partition_key!r} its trigger names",
-                dag_run.partition_key,
-            )
-        end = as_datetime(dag_run.run_after)
-        if isinstance(spec.schedule, AssetSchedule):
-            previous = previous_window_end(spec.artifact_root, self.pipeline_id, run_id, end)
-            if previous:
-                return RunContext(
-                    self.pipeline_id,
-                    run_id,
-                    previous[1],
-                    end,
-                    f"since the end of the previous run's window (run {previous[0]!r})",
-                )
-            unseen = (
-                ""
-                if os.path.isdir(spec.artifact_root)
-                else (f" (this task does not see the artifact root {spec.artifact_root}, where they are recorded)")
-            )
-            return RunContext(
-                self.pipeline_id,
-                run_id,
-                end - dt.timedelta(days=1),
-                end,
-                f"the day before it ran: no earlier run of this pipeline has a window{unseen}",
-            )
-        start, end = manual_interval(spec.cron, end)
-        return RunContext(self.pipeline_id, run_id, start, end, "the last complete interval before it was triggered")
 
     def plan_overrides(self) -> dict[str, Any]:
         """This operator's templated replacements for spec defaults (see build_plan)."""

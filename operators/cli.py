@@ -63,7 +63,7 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
     print(f"run directory {plan.layout.run_dir}")
     print(f"export        {plan.model_dir}/<version>, version ≥ {version_base(ctx)}")
     for stage in plan.stages:
-        processes = local_processes(spec, stage, addresses=["127.0.0.1:<free port>"] * len(stage.members))
+        processes = local_processes(stage, addresses=["127.0.0.1:<free port>"] * len(stage.members))
         print(f"\ntask {stage.task_id}: {len(processes)} process(es)")
         for p in processes:
             print(f"  [{p.name}] argv: {json.dumps(list(p.argv))}")

@@ -7,8 +7,8 @@ from tfdist.operators.plan import Plan
 
 
 def get_launcher(plan: Plan, try_number: int = 1) -> Launcher:
-    """The launcher of the run's ``training.launcher``, for one try of a stage of the run."""
-    if plan.spec.training.launcher == "kubernetes":
+    """The launcher the plan names, for one try of a stage of the run."""
+    if plan.launcher == "kubernetes":
         from tfdist.operators.launchers.kubernetes import KubernetesLauncher
 
         return KubernetesLauncher(plan, try_number)

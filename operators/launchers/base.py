@@ -6,7 +6,7 @@ import abc
 import logging
 from typing import Any
 
-from tfdist.operators.plan import Elastic, Plan, Stage
+from tfdist.operators.plan import Elastic, Plan, StagePlan
 
 TAIL_LINES = 40
 """How many of each source's last output lines a failure shows."""
@@ -47,7 +47,7 @@ class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 
 
-def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict], elastic: Elastic | None) -> Stage | None:
+def shrunk(stage: StagePlan, lost: tuple[str, ...], restarts: list[dict], elastic: Elastic | None) -> StagePlan | None:
     """The elastic stage to restart after losing the members ``lost``: the workers it has left, at the largest
     size allowed (a lost chief or parameter server: the same size); None when it may not continue (not
     ``elastic``, nothing lost, ``max_restarts`` used up, too few left)."""
@@ -59,8 +59,8 @@ def shrunk(stage: Stage, lost: tuple[str, ...], restarts: list[dict], elastic: E
 
 
 def restart_record(
-    stage: Stage,
-    smaller: Stage,
+    stage: StagePlan,
+    smaller: StagePlan,
     lost: tuple[str, ...],
     why: str,
     restarts: list[dict],
@@ -100,18 +100,18 @@ class Launcher(abc.ABC):
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         self.plan, self.try_number = plan, try_number
 
-    def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> Any | None:
+    def start_deferred(self, stage: StagePlan, log: logging.Logger, store: Any) -> Any | None:
         """Start the stage (or find the one an earlier try of the task started, by the identity kept in the
         task's state ``store``) and return the trigger that follows it to its end; None when the stage's
         processes live and die with the task process (then call ``run``)."""
         return None
 
-    def continue_deferred(self, stage: Stage, event: dict[str, Any], log: logging.Logger, store: Any) -> Any | None:
+    def continue_deferred(self, stage: StagePlan, event: dict[str, Any], log: logging.Logger, store: Any) -> Any | None:
         """After the trigger of ``start_deferred`` reported the stage failed: the trigger following the stage
         restarted elastically, or None when it may not continue."""
         return None
 
-    def run(self, stage: Stage, log: logging.Logger) -> dict[str, Any]:
+    def run(self, stage: StagePlan, log: logging.Logger) -> dict[str, Any]:
         """Run the stage to its end and return its result record; an elastic stage that lost workers is
         restarted with those it has left (each restart recorded in the result's ``elastic_restarts``)."""
         restarts: list[dict] = []
@@ -126,16 +126,16 @@ class Launcher(abc.ABC):
                 restart_record(stage, smaller, failure.lost, failure.summary, restarts, log, **self.measure_loss(stage))
                 stage = smaller
 
-    def restart_policy(self, stage: Stage) -> Elastic | None:
+    def restart_policy(self, stage: StagePlan) -> Elastic | None:
         """How this launcher restarts the stage after a loss (None: it does not)."""
         return stage.elastic
 
-    def measure_loss(self, stage: Stage) -> dict[str, Any]:
+    def measure_loss(self, stage: StagePlan) -> dict[str, Any]:
         """What the record of an elastic restart tells of the loss, besides who and why."""
         return {}
 
     @abc.abstractmethod
-    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
         """Start every member of the stage, relay their output to ``log`` prefixed ``[name]``, return the
         stage's result record when all succeeded (and stop serving members then). Raise StageFailed as soon
         as one fails, after stopping the others. ``restarts``: the elastic restarts this run follows."""

@@ -27,7 +27,7 @@ from tfdist.contract import (
 from tfdist.contract.stopping import is_stopped, stop_processes
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
-from tfdist.operators.plan import Elastic, Plan, Stage
+from tfdist.operators.plan import Elastic, Plan, StagePlan
 
 _PR_SET_PDEATHSIG = 1
 
@@ -44,7 +44,7 @@ class LocalLauncher(Launcher):
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
 
-    def stop_leftovers(self, stage: Stage, log: logging.Logger) -> None:
+    def stop_leftovers(self, stage: StagePlan, log: logging.Logger) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
         spec), so a retry never runs a second set of workers beside the first."""
         signature = " ".join([*stage_command("", stage.args.stage)[1:], "--spec", stage.args.spec, ""])
@@ -62,27 +62,27 @@ class LocalLauncher(Launcher):
             )
             stop_processes(others=leftovers)
 
-    def run(self, stage: Stage, log: logging.Logger) -> dict:
+    def run(self, stage: StagePlan, log: logging.Logger) -> dict:
         self.stop_leftovers(stage, log)
         return super().run(stage, log)
 
-    def restart_policy(self, stage: Stage) -> Elastic | None:
+    def restart_policy(self, stage: StagePlan) -> Elastic | None:
         """Elastic Horovod restarts within horovodrun's elastic mode, not by the launcher (launchers.processes)."""
         return None if stage.sync == "horovod" else stage.elastic
 
-    def measure_loss(self, stage: Stage) -> dict:
+    def measure_loss(self, stage: StagePlan) -> dict:
         return {
             "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
             "resumed_at_step": checkpoint_step(stage.checkpoint_dir),
             "stopped_at": time.time(),
         }
 
-    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict:
-        self.run_processes(stage, local_processes(self.plan.spec, stage), log, restarts[-1] if restarts else None)
+    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict:
+        self.run_processes(stage, local_processes(stage), log, restarts[-1] if restarts else None)
         return read_json(stage.result_file)
 
     def run_processes(
-        self, stage: Stage, processes: list[Process], log: logging.Logger, recovering: dict | None = None
+        self, stage: StagePlan, processes: list[Process], log: logging.Logger, recovering: dict | None = None
     ) -> None:
         """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
         lines: queue.Queue = queue.Queue()
@@ -139,7 +139,7 @@ class LocalLauncher(Launcher):
 
     def _wait(
         self,
-        stage: Stage,
+        stage: StagePlan,
         roles: dict[str, str],
         lines: queue.Queue,
         tails: dict,
@@ -195,7 +195,7 @@ class LocalLauncher(Launcher):
                 return
 
     @staticmethod
-    def _note_recovery(stage: Stage, started: float, change: dict, log: logging.Logger) -> None:
+    def _note_recovery(stage: StagePlan, started: float, change: dict, log: logging.Logger) -> None:
         """Once the restarted cluster has stepped: how long after the lost one was stopped, and from which step."""
         beats = [b for b in last_beats(stage.heartbeat_dir).values() if b.time >= started]
         if beats:
@@ -208,7 +208,7 @@ class LocalLauncher(Launcher):
                 change["seconds_to_recover"],
             )
 
-    def _hung(self, stage: Stage, started: float) -> tuple[str, str] | None:
+    def _hung(self, stage: StagePlan, started: float) -> tuple[str, str] | None:
         """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped
         process (by its member name where it beats, else its stage process) or the longest silent member."""
         if not stage.hang_timeout_seconds:
@@ -220,7 +220,7 @@ class LocalLauncher(Launcher):
             return stopped[0], f"its process {stopped[1]} is stopped (SIGSTOP, or a debugger)"
         return longest_silent(beats)
 
-    def _stopped(self, stage: Stage) -> tuple[str, int] | None:
+    def _stopped(self, stage: StagePlan) -> tuple[str, int] | None:
         """(name, pid) of a stopped process of the stage: by its heartbeat member name (``rank-1`` under
         horovodrun), else by the stage process it belongs to."""
         members = {b.pid: member for member, b in last_beats(stage.heartbeat_dir).items()}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import os
 import shlex
+import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -43,8 +44,7 @@ from tfdist.contract import (
     mpirun_argv,
     tf_config,
 )
-from tfdist.operators.plan import Stage
-from tfdist.spec import Spec
+from tfdist.operators.plan import StagePlan
 
 REJOIN_COOLDOWN_SECONDS = (1, 300)
 """horovodrun --blacklist-cooldown-range: a failed host runs ranks again after lower × 2^failures (+ up to
@@ -80,18 +80,19 @@ def available_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def threads_per_process(spec: Spec, processes: int) -> dict[str, str]:
-    """Environment giving each of ``processes`` processes its share of this machine's cores."""
-    return {THREADS_ENV: str(spec.training.cpus_per_worker or max(1, len(available_cores()) // processes))}
+def threads_per_process(stage: StagePlan, processes: int) -> dict[str, str]:
+    """Environment giving each of the stage's ``processes`` processes its threads: its own count, else its
+    share of this machine's cores."""
+    return {THREADS_ENV: str(stage.cpus_per_process or max(1, len(available_cores()) // processes))}
 
 
-def own_cores(spec: Spec, processes: int) -> list[str]:
+def own_cores(stage: StagePlan, processes: int) -> list[str]:
     """Per training process, the cores it pins itself to (TFDIST_CORES, e.g. '0' or '2,3'), when the run
-    shares this machine's cores evenly (``cpus_per_worker`` unset, no more processes than cores): process
+    shares this machine's cores evenly (no ``cpus_per_process``, no more processes than cores): process
     k gets block k. Pinned, 2 workers on 2 cores train 25-28% faster (mirrored, Horovod). Empty
     strings: not pinned."""
     cores = available_cores()
-    if spec.training.cpus_per_worker or processes > len(cores):
+    if stage.cpus_per_process or processes > len(cores):
         return [""] * processes
     share = len(cores) // processes
     return [",".join(map(str, cores[k * share : (k + 1) * share])) for k in range(processes)]
@@ -103,8 +104,7 @@ def devices(first: int, count: int) -> dict[str, str]:
 
 
 def local_processes(
-    spec: Spec,
-    stage: Stage,
+    stage: StagePlan,
     *,
     python: str = sys.executable,
     command: list[str] | None = None,
@@ -115,15 +115,15 @@ def local_processes(
     ports of 127.0.0.1)."""
     command = command or stage.args.command(python)
     if stage.sync == "horovod":
-        return [horovod_process(spec, stage, command)]
+        return [horovod_process(stage, command)]
     if stage.sync is None:
         (member,) = stage.members
-        return [Process(member.name, member.role, tuple(command), {**threads_per_process(spec, 1), **devices(0, 0)})]
+        return [Process(member.name, member.role, tuple(command), {**threads_per_process(stage, 1), **devices(0, 0)})]
     addresses = addresses or [f"127.0.0.1:{port}" for port in free_ports(len(stage.members))]
     cluster: dict[str, list[str]] = collections.defaultdict(list)
-    for member, address in zip(stage.members, addresses):
+    for member, address in zip(stage.members, addresses, strict=True):
         cluster[member.role].append(address)
-    threads = threads_per_process(spec, len(stage.members))
+    threads = threads_per_process(stage, len(stage.members))
     return [
         Process(
             m.name,
@@ -136,7 +136,7 @@ def local_processes(
                 "TF_CONFIG": tf_config(dict(cluster), m.role, m.index),
             },
         )
-        for m, cores in zip(stage.members, own_cores(spec, len(stage.members)))
+        for m, cores in zip(stage.members, own_cores(stage, len(stage.members)), strict=True)
     ]
 
 
@@ -145,41 +145,53 @@ def local_host_names(workers: int) -> list[str]:
     return [f"127.0.0.{'0' * k}1" for k in range(workers)]
 
 
-def horovod_process(spec: Spec, stage: Stage, command: list[str]) -> Process:
+def horovod_controller(stage: StagePlan) -> str:
+    """How the Horovod stage's ranks start on this machine: its ``mpi.controller``, else 'mpi' where OpenMPI's
+    mpirun is installed here and 'gloo' where it is not."""
+    chosen = stage.horovod.controller if stage.horovod else None
+    return chosen or ("mpi" if shutil.which("mpirun") else "gloo")
+
+
+def horovod_process(stage: StagePlan, command: list[str]) -> Process:
     """The one mpirun or horovodrun process starting every rank of ``command`` on this machine."""
-    mpi, ranks = spec.training.mpi_settings, stage.workers * stage.slots
+    ranks = stage.workers * stage.slots
     horovodrun = os.path.join(os.path.dirname(command[0]), "horovodrun")
-    cores = ";".join(own_cores(spec, ranks))  # one block per local rank: each rank pins itself to its own
+    cores = ";".join(own_cores(stage, ranks))  # one block per local rank: each rank pins itself to its own
     env = {
-        **threads_per_process(spec, ranks),
+        **threads_per_process(stage, ranks),
         **HOROVOD_SHARED_CORES_ENV,
         CORES_ENV: cores,
         **devices(0, ranks if stage.gpus_per_worker else 0),
     }  # one GPU per rank, every rank on this machine
     if stage.elastic:
-        argv = [horovodrun, "--gloo", *elastic_args(spec, stage), *command]
+        argv = [horovodrun, "--gloo", *elastic_args(stage), *command]
         # block k*slots + local rank for the ranks of worker k: each rank finds its own from its host name
         env[HOSTS_ENV] = ",".join(f"{host}:{stage.slots}" for host in local_host_names(stage.workers))
-    elif mpi.controller == "gloo":
+    elif horovod_controller(stage) == "gloo":
         argv = [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *command]
     else:
         argv = mpirun_argv(
-            ranks, command, hosts=f"localhost:{ranks}", extra_args=mpi.extra_args, as_root=os.geteuid() == 0
+            ranks,
+            command,
+            hosts=f"localhost:{ranks}",
+            extra_args=list(stage.horovod.extra_args) if stage.horovod else [],
+            as_root=os.geteuid() == 0,
         )
     name = os.path.basename(argv[0])
     return Process(f"{name}-0", name, tuple(argv), env, rank_tagged=True)
 
 
-def elastic_args(spec: Spec, stage: Stage) -> list[str]:
+def elastic_args(stage: StagePlan) -> list[str]:
     """horovodrun's elastic options. ``--reset-limit`` is twice ``training.max_restarts``: Horovod counts
     every reset of the world, a lost worker's and its return alike, so each of max_restarts losses may be
     followed by the worker's return."""
+    assert stage.elastic, "an elastic stage"
     ranks = str(stage.workers * stage.slots)
     return [
         "-np",
         ranks,
         "--min-np",
-        str(spec.training.min_workers * stage.slots),
+        str(stage.elastic.min_workers * stage.slots),
         "--max-np",
         ranks,
         "--host-discovery-script",

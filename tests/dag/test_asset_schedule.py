@@ -114,7 +114,7 @@ def test_the_partition_airflows_mapper_names_is_the_period_a_run_reads(period, u
     assert (start, period_end(start, period)) == tuple(dt.datetime.fromisoformat(t).replace(tzinfo=UTC) for t in window)
 
 
-class Stage:
+class StageTask:
     """The one thing of a stage operator that ``run_context`` needs of Airflow: its task-side context."""
 
     def __init__(self, spec, **dag_run):
@@ -129,7 +129,7 @@ class Stage:
 
 def test_a_partitioned_run_reads_its_partition_and_a_manual_one_must_name_one(tmp_path):
     spec = spec_with(str(tmp_path), {"assets": [LANDED], "partitions": "day"})
-    by_airflow = Stage(
+    by_airflow = StageTask(
         spec,
         partition_key="2026-11-20",
         partition_date=dt.datetime(2026, 11, 20, tzinfo=UTC),
@@ -141,15 +141,15 @@ def test_a_partitioned_run_reads_its_partition_and_a_manual_one_must_name_one(tm
         "2026-11-20",
     )
     assert by_airflow.window == "the day partition '2026-11-20' its trigger names"
-    by_hand = Stage(spec, partition_key="2026-11-19", run_after=dt.datetime(2026, 11, 24, tzinfo=UTC))
+    by_hand = StageTask(spec, partition_key="2026-11-19", run_after=dt.datetime(2026, 11, 24, tzinfo=UTC))
     assert by_hand.context("manual__1").interval_start == dt.datetime(2026, 11, 19, tzinfo=UTC)
     with pytest.raises(AirflowFailException, match="one day partition per run, but the run names None.*'2026-11-20'"):
-        Stage(spec, run_after=dt.datetime(2026, 11, 24, tzinfo=UTC)).context("manual__2")
+        StageTask(spec, run_after=dt.datetime(2026, 11, 24, tzinfo=UTC)).context("manual__2")
 
 
 def test_an_asset_run_without_partitions_reads_since_the_previous_runs_window_and_every_stage_agrees(tmp_path):
     spec = spec_with(str(tmp_path), {"assets": [LANDED]})
-    first = Stage(spec, run_after=dt.datetime(2026, 11, 24, 9, tzinfo=UTC)).context("asset_triggered__1")
+    first = StageTask(spec, run_after=dt.datetime(2026, 11, 24, 9, tzinfo=UTC)).context("asset_triggered__1")
     assert (first.interval_start, first.interval_end) == (
         dt.datetime(2026, 11, 23, 9, tzinfo=UTC),
         dt.datetime(2026, 11, 24, 9, tzinfo=UTC),
@@ -157,7 +157,7 @@ def test_an_asset_run_without_partitions_reads_since_the_previous_runs_window_an
     assert first.window == "the day before it ran: no earlier run of this pipeline has a window"
     elsewhere = spec_with(str(tmp_path / "not_mounted"), {"assets": [LANDED]})
     assert (
-        Stage(elsewhere, run_after=dt.datetime(2026, 11, 24, 9, tzinfo=UTC))
+        StageTask(elsewhere, run_after=dt.datetime(2026, 11, 24, 9, tzinfo=UTC))
         .context("asset_triggered__1")
         .window.endswith(
             f"(this task does not see the artifact root {tmp_path / 'not_mounted'}, where they are recorded)"
@@ -166,7 +166,7 @@ def test_an_asset_run_without_partitions_reads_since_the_previous_runs_window_an
     plan = build_plan(spec, first)
     record_run(plan.layout, spec.to_json_dict(), plan.run_record())
 
-    later = Stage(spec, run_after=dt.datetime(2026, 11, 24, 15, tzinfo=UTC))
+    later = StageTask(spec, run_after=dt.datetime(2026, 11, 24, 15, tzinfo=UTC))
     second = later.context("asset_triggered__2")
     assert (second.interval_start, second.interval_end) == (
         dt.datetime(2026, 11, 24, 9, tzinfo=UTC),

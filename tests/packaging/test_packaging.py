@@ -241,7 +241,7 @@ def test_the_worker_runtime_prepares_and_trains_where_airflow_cannot_be_imported
     processes where importing Airflow or tfdist.operators fails, as in a worker image, which has neither."""
     plan = plan_for(digits_root, "no_airflow", training={"num_workers": 1, "epochs": 1})
     for task_id in ("prepare_data", "train"):
-        (process,) = local_processes(plan.spec, plan.stage(task_id))
+        (process,) = local_processes(plan.stage(task_id))
         python, flag, module, *args = process.argv
         assert flag == "-m"
         done = subprocess.run(

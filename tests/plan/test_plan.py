@@ -20,7 +20,7 @@ from tfdist.contract import HOST_DISCOVERY_SCRIPT, run_key, run_path
 from tfdist.operators import plan as plan_module
 from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import local_processes
-from tfdist.operators.plan import RunContext, Stage, build_plan, version_base
+from tfdist.operators.plan import RunContext, StagePlan, build_plan, version_base
 from tfdist.spec import load_spec
 
 UTC = dt.UTC
@@ -32,9 +32,9 @@ CTX = RunContext(
 )
 
 
-def one_argv(spec, stage: Stage, python: str = "python") -> list[str]:
+def one_argv(spec, stage: StagePlan, python: str = "python") -> list[str]:
     """The argv of the stage's one process, as the local launcher starts it."""
-    (process,) = local_processes(spec, stage, python=python)
+    (process,) = local_processes(stage, python=python)
     return list(process.argv)
 
 
@@ -45,7 +45,7 @@ def test_stages_and_run_scoped_paths(tmp_path):
     assert plan.layout.run_dir == f"{tmp_path}/digits_test/runs/{run_key(CTX.run_id)}"
     assert run_key(CTX.run_id).startswith("scheduled__2026-11-20T00_00_00_00_00-")
     for stage in plan.stages:
-        for process in local_processes(spec, stage, python="python"):
+        for process in local_processes(stage, python="python"):
             assert isinstance(process.argv, tuple) and all(isinstance(a, str) for a in process.argv)
             assert process.argv[:2] == ("python", "-m")
             assert plan.layout.spec_file in process.argv
@@ -105,10 +105,10 @@ def test_train_stage_is_a_tf_cluster_with_one_config_per_worker(tmp_path):
     spec = load_spec(
         make_spec(str(tmp_path), training={"num_workers": 3, "global_batch_size": 96, "gpus_per_worker": 2})
     )
-    stage: Stage = build_plan(spec, CTX).stage("train")
+    stage: StagePlan = build_plan(spec, CTX).stage("train")
     assert stage.sync == "tf_cluster" and [m.name for m in stage.members] == ["worker-0", "worker-1", "worker-2"]
     assert all(m.gpus == 2 for m in stage.members)
-    processes = local_processes(spec, stage, addresses=[f"127.0.0.1:{9000 + k}" for k in range(3)])
+    processes = local_processes(stage, addresses=[f"127.0.0.1:{9000 + k}" for k in range(3)])
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in processes] == ["0,1", "2,3", "4,5"]
     configs = [json.loads(p.env["TF_CONFIG"]) for p in processes]
     assert configs[2] == {
@@ -178,7 +178,7 @@ def test_horovod_gloo_runs_every_rank_through_horovodrun(tmp_path):
         make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"controller": "gloo", "slots_per_worker": 2}})
     )
     stage = build_plan(spec, CTX).stage("train")
-    (process,) = local_processes(spec, stage, python="/venv/bin/python")
+    (process,) = local_processes(stage, python="/venv/bin/python")
     assert process.rank_tagged and stage.sync == "horovod"
     assert process.argv[:7] == ("/venv/bin/horovodrun", "-np", "4", "-H", "localhost:4", "--gloo", "/venv/bin/python")
     assert process.argv[7:9] == ("-m", "tfdist.trainer.train")
@@ -206,7 +206,7 @@ def test_parameter_server_cluster_has_chief_ps_and_workers(tmp_path):
     stage = build_plan(spec, CTX).stage("train")
     assert [m.name for m in stage.members] == ["chief-0", "ps-0", "worker-0", "worker-1"]
     assert stage.servers == ("ps", "worker") and [m.gpus for m in stage.members] == [0, 0, 1, 1]
-    processes = local_processes(spec, stage, addresses=[f"h:{n}" for n in range(4)])
+    processes = local_processes(stage, addresses=[f"h:{n}" for n in range(4)])
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in processes] == ["", "", "0", "1"]
     config = json.loads(processes[1].env["TF_CONFIG"])
     assert config == {
@@ -220,7 +220,7 @@ def test_training_processes_get_their_own_cores_only_when_they_share_the_machine
 
     def cores(**training):
         spec = load_spec(make_spec(str(tmp_path), training=training))
-        return [p.env["TFDIST_CORES"] for p in local_processes(spec, build_plan(spec, CTX).stage("train"))]
+        return [p.env["TFDIST_CORES"] for p in local_processes(build_plan(spec, CTX).stage("train"))]
 
     assert cores() == ["0,1", "2,3"]
     assert cores(strategy="parameter_server", num_ps=1) == ["0", "1", "2", "3"]  # chief, ps, 2 workers
@@ -309,7 +309,7 @@ def test_elastic_horovod_runs_horovodrun_over_gloo_with_one_local_host_name_per_
             },
         )
     )
-    (process,) = local_processes(spec, build_plan(spec, CTX).stage("train"))
+    (process,) = local_processes(build_plan(spec, CTX).stage("train"))
     assert process.argv[1:15] == (
         "--gloo",
         "-np",

@@ -1,5 +1,5 @@
 """The Kubernetes side of a stage: the kinds of object that run one, what following a started stage needs
-(``Watch``), the synchronous calls the launcher makes (``Cluster``, through the cncf provider's hook and its
+(``Watch``), the synchronous calls the launcher makes (``ClusterApi``, through the cncf provider's hook and its
 retry) and the deletion of a stage's objects."""
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from tfdist.operators.launchers.base import StageFailed
-from tfdist.spec import KubernetesSpec
 
 
 @dataclass(frozen=True)
@@ -119,16 +118,16 @@ class Watch:
         return self.rank_tagged and (self.kind == "Job" or member.startswith("launcher"))
 
 
-class Cluster:
-    """The synchronous API calls of a launcher, on one client made from the pipeline's connection, each retried
-    on transient errors (the provider's ``generic_api_retry``)."""
+class ClusterApi:
+    """The synchronous API calls of a launcher in one namespace, on one client made from the pipeline's
+    connection, each retried on transient errors (the provider's ``generic_api_retry``)."""
 
-    def __init__(self, settings: KubernetesSpec) -> None:
-        self.settings = settings
+    def __init__(self, connection_id: str, namespace: str) -> None:
+        self.connection_id, self.namespace = connection_id, namespace
 
     @functools.cached_property
     def api_client(self) -> client.ApiClient:
-        return KubernetesHook(conn_id=self.settings.connection_id).api_client
+        return KubernetesHook(conn_id=self.connection_id).api_client
 
     @functools.cached_property
     def core(self) -> client.CoreV1Api:
@@ -153,7 +152,7 @@ class Cluster:
     def read(self, kind: str, name: str) -> dict | None:
         """The object as the cluster has it, or None when there is no such object."""
         try:
-            return self.custom.get_namespaced_custom_object(*KINDS[kind].path(self.settings.namespace), name)
+            return self.custom.get_namespaced_custom_object(*KINDS[kind].path(self.namespace), name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -162,13 +161,13 @@ class Cluster:
     def labelled(self, kind: str, selector: str) -> list[str]:
         """The names of the objects of ``kind`` carrying the labels of ``selector``."""
         listed = generic_api_retry(self.custom.list_namespaced_custom_object)(
-            *KINDS[kind].path(self.settings.namespace), label_selector=selector
+            *KINDS[kind].path(self.namespace), label_selector=selector
         )
         return [o["metadata"]["name"] for o in listed["items"]]
 
     def submit(self, objects: list[dict], log: logging.Logger) -> str:
         """Create the stage's objects, in order; the uid the cluster gave the last (the one that ends the stage)."""
-        ns, uid = self.settings.namespace, ""
+        ns, uid = self.namespace, ""
         for obj in objects:
             if obj["kind"] == "Service":
                 generic_api_retry(self.core.create_namespaced_service)(ns, obj)

@@ -16,18 +16,19 @@ from typing import Any
 
 from tfdist.contract import EXIT_REFUSED
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
-from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, Cluster, Watch, delete_objects, run_in_thread
+from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, ClusterApi, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.launchers.kubernetes.objects import (
     PIPELINE_LABEL,
     SPEC_HASH_ANNOTATION,
     identity,
     label_value,
+    placement,
     spec_hash,
     stage_objects,
 )
 from tfdist.operators.launchers.kubernetes.trigger import StageTrigger
-from tfdist.operators.plan import Plan, Stage
+from tfdist.operators.plan import Plan, StagePlan
 
 STORE_KEY = "kubernetes_objects"
 """The task's state-store key naming the objects a try created: every later try of the task reads it."""
@@ -38,22 +39,22 @@ class KubernetesLauncher(Launcher):
 
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         super().__init__(plan, try_number)
-        self.settings = plan.spec.kubernetes
+        self.placement = placement(plan.stages[0])
         self.watch: Watch | None = None
         self._stop_requested = False
 
     @functools.cached_property
-    def cluster(self) -> Cluster:
-        return Cluster(self.settings)
+    def cluster(self) -> ClusterApi:
+        return ClusterApi(self.placement.connection_id, self.placement.namespace)
 
-    def kubeflow_kind(self, stage: Stage) -> str | None:
+    def kubeflow_kind(self, stage: StagePlan) -> str | None:
         """TFJob or MPIJob when the train stage runs as one (``kubernetes.operator``), else None."""
-        if self.settings.operator == "native" or not stage.sync:
+        if self.placement.operator == "native" or not stage.sync:
             return None
         kind = "TFJob" if stage.sync == "tf_cluster" else "MPIJob"
         if self.cluster.installed(kind):
             return kind
-        if self.settings.operator == "kubeflow":
+        if self.placement.operator == "kubeflow":
             missing = KINDS[kind]
             raise StageFailed(
                 f"{stage.task_id}",
@@ -68,15 +69,15 @@ class KubernetesLauncher(Launcher):
             )
         return None
 
-    def watch_for(self, stage: Stage, kind: str, objects: list[dict], digest: str) -> Watch:
+    def watch_for(self, stage: StagePlan, kind: str, objects: list[dict], digest: str) -> Watch:
         members = tuple(m.name for m in stage.members)
         if not stage.sync:  # a stage's writers, one pod each (objects)
             role = stage.members[0].role
             members = tuple(f"{role}-{index}" for index in range(objects[-1]["spec"]["completions"]))
         result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or pod 0
         return Watch(
-            self.settings.connection_id,
-            self.settings.namespace,
+            self.placement.connection_id,
+            self.placement.namespace,
             stage.task_id,
             kind,
             objects[-1]["metadata"]["name"],
@@ -84,12 +85,12 @@ class KubernetesLauncher(Launcher):
             members,
             stage.sync == "horovod",
             result,
-            self.settings.startup_timeout_seconds,
-            None if self.settings.log_members == "all" else self.settings.log_members,
+            self.placement.startup_timeout_seconds,
+            self.placement.log_members,
             spec_hash=digest,
         )
 
-    def find(self, stage: Stage, watch: Watch, store: Any) -> tuple[Watch, dict] | None:
+    def find(self, stage: StagePlan, watch: Watch, store: Any) -> tuple[Watch, dict] | None:
         """The stage's object made by an earlier try, and what its Watch says: the one named in the task's state
         store, else the one carrying this run's and stage's labels."""
         known = store.get(STORE_KEY) if store is not None else None
@@ -98,7 +99,7 @@ class KubernetesLauncher(Launcher):
             found = self.cluster.read(earlier.kind, earlier.name)
             return (earlier, found) if found is not None else None
         ctx = self.plan.context
-        labels, _ = identity(self.plan.spec, ctx.pipeline_id, ctx.run_id, stage.task_id, self.try_number)
+        labels, _ = identity(self.placement, ctx.pipeline_id, ctx.run_id, stage.task_id, self.try_number)
         selector = ",".join(
             f"{k}={label_value(labels[k])}" for k in (PIPELINE_LABEL, "tfdist/run-id", "tfdist/task-id")
         )
@@ -122,7 +123,7 @@ class KubernetesLauncher(Launcher):
             return f"was made from another spec (spec hash {made_from}, this try's {digest})"
         return None
 
-    def start(self, stage: Stage, log: logging.Logger, store: Any = None) -> Watch:
+    def start(self, stage: StagePlan, log: logging.Logger, store: Any = None) -> Watch:
         """Create the stage's objects, or follow those an earlier try of the task created, unless they ended or
         differ (deleted then, and the stage starts again: training resumes from the run's latest checkpoint)."""
         kind = self.kubeflow_kind(stage) or "Job"
@@ -156,11 +157,11 @@ class KubernetesLauncher(Launcher):
             store.set(STORE_KEY, watch.to_dict())
         return watch
 
-    def start_deferred(self, stage: Stage, log: logging.Logger, store: Any) -> StageTrigger:
+    def start_deferred(self, stage: StagePlan, log: logging.Logger, store: Any) -> StageTrigger:
         return StageTrigger(self.start(stage, log, store).to_dict())
 
     def continue_deferred(
-        self, stage: Stage, event: dict[str, Any], log: logging.Logger, store: Any
+        self, stage: StagePlan, event: dict[str, Any], log: logging.Logger, store: Any
     ) -> StageTrigger | None:
         restarts = list(event.get("restarts", []))
         current = stage.with_workers(restarts[-1]["workers_after"]) if restarts else stage
@@ -171,7 +172,7 @@ class KubernetesLauncher(Launcher):
         restart_record(current, smaller, lost, event["summary"], restarts, log)
         return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
 
-    def run_once(self, stage: Stage, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
         return asyncio.run(follow(self.start(stage, log), log, lambda: self._stop_requested))
 
     def stop(self) -> None:

@@ -1,5 +1,5 @@
 """The Kubernetes objects of one stage of a run, as plain dicts (what ``kubectl apply -f`` takes): pure
-functions of the spec, the stage and the run's identity. No client, no cluster, no Airflow.
+functions of the plan of a stage and the run's identity. No client, no cluster, no Airflow.
 
 - native (any cluster >= 1.31, no CRD): one Indexed Job per stage; a TF cluster or Horovod stage adds a
   headless Service (``publishNotReadyAddresses``) giving each pod the stable name ``<job>-<index>.<service>``,
@@ -32,8 +32,7 @@ from tfdist.contract import (
     mpirun_argv,
     pod_argv,
 )
-from tfdist.operators.plan import Plan, Stage
-from tfdist.spec import KubernetesSpec, Spec
+from tfdist.operators.plan import KubernetesPlacement, Plan, StagePlan
 
 PYTHON = "python"
 """The worker images' Python, which runs every pod's command."""
@@ -80,14 +79,15 @@ SPEC_HASH_ANNOTATION = f"{LABEL_PREFIX}/spec-hash"
 try's objects only when it makes the same."""
 
 
-def spec_hash(plan: Plan, stage: Stage, kubeflow: bool) -> str:
+def spec_hash(plan: Plan, stage: StagePlan, kubeflow: bool) -> str:
     """The hash of what the stage's objects say, whatever the try that makes them."""
     return digest_json(stage_objects(plan, stage, 0, kubeflow=kubeflow))[:16]
 
 
-def identity(spec: Spec, pipeline_id: str, run_id: str, task_id: str, try_number: int) -> tuple[dict, dict]:
+def identity(
+    k8s: KubernetesPlacement, pipeline_id: str, run_id: str, task_id: str, try_number: int
+) -> tuple[dict, dict]:
     """(labels, annotations) of every object and pod of the stage: who made it, for which run."""
-    k8s = _settings(spec)
     labels = {
         **k8s.labels,
         "app.kubernetes.io/managed-by": "tfdist",
@@ -100,43 +100,46 @@ def identity(spec: Spec, pipeline_id: str, run_id: str, task_id: str, try_number
     return labels, annotations
 
 
-def _settings(spec: Spec) -> KubernetesSpec:
-    if spec.kubernetes is None:
+def placement(stage: StagePlan) -> KubernetesPlacement:
+    """Where the stage's pods run."""
+    if stage.kubernetes is None:
         raise ValueError("kubernetes: the spec has no kubernetes section (pods.image, artifact_volume, ...)")
-    return spec.kubernetes
+    return stage.kubernetes
 
 
-def _container(spec: Spec, role: str, name: str, argv: list[str], env: dict[str, str], gpus: int) -> dict:
-    pods = _settings(spec).for_role(role)
+def _container(k8s: KubernetesPlacement, role: str, name: str, argv: list[str], env: dict[str, str], gpus: int) -> dict:
+    pods = k8s.pods[role]
     amounts = {k: v for k, v in (("cpu", pods.cpu), ("memory", pods.memory)) if v}
     resources = {"requests": dict(amounts), "limits": {**amounts, **({"nvidia.com/gpu": gpus} if gpus else {})}}
     return {
         "name": name,
         "image": pods.image,
-        "imagePullPolicy": _settings(spec).image_pull_policy,
+        "imagePullPolicy": k8s.image_pull_policy,
         "command": argv,
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "resources": {k: v for k, v in resources.items() if v},
-        "volumeMounts": [{"name": "artifacts", "mountPath": spec.artifact_root}],
+        "volumeMounts": [{"name": "artifacts", "mountPath": k8s.artifact_root}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
-def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotations: dict, **extra: Any) -> dict:
-    k8s, pods = _settings(spec), _settings(spec).for_role(role)
+def _pod_template(
+    k8s: KubernetesPlacement, role: str, container: dict, labels: dict, annotations: dict, **extra: Any
+) -> dict:
+    pods = k8s.pods[role]
     pod = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": [{"name": "artifacts", "persistentVolumeClaim": {"claimName": k8s.artifact_volume.claim_name}}],
+        "volumes": [{"name": "artifacts", "persistentVolumeClaim": {"claimName": k8s.artifact_claim}}],
         "serviceAccountName": k8s.service_account,
         "priorityClassName": k8s.priority_class,
         "schedulerName": k8s.scheduler_name,
         "imagePullSecrets": [{"name": s} for s in k8s.image_pull_secrets] or None,
-        "nodeSelector": pods.node_selector or None,
-        "tolerations": pods.tolerations or None,
-        "affinity": pods.affinity,
+        "nodeSelector": dict(pods.node_selector) or None,
+        "tolerations": [dict(t) for t in pods.tolerations] or None,
+        "affinity": dict(pods.affinity) if pods.affinity is not None else None,
         # the artifact volume writable by the images' user, where the storage applies fsGroup
         "securityContext": {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"},
         **extra,
@@ -147,28 +150,28 @@ def _pod_template(spec: Spec, role: str, container: dict, labels: dict, annotati
     }
 
 
-def _env(plan: Plan, role: str, per_pod: int = 1, horovod: bool = False) -> dict[str, str]:
+def _env(plan: Plan, stage: StagePlan, role: str, per_pod: int = 1, horovod: bool = False) -> dict[str, str]:
     """A process's environment in a pod: threads from the role's whole CPUs (shared by the pod's ``per_pod``
     processes); the run's spec and record for ``tfdist.trainer.pod`` to write in the run directory."""
-    cpu = _settings(plan.spec).for_role(role).cpu
+    cpu = placement(stage).pods[role].cpu
     threads = {THREADS_ENV: str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
     record = {
-        SPEC_ENV: json.dumps(plan.spec.to_json_dict(), sort_keys=True),
+        SPEC_ENV: json.dumps(plan.spec_record(), sort_keys=True),
         RUN_ENV: json.dumps(plan.run_record(), sort_keys=True),
     }
     return {"PYTHONUNBUFFERED": "1", **(HOROVOD_SHARED_CORES_ENV if horovod else {}), **threads, **record}
 
 
-def _metadata(spec: Spec, name: str, labels: dict, annotations: dict) -> dict:
+def _metadata(k8s: KubernetesPlacement, name: str, labels: dict, annotations: dict) -> dict:
     return {
         "name": name,
-        "namespace": _settings(spec).namespace,
+        "namespace": k8s.namespace,
         "labels": dict(labels),
         "annotations": dict(annotations),
     }
 
 
-def _entrypoint(plan: Plan, stage: Stage, command: list[str], **place) -> list[str]:
+def _entrypoint(plan: Plan, stage: StagePlan, command: list[str], **place) -> list[str]:
     """The pod's argv; a training stage's pods watch its heartbeats for hangs."""
     watch = {"heartbeats": stage.heartbeat_dir, "hang_timeout": stage.hang_timeout_seconds}
     return pod_argv(
@@ -176,28 +179,28 @@ def _entrypoint(plan: Plan, stage: Stage, command: list[str], **place) -> list[s
     )
 
 
-def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, try_number: int) -> dict:
+def _job(plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dict, try_number: int) -> dict:
     """The stage's Indexed Job: a Horovod pod per worker (running its ranks), a pod per TF cluster member, or
     the stage's writers (prepare_data's pods, when several, meet in a directory of the try on the volume)."""
-    spec, command = plan.spec, stage.args.command(PYTHON)
+    k8s, command = placement(stage), stage.args.command(PYTHON)
     role, count, gpus = "worker", len(stage.members), stage.gpus_per_worker
     if stage.sync == "horovod":  # each pod runs its slots' ranks; pod 0 serves the rendezvous
         argv = _entrypoint(plan, stage, command, job=name, horovod_slots=stage.slots, pods=stage.workers)
-        env = _env(plan, "worker", stage.slots, horovod=True)
+        env = _env(plan, stage, "worker", stage.slots, horovod=True)
     elif stage.sync == "tf_cluster":
         # roles in completion-index order; one pod template for every member: chief and ps get the workers' settings
         argv = _entrypoint(plan, stage, command, job=name, cluster=Counter(m.role for m in stage.members))
-        env = _env(plan, "worker")
+        env = _env(plan, stage, "worker")
     else:
         role, count, gpus = stage.members[0].role, stage.writers or 1, 0
-        env = _env(plan, role)
+        env = _env(plan, stage, role)
         meeting = os.path.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
         args = replace(stage.args, pods=count, coordination=meeting) if count > 1 else stage.args
         argv = _entrypoint(plan, stage, args.command(PYTHON))
     template = _pod_template(
-        spec,
+        k8s,
         role,
-        _container(spec, role, "trainer", argv, env, gpus),
+        _container(k8s, role, "trainer", argv, env, gpus),
         labels,
         annotations,
         **({"subdomain": name} if stage.sync else {}),
@@ -214,7 +217,7 @@ def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, t
                 {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [0]}},
             ]
         },
-        "ttlSecondsAfterFinished": _settings(spec).ttl_seconds_after_finished,
+        "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished,
         "template": template,
     }
     if stage.servers:  # parameter servers and workers serve until the chief (index 0) is done
@@ -222,13 +225,13 @@ def _job(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, t
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(spec, name, labels, annotations),
+        "metadata": _metadata(k8s, name, labels, annotations),
         "spec": job_spec,
     }
 
 
 def native_objects(
-    plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict, try_number: int = 1
+    plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dict, try_number: int = 1
 ) -> list[dict]:
     """The stage's Job; a TF cluster or Horovod stage's also a headless Service naming its pods."""
     job = _job(plan, stage, name, labels, annotations, try_number)
@@ -238,7 +241,7 @@ def native_objects(
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(plan.spec, name, labels, annotations),
+        "metadata": _metadata(placement(stage), name, labels, annotations),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -249,19 +252,19 @@ def native_objects(
     return [service, job]
 
 
-def tfjob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
+def tfjob(plan: Plan, stage: StagePlan, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
     """The TF cluster as a TFJob: the operator sets each pod's TF_CONFIG."""
-    spec, replicas = plan.spec, {}
+    k8s, replicas = placement(stage), {}
     for m in stage.members:
         argv = _entrypoint(plan, stage, stage.args.command(PYTHON))
-        container = _container(spec, m.role, "tensorflow", argv, _env(plan, m.role), m.gpus)
+        container = _container(k8s, m.role, "tensorflow", argv, _env(plan, stage, m.role), m.gpus)
         container["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
         replica = replicas.setdefault(
             TF_REPLICA_TYPES[m.role],
             {
                 "replicas": 0,
                 "restartPolicy": "Never",
-                "template": _pod_template(spec, m.role, container, labels, annotations),
+                "template": _pod_template(k8s, m.role, container, labels, annotations),
             },
         )
         replica["replicas"] += 1
@@ -273,23 +276,23 @@ def tfjob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: di
     }
 
 
-def mpijob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
+def mpijob(plan: Plan, stage: StagePlan, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
     """Horovod as an MPIJob: mpirun in the launcher pod reaching the worker pods over SSH, as the MPI operator
     sets up."""
-    spec, t = plan.spec, plan.spec.training
-    env = _env(plan, "worker", stage.slots, horovod=True)  # the ranks', held by the launcher for mpirun
+    k8s = placement(stage)
+    env = _env(plan, stage, "worker", stage.slots, horovod=True)  # the ranks', held by the launcher for mpirun
     forwarded = [k for k in env if k not in (SPEC_ENV, RUN_ENV) and not k.startswith("OMPI_")]  # mpirun passes OMPI_*
     forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if stage.gpus_per_worker else [])]  # the GPU image's CUDA
     mpirun = mpirun_argv(
         stage.workers * stage.slots,
         stage.args.command(PYTHON),
         forwarded=tuple(forwarded),
-        extra_args=t.mpi_settings.extra_args,
+        extra_args=stage.horovod.extra_args if stage.horovod else (),
     )
-    launcher = _container(spec, "worker", "launcher", _entrypoint(plan, stage, mpirun, hostfile=MPI_HOSTFILE), env, 0)
+    launcher = _container(k8s, "worker", "launcher", _entrypoint(plan, stage, mpirun, hostfile=MPI_HOSTFILE), env, 0)
     launcher.pop("resources", None)  # mpirun only starts and relays the ranks
     worker = _container(
-        spec,
+        k8s,
         "worker",
         "worker",
         ["/usr/sbin/sshd", "-De", "-f", f"{IMAGE_HOME}/.sshd_config"],
@@ -311,35 +314,36 @@ def mpijob(plan: Plan, stage: Stage, metadata: dict, run_policy: dict, labels: d
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "Never",
-                    "template": _pod_template(spec, "worker", launcher, labels, annotations),
+                    "template": _pod_template(k8s, "worker", launcher, labels, annotations),
                 },
                 "Worker": {
                     "replicas": stage.workers,
                     "restartPolicy": "Never",
-                    "template": _pod_template(spec, "worker", worker, labels, annotations),
+                    "template": _pod_template(k8s, "worker", worker, labels, annotations),
                 },
             },
         },
     }
 
 
-def kubeflow_objects(plan: Plan, stage: Stage, name: str, labels: dict, annotations: dict) -> list[dict]:
+def kubeflow_objects(plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dict) -> list[dict]:
     """The train stage as a TFJob or an MPIJob."""
     run_policy = {
         "cleanPodPolicy": "Running",
         "backoffLimit": 0,
-        "ttlSecondsAfterFinished": _settings(plan.spec).ttl_seconds_after_finished,
+        "ttlSecondsAfterFinished": placement(stage).ttl_seconds_after_finished,
     }
     make = tfjob if stage.sync == "tf_cluster" else mpijob
-    return [make(plan, stage, _metadata(plan.spec, name, labels, annotations), run_policy, labels, annotations)]
+    metadata = _metadata(placement(stage), name, labels, annotations)
+    return [make(plan, stage, metadata, run_policy, labels, annotations)]
 
 
-def stage_objects(plan: Plan, stage: Stage, try_number: int = 1, *, kubeflow: bool = False) -> list[dict]:
+def stage_objects(plan: Plan, stage: StagePlan, try_number: int = 1, *, kubeflow: bool = False) -> list[dict]:
     """Every object the stage creates, in the order to create them; ``kubeflow`` (train stage only):
     a TFJob or MPIJob instead of native Jobs."""
     pipeline, run_id = plan.context.pipeline_id, plan.context.run_id
     name = object_name(pipeline, run_id, stage.task_id)
-    labels, annotations = identity(plan.spec, pipeline, run_id, stage.task_id, try_number)
+    labels, annotations = identity(placement(stage), pipeline, run_id, stage.task_id, try_number)
     if kubeflow and stage.sync:
         return kubeflow_objects(plan, stage, name, labels, annotations)
     return native_objects(plan, stage, name, labels, annotations, try_number)

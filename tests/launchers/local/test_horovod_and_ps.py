@@ -29,7 +29,7 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert sorted(digests) == ["rank-0", "rank-1"], lines[-20:]
     assert len(set(digests.values())) == 1, f"ranks diverged: {digests}"
-    (process,) = local_processes(plan.spec, plan.stage("train"))
+    (process,) = local_processes(plan.stage("train"))
     blocks = process.env["TFDIST_CORES"].split(";")
     for rank in (0, 1):
         assert any(line.startswith(f"[rank-{rank}] rank-{rank}: step ") for line in lines)

@@ -42,9 +42,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     assert result["checkpoint"].endswith(f"ckpt-{result['final_step']}")
     for worker in ("worker-0", "worker-1"):
         assert any(line.startswith(f"[{worker}] {worker}: step ") and "examples/s" in line for line in lines)
-    for process in local_processes(
-        plan.spec, plan.stage("train")
-    ):  # pinned as planned (on a machine of 2+ cores), else any core
+    for process in local_processes(plan.stage("train")):  # pinned as planned (2+ cores), else any core
         cores = process.env["TFDIST_CORES"] or ",".join(map(str, sorted(os.sched_getaffinity(0))))
         assert any(line.startswith(f"[{process.name}]") and f"cores {cores})" in line for line in lines), cores
 
@@ -110,7 +108,7 @@ def test_a_retry_stops_workers_left_by_an_earlier_attempt(digits_root):
     stage = plan.stage("train")
     stale = [
         subprocess.Popen(p.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **p.env})
-        for p in local_processes(plan.spec, stage, addresses=["127.0.0.1:1", "127.0.0.1:2"])
+        for p in local_processes(stage, addresses=["127.0.0.1:1", "127.0.0.1:2"])
     ]
     _, lines = run(plan, "train")
     assert any("stopping 2 process(es) left by an earlier attempt" in line for line in lines)

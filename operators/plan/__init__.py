@@ -1,0 +1,209 @@
+"""Spec + run context → Plan: pure data, launcher-neutral (each stage's arguments, its members and where they
+run, not how they start). The plan is the only reader of the spec on the way to a launcher. No Airflow, no
+TensorFlow, no launcher.
+
+``windows``: which data a run reads · ``stages``: the plan of one stage · this module: the run's ``Plan``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from tfdist.contract import (
+    EvaluateArgs,
+    ExportArgs,
+    PrepareArgs,
+    RunLayout,
+    StageArgs,
+    TrainArgs,
+    ValidateDataArgs,
+    run_path,
+)
+from tfdist.operators.plan.stages import (
+    Elastic,
+    Horovod,
+    KubernetesPlacement,
+    Member,
+    PodResources,
+    StagePlan,
+    kubernetes_placement,
+    train_stage,
+)
+from tfdist.operators.plan.windows import (
+    PARTITION_KEY_FORMATS,
+    RunContext,
+    RunFacts,
+    WindowRefused,
+    as_datetime,
+    manual_interval,
+    partition_start,
+    partitions,
+    period_end,
+    pipeline_id,
+    resolve_window,
+    scheduled_interval,
+    source_for,
+)
+from tfdist.spec import Spec, partition_unit
+
+__all__ = [
+    "PARTITION_KEY_FORMATS",
+    "Elastic",
+    "Horovod",
+    "KubernetesPlacement",
+    "Member",
+    "Plan",
+    "PodResources",
+    "RunContext",
+    "RunFacts",
+    "StagePlan",
+    "WindowRefused",
+    "as_datetime",
+    "build_plan",
+    "manual_interval",
+    "partition_start",
+    "partitions",
+    "period_end",
+    "pipeline_id",
+    "resolve_window",
+    "scheduled_interval",
+    "source_for",
+    "version_base",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    """The run's effective spec (after its overrides)."""
+    layout: RunLayout
+    context: RunContext
+    model_dir: str
+    """``<export root>/<model name>``: versions are published below it."""
+    stages: tuple[StagePlan, ...]
+    launcher: Literal["local", "kubernetes"] = "local"
+    """Which launcher realizes the stages (``training.launcher``)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """The run's overrides of the author's spec (recorded in run.json)."""
+
+    def stage(self, task_id: str) -> StagePlan:
+        return next(s for s in self.stages if s.task_id == task_id)
+
+    def spec_record(self) -> dict[str, Any]:
+        """spec.json: the run's effective spec, as the workers read it."""
+        return self.spec.to_json_dict()
+
+    def run_record(self) -> dict[str, Any]:
+        """run.json: what identifies the run and what its trigger changed."""
+        ctx = self.context
+        return {
+            "pipeline_id": ctx.pipeline_id,
+            "run_id": ctx.run_id,
+            "overrides": self.overrides,
+            "data_interval_start": ctx.interval_start.isoformat(),
+            "data_interval_end": ctx.interval_end.isoformat(),
+            "window": ctx.window,
+            "partition_key": ctx.partition_key,
+        }
+
+
+def version_base(ctx: RunContext) -> int:
+    """First export version of the run's data interval, from its end (not wall-clock): e.g. 20261121000000.
+
+    The export takes the first free version ``base + n`` (n < 100); a rerun of the same run reuses its own."""
+    return int(ctx.interval_end.astimezone(dt.UTC).strftime("%Y%m%d%H%M")) * 100
+
+
+def build_plan(
+    spec: Spec,
+    ctx: RunContext,
+    *,
+    run_dir: str | None = None,
+    source: str | None = None,
+    export_root: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Plan:
+    """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
+    layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.pipeline_id, ctx.run_id))
+    model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
+    args = {
+        **_data_args(spec, ctx, layout, model_dir, source or spec.data.source),
+        **_model_args(spec, ctx, layout, model_dir),
+    }
+    placement = kubernetes_placement(spec)
+    common = {"kubernetes": placement, "cpus_per_process": spec.training.cpus_per_worker}
+    one = {
+        name: StagePlan(name, args[name], (Member(role, 0),), **common)
+        for name, role in (
+            ("prepare_data", "prepare"),
+            ("validate_data", "validate"),
+            ("evaluate", "evaluate"),
+            ("export", "export"),
+        )
+    }
+    prepare = replace(one["prepare_data"], writers=spec.data.prepare_processes)
+    train = train_stage(spec, args["train"], placement)
+    return Plan(
+        spec=spec,
+        layout=layout,
+        context=ctx,
+        model_dir=model_dir,
+        stages=(prepare, one["validate_data"], train, one["evaluate"], one["export"]),
+        overrides=overrides or {},
+        launcher=spec.training.launcher,
+    )
+
+
+def _data_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str, source: str) -> dict[str, StageArgs]:
+    """prepare_data's and validate_data's arguments: the window's partitions of ``source``, and the data gate."""
+    window = partitions(ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))
+    sources = tuple(dict.fromkeys(source_for(source, t, spec.artifact_root) for t in window))
+    return {
+        "prepare_data": PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), sources),
+        "validate_data": ValidateDataArgs(
+            layout.spec_file,
+            layout.run_file,
+            layout.data_dir,
+            model_dir,
+            layout.data_validation_dir,
+            layout.result("validate_data"),
+        ),
+    }
+
+
+def _model_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str) -> dict[str, StageArgs]:
+    """train's, evaluate's and export's arguments."""
+    published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
+    train = TrainArgs(
+        layout.spec_file,
+        layout.data_dir,
+        layout.checkpoint_dir,
+        layout.result("train"),
+        layout.heartbeat_dir,
+        layout.progress_file,
+        layout.run_file,
+        model_dir,
+        layout.warm_start_file,
+        layout.curve_file,
+        layout.tensorboard("train"),
+    )
+    evaluate = EvaluateArgs(
+        **published,
+        checkpoints=layout.checkpoint_dir,
+        train_result=layout.result("train"),
+        out=layout.eval_dir,
+        result=layout.result("evaluate"),
+        tensorboard=layout.tensorboard("eval"),
+    )
+    export = ExportArgs(
+        **published,
+        eval=layout.eval_dir,
+        train_result=layout.result("train"),
+        warm_start=layout.warm_start_file,
+        version_base=version_base(ctx),
+        result=layout.result("export"),
+        approval=layout.approval_file if spec.export.approval else "",
+    )
+    return {"train": train, "evaluate": evaluate, "export": export}

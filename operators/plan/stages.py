@@ -1,0 +1,205 @@
+"""The plan of one stage: its arguments, its members and everything a launcher needs to realize it, resolved
+from the spec here so that no launcher reads the spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from tfdist.contract import StageArgs, TrainArgs
+from tfdist.spec import ROLES, KubernetesSpec, Spec
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a stage: a process of a TF cluster, a Horovod worker (its ``slots`` ranks), or a stage's
+    one process."""
+
+    role: str
+    index: int
+    gpus: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """After losing workers, the stage restarts from its latest checkpoint with the workers it has left."""
+
+    sizes: tuple[int, ...]
+    """The worker counts it may restart with, largest first."""
+    max_restarts: int
+    """Restarts allowed within one run of the stage."""
+    min_workers: int
+    """The fewest workers it trains with (elastic Horovod keeps training down to them)."""
+
+
+@dataclass(frozen=True)
+class Horovod:
+    """How a Horovod stage's ranks start."""
+
+    controller: Literal["mpi", "gloo"] | None
+    """'mpi' (OpenMPI's mpirun) or 'gloo' (horovodrun --gloo); None: 'mpi' where the launcher's machine has
+    mpirun, else 'gloo' (the launcher decides, so a spec reads the same everywhere)."""
+    extra_args: tuple[str, ...] = ()
+    """Extra mpirun arguments, one argv item each."""
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """What the pods of one role get."""
+
+    image: str
+    cpu: str | None = None
+    memory: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class KubernetesPlacement:
+    """Where and how a run's pods run on Kubernetes (the spec's ``kubernetes`` section, resolved per role)."""
+
+    connection_id: str
+    namespace: str
+    pods: Mapping[str, PodResources]
+    """Every role's pods (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
+    artifact_claim: str
+    """The PersistentVolumeClaim holding the artifact root, mounted at ``artifact_root`` in every pod."""
+    artifact_root: str
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    priority_class: str | None = None
+    scheduler_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    operator: Literal["auto", "native", "kubeflow"] = "auto"
+    startup_timeout_seconds: int = 600
+    ttl_seconds_after_finished: int = 3600
+    log_members: int | None = 2
+    """How many members' whole logs reach the task log (None: all)."""
+
+
+def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
+    """The run's Kubernetes placement, None without a ``kubernetes`` section."""
+    k8s: KubernetesSpec | None = spec.kubernetes
+    if k8s is None:
+        return None
+    pods = {role: _pod_resources(k8s, role) for role in ROLES}
+    return KubernetesPlacement(
+        connection_id=k8s.connection_id,
+        namespace=k8s.namespace,
+        pods=MappingProxyType(pods),
+        artifact_claim=k8s.artifact_volume.claim_name,
+        artifact_root=spec.artifact_root,
+        image_pull_policy=k8s.image_pull_policy,
+        image_pull_secrets=tuple(k8s.image_pull_secrets),
+        service_account=k8s.service_account,
+        priority_class=k8s.priority_class,
+        scheduler_name=k8s.scheduler_name,
+        labels=MappingProxyType(dict(k8s.labels)),
+        annotations=MappingProxyType(dict(k8s.annotations)),
+        operator=k8s.operator,
+        startup_timeout_seconds=k8s.startup_timeout_seconds,
+        ttl_seconds_after_finished=k8s.ttl_seconds_after_finished,
+        log_members=None if k8s.log_members == "all" else k8s.log_members,
+    )
+
+
+def _pod_resources(k8s: KubernetesSpec, role: str) -> PodResources:
+    pods = k8s.for_role(role)
+    return PodResources(
+        image=pods.image or "",
+        cpu=pods.cpu,
+        memory=pods.memory,
+        node_selector=MappingProxyType(dict(pods.node_selector)),
+        tolerations=tuple(pods.tolerations),
+        affinity=pods.affinity,
+    )
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The plan of one stage (one task), launcher-neutral: its arguments, its members and how they meet, not
+    where or how they start (each launcher realizes it: processes on this machine, or Kubernetes objects)."""
+
+    task_id: str
+    args: StageArgs
+    members: tuple[Member, ...]
+    sync: Literal["tf_cluster", "horovod"] | None = None
+    """How the members train together: a TF cluster (each member one process, told the cluster by its
+    TF_CONFIG), or Horovod (each member a worker running ``slots`` ranks); None: one member alone."""
+    slots: int = 1
+    """Horovod: ranks per worker."""
+    horovod: Horovod | None = None
+    servers: tuple[str, ...] = ()
+    """Roles that serve until stopped (parameter-server ``ps`` and ``worker``): the stage is done when every
+    other member has succeeded, then the launcher stops them."""
+    writers: int | None = None
+    """prepare_data: processes writing shards, each a share of the input (None: the stage chooses)."""
+    hang_timeout_seconds: int | None = None
+    """Training: the stage fails when no training process has made progress for this long."""
+    elastic: Elastic | None = None
+    cpus_per_process: int | None = None
+    """Threads of each training process (``training.cpus_per_worker``); None: this machine's cores shared evenly."""
+    kubernetes: KubernetesPlacement | None = None
+    """Where its pods run, with ``training.launcher: kubernetes``."""
+
+    @property
+    def result_file(self) -> str:
+        """Where the stage writes its result record (tfdist.contract)."""
+        return self.args.result
+
+    @property
+    def heartbeat_dir(self) -> str:
+        """Training: where each training process marks its progress (tfdist.contract.beat)."""
+        return self.args.heartbeats if isinstance(self.args, TrainArgs) else ""
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Training: where the chief writes checkpoints (tfdist.contract.checkpoint_step reads the latest)."""
+        return self.args.checkpoints if isinstance(self.args, TrainArgs) else ""
+
+    @property
+    def workers(self) -> int:
+        return sum(m.role == "worker" for m in self.members)
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return max((m.gpus for m in self.members if m.role == "worker"), default=0)
+
+    def with_workers(self, count: int) -> StagePlan:
+        """The stage with its first ``count`` workers (a TF cluster's other roles as they were)."""
+        return replace(self, members=tuple(m for m in self.members if m.role != "worker" or m.index < count))
+
+
+def train_stage(spec: Spec, args: TrainArgs, placement: KubernetesPlacement | None) -> StagePlan:
+    """Horovod (backend mpi): ``num_workers`` workers of ``slots_per_worker`` ranks. A TF cluster (backend tf):
+    ``num_workers`` workers, with a parameter-server chief and ``num_ps`` parameter servers, which serve."""
+    t = spec.training
+    workers = tuple(Member("worker", i, t.gpus_per_worker) for i in range(t.num_workers))
+    elastic = Elastic(t.elastic_sizes, t.max_restarts, t.min_workers or t.num_workers) if t.elastic else None
+    train = StagePlan(
+        "train",
+        args,
+        workers,
+        "tf_cluster",
+        hang_timeout_seconds=t.hang_timeout_seconds,
+        elastic=elastic,
+        cpus_per_process=t.cpus_per_worker,
+        kubernetes=placement,
+    )
+    if t.backend == "mpi":
+        mpi = t.mpi_settings
+        horovod = Horovod(mpi.controller, tuple(mpi.extra_args))
+        return replace(train, sync="horovod", slots=mpi.slots_per_worker, horovod=horovod)
+    if t.strategy == "parameter_server":
+        others = (Member("chief", 0), *(Member("ps", i) for i in range(t.num_ps)))
+        return replace(train, members=others + workers, servers=("ps", "worker"))
+    return train

@@ -1,0 +1,144 @@
+"""Which data a run reads, as pure functions of the spec and the facts of the run (``resolve_window``): no
+Airflow, no artifact root. The operator gathering those facts from a live run is tested in
+tests/dag/test_asset_schedule.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from tests.conftest import make_spec
+from tfdist.operators.plan import RunFacts, WindowRefused, resolve_window
+from tfdist.spec import load_spec
+
+UTC = dt.UTC
+AFTER = dt.datetime(2026, 11, 24, 9, tzinfo=UTC)
+
+
+def at(day: int, hour: int = 0) -> dt.datetime:
+    return dt.datetime(2026, 11, day, hour, tzinfo=UTC)
+
+
+def spec(schedule):
+    """A spec of ``schedule`` reading a daily partitioned source."""
+    return load_spec(make_spec("/tmp/tfdist-windows", schedule=schedule, data={"source": "/data/{date}/*.csv"}))
+
+
+ASSETS = {"assets": ["s3://lake/raw/digits"]}
+CASES = [
+    # (why, schedule, facts, expected start, expected end, expected reason)
+    (
+        "a scheduled run reads its data interval",
+        "@daily",
+        RunFacts("r", (at(20), at(21))),
+        at(20),
+        at(21),
+        "its data interval",
+    ),
+    (
+        "an embedded pipeline's empty interval: the period before it",
+        "@daily",
+        RunFacts("r", (at(21), at(21)), embedded=True),
+        at(20),
+        at(21),
+        "the schedule's period before its DAG run's (empty) data interval",
+    ),
+    (
+        "an empty interval of a pipeline that is its own DAG is kept",
+        "@daily",
+        RunFacts("r", (at(21), at(21))),
+        at(21),
+        at(21),
+        "its data interval",
+    ),
+    (
+        "a manual run: the last complete interval",
+        "@daily",
+        RunFacts("r", run_after=AFTER),
+        at(23),
+        at(24),
+        "the last complete interval before it was triggered",
+    ),
+    (
+        "a recorded window wins over everything but an interval",
+        "@daily",
+        RunFacts(
+            "r",
+            run_after=AFTER,
+            recorded={
+                "data_interval_start": "2026-11-01T00:00:00+00:00",
+                "data_interval_end": "2026-11-02T00:00:00+00:00",
+                "window": "kept",
+            },
+        ),
+        at(1),
+        at(2),
+        "kept",
+    ),
+    (
+        "assets: since the previous run's window",
+        ASSETS,
+        RunFacts("r2", run_after=AFTER, earlier_windows=(("r1", at(23, 9)), ("r0", at(22)), ("later", at(25)))),
+        at(23, 9),
+        AFTER,
+        "since the end of the previous run's window (run 'r1')",
+    ),
+    (
+        "assets, no earlier run: the day before",
+        ASSETS,
+        RunFacts("r", run_after=AFTER),
+        at(23, 9),
+        AFTER,
+        "the day before it ran: no earlier run of this pipeline has a window",
+    ),
+    (
+        "assets, its own record is not an earlier run",
+        ASSETS,
+        RunFacts("r", run_after=AFTER, earlier_windows=(("r", at(24)),)),
+        at(23, 9),
+        AFTER,
+        "the day before it ran: no earlier run of this pipeline has a window",
+    ),
+    (
+        "partitions: the partition Airflow dates",
+        {**ASSETS, "partitions": "day"},
+        RunFacts("r", run_after=AFTER, partition_key="2026-11-20", partition_date=at(20)),
+        at(20),
+        at(21),
+        "the day partition '2026-11-20' its trigger names",
+    ),
+    (
+        "partitions: a key read as the pipeline writes it",
+        {**ASSETS, "partitions": "day"},
+        RunFacts("r", run_after=AFTER, partition_key="2026-11-19"),
+        at(19),
+        at(20),
+        "the day partition '2026-11-19' its trigger names",
+    ),
+]
+
+
+@pytest.mark.parametrize("why, schedule, facts, start, end, reason", CASES, ids=[c[0] for c in CASES])
+def test_the_window_of_each_kind_of_run(why, schedule, facts, start, end, reason):
+    ctx = resolve_window(spec(schedule), "pipe", facts)
+    assert (ctx.pipeline_id, ctx.run_id) == ("pipe", facts.run_id)
+    assert (ctx.interval_start, ctx.interval_end, ctx.window) == (start, end, reason)
+
+
+def test_an_asset_run_says_when_it_cannot_see_earlier_runs():
+    ctx = resolve_window(spec(ASSETS), "pipe", RunFacts("r", run_after=AFTER, earlier_windows=None))
+    assert ctx.window.endswith(
+        "(this task does not see the artifact root /tmp/tfdist-windows, where they are recorded)"
+    )
+
+
+@pytest.mark.parametrize("key", [None, "20 November", "2026-11"])
+def test_a_partitioned_run_that_names_no_partition_is_refused_with_an_example(key):
+    with pytest.raises(WindowRefused, match=r"one day partition per run, but the run names .*'2026-11-20'"):
+        resolve_window(spec({**ASSETS, "partitions": "day"}), "pipe", RunFacts("r", run_after=AFTER, partition_key=key))
+
+
+def test_a_run_with_neither_interval_nor_time_is_refused():
+    with pytest.raises(WindowRefused, match="names no window"):
+        resolve_window(spec("@daily"), "pipe", RunFacts("r"))
