@@ -9,7 +9,6 @@ import datetime as dt
 import difflib
 import math
 import os
-import shutil
 import string
 import urllib.parse
 from typing import Annotated, Any, Literal
@@ -261,8 +260,9 @@ ModelSpec = Annotated[MLPModel | CNNModel | CustomModel, Field(discriminator="fa
 class MPISpec(_Section):
     """Horovod over OpenMPI ('mpirun') or Gloo ('horovodrun --gloo')."""
 
-    controller: Literal["mpi", "gloo"] = Field(default_factory=lambda: "mpi" if shutil.which("mpirun") else "gloo")
-    """Default: 'mpi' where OpenMPI's 'mpirun' is installed, else 'gloo'."""
+    controller: Literal["mpi", "gloo"] | None = None
+    """Default: 'mpi' with 'extra_args'; else 'mpi' where the machine starting the ranks has OpenMPI's 'mpirun',
+    and 'gloo' where it has not (decided when the stage starts, so a spec reads the same everywhere)."""
     slots_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
     """Ranks per worker machine (one per GPU when 'gpus_per_worker' > 0)."""
     extra_args: list[Annotated[str, Field(pattern=MPI_ARG_PATTERN)]] = Field(default_factory=list)
@@ -378,7 +378,7 @@ class TrainingSpec(_Section):
                     f"training.mpi.slots_per_worker: must equal gpus_per_worker "
                     f"({self.gpus_per_worker}), one rank per GPU, got {mpi.slots_per_worker}"
                 )
-            if mpi.extra_args and (mpi.controller != "mpi" or self.elastic):
+            if mpi.extra_args and (mpi.controller == "gloo" or self.elastic):
                 raise ValueError(
                     "training.mpi.extra_args: mpirun arguments need controller 'mpi' without "
                     "elastic training (min_workers below num_workers runs horovodrun over Gloo)"

@@ -197,7 +197,7 @@ def train_stage(spec: Spec, args: TrainArgs, placement: KubernetesPlacement | No
     )
     if t.backend == "mpi":
         mpi = t.mpi_settings
-        horovod = Horovod(mpi.controller, tuple(mpi.extra_args))
+        horovod = Horovod(mpi.controller or ("mpi" if mpi.extra_args else None), tuple(mpi.extra_args))
         return replace(train, sync="horovod", slots=mpi.slots_per_worker, horovod=horovod)
     if t.strategy == "parameter_server":
         others = (Member("chief", 0), *(Member("ps", i) for i in range(t.num_ps)))

@@ -184,6 +184,25 @@ def test_horovod_gloo_runs_every_rank_through_horovodrun(tmp_path):
     assert process.argv[7:9] == ("-m", "tfdist.trainer.train")
 
 
+@pytest.mark.parametrize(
+    "mpi, mpirun, chosen",
+    [
+        ({}, "/usr/bin/mpirun", "mpirun"),
+        ({}, None, "horovodrun"),
+        ({"controller": "gloo"}, "/usr/bin/mpirun", "horovodrun"),
+        ({"controller": "mpi"}, None, "mpirun"),
+        ({"extra_args": ["--bind-to", "core"]}, None, "mpirun"),
+    ],
+)
+def test_the_launcher_chooses_the_horovod_controller_the_spec_leaves_open(tmp_path, monkeypatch, mpi, mpirun, chosen):
+    """Without ``mpi.controller``, the machine starting the ranks decides: mpirun where it has OpenMPI, else
+    horovodrun over Gloo; mpirun arguments ask for mpirun."""
+    spec = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": mpi}))
+    monkeypatch.setattr("tfdist.operators.launchers.processes.shutil.which", lambda name: mpirun)
+    (process,) = local_processes(build_plan(spec, CTX).stage("train"), python="/venv/bin/python")
+    assert os.path.basename(process.argv[0]) == chosen
+
+
 def test_horovod_mpi_passes_extra_args_as_separate_argv_items(tmp_path):
     extra = ["--mca", "btl_tcp_if_include", "lo", "-x", "NCCL_DEBUG=INFO"]
     spec = load_spec(
