@@ -9,9 +9,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
-from tfdist.contract import EXIT_REFUSED, RunLayout, RunMismatch, read_json_if_exists, record_run, run_path, runs_root
+from tfdist.contract import RunLayout, RunMismatch, read_json_if_exists, record_run, run_path, runs_root
 from tfdist.operators.launchers import StageFailed, get_launcher
 from tfdist.operators.links import TrainingRunLink
+from tfdist.operators.outcomes import stage_outcome
 from tfdist.operators.plan import (
     Plan,
     RunContext,
@@ -206,7 +207,7 @@ class StageOperator(RunPlanned, BaseOperator):
         except RunMismatch as exc:
             raise AirflowFailException(str(exc)) from None
         except StageFailed as exc:
-            self.fail(exc.returncode, str(exc))
+            raise stage_outcome(self.task_id, exc.returncode, str(exc), exc.lost) from None
         except AirflowTaskTimeout:
             self._launcher.stop()  # the task is over: on_kill follows, but the task still counts as running then
             raise
@@ -221,13 +222,8 @@ class StageOperator(RunPlanned, BaseOperator):
             )
             if trigger is not None:
                 self.defer(trigger=trigger, method_name="execute_complete")
-            self.fail(event["returncode"], event["message"])
+            raise stage_outcome(self.task_id, event["returncode"], event["message"], event.get("lost", ()))
         return self.result(event["result"], self.plan(context), context)
-
-    def fail(self, returncode: int | None, message: str) -> None:
-        if returncode == EXIT_REFUSED:  # a retry would be refused again
-            raise AirflowFailException(f"{self.task_id} refused: {message}")
-        raise RuntimeError(f"{self.task_id} failed: {message}")
 
     def result(self, record: dict[str, Any], plan: Plan, context: Any) -> Any:
         """The task's XCom value from the stage's result record."""

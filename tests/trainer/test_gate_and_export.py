@@ -230,17 +230,22 @@ def test_the_gate_says_what_decided_it():
     assert gate({"thresholds": {}, "change_thresholds": change}, False) == "change thresholds (no baseline compared)"
 
 
-@pytest.mark.parametrize("returncode, retried", [(EXIT_REFUSED, False), (1, True), (-9, True)])
-def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(
-    tmp_path, monkeypatch, returncode, retried
+@pytest.mark.parametrize(
+    "returncode, lost, outcome",
+    [(EXIT_REFUSED, (), "StageRefused"), (1, (), "StageFailedRetryable"), (-9, ("evaluate-0",), "StageLost")],
+)
+def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_retried(
+    tmp_path, monkeypatch, returncode, lost, outcome
 ):
     from airflow.sdk.exceptions import AirflowFailException
 
     from tests.conftest import START, make_spec, task_instance
+    from tfdist.operators import outcomes
     from tfdist.operators.dag import build_dag
 
     def fails(self, stage, log):
-        raise StageFailed("evaluate-0", returncode, {"evaluate-0": ["ERROR: integrity check 'step' failed"]})
+        tails = {"evaluate-0": ["ERROR: integrity check 'step' failed"]}
+        raise StageFailed("evaluate-0", returncode, tails, lost=lost)
 
     monkeypatch.setattr(LocalLauncher, "run", fails)
     evaluate = build_dag(make_spec(str(tmp_path))).get_task("evaluate")
@@ -250,6 +255,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_is_retried(
         "data_interval_end": START + dt.timedelta(days=1),
         "ti": task_instance(evaluate.dag_id, "refused"),
     }
-    with pytest.raises(Exception) as failure:
+    with pytest.raises(getattr(outcomes, outcome)) as failure:
         evaluate.execute(context)
+    retried = outcome != "StageRefused"
     assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)
