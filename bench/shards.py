@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from tfdist.contract import MANIFEST, read_json, stage_command
+from tfdist.contract import MANIFEST, read_json, worker_command
 from tfdist.contract.data_gate import checks as data_gate_checks
 from tfdist.spec.model import DataChecks
 
@@ -118,7 +118,7 @@ def _run(argv: list[str]) -> tuple[tuple[float, float], float]:
 def _prepare(spec: str, out: str, source: str) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)  # a leftover manifest would make prepare reuse it, not write
     return [
-        *stage_command(sys.executable, "prepare"),
+        *worker_command(sys.executable, "prepare"),
         "--spec",
         spec,
         "--out",

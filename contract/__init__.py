@@ -78,7 +78,7 @@ from tfdist.contract.stages import (
     StageArgs,
     TrainArgs,
     ValidateDataArgs,
-    stage_command,
+    worker_command,
 )
 
 __all__ = [
@@ -131,7 +131,7 @@ __all__ = [
     "runs_root",
     "sha256_file",
     "split_rank_tags",
-    "stage_command",
+    "worker_command",
     "stalled",
     "tf_config",
     "warm_start_summary",

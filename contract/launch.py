@@ -8,7 +8,7 @@ import os
 import re
 from typing import Any
 
-from tfdist.contract.stages import stage_command
+from tfdist.contract.stages import worker_command
 
 EXIT_REFUSED = 3
 """Exit code of a stage that refuses its input (a checkpoint that fails an integrity check, an export of a
@@ -116,7 +116,7 @@ def pod_argv(
     cluster member, or as this pod's Horovod ranks, peers named after ``job``, or once every host of an MPI
     ``hostfile`` resolves), watching ``heartbeats`` for a hang (``hang_timeout``), then hand the stage's
     ``result`` record back as the termination message."""
-    argv = [*stage_command(python, "pod"), "--run-dir", run_dir, "--result", result]
+    argv = [*worker_command(python, "pod"), "--run-dir", run_dir, "--result", result]
     if heartbeats and hang_timeout:
         argv += ["--heartbeats", heartbeats, "--hang-timeout", str(hang_timeout)]
     if hostfile:

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 WORKER_PACKAGE = "tfdist.trainer"
-"""The worker runtime's package: each stage is a module of it, run as ``python -m tfdist.trainer.<stage>``."""
+"""The worker runtime's package: each stage runs a module of it, ``python -m tfdist.trainer.<module>``."""
 
 
-def stage_command(python: str, stage: str) -> list[str]:
-    """How a worker process starts the stage ``stage`` (``prepare``, ``validate_data``, ``train``, ``evaluate``,
-    ``export``, ``pod``):
-    ``python -m tfdist.trainer.<stage>``, with the package wherever it is installed."""
-    return [python, "-m", f"{WORKER_PACKAGE}.{stage}"]
+def worker_command(python: str, module: str) -> list[str]:
+    """How a worker process runs the worker module ``module`` (``prepare``, ``validate_data``, ``train``,
+    ``evaluate``, ``export``, ``pod``): ``python -m tfdist.trainer.<module>``."""
+    return [python, "-m", f"{WORKER_PACKAGE}.{module}"]
 
 
 Args = TypeVar("Args", bound="StageArgs")
@@ -27,8 +26,8 @@ class StageArgs:
     reads them (``parse``). A field ``source_dir`` is the flag ``--source-dir``; a tuple field is repeated; a field
     left at its default is not written. Every value is a path or a number the plan chose."""
 
-    stage: ClassVar[str]
-    """The worker module running the stage (``tfdist.trainer.<stage>``)."""
+    worker_module: ClassVar[str]
+    """The worker module running the stage (``tfdist.trainer.<worker_module>``)."""
     spec: str
     """The run's effective spec (spec.json)."""
 
@@ -44,11 +43,13 @@ class StageArgs:
 
     def command(self, python: str) -> list[str]:
         """The argv of a process running the stage with these arguments."""
-        return [*stage_command(python, self.stage), *self.to_argv()]
+        return [*worker_command(python, self.worker_module), *self.to_argv()]
 
     @classmethod
     def parse(cls: type[Args], argv: list[str] | None = None) -> Args:
-        parser = argparse.ArgumentParser(prog=f"python -m {WORKER_PACKAGE}.{cls.stage}", description=cls.__doc__)
+        parser = argparse.ArgumentParser(
+            prog=f"python -m {WORKER_PACKAGE}.{cls.worker_module}", description=cls.__doc__
+        )
         for field in dataclasses.fields(cls):
             required = field.default is dataclasses.MISSING
             options = (
@@ -75,7 +76,7 @@ def _flag(name: str) -> str:
 class PrepareArgs(StageArgs):
     """Stage prepare_data: the run's input → train/eval shards and the data manifest."""
 
-    stage = "prepare"
+    worker_module = "prepare"
     out: str
     result: str
     source: tuple[str, ...]
@@ -90,7 +91,7 @@ class PrepareArgs(StageArgs):
 class ValidateDataArgs(StageArgs):
     """Stage validate_data: the run's data statistics against the baseline's → the data gate's decision."""
 
-    stage = "validate_data"
+    worker_module = "validate_data"
     run: str
     data: str
     model_dir: str
@@ -103,7 +104,7 @@ class TrainArgs(StageArgs):
     """Stage train: the run's shards (and, warm-started, the baseline's checkpoint) → checkpoints (the chief's),
     progress, heartbeats, the training curve and TensorBoard summaries."""
 
-    stage = "train"
+    worker_module = "train"
     data: str
     checkpoints: str
     result: str
@@ -111,7 +112,8 @@ class TrainArgs(StageArgs):
     progress: str
     run: str
     model_dir: str
-    warm_start: str
+    warm_start_record: str
+    """The run's warm-start record (what its training started from)."""
     curve: str
     tensorboard: str
 
@@ -120,7 +122,7 @@ class TrainArgs(StageArgs):
 class EvaluateArgs(StageArgs):
     """Stage evaluate: the run's checkpoints → metrics and the gate's blessing."""
 
-    stage = "evaluate"
+    worker_module = "evaluate"
     run: str
     data: str
     model_dir: str
@@ -135,13 +137,14 @@ class EvaluateArgs(StageArgs):
 class ExportArgs(StageArgs):
     """Stage export: the blessed checkpoint → a published SavedModel version."""
 
-    stage = "export"
+    worker_module = "export"
     run: str
     data: str
     model_dir: str
     eval: str
     train_result: str
-    warm_start: str
+    warm_start_record: str
+    """The run's warm-start record (what its training started from)."""
     version_base: int
     result: str
     approval: str = ""

@@ -211,7 +211,7 @@ class StageOperator(RunPlanned, BaseOperator):
         except AirflowTaskTimeout:
             self._launcher.stop()  # the task is over: on_kill follows, but the task still counts as running then
             raise
-        return self.result(record, plan, context)
+        return self.return_value(record, plan, context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Resumes after the trigger: the stage's result record, its elastic restart, or its failure."""
@@ -223,9 +223,9 @@ class StageOperator(RunPlanned, BaseOperator):
             if trigger is not None:
                 self.defer(trigger=trigger, method_name="execute_complete")
             raise stage_outcome(self.task_id, event["returncode"], event["message"], event.get("lost", ()))
-        return self.result(event["result"], self.plan(context), context)
+        return self.return_value(event["result"], self.plan(context), context)
 
-    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> Any:
+    def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> Any:
         """The task's XCom value from the stage's result record."""
         return record
 

@@ -20,7 +20,7 @@ class EvaluateOperator(StageOperator):
 
     stage = "evaluate"
 
-    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+    def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         if plan.spec.validation.allow_unvalidated:
             self.log.warning(
                 "no gate: validation.allow_unvalidated is set, so this model is published without "

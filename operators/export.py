@@ -43,7 +43,7 @@ class ExportModelOperator(StageOperator):
     def plan_overrides(self) -> dict[str, Any]:
         return {"export_root": self.export_root or None}
 
-    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+    def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         context["outlet_events"][self.model_asset].extra = {
             k: record.get(k) for k in ("version", "path", "parent_version", "cold_start")
         }

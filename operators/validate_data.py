@@ -17,7 +17,7 @@ class ValidateDataOperator(StageOperator):
 
     stage = "validate_data"
 
-    def result(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+    def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
         for line in record["warned"]:
             self.log.warning("data check failed, warn only: %s", line)
         return record

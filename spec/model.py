@@ -279,7 +279,7 @@ class MPISpec(_Section):
         return value
 
 
-class WarmStart(_Section):
+class WarmStartSpec(_Section):
     source: Literal["none", "baseline"] = Field("none", alias="from")
     """'none': random initial weights; 'baseline': the weights (and the optimizer's state, where the optimizer is
     the same) of the version the gate compares with, the newest published for a data interval ending no later
@@ -332,8 +332,8 @@ class TrainingSpec(_Section):
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
     (with Horovod, each may be followed by the worker's return)."""
-    warm_start: Annotated[WarmStart, AuthorOnly("which model a run continues from is the author's")] = Field(
-        default_factory=WarmStart
+    warm_start: Annotated[WarmStartSpec, AuthorOnly("which model a run continues from is the author's")] = Field(
+        default_factory=WarmStartSpec
     )
     """Where training starts: 'none', 'baseline', or {from: baseline, on_mismatch: cold | fail}."""
     summary_every_steps: Annotated[int, Field(ge=1)] = 50

@@ -119,7 +119,7 @@ def keep_checkpoint(checkpoint: str, prefix: str) -> None:
 
 def lineage(args: ExportArgs) -> dict:
     """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
-    record = read_json(args.warm_start) if os.path.exists(args.warm_start) else {}
+    record = read_json(args.warm_start_record) if os.path.exists(args.warm_start_record) else {}
     parent = record.get("parent")
     return {
         "parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},

@@ -55,7 +55,7 @@ from tfdist.trainer import data
 from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
-from tfdist.trainer.warm_start import WarmStart
+from tfdist.trainer.warm_start import ParentRestore
 
 if TYPE_CHECKING:
     from tfdist.spec import Spec, TrainingSpec
@@ -435,11 +435,11 @@ class TrainingRun:
 
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
-        record = WarmStart(self.spec, self.args.run, self.args.model_dir, self.args.warm_start).restore(
+        record = ParentRestore(self.spec, self.args.run, self.args.model_dir, self.args.warm_start_record).restore(
             self.tf, self.model, self.optimizer
         )
         if self.sync.is_chief:
-            write_json_atomic(self.args.warm_start, record)
+            write_json_atomic(self.args.warm_start_record, record)
             parent = record["parent"]
             say(
                 f"{self.sync.name}: "
@@ -655,7 +655,7 @@ class TrainingRun:
                 "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
                 "workers": sync.workers,
                 "train_seconds": round(finished - self.started, 2),
-                "warm_start": warm_start_summary(self.args.warm_start),
+                "warm_start": warm_start_summary(self.args.warm_start_record),
             },
         )
         say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")

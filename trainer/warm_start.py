@@ -103,7 +103,7 @@ def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> tuple
         os.remove(scratch)
 
 
-class WarmStart:
+class ParentRestore:
     """This run's parent, found from the run's record and the model directory (None, with the reason, if none)."""
 
     def __init__(self, spec, run_file: str, model_dir: str, record_file: str):

@@ -21,7 +21,7 @@ from tfdist.contract import (
     longest_silent,
     read_json,
     split_rank_tags,
-    stage_command,
+    worker_command,
     stalled,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
@@ -47,7 +47,7 @@ class LocalLauncher(Launcher):
     def stop_leftovers(self, stage: StagePlan, log: logging.Logger) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
         spec), so a retry never runs a second set of workers beside the first."""
-        signature = " ".join([*stage_command("", stage.args.stage)[1:], "--spec", stage.args.spec, ""])
+        signature = " ".join([*worker_command("", stage.args.worker_module)[1:], "--spec", stage.args.spec, ""])
         ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         leftovers = [
             proc

@@ -201,7 +201,7 @@ def _model_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str) 
         **published,
         eval=layout.eval_dir,
         train_result=layout.result("train"),
-        warm_start=layout.warm_start_file,
+        warm_start_record=layout.warm_start_file,
         version_base=version_base(ctx),
         result=layout.result("export"),
         approval=layout.approval_file if spec.export.approval else "",

@@ -19,7 +19,7 @@ import yaml
 from tests.conftest import REPO, make_spec
 from tests.launchers.kubernetes.test_kubernetes_objects import KUBERNETES, MODES
 from tests.packaging.test_packaging import requirement_names
-from tfdist.contract import stage_command
+from tfdist.contract import worker_command
 from tfdist.operators.launchers.kubernetes.objects import stage_objects
 from tfdist.operators.plan import RunContext, build_plan
 from tfdist.spec import load_spec
@@ -77,7 +77,7 @@ def test_worker_images_install_the_wheel_with_their_extra_and_horovod_without_ai
     assert not any(name.startswith("apache-airflow") for name in requirement_names(extra))
     assert "COPY trainer/" not in text and "COPY operators/" not in text and "PYTHONPATH" not in text
     cmd = json.loads(re.search(r"^CMD (.+)$", text, re.M)[1])
-    assert cmd == [*stage_command("python", "pod"), "--help"]
+    assert cmd == [*worker_command("python", "pod"), "--help"]
     assert re.search(r"^USER 1000$", text, re.M)  # not root
     if extra == "gpu":
         assert "HOROVOD_GPU_OPERATIONS=NCCL" in text and "libnccl2" in text

@@ -382,7 +382,7 @@ def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sectio
 
     spec = load_spec(make_spec(str(tmp_path), **sections))
     write_json_atomic(path := str(tmp_path / "spec.json"), spec.to_json_dict())
-    monkeypatch.setattr("tfdist.spec.model.shutil.which", lambda name: None)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun
     monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", "/elsewhere")
     monkeypatch.setenv("HOME", "/nonexistent")
     again, written = worker_spec(path), read_json(path)

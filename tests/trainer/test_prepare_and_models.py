@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, stage_command, write_json_atomic
+from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, worker_command, write_json_atomic
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:
     spec_file = os.path.join(os.path.dirname(out), "spec.json")
     write_json_atomic(spec_file, spec)
     argv = [
-        *stage_command(sys.executable, "prepare"),
+        *worker_command(sys.executable, "prepare"),
         "--spec",
         spec_file,
         "--out",

@@ -17,7 +17,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, stage_command, write_json_atomic
+from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, worker_command, write_json_atomic
 from tfdist.spec import DataSpec, load_spec
 from tfdist.trainer import readers
 
@@ -203,7 +203,7 @@ def prepare(
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
     argv = [
-        *stage_command(sys.executable, "prepare"),
+        *worker_command(sys.executable, "prepare"),
         "--spec",
         spec_file,
         "--out",
