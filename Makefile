@@ -55,7 +55,7 @@ test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench"
 
 docs: setup
-	$(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site
 
 BENCH_BUDGET ?= full
 BENCH_OUT ?= $(CURDIR)/bench/results
