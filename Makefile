@@ -14,13 +14,14 @@ export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo test bench faults wheel clean
+.PHONY: help setup demo test docs bench faults wheel clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make test   set up, then run the test suite"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
+	@echo "make docs   set up, then build the docs site (docs/, the spec reference generated from the model) into site/"
 	@echo "make wheel  build the package's wheel into dist/ (what the images in docker/ install)"
 
 setup: $(STAMP)
@@ -53,6 +54,9 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench"
 
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site
+
 BENCH_BUDGET ?= full
 BENCH_OUT ?= $(CURDIR)/bench/results
 bench: setup
@@ -70,4 +74,4 @@ wheel: setup
 	$(BIN)/python -m build --wheel --outdir dist
 
 clean:
-	rm -rf $(VENV) .airflow .demo dist
+	rm -rf $(VENV) .airflow .demo dist site

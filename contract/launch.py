@@ -28,7 +28,7 @@ spells it again: a shell script) and by each rank to find its block of cores."""
 HOST_DISCOVERY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_hosts.sh")
 """Elastic Horovod's host discovery script (horovodrun --host-discovery-script), shipped with the contract."""
 HOROVOD_SHARED_CORES_ENV = {"HOROVOD_CYCLE_TIME": "0.1", "OMPI_MCA_mpi_yield_when_idle": "1"}
-"""Environment of Horovod ranks sharing cores with their TensorFlow threads (README, "Performance"): Horovod's
+"""Environment of Horovod ranks sharing cores with their TensorFlow threads (docs/performance.md): Horovod's
 background thread cycles every 0.1 ms instead of 1 ms, and an OpenMPI rank waiting in a collective yields its
 core instead of spinning on it (2 ranks on 2 cores: 17,400 -> 30,000 examples/s). mpirun's
 ``--mca mpi_yield_when_idle 0`` in training.mpi.extra_args turns the yield off."""

@@ -66,7 +66,10 @@ class Feature(_Section):
     """One raw input feature: a scalar, or a fixed-size vector (CSV columns '<name>_0 .. <name>_<n-1>')."""
 
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    """The feature's name: its CSV or Parquet column (or columns '<name>_0 ..'), JSON field or NPZ array."""
     shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=3)
+    """[]: a scalar; [n]: columns '<name>_0 .. <name>_<n-1>' (CSV, Parquet) or a list (JSON lines, a Parquet
+    list column)."""
 
     @property
     def size(self) -> int:
@@ -75,6 +78,7 @@ class Feature(_Section):
 
 class Label(_Section):
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] = "label"
+    """The label's column, field or array."""
     num_classes: Annotated[int, Field(ge=2)]
     """Integer classes 0 .. num_classes-1."""
 
@@ -159,11 +163,14 @@ class DataSpec(_Section):
     """'csv' (a header row; a vector feature is columns <name>_0 ..), 'jsonl' (an object per line; a vector
     feature is a list), 'npz' (one array per feature and one for the label), 'parquet' (a column per
     scalar; a vector feature is a list column or columns <name>_0 ..) or 'tfrecord' (tf.train.Example
-    records: a float_list per feature, an int64_list label)."""
+    records: a float_list per feature, an int64_list label; each record's CRC-32C checked)."""
     features: Annotated[list[Feature], Field(min_length=1)]
+    """The raw input features, each {name, shape}."""
     label: Label
+    """The label: {name: label, num_classes: N}, integer classes 0 .. N-1."""
     eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
-    """Share of the rows held out for evaluation (by a hash of each row's content)."""
+    """Share of the rows held out for evaluation, by a hash of each row's content (deterministic: duplicates
+    never straddle the split)."""
     num_shards: Annotated[int, Field(ge=1, le=1024)] = 4
     """Train shards (and eval shards); at least one per training process."""
     window: Annotated[int, Field(ge=1)] | None = None
@@ -221,6 +228,7 @@ class _ModelBase(_Section):
 
 class MLPModel(_ModelBase):
     family: Annotated[Literal["mlp"], FAMILY]
+    """'mlp': a multi-layer perceptron."""
     hidden_units: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
         default_factory=lambda: [128, 64]
     )
@@ -233,6 +241,7 @@ class MLPModel(_ModelBase):
 
 class CNNModel(_ModelBase):
     family: Annotated[Literal["cnn"], FAMILY]
+    """'cnn': a convolutional network over 'image_shape'."""
     image_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=3, max_length=3)]
     """Height, width, channels: the concatenated features are reshaped to it."""
     filters: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(default_factory=lambda: [32, 64])
@@ -247,11 +256,13 @@ class CNNModel(_ModelBase):
 
 class CustomModel(_ModelBase):
     family: Annotated[Literal["custom"], FAMILY]
+    """'custom': a Keras model from 'factory'."""
     factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
     """'package.module:function', called as 'function(features, num_classes, **kwargs)';
     'features' maps each feature name to its shape; returns a Keras model taking a dict of
-    those inputs and returning class probabilities."""
+    those inputs (already normalized) and returning class probabilities."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to 'factory'."""
 
 
 ModelSpec = Annotated[MLPModel | CNNModel | CustomModel, Field(discriminator="family")]
@@ -264,11 +275,13 @@ class MPISpec(_Section):
     """Default: 'mpi' with 'extra_args'; else 'mpi' where the machine starting the ranks has OpenMPI's 'mpirun',
     and 'gloo' where it has not (decided when the stage starts, so a spec reads the same everywhere)."""
     slots_per_worker: Annotated[int, Field(ge=1, le=64)] = 1
-    """Ranks per worker machine (one per GPU when 'gpus_per_worker' > 0)."""
+    """Ranks per worker machine (one per GPU when 'gpus_per_worker' > 0): ranks = workers × slots."""
     extra_args: list[Annotated[str, Field(pattern=MPI_ARG_PATTERN)]] = Field(default_factory=list)
-    """Extra 'mpirun' arguments, one list item each (passed as argv, never through a shell)."""
+    """Extra 'mpirun' arguments, one list item each (passed as argv, never through a shell); '-np' and '-H'
+    are the launcher's."""
     scale_learning_rate: bool = True
-    """Multiply 'model.learning_rate' by the number of ranks (Horovod's convention)."""
+    """Multiply 'model.learning_rate' by the number of ranks (Horovod's convention); false if the rate was
+    tuned for the global batch."""
 
     @field_validator("extra_args")
     @classmethod
@@ -305,14 +318,16 @@ class TrainingSpec(_Section):
     mpi: MPISpec | None = None
     """Horovod settings (backend 'mpi' only; defaults apply when omitted)."""
     gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
-    """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally)."""
+    """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally, with Horovod one per rank; on
+    Kubernetes nvidia.com/gpu limits)."""
     cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
     """Threads per worker; default: the machine's cores shared evenly, each process pinned to its share
     (local launcher)."""
     epochs: Annotated[int, Field(ge=1)] = 5
     """Passes over the training shards."""
     global_batch_size: Annotated[int, Field(ge=1)] = 64
-    """Examples per training step, split evenly across the replicas."""
+    """Examples per training step, split evenly across the replicas (with 'parameter_server' each step runs
+    on one worker)."""
     checkpoint_every_steps: Annotated[int, Field(ge=1)] = 100
     """The chief writes a checkpoint every this many steps (and at the end)."""
     keep_checkpoints: Annotated[int, Field(ge=1)] = 3
@@ -323,12 +338,14 @@ class TrainingSpec(_Section):
     """Each task's execution timeout."""
     hang_timeout_seconds: Annotated[int, Field(ge=10)] | None = 600
     """The train stage fails when no training process has finished a step for this long (a worker stopped,
-    or stuck in a collective), naming the stopped one; null: only ``timeout_minutes`` bounds a hang."""
+    or stuck in a collective), naming the stopped one; null: only ``timeout_minutes`` bounds a hang. On
+    Kubernetes each training pod watches the heartbeats."""
     min_workers: Annotated[int, Field(ge=1, le=64)] | None = None
     """Elastic training: the fewest workers training continues with after losing some (killed, hung), from
     the last checkpoint (TF cluster, restarted smaller) or Horovod commit (elastic 'horovodrun --gloo',
     whatever 'mpi.controller' says; a lost worker rejoins), keeping the global batch; default
-    'num_workers': losing a worker fails the stage (the task's retry resumes from the checkpoint)."""
+    'num_workers': losing a worker fails the stage (the task's retry resumes from the checkpoint). On
+    Kubernetes the launcher restarts the Job with the pods left, in every mode."""
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
     (with Horovod, each may be followed by the worker's return)."""
@@ -443,6 +460,7 @@ class ChangeThreshold(_Section):
     a metric may be; both tolerances, when given, must hold."""
 
     direction: Direction
+    """Whether a higher or a lower value of the metric is better."""
     absolute: Annotated[float, Field(ge=0)] | None = 0.0
     """Largest allowed loss in metric units (0: no worse than the baseline)."""
     relative: Annotated[float, Field(ge=0)] | None = None
@@ -668,6 +686,7 @@ class AssetSchedule(_Section):
     """Run when upstream data lands: Airflow Assets the upstream DAGs update (their URIs)."""
 
     assets: Annotated[list[str], Field(min_length=1)]
+    """URIs of the Airflow Assets the upstream DAGs update, e.g. 's3://lake/raw/digits'."""
     when: Literal["all", "any"] = "all"
     """'all': a run once every asset has a new event; 'any': on each event of any of them."""
     cron: str | None = None
@@ -723,26 +742,38 @@ class Spec(_Section):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=200)]
     """Becomes the dag_id."""
     description: str = ""
+    """Shown in Airflow as the DAG's description."""
     schedule: Annotated[Schedule | None, PARSED] = "@daily"
-    """A cron expression or preset, None (triggered runs only), or upstream assets: {assets: [URI, ...],
-    when: all|any, cron: ... (asset or time), partitions: day|... (partitioned events)}."""
+    """A cron expression or preset (a data-interval timetable: each run's data interval is the period it
+    trains on), None (triggered runs only), or upstream assets: {assets: [URI, ...], when: all|any, cron: ...
+    (asset or time), partitions: day|... (partitioned events)}."""
     start_date: dt.datetime
+    """As in Airflow (UTC unless a zone is given); also the window 'tfdist plan' shows by default."""
     catchup: Annotated[bool, PARSED] = False
+    """As in Airflow: run the intervals missed since 'start_date'."""
     max_active_runs: Annotated[int, Field(ge=1), PARSED] = 1
     """Runs of this pipeline at once (a backfill included)."""
     tags: list[str] = Field(default_factory=list)
+    """Shown in Airflow as the DAG's tags."""
     overridable: list[str] = Field(default_factory=list)
     """Fields a run may override (trigger form, '--conf', backfill '--dag-run-conf'), as dotted
     paths, e.g. 'training.epochs'; they become the DAG's typed Params."""
     artifact_root: str = Field(default_factory=default_artifact_root)
+    """Where every run's artifacts live (a local path; on Kubernetes, the artifact volume's mount path)."""
     data: DataSpec
+    """The input: where it is, its format, features and label, and the data gate."""
     model: ModelSpec
+    """The model: a built-in family ('mlp', 'cnn') or 'custom', and its optimizer."""
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    """How and where training runs: the mode, workers, epochs, checkpoints, elasticity, warm start."""
     validation: Annotated[ValidationSpec, AuthorOnly("the gate that decides what is published is the author's")] = (
         Field(default_factory=ValidationSpec)
     )
+    """The gate: what a model must score to be published."""
     export: Annotated[ExportSpec, AuthorOnly("what is published and which versions are deleted is the author's")]
+    """Where and under which name the blessed model is published, how many versions are kept, approval."""
     retries: Annotated[RetrySpec, PARSED] = Field(default_factory=RetrySpec)
+    """Airflow retries of each task."""
     kubernetes: Annotated[KubernetesSpec | None, KUBERNETES] = None
     """Pods, images and volume of a run on Kubernetes (see 'tfdist plan --launcher kubernetes')."""
 

@@ -23,7 +23,7 @@ def importing_airflow_ourselves() -> bool:
 
 # With "[core] lazy_load_plugins = False", every Airflow process loads this plugin when it imports
 # Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
-# per parse (README, "Performance").
+# per parse (docs/performance.md).
 if not importing_airflow_ourselves():
     import tfdist.operators.dag  # noqa: F401
     from tfdist.operators.params import warm_up
