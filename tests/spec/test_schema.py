@@ -23,7 +23,7 @@ import yaml
 
 from tests.conftest import REPO, make_spec
 from tfdist.operators.cli import main
-from tfdist.spec import Spec, SpecError, load_spec, override_policy
+from tfdist.spec import Spec, SpecError, load_spec, override_policy, override_refusal
 from tfdist.spec.schema import SCHEMA_FILE, schema_text
 
 ROOT = "/srv/tfdist"
@@ -472,8 +472,23 @@ def family_fields(family: str) -> set[str]:
     )
 
 
-@pytest.mark.parametrize("path, refusal", sorted(override_policy(Spec).items()))
-def test_the_schema_names_exactly_the_fields_a_run_may_override(path, refusal):
+def leaf_paths(schema: dict, node: dict, prefix: str = "") -> list[str]:
+    """The dotted path of every field of the schema, below sections too."""
+    refs = [node.get("$ref")] + [n.get("$ref") for key in ("allOf", "anyOf", "oneOf") for n in node.get(key, [])]
+    sections = [schema["$defs"][r.split("/")[-1]] for r in refs if r]
+    fields = {name: prop for section in [node, *sections] for name, prop in section.get("properties", {}).items()}
+    if not fields:
+        return [prefix.rstrip(".")]
+    return [path for name, prop in fields.items() for path in leaf_paths(schema, prop, f"{prefix}{name}.")]
+
+
+SCHEMA_DICT = json.loads(schema_text())
+OVERRIDE_PATHS = sorted({*override_policy(Spec), *leaf_paths(SCHEMA_DICT, SCHEMA_DICT)})
+
+
+@pytest.mark.parametrize("path", OVERRIDE_PATHS)
+def test_the_schema_names_exactly_the_fields_a_run_may_override(path):
+    refusal = override_refusal(Spec, path)
     spec = with_path(path)
     assert model_rejects(spec) == bool(refusal)
     assert bool(schema_errors(spec)) == bool(refusal)
