@@ -12,22 +12,28 @@ _EXPORTS = {
     "build_dags_from_directory": f"{__name__}.dag",
     "build_task_group": f"{__name__}.dag",
     "PrepareDataOperator": f"{__name__}.prepare",
+    "ValidateDataOperator": f"{__name__}.validate_data",
     "DistributedTrainOperator": f"{__name__}.train",
     "EvaluateOperator": f"{__name__}.evaluate",
+    "PublishApprovalOperator": f"{__name__}.approval",
     "ExportModelOperator": f"{__name__}.export",
     "StageRefused": f"{__name__}.outcomes",
     "StageFailedRetryable": f"{__name__}.outcomes",
     "StageLost": f"{__name__}.outcomes",
+    "model_asset": f"{__name__}.export",
     "Spec": "tfdist.spec",
     "SpecError": "tfdist.spec",
     "load_spec": "tfdist.spec",
 }
 
+"""What users may use, each from its module, imported on first use: the builders, the six operators (in the
+order of a pipeline's tasks), the Asset a published model updates, and the spec."""
+
 __all__ = list(_EXPORTS)
 
 
 def operator_modules() -> list[str]:
-    """The modules of the four operators."""
+    """The modules of the operators (the provider info declares them)."""
     return sorted({module for name, module in _EXPORTS.items() if name.endswith("Operator")})
 
 

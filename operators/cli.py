@@ -1,6 +1,7 @@
 """``tfdist``: validate a spec and print its resolved plan without running anything; write demo data.
 
 tfdist validate SPEC.yaml
+tfdist schema                      (the spec's JSON Schema, for an editor: see spec/tfdist-spec.schema.json)
 tfdist plan SPEC.yaml [--logical-date 2026-11-20] [--launcher kubernetes [--kubeflow]]
 tfdist models MODEL_DIR            (the versions of one model, each with its parent, and the withdrawn ones)
 tfdist models withdraw MODEL_DIR VERSION --reason "..." [--by NAME]
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="validate a spec file").add_argument("spec")
+    sub.add_parser("schema", help="print the spec's JSON Schema (Draft 2020-12), generated from the model")
     plan = sub.add_parser("plan", help="print the resolved plan of one scheduled run")
     plan.add_argument("spec")
     plan.add_argument(
@@ -162,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             spec = load_spec(args.spec)
             print(f"{args.spec}: valid (pipeline {spec.name})")
+        elif args.command == "schema":
+            from tfdist.spec.schema import schema_text
+
+            sys.stdout.flush()
+            sys.stdout.buffer.write(schema_text().encode())  # UTF-8 whatever the locale, as the committed file
+            sys.stdout.flush()
         elif args.command == "plan" and args.launcher == "kubernetes":
             print_kubernetes_objects(args.spec, args.logical_date, args.kubeflow)
         elif args.command == "plan":

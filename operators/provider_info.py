@@ -1,6 +1,7 @@
-"""tfdist as an Airflow provider: what ``airflow providers list`` and ``airflow providers links`` show, read
-through the ``apache_airflow_provider`` entry point. The name, version and summary come from the installed
-package's metadata (pyproject.toml), so they are written in one place."""
+"""tfdist as an Airflow provider: what ``airflow providers list``, ``airflow providers links`` and ``airflow config
+list`` show, read through the ``apache_airflow_provider`` entry point. The name, version and summary come from the
+installed package's metadata (pyproject.toml), so they are written in one place. Airflow reads provider info while
+it initializes, so nothing here imports Airflow."""
 
 from __future__ import annotations
 
@@ -9,9 +10,30 @@ from typing import Any
 
 DISTRIBUTION = "airflow-tfdist"
 """The distribution's name in pyproject.toml; Airflow refuses provider info that names another."""
+INTEGRATION = "TensorFlow"
 EXTRA_LINKS = [f"{__package__}.links.{link}" for link in ("TrainingRunLink", "PublishedVersionLink", "TensorBoardLink")]
-"""Every extra link of the operators, as import paths (``airflow providers links`` lists them): Airflow reads
-provider info while it initializes, so nothing here imports Airflow."""
+"""Every extra link of the operators, as import paths (``airflow providers links`` lists them)."""
+TRIGGER_MODULES = [f"{__package__}.launchers.kubernetes.trigger"]
+"""The trigger a stage on Kubernetes defers to (``StageTrigger``)."""
+CONFIG = {
+    "tfdist": {
+        "description": "tfdist, distributed TensorFlow training: settings of the Airflow side for every pipeline.",
+        "options": {
+            "tensorboard_url": {
+                "description": (
+                    "A TensorBoard serving the pipelines' runs (tensorboard --logdir <artifact root>/<pipeline>/runs): "
+                    "the train task of a pipeline whose spec names none (training.tensorboard_url) links to its run "
+                    "there. Empty: no link."
+                ),
+                "version_added": "0.3.0",
+                "type": "string",
+                "example": "http://tensorboard.example.com:6006",
+                "default": "",
+            }
+        },
+    }
+}
+"""The ``[tfdist]`` options, as ``airflow config list`` shows them (each ``conf.get("tfdist", ...)`` of the code)."""
 
 
 def version() -> str:
@@ -28,8 +50,10 @@ def get_provider_info() -> dict[str, Any]:
         "description": metadata.metadata(DISTRIBUTION)["Summary"],
         "versions": [version()],
         "integrations": [
-            {"integration-name": "TensorFlow", "external-doc-url": "https://www.tensorflow.org/", "tags": ["software"]}
+            {"integration-name": INTEGRATION, "external-doc-url": "https://www.tensorflow.org/", "tags": ["software"]}
         ],
-        "operators": [{"integration-name": "TensorFlow", "python-modules": operator_modules()}],
+        "operators": [{"integration-name": INTEGRATION, "python-modules": operator_modules()}],
+        "triggers": [{"integration-name": INTEGRATION, "python-modules": TRIGGER_MODULES}],
         "extra-links": EXTRA_LINKS,
+        "config": CONFIG,
     }

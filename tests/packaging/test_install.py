@@ -179,8 +179,10 @@ def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(t
     team's existing Airflow, the oldest release the package admits, which the install leaves as it is."""
     wheel = build_wheel(str(tmp_path / "tree"), str(tmp_path / "dist"))
     with zipfile.ZipFile(wheel) as z:
-        top_level = {name.split("/")[0] for name in z.namelist()}
+        names = z.namelist()
+    top_level = {name.split("/")[0] for name in names}
     assert {name for name in top_level if not name.endswith(".dist-info")} == {"tfdist"}
+    assert "tfdist/spec/tfdist-spec.schema.json" in names  # the spec's JSON Schema, for editors (package data)
 
     venv = str(tmp_path / "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)

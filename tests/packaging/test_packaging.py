@@ -6,6 +6,7 @@ project, is tested end to end in tests/packaging/test_install.py."""
 from __future__ import annotations
 
 import ast
+import glob
 import json
 import os
 import re
@@ -300,6 +301,16 @@ def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints()
     assert project["requires-python"] == ">=3.11"
 
 
+OPERATOR_MODULES = [
+    f"tfdist.operators.{m}" for m in ("approval", "evaluate", "export", "prepare", "train", "validate_data")
+]
+NOT_EXPORTED = {
+    "StageOperator": "the base of the stage operators (tfdist.operators.base), not a task of its own",
+    "InvalidSpecOperator": "the one task of the DAG build_dags_from_directory makes of a spec file that fails",
+}
+"""Operator classes of operators/*.py that tfdist.operators does not export, and why."""
+
+
 def test_provider_info_passes_airflows_schema_and_names_this_distribution():
     import airflow
     import jsonschema
@@ -313,12 +324,113 @@ def test_provider_info_passes_airflows_schema_and_names_this_distribution():
     project = pyproject()["project"]
     assert (info["package-name"], info["versions"]) == (project["name"], [project["version"]])
     assert info["description"] == project["description"]
-    assert operator_modules() == [
-        "tfdist.operators.evaluate",
-        "tfdist.operators.export",
-        "tfdist.operators.prepare",
-        "tfdist.operators.train",
+    assert operator_modules() == OPERATOR_MODULES
+    assert info["operators"] == [{"integration-name": "TensorFlow", "python-modules": OPERATOR_MODULES}]
+    assert info["triggers"] == [
+        {"integration-name": "TensorFlow", "python-modules": ["tfdist.operators.launchers.kubernetes.trigger"]}
     ]
+    assert list(info["config"]) == ["tfdist"]
+    integrations = {i["integration-name"] for i in info["integrations"]}
+    assert {entry["integration-name"] for entry in info["operators"] + info["triggers"]} <= integrations
+
+
+def test_every_module_and_class_the_provider_info_names_imports_and_is_what_it_says():
+    import importlib
+    import inspect
+
+    from airflow.sdk import BaseOperator, BaseOperatorLink
+    from airflow.triggers.base import BaseTrigger
+
+    from tfdist.operators.provider_info import get_provider_info
+
+    def defined(module: str, base: type) -> list[str]:
+        found = inspect.getmembers(importlib.import_module(module), inspect.isclass)
+        return [name for name, cls in found if issubclass(cls, base) and cls.__module__ == module]
+
+    info = get_provider_info()
+    for module in info["operators"][0]["python-modules"]:
+        assert set(defined(module, BaseOperator)) - set(NOT_EXPORTED), module
+    (triggers,) = [entry["python-modules"] for entry in info["triggers"]]
+    assert [defined(module, BaseTrigger) for module in triggers] == [["StageTrigger"]]
+    for path in info["extra-links"]:
+        module, name = path.rsplit(".", 1)
+        assert issubclass(getattr(importlib.import_module(module), name), BaseOperatorLink), path
+
+
+def test_tfdist_operators_exports_every_operator_class_lazily():
+    """``__all__`` names every operator class of operators/*.py (but NOT_EXPORTED), each resolving to the class
+    of its module; importing tfdist.operators imports none of them, nor Airflow."""
+    import tfdist.operators
+
+    classes = {}
+    for path in glob.glob(os.path.join(REPO, "operators", "*.py")):
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        module = f"tfdist.operators.{os.path.basename(path)[:-3]}"
+        classes |= {n.name: module for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Operator")}
+    exported = {name: module for name, module in classes.items() if name not in NOT_EXPORTED}
+    assert set(NOT_EXPORTED) <= set(classes)
+    assert sorted(exported) == sorted(name for name in tfdist.operators.__all__ if name.endswith("Operator"))
+    assert len(exported) == 6 and sorted(set(exported.values())) == OPERATOR_MODULES
+    for name, module in exported.items():
+        assert getattr(tfdist.operators, name).__module__ == module
+    assert {"build_dag", "build_task_group", "build_dags_from_directory", "model_asset"} <= set(
+        tfdist.operators.__all__
+    )
+    code = (
+        "import sys, tfdist.operators, tfdist.operators.provider_info as p\n"
+        "p.get_provider_info()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'airflow' or m.startswith('tfdist.operators.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "['tfdist.operators.provider_info']"
+
+
+def tfdist_settings_read() -> set[str]:
+    """Every option of Airflow's [tfdist] section the code reads: ``conf.get("tfdist", "<option>", ...)`` and the
+    like."""
+    found = set()
+    for folder in ("spec", "contract", "operators", "trainer", "plugins", "dags"):
+        for path in python_files(folder):
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr.startswith(("get", "has_option"))
+                    and len(node.args) >= 2
+                    and all(isinstance(a, ast.Constant) for a in node.args[:2])
+                    and node.args[0].value == "tfdist"
+                ):
+                    found.add(node.args[1].value)
+    return found
+
+
+def test_every_tfdist_setting_is_declared_and_airflow_config_list_shows_it(tmp_path):
+    from tfdist.operators.provider_info import get_provider_info
+
+    section = get_provider_info()["config"]["tfdist"]
+    assert tfdist_settings_read() == set(section["options"]) == {"tensorboard_url"}
+    for option in section["options"].values():
+        assert option["description"] and option["example"] and option["version_added"]
+    done = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "airflow"),
+            *("config", "list", "--section", "tfdist", "--include-descriptions", "--include-examples"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "AIRFLOW_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout
+    assert f"# {section['description']}" in listed
+    for name, option in section["options"].items():
+        assert f"# {option['description']}" in listed
+        assert f"# Example: {name} = {option['example']}" in listed
+        assert re.search(rf"^#? ?{name} = {re.escape(option['default'])}$", listed, re.M), listed
 
 
 PLUGINS = (
@@ -354,13 +466,14 @@ def test_the_plugin_loads_whichever_module_of_ours_imports_airflow_first(first, 
 
 
 def test_the_plugin_serves_the_page_and_the_provider_declares_the_operators_extra_links():
-    from tfdist.operators.export import ExportModelOperator
+    import tfdist.operators
     from tfdist.operators.provider_info import EXTRA_LINKS
-    from tfdist.operators.train import DistributedTrainOperator
     from tfdist.operators.web.plugin import TfdistPlugin
 
-    links = [*ExportModelOperator.operator_extra_links, *DistributedTrainOperator.operator_extra_links]
-    assert EXTRA_LINKS == list(dict.fromkeys(f"{type(link).__module__}.{type(link).__name__}" for link in links))
+    operators = [getattr(tfdist.operators, name) for name in tfdist.operators.__all__ if name.endswith("Operator")]
+    links = [type(link) for operator in operators for link in operator.operator_extra_links]
+    ours = [f"{link.__module__}.{link.__name__}" for link in links if link.__module__.startswith("tfdist.")]
+    assert sorted(EXTRA_LINKS) == sorted(set(ours))
     assert [v["url_route"] for v in TfdistPlugin.external_views] == ["training-runs", "training-runs-of-dag"]
     assert [a["url_prefix"] for a in TfdistPlugin.fastapi_apps] == ["/tfdist"]
 
