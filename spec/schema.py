@@ -124,7 +124,7 @@ def _refine_values(schema: JsonSchema) -> None:
     )
     asset["partition_key_format"]["pattern"] = "%"
     training, export = defs["TrainingSpec"]["properties"], defs["ExportSpec"]["properties"]
-    words = defs["WarmStart"]["properties"]["from"]["enum"]
+    words = defs["WarmStartSpec"]["properties"]["from"]["enum"]
     warm_start = training["warm_start"]
     warm_start["anyOf"] = [{"type": "string", "enum": words}, {"$ref": warm_start.pop("$ref")}]
     export["approval"]["anyOf"].insert(0, {"type": "boolean"})

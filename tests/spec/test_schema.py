@@ -23,7 +23,7 @@ import yaml
 
 from tests.conftest import REPO, make_spec
 from tfdist.operators.cli import main
-from tfdist.spec import Spec, SpecError, load_spec, override_policy, override_refusal
+from tfdist.spec import Spec, SpecError, field_doc, load_spec, override_policy, override_refusal
 from tfdist.spec.schema import SCHEMA_FILE, schema_text
 
 ROOT = "/srv/tfdist"
@@ -108,7 +108,7 @@ def test_every_field_is_described_by_its_docstring():
     schema = json.loads(schema_text())
     training = schema["$defs"]["TrainingSpec"]["properties"]
     assert training["num_workers"]["description"].startswith("Training workers")
-    assert schema["properties"]["data"] == {"$ref": "#/$defs/DataSpec"}  # a section describes itself
+    assert schema["properties"]["data"] == {"$ref": "#/$defs/DataSpec", "description": field_doc(Spec, "data")}
     assert not [name for name, prop in training.items() if "title" in prop]  # no titles made of field names
 
 
