@@ -56,7 +56,8 @@ def main() -> None:
         gradients = [tf.zeros_like(v) for v in model.trainable_variables]
         if hvd:
             gradients = hvd.grouped_allreduce(gradients, op=hvd.Sum)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # all-reduces under the strategy
+        # all-reduces under the strategy
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
 
     @tf.function
     def steps(n):

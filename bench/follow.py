@@ -184,12 +184,10 @@ def one(cluster, work: str, pods: int, seconds: float) -> dict:
     name = f"bench-{pods}"
     api = client.CustomObjectsApi(config.new_client_from_config_dict(cluster.kubeconfig))
     api.create_namespaced_custom_object("batch", "v1", NAMESPACE, "jobs", job(name, pods))
-    running = lambda: [
-        p
-        for p in cluster.pods.values()
-        if p.obj["metadata"]["name"].startswith(name)  # noqa: E731
-        and p.phase == "Running"
-    ]
+
+    def running() -> list:
+        return [p for p in cluster.pods.values() if p.obj["metadata"]["name"].startswith(name) and p.phase == "Running"]
+
     wait_for(lambda: len(running()) == pods, 60 + pods, f"{pods} pods to run")
     files = {k: os.path.join(work, f"{name}.{k}") for k in ("watch", "lines", "out")}
     with open(files["watch"], "w") as f:

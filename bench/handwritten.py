@@ -132,7 +132,7 @@ def main() -> None:
         gradients = tape.gradient(loss, model.trainable_variables)
         if hvd:
             gradients = hvd.grouped_allreduce(gradients, op=hvd.Sum)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss
 
     @tf.function

@@ -259,7 +259,8 @@ from airflow.utils.file import iter_airflow_imports
 for module in iter_airflow_imports(sys.argv[1]):  # what the dag-processor imports before it forks a parse
     importlib.import_module(module)
 started = time.perf_counter(); runpy.run_path(sys.argv[1]); seconds = time.perf_counter() - started
-print(json.dumps({"seconds": seconds, "tensorflow": sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[:3]}))
+tensorflow = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[:3]
+print(json.dumps({"seconds": seconds, "tensorflow": tensorflow}))
 """
 DAG_FILES = {
     "empty": os.path.join(REPO, "bench", "empty_dag.py"),
@@ -312,7 +313,7 @@ def airflow_run(work: str, budget: Budget) -> dict:
 
 
 def ratio_row(figure: str, numerators: list[float], denominators: list[float], goal: str, test) -> dict:
-    ratios = [a / b for a, b in zip(numerators, denominators)]
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
     s = summary(ratios)
     return {"figure": figure, **s, "goal": goal, "met": test(s["median"])}
 
@@ -361,7 +362,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 ratio_row(
                     f"ceiling {mode}, 2 workers: limit step / (limit step + sync alone)",
                     step_ms,
-                    [s + sync for s, sync in zip(step_ms, t[f"sync/{mode}/2"])],
+                    [s + sync for s, sync in zip(step_ms, t[f"sync/{mode}/2"], strict=True)],
                     "",
                     lambda m: None,
                 )

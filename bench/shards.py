@@ -199,7 +199,7 @@ def measure(workdir: str, sizes: tuple[int, ...], repetitions: int) -> list[dict
             ]
             for samples, argv in runs if repetition % 2 == 0 else runs[::-1]:
                 samples.append(_timed(argv))
-        ratios = [a[0] / b[0] for a, b in zip(ours, bare)]
+        ratios = [a[0] / b[0] for a, b in zip(ours, bare, strict=True)]
         rows.append(
             {
                 "size": size,
@@ -231,7 +231,9 @@ def bare(source: str, out: str) -> None:
     label_values = example.features.feature["label"].int64_list.value
     with tf.io.TFRecordWriter(out) as writer:
         for block in range(0, len(labels), 16384):
-            for pixel, label in zip(pixels[block : block + 16384].tolist(), labels[block : block + 16384].tolist()):
+            for pixel, label in zip(
+                pixels[block : block + 16384].tolist(), labels[block : block + 16384].tolist(), strict=True
+            ):
                 pixel_values[:] = pixel
                 label_values[:] = [label]
                 writer.write(example.SerializeToString())

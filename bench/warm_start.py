@@ -187,8 +187,8 @@ def side_by_side(seeds: list[dict]) -> list[tuple[str, str]]:
             max(CHECKPOINT_EVERY, round(fraction * s["cold_steps"] / CHECKPOINT_EVERY) * CHECKPOINT_EVERY)
             for s in seeds
         ]
-        warm = [dict(s["warm"])[step] for s, step in zip(seeds, at)]
-        cold = [dict(s["cold"])[step] for s, step in zip(seeds, at)]
+        warm = [dict(s["warm"])[step] for s, step in zip(seeds, at, strict=True)]
+        cold = [dict(s["cold"])[step] for s, step in zip(seeds, at, strict=True)]
         out.append(
             (
                 f"warm start: eval accuracy after {'/'.join(map(str, sorted(set(at))))} steps "
@@ -214,7 +214,10 @@ def per_summary_ms(summaries: dict) -> list[float]:
     first one creates the writer)."""
     examples = (summaries["steps"] - STEPS_PER_CALL) * BATCH
     written = summaries["points"]["every_call"] - 1
-    return [1000 * examples * (1 / f - 1 / o) / written for f, o in zip(summaries["every_call"], summaries["off"])]
+    return [
+        1000 * examples * (1 / f - 1 / o) / written
+        for f, o in zip(summaries["every_call"], summaries["off"], strict=True)
+    ]
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:

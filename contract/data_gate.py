@@ -103,8 +103,11 @@ def feature_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]
 def label_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
     """The largest change of a class's share (L∞), and every class the baseline has and this run lacks."""
     counts, old = _class_counts(now), _class_counts(base)
+    # a class one side has no count for (the label's num_classes changed since the baseline) has no rows there
+    width = max(len(counts), len(old))
+    counts, old = counts + [0] * (width - len(counts)), old + [0] * (width - len(old))
     shares, old_shares = [c / (sum(counts) or 1) for c in counts], [c / (sum(old) or 1) for c in old]
-    changes = [abs(a - b) for a, b in zip(shares, old_shares)]
+    changes = [abs(a - b) for a, b in zip(shares, old_shares, strict=True)]
     worst = max(range(len(changes)), key=changes.__getitem__)
     limit = settings["labels"]["max_change"]
     rows = [
@@ -128,7 +131,7 @@ def label_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
 
 
 def _class_counts(stats: dict) -> list[int]:
-    return [a + b for a, b in zip(stats["train"]["class_counts"], stats["eval"]["class_counts"])]
+    return [a + b for a, b in zip(stats["train"]["class_counts"], stats["eval"]["class_counts"], strict=True)]
 
 
 def row_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:

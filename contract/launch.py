@@ -58,7 +58,9 @@ def split_rank_tags(name: str, line: str) -> list[tuple[str, str]]:
     several tagged pieces; empty pieces are dropped."""
     untagged, *pieces = RANK_TAG.split(line)
     found = [(name, untagged)] if untagged.strip() else []
-    return found + [(f"rank-{rank}", text) for rank, text in zip(pieces[::2], pieces[1::2]) if text.strip()]
+    return found + [
+        (f"rank-{rank}", text) for rank, text in zip(pieces[::2], pieces[1::2], strict=True) if text.strip()
+    ]
 
 
 def mpirun_argv(

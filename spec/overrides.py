@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import itertools
 import sys
 import types
 from collections.abc import Iterator
@@ -105,7 +106,7 @@ def _attribute_docs(module: str) -> dict[tuple[str, str], str]:
     docs = {}
     for cls in ast.parse(inspect.getsource(sys.modules[module])).body:
         body = cls.body if isinstance(cls, ast.ClassDef) else []
-        for field, doc in zip(body, body[1:]):
+        for field, doc in itertools.pairwise(body):
             if (
                 isinstance(field, ast.AnnAssign)
                 and isinstance(field.target, ast.Name)

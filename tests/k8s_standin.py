@@ -305,7 +305,8 @@ def _set_job_condition(status: dict, type_: str, reason: str, message: str) -> N
         for c in conditions
         if c["type"] != type_ and {c["type"], type_} != {"Running", "Restarting"}
     ]
-    status["conditions"] = kept + [
+    status["conditions"] = [
+        *kept,
         {
             "type": type_,
             "status": "True",
@@ -313,7 +314,7 @@ def _set_job_condition(status: dict, type_: str, reason: str, message: str) -> N
             "message": message,
             "lastUpdateTime": stamp,
             "lastTransitionTime": current["lastTransitionTime"] if current and current["status"] == "True" else stamp,
-        }
+        },
     ]
 
 
@@ -1167,7 +1168,7 @@ class Cluster:
         if hit or len(failed) > spec["backoffLimit"]:
             reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
             if hit:
-                k, pod, why = hit
+                k, _pod, why = hit
                 reason, message = "PodFailurePolicy", f"{why} at index {k}"
             conditions = [
                 {"type": "FailureTarget", "status": "True", "reason": reason, "message": message},

@@ -11,6 +11,7 @@ Exit code 0 with a decision either way; EXIT_REFUSED when a candidate fails an i
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,7 @@ def scored_candidates(
                 },
             )
             fail(str(exc), EXIT_REFUSED)
-        probabilities, labels = score(tf, lambda features: model(features, training=False), args.data, manifest)
+        probabilities, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
         scored.append(
             {
                 "checkpoint": path,

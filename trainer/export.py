@@ -53,7 +53,7 @@ def serving_module(tf, model, features: list[dict]):
 
     @tf.function(input_signature=[tf.TensorSpec([None, *f["shape"]], tf.float32, name=f["name"]) for f in features])
     def serve(*tensors):
-        return {"probabilities": model(dict(zip(names, tensors)), training=False)}
+        return {"probabilities": model(dict(zip(names, tensors, strict=True)), training=False)}
 
     module.serve = serve
     return module

@@ -207,7 +207,7 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
         return next((proc.returncode for _, _, proc in started if proc.returncode), 0)
 
     hung = False
-    while any([proc.poll() is None for _, _, proc in started]) and not first_failure():  # a list: poll every one
+    while None in [proc.poll() for _, _, proc in started] and not first_failure():  # polls every one
         if told_to_stop.is_set():
             break
         if watch and watch.hung({member: proc.pid for _, member, proc in started}):

@@ -60,7 +60,7 @@ def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:  # hashlib lets go of the GIL
         digests = list(pool.map(sha256, [url for url, _ in files]))
-    inputs = [{"path": url, "bytes": size, "sha256": d} for (url, size), d in zip(files, digests)]
+    inputs = [{"path": url, "bytes": size, "sha256": d} for (url, size), d in zip(files, digests, strict=True)]
     data_section = data_spec.model_dump(mode="json", exclude={"checks"})  # loosening a check prepares nothing again
     return digest_json({"inputs": inputs, "data": data_section, "version": data.MANIFEST_VERSION}), inputs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import re
@@ -76,7 +77,7 @@ def pieces(files: list[tuple[str, int]], fmt: str) -> list[Piece]:
             continue
         count = max(1, math.ceil(size / PIECE_BYTES))
         bounds = [size * k // count for k in range(count + 1)]
-        cut += [Piece(url, a, b) for a, b in zip(bounds, bounds[1:])]
+        cut += [Piece(url, a, b) for a, b in itertools.pairwise(bounds)]
     return cut
 
 
@@ -294,7 +295,7 @@ def _parquet(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
                 f"(data.features and data.label name its columns)"
             )
         first = 0
-        wanted = sorted(present & {label, *sum(sources.values(), [])})
+        wanted = sorted(present & {label, *itertools.chain.from_iterable(sources.values())})
         for batch in file.iter_batches(batch_size=CHUNK_ROWS, columns=wanted):
             n = batch.num_rows
             columns = {}

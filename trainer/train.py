@@ -96,7 +96,7 @@ class Mirrored:
         strategy, tf = self.strategy, self.tf
 
         def accumulate(batch, sums):
-            return [total + value for total, value in zip(sums, replica_step(batch))]
+            return [total + value for total, value in zip(sums, replica_step(batch), strict=True)]
 
         @tf.function
         def chunk(iterator, steps):
@@ -196,7 +196,7 @@ class Horovod:
         def chunk(steps):
             sums = [tf.constant(0.0), tf.constant(0.0)]
             for _ in tf.range(steps):
-                sums = [total + value for total, value in zip(sums, replica_step(next(iterator)))]
+                sums = [total + value for total, value in zip(sums, replica_step(next(iterator)), strict=True)]
             return self.grouped_allreduce(sums, op=hvd.Sum)
 
         return lambda steps: [float(v) for v in chunk(tf.constant(steps))]
@@ -245,7 +245,7 @@ class ElasticHorovod(Horovod):
                 super().save()
 
             def restore(self):
-                for variable, value in zip(self.variables, self._committed):
+                for variable, value in zip(self.variables, self._committed, strict=True):
                     variable.assign(value)
                 super().restore()
 
@@ -258,7 +258,10 @@ class ElasticHorovod(Horovod):
                     self._committed = [v.numpy() for v in self.variables]
                     super().sync()
                 except Exception as error:  # a rank lost while syncing: reset again
-                    raise sync.lost_peer(error) or error
+                    lost = sync.lost_peer(error)
+                    if lost is None:
+                        raise
+                    raise lost from error
 
         return KerasVariablesState()
 
@@ -357,7 +360,7 @@ def gradient_sync(tf, training: TrainingSpec, elastic: bool):
 
 def new_progress(step: int) -> dict:
     """Training progress from ``step``: the step, the current epoch's sums, the finished epochs' metrics."""
-    return dict(step=step, epoch_loss=0.0, epoch_correct=0.0, epoch_steps=0, epoch_examples=0, history=[])
+    return {"step": step, "epoch_loss": 0.0, "epoch_correct": 0.0, "epoch_steps": 0, "epoch_examples": 0, "history": []}
 
 
 class TrainingRun:
@@ -489,7 +492,7 @@ class TrainingRun:
                 probabilities = model(features, training=True)
                 loss = tf.nn.compute_average_loss(loss_fn(labels, probabilities), global_batch_size=batch)
             gradients = sync.sync_gradients(tape.gradient(loss, model.trainable_variables))
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
             return loss, correct
 

@@ -6,8 +6,9 @@ Every variable of the parent's model is restored, and the optimizer's state wher
 same variables, names and shapes). The run's step counter starts again at 0 (its epochs, checkpoints and data are
 counted from it) and the learning rate is this run's; the optimizer keeps its own iteration count, to which Adam's
 bias correction of the restored moments belongs (reset, it would shrink the first thousand steps' updates). All of
-a run's processes start from the same parent: the first to look it up records its choice, the others take it. The feature normalization is this run's data's (it is built into the model from the
-data manifest, not restored): the data gate has bounded how far that data moved from the parent's.
+a run's processes start from the same parent: the first to look it up records its choice, the others take it.
+The feature normalization is this run's data's (it is built into the model from the data manifest, not
+restored): the data gate has bounded how far that data moved from the parent's.
 
 Variables are matched by their path in the checkpoint's object graph (``model/_operations/3/_kernel``) and shape.
 When any of the model's differ (the spec's model changed), the run starts cold, naming them, or with

@@ -224,9 +224,9 @@ def change_version(
     try:
         result = change(model_dir)
     except registry.UnknownVersion as exc:
-        raise HTTPException(404, str(exc))
+        raise HTTPException(404, str(exc)) from exc
     except registry.RegistryError as exc:
-        raise HTTPException(409, str(exc))
+        raise HTTPException(409, str(exc)) from exc
     for callback in callbacks:
         callback()
     return {**result, "model_dir": model_dir, "message": now_served(model_dir, result["live"]), "asset_event": extra}

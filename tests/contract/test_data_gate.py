@@ -89,6 +89,20 @@ def test_labels_fail_on_the_largest_share_change_and_on_a_missing_class():
     assert [r["feature"] for r in rows if r["statistic"] == "rows of the class"] == ["class 2"]
 
 
+def test_labels_compare_a_class_one_side_has_no_count_for_as_no_rows():
+    """The label's num_classes changed since the baseline: a class one side does not count has no rows there."""
+    (a, labels), (b, _) = data(seed=1), data(seed=2)
+    more = np.where(np.arange(len(labels)) % 4 == 0, 3, labels)  # a fourth class, a quarter of the rows
+    rows = by(data_gate.checks(described(b, labels), described(a, more, classes=4), settings()), "labels")
+    assert [r["feature"] for r in rows if r["statistic"] == "rows of the class"] == ["class 3"]
+    largest = next(r for r in rows if r["statistic"].startswith("change"))
+    shares = np.bincount(labels, minlength=4) / len(labels) - np.bincount(more, minlength=4) / len(more)
+    assert largest["margin"] == pytest.approx(0.05 - np.abs(shares).max()) and not largest["passed"]
+    rows = by(data_gate.checks(described(a, more, classes=4), described(b, labels), settings()), "labels")
+    largest = next(r for r in rows if r["statistic"].startswith("change"))
+    assert largest["margin"] == pytest.approx(0.05 - np.abs(shares).max())
+
+
 def test_rows_against_the_baseline_and_bounds_without_one():
     (a, labels) = data(rows=2000)
     few, few_labels = a[:200], labels[:200]

@@ -100,7 +100,7 @@ def test_restore_renames_back_and_refuses_over_a_published_version(model_dir):
     assert (result["by"], result["reason"], result["live"]) == ("alice", "bad", 3)
     assert tf_serving_latest(model_dir) == 3 and registry.withdrawn(model_dir) == []
     assert not os.path.exists(os.path.join(model_dir, "3", registry.WITHDRAWN))
-    with pytest.raises(registry.UnknownVersion, match="version 3 of .* is not withdrawn"):
+    with pytest.raises(registry.UnknownVersion, match=r"version 3 of .* is not withdrawn"):
         registry.restore(model_dir, 3)
 
     registry.withdraw(model_dir, 3, "bad", by="alice")
@@ -119,7 +119,7 @@ def test_bad_withdrawals_are_refused_and_change_nothing(model_dir):
         os.path.join(model_dir, "3")
     )
     registry.withdraw(model_dir, 3, "bad", by="alice")
-    with pytest.raises(registry.RegistryError, match="version 3 of .* is already withdrawn"):
+    with pytest.raises(registry.RegistryError, match=r"version 3 of .* is already withdrawn"):
         registry.withdraw(model_dir, 3, "bad", by="alice")
 
 

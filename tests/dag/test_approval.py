@@ -53,7 +53,7 @@ def test_approval_is_the_authors_and_no_run_can_change_it(tmp_path):
     (problem,) = problems(make_spec(str(tmp_path), overridable=["export.approval.on_timeout"]))
     assert problem.startswith("overridable: 'export.approval.on_timeout' cannot be overridden by whoever triggers")
     spec = load_spec(with_approval(str(tmp_path), True, overridable=["training.epochs"]))
-    with pytest.raises(SpecError, match="export.approval: not overridable in this pipeline"):
+    with pytest.raises(SpecError, match=r"export\.approval: not overridable in this pipeline"):
         spec.with_overrides({"export.approval": None})
 
 

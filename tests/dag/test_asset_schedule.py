@@ -143,7 +143,7 @@ def test_a_partitioned_run_reads_its_partition_and_a_manual_one_must_name_one(tm
     assert by_airflow.window == "the day partition '2026-11-20' its trigger names"
     by_hand = StageTask(spec, partition_key="2026-11-19", run_after=dt.datetime(2026, 11, 24, tzinfo=UTC))
     assert by_hand.context("manual__1").interval_start == dt.datetime(2026, 11, 19, tzinfo=UTC)
-    with pytest.raises(AirflowFailException, match="one day partition per run, but the run names None.*'2026-11-20'"):
+    with pytest.raises(AirflowFailException, match=r"one day partition per run, but the run names None.*'2026-11-20'"):
         StageTask(spec, run_after=dt.datetime(2026, 11, 24, tzinfo=UTC)).context("manual__2")
 
 

@@ -125,7 +125,7 @@ def test_in_warn_mode_a_drifted_day_goes_through_and_is_recorded(pipelines, tmp_
     root = pipelines
     if not registry.versions(os.path.join(root, "models", "data_gate")):  # a baseline (when run alone)
         assert day_run(root, "data_gate", FIRST, None, tmp_path)[0].state == "success"
-    outcome, states, log = day_run(root, "data_gate_warn", FIRST + dt.timedelta(days=8), "scaled", tmp_path)
+    outcome, _states, log = day_run(root, "data_gate_warn", FIRST + dt.timedelta(days=8), "scaled", tmp_path)
     assert outcome.state == "success", log[-4000:]
     assert "WARNING (data.checks mode warn): drift: pixel[20] Jensen–Shannon divergence" in log
     record = read_json(

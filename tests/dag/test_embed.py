@@ -5,6 +5,7 @@ and two tiny pipelines."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import subprocess
@@ -53,7 +54,7 @@ def test_two_pipelines_follow_the_upstream_task_each_under_its_own_id(tmp_path):
     for group in ("digits_a", "digits_b"):
         chain = [f"{group}.{t}" for t in ("prepare_data", "validate_data", "train", "evaluate", "export")]
         assert dag.get_task(chain[0]).upstream_task_ids == {"extract"}
-        for before, after in zip(chain, chain[1:]):
+        for before, after in itertools.pairwise(chain):
             assert dag.get_task(after).upstream_task_ids == {before}
         assert {dag.get_task(t).pipeline_id for t in chain} == {f"team_etl.{group}"}
     assert "tfdist-embedded" in dag.tags and not dag.params  # the trigger form stays the DAG author's
@@ -115,9 +116,9 @@ def test_runs_take_overrides_from_their_own_conf_mapping_only(tmp_path):
     )
     assert a.effective_spec(run)[1] == {"training.epochs": 1}
     assert b.effective_spec(run)[1] == {}
-    with pytest.raises(AirflowFailException, match="data.source: not overridable"):
+    with pytest.raises(AirflowFailException, match=r"data\.source: not overridable"):
         a.effective_spec(context({"digits_a": {"data.source": "/etc/*"}}, START, START))
-    with pytest.raises(AirflowFailException, match="conf.digits_a: must be a mapping"):
+    with pytest.raises(AirflowFailException, match=r"conf\.digits_a: must be a mapping"):
         a.effective_spec(context({"digits_a": 3}, START, START))
 
 

@@ -338,14 +338,14 @@ def test_backfill_experiment_compares_each_date_with_what_was_live_then(airflow,
         for r in backfill
     ]
     assert blessings[0]["baseline"] is None
-    for earlier, blessing in zip(versions, blessings[1:]):
+    for earlier, blessing in zip(versions, blessings[1:], strict=True):
         assert blessing["baseline"]["version"] == earlier["version"], blessing["report"]
         assert blessing["deltas"]["accuracy"]["absolute"] == pytest.approx(
             blessing["metrics"]["accuracy"] - blessing["baseline"]["metrics"]["accuracy"]
         )
 
     report = format_runs(list_runs("digits_backfill", [airflow.backfill_root])).splitlines()
-    for r, version in zip(backfill, versions):
+    for r, version in zip(backfill, versions, strict=True):
         (row,) = [line for line in report if line.startswith(r["dag_run_id"])]
         assert "training.epochs=8" in row and " blessed " in row and str(version["version"]) in row
 
@@ -514,11 +514,12 @@ def test_trigger_form_in_a_real_browser(airflow):
         epochs.fill("4")
         page.screenshot(path=os.path.join(SCREENSHOTS, "trigger-form.png"))
         page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
-        new_manual = lambda: [
-            r
-            for r in airflow.runs("digits_nightly")  # noqa: E731
-            if r["dag_run_id"] not in before and r["run_type"] == "manual"
-        ]
+
+        def new_manual() -> list[dict]:
+            return [
+                r for r in airflow.runs("digits_nightly") if r["dag_run_id"] not in before and r["run_type"] == "manual"
+            ]
+
         (run,) = airflow.wait_for(new_manual, 60, "the triggered run")
         page.screenshot(path=os.path.join(SCREENSHOTS, "after-trigger.png"))
     assert run["triggered_by"] == "ui" and run["conf"]["training.epochs"] == 4, run

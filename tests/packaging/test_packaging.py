@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import itertools
 import json
 import os
 import re
@@ -290,8 +291,9 @@ def test_version_ranges_not_pins_and_the_tested_versions_pinned_in_constraints()
     project = pyproject()["project"]
     requirements = [
         Requirement(r)
-        for r in project["dependencies"]
-        + sum((v for k, v in project["optional-dependencies"].items() if k != "dev"), [])
+        for r in itertools.chain(
+            project["dependencies"], *(v for k, v in project["optional-dependencies"].items() if k != "dev")
+        )
     ]
     assert not [str(r) for r in requirements if any(s.operator == "==" for s in r.specifier)]
     ranges = {canonicalize_name(r.name): r.specifier for r in requirements}

@@ -156,15 +156,15 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
         unpublish()
         launcher, failure = LocalLauncher(plan), []
 
-        def export() -> None:
+        def export(launcher: LocalLauncher, failure: list[StageFailed]) -> None:
             try:
                 launcher.run(plan.stage("export"), collecting_logger("export_killed")[0])
             except StageFailed as exc:
                 failure.append(exc)
 
-        thread = threading.Thread(target=export)
+        thread = threading.Thread(target=export, args=(launcher, failure))
         thread.start()
-        wait_for(lambda: "export-0" in launcher.processes, 30, "the export process")
+        wait_for(lambda launcher=launcher: "export-0" in launcher.processes, 30, "the export process")
         delay = random.Random(trial).uniform(0, duration)
         time.sleep(delay)
         with contextlib.suppress(ProcessLookupError):  # it may have finished

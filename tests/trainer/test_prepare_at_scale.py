@@ -4,6 +4,7 @@ an s3:// source is read from a real S3-protocol server (moto's, as a separate pr
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -36,13 +37,13 @@ def digits_rows(count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
 def write_csv(path: str, pixels: np.ndarray, labels: np.ndarray) -> None:
     with open(path, "w") as f:
         f.write(",".join(["label", *(f"pixel_{i}" for i in range(64))]) + "\n")
-        for x, y in zip(pixels, labels):
+        for x, y in zip(pixels, labels, strict=True):
             f.write(",".join([str(int(y)), *(f"{v:g}" for v in x)]) + "\n")
 
 
 def write_jsonl(path: str, pixels: np.ndarray, labels: np.ndarray) -> None:
     with open(path, "w") as f:
-        for x, y in zip(pixels, labels):
+        for x, y in zip(pixels, labels, strict=True):
             f.write(json.dumps({"pixel": x.tolist(), "label": int(y)}) + "\n")
 
 
@@ -62,7 +63,7 @@ def write_tfrecord(path: str, pixels: np.ndarray, labels: np.ndarray) -> None:
     import tensorflow as tf
 
     with tf.io.TFRecordWriter(path) as writer:
-        for x, y in zip(pixels, labels):
+        for x, y in zip(pixels, labels, strict=True):
             writer.write(
                 tf.train.Example(
                     features=tf.train.Features(
@@ -98,7 +99,7 @@ def test_a_file_cut_into_pieces_anywhere_reads_every_line_once_in_order(tmp_path
     rng = np.random.default_rng(7)
     for cuts in ([], [1], [size // 2], sorted(rng.choice(size, 9, replace=False).tolist())):
         bounds = [0, *cuts, size]
-        pieces = [readers.Piece(path, a, b) for a, b in zip(bounds, bounds[1:])]
+        pieces = [readers.Piece(path, a, b) for a, b in itertools.pairwise(bounds)]
         got_pixels, got_labels = read_all(pieces, data_spec(fmt))
         assert np.array_equal(got_pixels, pixels.astype(np.float32)) and np.array_equal(got_labels, labels), cuts
 
@@ -189,7 +190,7 @@ def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
         del example.features.feature["label"]
         writer.write(example.SerializeToString())
     with pytest.raises(
-        readers.BadData, match="record 2, field 'label': Feature: label .* is required but could not be found"
+        readers.BadData, match=r"record 2, field 'label': Feature: label .* is required but could not be found"
     ):
         read()
 
@@ -351,5 +352,5 @@ def test_an_http_source_is_read_as_the_local_file(tmp_path):
     finally:
         server.shutdown()
     assert remote.returncode == 0, remote.stderr
-    local, local_out = prepare(root, "local", "jsonl", paths)
+    _local, local_out = prepare(root, "local", "jsonl", paths)
     assert shards_of(out) == shards_of(local_out)

@@ -148,7 +148,7 @@ def test_a_wider_model_starts_cold_naming_the_variables_or_is_refused(first):
     day1, _, v1 = first
     root, day = day1.spec.artifact_root, DAY - dt.timedelta(days=2)
     wider = {"family": "mlp", "hidden_units": [96], "learning_rate": 0.003}
-    plan, record = train(root, "warm_wider", day, "mirrored, 1 worker", publish=False, model=wider)
+    _plan, record = train(root, "warm_wider", day, "mirrored, 1 worker", publish=False, model=wider)
     assert record["parent"] is None and record["cold_start"].startswith(
         f"3 variable(s) of the model do not match baseline version {v1['version']}: "
     )
@@ -170,5 +170,5 @@ def test_a_wider_model_starts_cold_naming_the_variables_or_is_refused(first):
     assert "refusing to start cold (training.warm_start.on_mismatch is fail)" in str(refused.value)
 
     sgd = {"family": "mlp", "hidden_units": [64], "learning_rate": 0.003, "optimizer": "sgd"}
-    plan, record = train(root, "warm_sgd", day, "mirrored, 1 worker", publish=False, model=sgd)
+    _plan, record = train(root, "warm_sgd", day, "mirrored, 1 worker", publish=False, model=sgd)
     assert record["parent"]["version"] == v1["version"] and record["restored"] == "model (another optimizer)"

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -166,7 +167,7 @@ def test_a_running_pod_has_a_running_state_and_a_job_deleted_without_policy_orph
     batch.create_namespaced_job(NS, job("sleeper", "import time; time.sleep(60)"))
     batch.create_namespaced_job(NS, job("orphan", "import time; time.sleep(60)"))
     for name in ("sleeper", "orphan"):
-        pod = until(lambda: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
+        pod = until(lambda name=name: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
         status = pod.status.container_statuses[0]
         assert status.state.running.started_at and status.ready and status.started and not status.state.terminated
         assert {c.type: c.status for c in pod.status.conditions} == {
@@ -285,7 +286,7 @@ def test_a_dropped_connection_cuts_a_watch_and_a_followed_log_off_mid_stream(clu
         for _ in log.stream():
             pass
     assert "IncompleteRead" in repr(cut.value) or "ProtocolError" in repr(cut.value)
-    with pytest.raises(Exception):
+    with pytest.raises(urllib3.exceptions.ProtocolError):  # the watch's stream, cut off
         list(events)
 
 
@@ -472,7 +473,7 @@ def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable(cluster):
     unschedulable["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
     batch.create_namespaced_job(NS, unschedulable)
     running = {
-        name: until(lambda: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
+        name: until(lambda name=name: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
         for name in ("evicted", "deleted")
     }
     core.create_namespaced_pod_eviction(
@@ -490,7 +491,7 @@ def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable(cluster):
         ("crash", "Container main for pod {} failed with exit code 3 matching FailJob rule at index 1"),
     ):
         failed = until(
-            lambda: [
+            lambda name=name: [
                 c for c in batch.read_namespaced_job_status(name, NS).status.conditions or [] if c.type == "Failed"
             ],
             what=f"{name} to fail",
@@ -876,7 +877,7 @@ def test_tensorflow_servers_of_a_tfjob_find_each_other_by_tf_config(cluster):
     assert conditions(status)["Succeeded"] == "True", status
     pod = until(
         lambda: (
-            [p for p in pods_of(core, "training.kubeflow.org/job-name=tfreal")]
+            pods_of(core, "training.kubeflow.org/job-name=tfreal")
             == [p := core.read_namespaced_pod("tfreal-worker-0", NS)]
             and p
         ),

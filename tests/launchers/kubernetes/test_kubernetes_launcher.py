@@ -345,7 +345,7 @@ def test_a_stopped_worker_fails_the_job_naming_it(cluster, digits_root, fault_fi
     message, which fails the Job before TF's coordination service or Gloo give up on the stopped worker."""
     training, member, beater = HUNG[mode]
     plan = k8s_plan(digits_root, f"k8s_hung_{mode}_{trial}", epochs=400, hang_timeout_seconds=10, **training)
-    launcher, _, finished = train_in_background(plan)
+    _launcher, _, finished = train_in_background(plan)
     (pod,) = [
         p
         for p in cluster.pods.values()
@@ -584,7 +584,7 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
         training={"launcher": "kubernetes"},
         kubernetes={**KUBERNETES, "operator": "kubeflow"},
     )
-    with pytest.raises(StageFailed, match="does not serve tfjobs.kubeflow.org/v1") as refused:
+    with pytest.raises(StageFailed, match=r"does not serve tfjobs\.kubeflow\.org/v1") as refused:
         launch(plan, "train")
     assert refused.value.returncode == EXIT_REFUSED
 

@@ -106,8 +106,8 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
-    spec, plan = k8s_plan(tmp_path, "parameter_server")
-    service, job = stage_objects(plan, plan.stage("train"))
+    _spec, plan = k8s_plan(tmp_path, "parameter_server")
+    _service, job = stage_objects(plan, plan.stage("train"))
     job["spec"]["sucessPolicy"] = job["spec"].pop("successPolicy")
     with pytest.raises(kubernetes_validate.ValidationError, match="sucessPolicy"):
         kubernetes_validate.validate(job, "1.33", strict=True)
@@ -183,9 +183,9 @@ def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
 
 
 def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpirun(tmp_path):
-    spec, plan = k8s_plan(tmp_path, "horovod_mpi")
+    _spec, plan = k8s_plan(tmp_path, "horovod_mpi")
     stage = plan.stage("train")
-    service, job = stage_objects(plan, stage)
+    _service, job = stage_objects(plan, stage)
     container = job["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[:3] == ["python", "-m", "tfdist.trainer.pod"] and "mpirun" not in command
@@ -217,7 +217,7 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
 
 
 def test_tfjob_replicas_follow_the_cluster_roles(tmp_path):
-    spec, plan = k8s_plan(tmp_path, "parameter_server")
+    _spec, plan = k8s_plan(tmp_path, "parameter_server")
     (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
     replicas = tfjob["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "PS": 2, "Worker": 2}
@@ -261,7 +261,7 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
     spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist", training=MODES["mirrored"], kubernetes=KUBERNETES)))
     assert cli(["plan", str(spec_file), "--launcher", "kubernetes", "--logical-date", "2026-11-20"]) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    spec, plan = k8s_plan(tmp_path, "mirrored")
+    _spec, plan = k8s_plan(tmp_path, "mirrored")
     expected = [obj for stage in plan.stages for obj in stage_objects(plan, stage)]
     assert documents == expected and [d["kind"] for d in documents] == ["Job", "Job", "Service", "Job", "Job", "Job"]
     spec_file.write_text(yaml.safe_dump(make_spec("/mnt/tfdist")))
@@ -312,7 +312,10 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
     spec, plan = k8s_plan(tmp_path, "mirrored")
     run_dir, message = str(tmp_path / "run"), tmp_path / "termination-log"
     result = os.path.join(run_dir, "train", "result.json")
-    write = f"import json, os; os.makedirs({os.path.dirname(result)!r}); json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
+    write = (
+        f"import json, os; os.makedirs({os.path.dirname(result)!r}); "
+        f"json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
+    )
     env = {**os.environ, "TFDIST_SPEC": json.dumps(spec.to_json_dict()), "TFDIST_RUN": json.dumps(plan.run_record())}
     argv = contract.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
     done = subprocess.run([*argv[:3], "--message", str(message), *argv[3:]], env=env, capture_output=True, text=True)

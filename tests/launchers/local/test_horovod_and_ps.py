@@ -24,7 +24,7 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
     plan = prepared_plan(
         digits_root, f"hvd_{controller}", training={"backend": "mpi", "mpi": {"controller": controller}}
     )
-    launcher, lines = run(plan, "train")
+    _launcher, lines = run(plan, "train")
     assert_no_process_of(plan)
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert sorted(digests) == ["rank-0", "rank-1"], lines[-20:]
