@@ -33,7 +33,7 @@ def divergence(p: dict[str, int], q: dict[str, int]) -> float:
     return max(js, 0.0)
 
 
-def elements(feature: str, stats: dict) -> list[str]:
+def elements(feature: str, stats: dict[str, Any]) -> list[str]:
     """The feature's element names: ``x`` for a scalar, ``pixel[5]`` for an element of a vector."""
     n = len(stats["mean"])
     return [feature] if n == 1 else [f"{feature}[{i}]" for i in range(n)]
@@ -60,7 +60,7 @@ def _row(
     }
 
 
-def feature_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
+def feature_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """Drift and constant-ness of every feature element."""
     rows = []
     drift, constant = settings["drift"], settings["constant"]["min_share"]
@@ -100,7 +100,7 @@ def feature_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]
     return rows
 
 
-def label_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
+def label_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The largest change of a class's share (L∞), and every class the baseline has and this run lacks."""
     counts, old = _class_counts(now), _class_counts(base)
     # a class one side has no count for (the label's num_classes changed since the baseline) has no rows there
@@ -130,11 +130,11 @@ def label_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def _class_counts(stats: dict) -> list[int]:
+def _class_counts(stats: dict[str, Any]) -> list[int]:
     return [a + b for a, b in zip(stats["train"]["class_counts"], stats["eval"]["class_counts"], strict=True)]
 
 
-def row_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
+def row_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     rows_now, rows_base = (s["train"]["rows"] + s["eval"]["rows"] for s in (now, base))
     ratio, low, high = rows_now / rows_base, settings["rows"]["min_ratio"], settings["rows"]["max_ratio"]
     return [
@@ -151,7 +151,7 @@ def row_checks(now: dict, base: dict, settings: dict) -> list[dict[str, Any]]:
     ]
 
 
-def bound_checks(now: dict, settings: dict) -> list[dict[str, Any]]:
+def bound_checks(now: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """Every element of a bounded feature within its bounds (its min and max)."""
     rows = []
     for feature, bound in settings["bounds"]["features"].items():
@@ -186,7 +186,7 @@ def bound_checks(now: dict, settings: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def checks(now: dict, base: dict | None, settings: dict) -> list[dict[str, Any]]:
+def checks(now: dict[str, Any], base: dict[str, Any] | None, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """Every check of ``settings`` (the spec's data.checks, as JSON) not turned off; those needing a baseline
     only with one. Each row says what a failure does (``mode``) and whether it passed."""
     rows = bound_checks(now, settings)

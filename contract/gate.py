@@ -11,13 +11,13 @@ CHANGE_SLACK = 1e-12
 
 def checks(
     metrics: dict[str, float],
-    thresholds: dict[str, dict],
-    change_thresholds: dict[str, dict],
+    thresholds: dict[str, dict[str, Any]],
+    change_thresholds: dict[str, dict[str, Any]],
     baseline: dict[str, float] | None,
 ) -> list[dict[str, Any]]:
     """One check per bound of ``thresholds`` and, given the ``baseline``'s metrics, per change threshold with a
     tolerance: its rule in words, the value, the margin (how far inside the rule; negative: failed), passed."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for metric, bound in thresholds.items():
         value = metrics[metric]
         if bound.get("lower") is not None:
@@ -42,7 +42,19 @@ def checks(
                     "margin": bound["upper"] - value,
                 }
             )
-    for metric, rule in change_thresholds.items() if baseline else ():
+    if baseline:
+        rows += _change_checks(metrics, change_thresholds, baseline)
+    for row in rows:
+        row["passed"] = row["margin"] >= (-CHANGE_SLACK if row["kind"] == "change" else 0)
+    return rows
+
+
+def _change_checks(
+    metrics: dict[str, float], change_thresholds: dict[str, dict[str, Any]], baseline: dict[str, float]
+) -> list[dict[str, Any]]:
+    """One check per change threshold with a tolerance, against the baseline's metrics."""
+    rows = []
+    for metric, rule in change_thresholds.items():
         value, base = metrics[metric], baseline[metric]
         tolerances = [
             t
@@ -64,8 +76,6 @@ def checks(
                 "margin": allowed + (value - base if higher else base - value),
             }
         )
-    for row in rows:
-        row["passed"] = row["margin"] >= (-CHANGE_SLACK if row["kind"] == "change" else 0)
     return rows
 
 
@@ -88,7 +98,7 @@ def failures(rows: list[dict[str, Any]], baseline_version: int | None = None) ->
     return lines
 
 
-def decided_by(validation: dict, compared_with_baseline: bool) -> str:
+def decided_by(validation: dict[str, Any], compared_with_baseline: bool) -> str:
     """What the blessing was decided by, in words, for blessing.json and the version's metadata.json."""
     if validation.get("allow_unvalidated"):
         return "none: published without a gate (validation.allow_unvalidated)"

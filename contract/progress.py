@@ -8,7 +8,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tfdist.contract.records import read_json, write_json_atomic
 
@@ -109,17 +109,17 @@ CURVE_FIELDS = ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
 ``training.summary_every_steps`` steps and at the last, with the same values it writes to TensorBoard."""
 
 
-def append_curve_point(path: str, point: dict) -> None:
+def append_curve_point(path: str, point: dict[str, Any]) -> None:
     """Append one point (CURVE_FIELDS) to the run's training curve; one short line, written whole."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps({k: point.get(k) for k in CURVE_FIELDS}) + "\n")
 
 
-def read_curve(path: str) -> list[dict]:
+def read_curve(path: str) -> list[dict[str, Any]]:
     """The training curve by step: a step written again (a resumed or restarted training) keeps its last point; a
     line cut short by a crash is skipped."""
-    points: dict[int, dict] = {}
+    points: dict[int, dict[str, Any]] = {}
     try:
         with open(path) as f:
             for line in f:
@@ -133,7 +133,7 @@ def read_curve(path: str) -> list[dict]:
     return [points[step] for step in sorted(points)]
 
 
-def warm_start_summary(path: str) -> dict | None:
+def warm_start_summary(path: str) -> dict[str, Any] | None:
     """What the train stage's result (the task's XCom) and the runs page keep of its warm-start record at ``path``
     (``RunLayout.warm_start_file``, written by the chief as training starts); None before, or for a run that
     started before tfdist recorded it."""

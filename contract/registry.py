@@ -127,9 +127,10 @@ def lineage(model_dir: str, version: int) -> list[dict[str, Any]]:
     the chain with its ``withdrawn`` record."""
     by_version = {m["version"]: m for m in [*withdrawn(model_dir), *versions(model_dir)]}
     chain: list[dict[str, Any]] = []
-    while version in by_version and len(chain) < len(by_version):
-        chain.append(by_version[version])
-        version = (by_version[version].get("parent") or {}).get("version")
+    at: int | None = version
+    while at in by_version and len(chain) < len(by_version):
+        chain.append(by_version[at])
+        at = (by_version[at].get("parent") or {}).get("version")
     return chain
 
 

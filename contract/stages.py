@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 WORKER_PACKAGE = "tfdist.trainer"
 """The worker runtime's package: each stage runs a module of it, ``python -m tfdist.trainer.<module>``."""
@@ -52,20 +52,18 @@ class StageArgs:
         )
         for field in dataclasses.fields(cls):
             required = field.default is dataclasses.MISSING
-            options = (
+            options: dict[str, Any] = (
                 {"action": "append"}
                 if field.type.startswith("tuple")
                 else {"type": int if field.type == "int" else str}
             )
-            parser.add_argument(
-                _flag(field.name),
-                dest=field.name,
-                required=required,
-                **({} if required else {"default": field.default}),
-                **options,
-            )
-        values = vars(parser.parse_args(argv))
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+            if not required:
+                options["default"] = field.default
+            parser.add_argument(_flag(field.name), dest=field.name, required=required, **options)
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in vars(parser.parse_args(argv)).items()
+        }
+        return cls(**values)
 
 
 def _flag(name: str) -> str:

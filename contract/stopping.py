@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import psutil
 
@@ -42,7 +43,7 @@ def is_stopped(pid: int) -> bool:
 
 
 def stop_processes(
-    children: Sequence[subprocess.Popen] = (),
+    children: Sequence[subprocess.Popen[Any]] = (),
     others: Sequence[psutil.Process] = (),
     grace: float = STOP_GRACE_SECONDS,
     first: int = signal.SIGTERM,
@@ -72,7 +73,7 @@ def stop_processes(
     psutil.wait_procs(alive, timeout=grace)
 
 
-def _descendants(children: Sequence[subprocess.Popen]) -> list[psutil.Process]:
+def _descendants(children: Sequence[subprocess.Popen[Any]]) -> list[psutil.Process]:
     found = []
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -80,7 +81,7 @@ def _descendants(children: Sequence[subprocess.Popen]) -> list[psutil.Process]:
     return found
 
 
-def _signal_child(child: subprocess.Popen, signum: int) -> None:
+def _signal_child(child: subprocess.Popen[Any], signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         if os.getpgid(child.pid) == child.pid:
             os.killpg(child.pid, signum)

@@ -18,12 +18,15 @@ class SpecError(ValueError):
         super().__init__(f"Invalid pipeline {origin}:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def _field_path(loc: tuple, data: Any, missing: bool) -> str:
+def _field_path(loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
     """Dotted path of an error location, skipping segments that are not keys of the input (union tags);
     a missing field's own name is kept."""
     parts, node = [], data
     for segment in loc[:-1] if missing else loc:
-        if (isinstance(node, dict) and segment in node) or (isinstance(node, list) and isinstance(segment, int)):
+        if isinstance(node, list) and isinstance(segment, int):
+            node = node[segment]
+            parts.append(f"[{segment}]")
+        elif isinstance(node, dict) and segment in node:
             node = node[segment]
             parts.append(f"[{segment}]" if isinstance(segment, int) else str(segment))
     if missing:

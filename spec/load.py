@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -11,7 +12,7 @@ from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.model import Spec
 
 
-def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None) -> Spec:
+def load_spec(source: Spec | dict[str, Any] | str | os.PathLike[str], origin: str | None = None) -> Spec:
     """Validate a spec given as a dict, a YAML/JSON file path or an existing Spec; raise SpecError."""
     if isinstance(source, Spec):
         return source

@@ -11,7 +11,7 @@ import math
 import os
 import string
 import urllib.parse
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -215,6 +215,9 @@ class DataSpec(_Section):
         return sum(f.size for f in self.features)
 
 
+Metric = Literal["accuracy", "top_5_accuracy"]
+
+
 class _ModelBase(_Section):
     optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
     """Keras optimizer."""
@@ -222,7 +225,7 @@ class _ModelBase(_Section):
     """Optimizer learning rate."""
     loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
     """Training loss."""
-    metrics: list[Literal["accuracy", "top_5_accuracy"]] = Field(default_factory=lambda: ["accuracy"])
+    metrics: list[Metric] = Field(default_factory=lambda: list[Metric](["accuracy"]))
     """Metrics reported besides the loss (and usable in validation)."""
 
 
@@ -523,7 +526,8 @@ class RetrySpec(_Section):
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 KUBERNETES = AuthorOnly("where, as whom and from which image the pods run is the author's")
-ROLES = ("prepare", "validate", "chief", "ps", "worker", "evaluate", "export")
+Role = Literal["prepare", "validate", "chief", "ps", "worker", "evaluate", "export"]
+ROLES: tuple[Role, ...] = get_args(Role)
 
 
 class PodSettings(_Section):
@@ -558,7 +562,7 @@ class KubernetesSpec(_Section):
     """Namespace of every object a run creates."""
     pods: PodSettings
     """Settings of every pod ('image' required here)."""
-    roles: dict[Literal[ROLES], PodSettings] = Field(default_factory=dict)
+    roles: dict[Role, PodSettings] = Field(default_factory=dict)
     """Per-role settings over 'pods' (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """When the kubelet pulls the image."""
@@ -602,7 +606,7 @@ class KubernetesSpec(_Section):
     def for_role(self, role: str) -> PodSettings:
         """The settings of pods of ``role``: 'pods' with the fields the role sets over it (in a spec validated from
         its full JSON dump, spec.json, every field of a role counts as set)."""
-        own = self.roles.get(role)
+        own = self.roles.get(role) if role in ROLES else None
         return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
 
 
@@ -670,7 +674,8 @@ def _asset_uri(uri: str) -> str:
     return uri
 
 
-PARTITION_PERIODS = ("hour", "day", "week", "month", "year")
+PartitionPeriod = Literal["hour", "day", "week", "month", "year"]
+PARTITION_PERIODS: tuple[PartitionPeriod, ...] = get_args(PartitionPeriod)
 SOURCE_PERIODS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
 """The periods a source's time placeholders name, finest first (none names a week)."""
 
@@ -691,7 +696,7 @@ class AssetSchedule(_Section):
     """'all': a run once every asset has a new event; 'any': on each event of any of them."""
     cron: str | None = None
     """Also run on this cron whatever the assets do (Airflow's AssetOrTimeSchedule): 'asset or time'."""
-    partitions: Literal[PARTITION_PERIODS] | None = None
+    partitions: PartitionPeriod | None = None
     """The upstream's events carry partition keys (Airflow partitions): each run trains on exactly the
     partition of this period that its events name (a day's key, or several of them rolled into a week...)."""
     partition_key_format: str = "%Y-%m-%dT%H:%M:%S"
@@ -795,7 +800,7 @@ class Spec(_Section):
     @property
     def cron(self) -> str | None:
         """The schedule's time part: its cron, an asset-or-time schedule's, else None."""
-        return self.schedule if isinstance(self.schedule, str) else self.schedule and self.schedule.cron
+        return self.schedule.cron if isinstance(self.schedule, AssetSchedule) else self.schedule
 
     @property
     def partitioned(self) -> str | None:
@@ -948,7 +953,8 @@ class Spec(_Section):
 
 def section_models() -> list[type[BaseModel]]:
     """Every spec section model."""
-    found, stack = [], [_Section]
+    found: list[type[BaseModel]] = []
+    stack: list[type[BaseModel]] = [_Section]
     while stack:
         subclasses = stack.pop().__subclasses__()
         found += subclasses

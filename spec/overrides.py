@@ -105,8 +105,9 @@ def _attribute_docs(module: str) -> dict[tuple[str, str], str]:
     source (pydantic's use_attribute_docstrings parses it again for each class: 45 ms per DAG parse)."""
     docs = {}
     for cls in ast.parse(inspect.getsource(sys.modules[module])).body:
-        body = cls.body if isinstance(cls, ast.ClassDef) else []
-        for field, doc in itertools.pairwise(body):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for field, doc in itertools.pairwise(cls.body):
             if (
                 isinstance(field, ast.AnnAssign)
                 and isinstance(field.target, ast.Name)
