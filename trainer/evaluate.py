@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +47,7 @@ def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndar
     return np.concatenate(probabilities), np.concatenate(labels)
 
 
-def compute_metrics(probabilities: np.ndarray, labels: np.ndarray, names: list[str]) -> dict[str, float]:
+def compute_metrics(probabilities: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> dict[str, float]:
     picked = probabilities[np.arange(len(labels)), labels]
     metrics = {"loss": float(-np.log(np.clip(picked, 1e-7, 1.0)).mean())}
     if "accuracy" in names:
@@ -108,7 +109,7 @@ def serving_predict(tf, path: str):
     return lambda features: signature(**features)["probabilities"]
 
 
-def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: list[str]) -> dict[str, float]:
+def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: Sequence[str]) -> dict[str, float]:
     """The baseline SavedModel's metrics on this run's eval data."""
     probabilities, labels = score(tf, serving_predict(tf, baseline["path"]), data_dir, manifest)
     return compute_metrics(probabilities, labels, names)
@@ -219,7 +220,7 @@ def blessing_record(
     checks = gate.checks(
         metrics, gate_rules["thresholds"], gate_rules["change_thresholds"], (baseline or {}).get("metrics")
     )
-    failures = gate.failures(checks, baseline and baseline["version"])
+    failures = gate.failures(checks, baseline["version"] if baseline else None)
     decided_by = gate.decided_by(gate_rules, bool(changes))
     if spec.validation.allow_unvalidated:
         report.append("  published without a gate: validation.allow_unvalidated is set, no threshold was applied")

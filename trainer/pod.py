@@ -108,7 +108,8 @@ def members(cluster: str) -> list[tuple[str, int]]:
 
 def pod_tf_config(job: str, cluster: str, index: int, port: int = TF_PORT) -> str:
     """TF_CONFIG of the pod with completion index ``index``."""
-    ordered, addresses = members(cluster), {}
+    ordered = members(cluster)
+    addresses: dict[str, list[str]] = {}
     for k, (role, _) in enumerate(ordered):
         addresses.setdefault(role, []).append(f"{peer(job, k)}:{port}")
     return tf_config(addresses, *ordered[index])
@@ -222,9 +223,9 @@ def _run(processes: list[tuple[int | None, str, list[str], dict[str, str]]], wat
     return code if code >= 0 else 128 - code
 
 
-def _relay(rank: int | None, proc: subprocess.Popen) -> None:
+def _relay(rank: int | None, proc: subprocess.Popen[bytes]) -> None:
     tag = "" if rank is None else rank_tag(rank)
-    for raw in proc.stdout:
+    for raw in proc.stdout or ():  # a pipe (stdout=PIPE)
         sys.stdout.write(tag + raw.decode(errors="replace"))
         sys.stdout.flush()
 

@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import fsspec
 import numpy as np
@@ -130,7 +130,8 @@ def write_share(share: Share) -> dict[str, Any]:
         for piece in share.pieces:
             counts = {"train": np.zeros(n, np.int64), "eval": np.zeros(n, np.int64)}
             classes = {split: np.zeros(spec.label.num_classes, np.int64) for split in counts}
-            stats, described = dict.fromkeys(names, (0, 0.0, 0.0)), {}
+            stats = dict.fromkeys(names, (0, 0.0, 0.0))
+            described: dict[str, Any] = {}
             for chunk in readers.chunks(piece, spec):
                 is_eval, shard = data.split_and_shard(
                     data.row_hashes(chunk.features, chunk.labels), spec.eval_fraction, n
@@ -173,7 +174,7 @@ def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Pie
     return runs
 
 
-def refuse(exc: readers.BadData) -> None:
+def refuse(exc: readers.BadData) -> NoReturn:
     fail(
         f"{exc}. Nothing was published: fix the input (or what produces it), then clear this run's prepare_data task",
         EXIT_REFUSED,

@@ -16,7 +16,7 @@ import math
 import re
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import fsspec
@@ -53,10 +53,10 @@ class Chunk:
     """int64 [rows]."""
 
 
-def expand(patterns: list[str]) -> list[tuple[str, int]]:
+def expand(patterns: Iterable[str]) -> list[tuple[str, int]]:
     """The files (URL, size; 0 when the server does not say) the patterns match (globs are expanded, on any file
     system that lists), sorted, once each."""
-    found = {}
+    found: dict[str, int] = {}
     for pattern in patterns:
         fs, path = fsspec.core.url_to_fs(pattern)
         for match in fs.glob(path) if fsspec.core.has_magic(path) else [path] if fs.exists(path) else []:
@@ -374,7 +374,7 @@ def _framed_records(f, url: str, first: int) -> list[bytes]:
         crc = google_crc32c.value(data)
         return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
-    records = []
+    records: list[bytes] = []
     while len(records) < CHUNK_ROWS and (header := f.read(12)):
         where = f"{url}, record {first + len(records) + 1}"
         length, length_crc = struct.unpack("<QI", header) if len(header) == 12 else (None, None)

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from tfdist import spec
 from tfdist.contract import CORES_ENV, THREADS_ENV, read_json
@@ -63,7 +64,7 @@ def say(message: str) -> None:
     sys.stdout.flush()
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     print(f"ERROR: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)
 

@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfdist.contract import (
@@ -387,12 +388,14 @@ class TrainingRun:
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
-        self.summaries = None  # the chief's TensorBoard writer, made at its first summary
+        # the chief's TensorBoard writer, made at its first summary
+        self.summaries: Callable[[int, dict[str, float | None]], None] | None = None
         self.window = Window()
         # started: when training began; warm: (time, step) after the first step call, which includes tracing:
         # throughput counts from there; stepped: when the last step call ended (throughput counts training, not
-        # the checkpoints saved after it); last_report: when progress was last reported
-        self.started = self.warm = self.stepped = self.last_report = None
+        # the checkpoints saved after it); last_report: when progress was last reported. All set by run().
+        self.warm: tuple[float, int] | None = None
+        self.started = self.stepped = self.last_report = float("nan")
 
     def run(self) -> None:
         """Restore; unless a finished run's result is there, train to the last step and write the result."""

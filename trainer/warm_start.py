@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from tfdist.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
@@ -109,7 +110,8 @@ class ParentRestore:
 
     def __init__(self, spec, run_file: str, model_dir: str, record_file: str):
         self.settings = spec.training.warm_start
-        self.parent, self.cold_start = None, None
+        self.parent: dict[str, Any] | None = None
+        self.cold_start: str | None = None
         if self.settings.source == "none":
             self.cold_start = "training.warm_start is none"
             return
@@ -131,7 +133,7 @@ class ParentRestore:
         """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning
         rate); the record of what was done. A mismatch starts cold, or refuses the stage with ``on_mismatch:
         fail``."""
-        if self.cold_start:
+        if self.cold_start or self.parent is None:
             return self.record(model)
         prefix = registry.warm_start_checkpoint(self.parent["path"])
         with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
@@ -157,7 +159,7 @@ class ParentRestore:
         optimizer.learning_rate.assign(learning_rate)
         return self.record(model, restored="model and optimizer" if with_optimizer else "model (another optimizer)")
 
-    def record(self, model, mismatched: list[str] = (), restored: str | None = None) -> dict[str, Any]:
+    def record(self, model, mismatched: Sequence[str] = (), restored: str | None = None) -> dict[str, Any]:
         parent = self.parent if restored else None
         return {
             "from": self.settings.source,
