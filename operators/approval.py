@@ -12,6 +12,7 @@ from tfdist.contract import approval, read_json
 from tfdist.operators.base import RunPlanned
 from tfdist.operators.plan import as_datetime
 from tfdist.spec import Spec, load_spec
+from tfdist.spec.model import Approval
 
 
 class PublishApprovalOperator(RunPlanned, ApprovalOperator):
@@ -37,12 +38,12 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         self.spec = load_spec(spec)
         self.pipeline_group = pipeline_group
         kwargs.pop("params", None)  # the DAG's, which Airflow passes: the task's context has them without it
-        rule = self.spec.export.approval
+        rule = self.approval_rule
         timed = rule.timeout_minutes is not None
         super().__init__(
             subject=f"Publish a new version of {self.spec.export.model_name}?",
             defaults=(self.APPROVE if rule.on_timeout == "approve" else self.REJECT) if timed else None,
-            response_timeout=dt.timedelta(minutes=rule.timeout_minutes) if timed else None,
+            response_timeout=None if rule.timeout_minutes is None else dt.timedelta(minutes=rule.timeout_minutes),
             params={
                 "comment": Param(
                     "",
@@ -57,6 +58,13 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         self.run_dir = run_dir
         self.data_interval_start = data_interval_start
         self.data_interval_end = data_interval_end
+
+    @property
+    def approval_rule(self) -> Approval:
+        """The spec's ``export.approval``: a pipeline has this task only when it is set."""
+        if self.spec.export.approval is None:
+            raise ValueError(f"spec {self.spec.name!r}: export.approval is not set, so nothing asks for an approval")
+        return self.spec.export.approval
 
     def execute(self, context: Any) -> None:
         layout = self.plan(context).layout
@@ -85,7 +93,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         if record["timed_out"]:
             self.log.warning(
                 "no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",
-                self.spec.export.approval.timeout_minutes,
+                self.approval_rule.timeout_minutes,
                 approval.approval_summary(record),
             )
         else:

@@ -86,7 +86,7 @@ def _chain(spec: Spec, group_id: str | None = None) -> None:
     defined."""
     t = spec.training
     pool = {"pool": t.pool, "pool_slots": t.pool_slots or t.processes} if t.pool else {}
-    common = {"spec": spec, "pipeline_group": group_id}
+    common: dict[str, Any] = {"spec": spec, "pipeline_group": group_id}
     evaluated = (
         PrepareDataOperator(task_id="prepare_data", **common)
         >> ValidateDataOperator(task_id="validate_data", **common)
@@ -156,6 +156,7 @@ def build_task_group(
     dag = DagContext.get_current()
     if problems := _embedding_problems(spec, dag, group_id):
         raise SpecError(problems, f"spec {spec.name!r} embedded in a DAG")
+    assert dag is not None  # else a problem above
     dag.tags.add(EMBEDDED_TAG)
     # the windows (data.window, a run without an interval) follow the DAG's cron schedule, days without one
     spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None)})
@@ -207,7 +208,9 @@ def build_dags_from_directory(directory: str | os.PathLike) -> dict[str, DAG]:
     """One DAG per ``*.yaml``/``*.yml`` spec file. A file that does not validate does not stop the others:
     it becomes an invalid-spec DAG (see ``invalid_spec_dag``) under its own ``name`` when that is free,
     else ``invalid_spec.<file stem>``, and its problems are logged."""
-    dags, origins, invalid = {}, {}, []
+    dags: dict[str, DAG] = {}
+    origins: dict[str, str] = {}
+    invalid: list[tuple[Path, SpecError]] = []
     for path in sorted(Path(directory).glob("*.y*ml")):
         try:
             spec = load_spec(path)

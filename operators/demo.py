@@ -112,7 +112,7 @@ def airflow_dags_test(
     ):
         sampler = threading.Thread(target=_sample_peak_rss, args=(proc.pid, peak), daemon=True)
         sampler.start()
-        for line in proc.stdout:
+        for line in proc.stdout or ():  # a pipe (stdout=PIPE)
             log.write(line)
             shown = _SHOWN.search(line.rstrip())
             if echo and shown and not _NOISE.search(line):

@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from airflow.sdk import Param
+from pydantic import BaseModel
 
 from tfdist.spec import Spec, field_doc, field_value, section_models
 
@@ -37,7 +38,7 @@ def param_schema(prop: dict[str, Any], description: str | None = None) -> dict[s
 
 
 @functools.cache
-def _properties(model: type) -> dict[str, Any]:
+def _properties(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()["properties"]
 
 
@@ -54,7 +55,7 @@ def dag_params(spec: Spec) -> dict[str, Param]:
     for path in spec.overridable:
         parent, _, leaf = path.rpartition(".")
         section = field_value(spec, parent) if parent else spec
-        model = type(section)
+        model: type[BaseModel] = type(section)
         params[path] = Param(
             field_value(spec, path), title=path, **param_schema(_properties(model)[leaf], field_doc(model, leaf))
         )

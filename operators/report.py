@@ -237,7 +237,7 @@ def overview(
         known = airflow_runs.get(run_id)
         summary = found.get(run_id) or run_summary(run_path(artifact_roots[0], pipeline_id, run_id), run_id)
         backfill = backfills.get(known.backfill_id) if known and known.backfill_id is not None else None
-        series, label = _series(known and known.run_type, backfill)
+        series, label = _series(known.run_type if known else None, backfill)
         runs.append(
             {
                 **(

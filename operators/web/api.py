@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import (
@@ -91,7 +92,7 @@ def _pipeline(pipeline: str, session: Any) -> tuple[Any, list[str], list[str]]:
     return dag, sorted({t.artifact_root for t in tasks}), [t.model_dir for t in tasks if getattr(t, "model_dir", None)]
 
 
-def requires_pipeline_access(method: str, access_entity: DagAccessEntity | None = None) -> Any:
+def requires_pipeline_access(method: ResourceMethod, access_entity: DagAccessEntity | None = None) -> Any:
     """Airflow's DAG access check (``requires_access_dag``) against the DAG holding the path's pipeline (the
     pipeline id itself when none does)."""
 

@@ -47,7 +47,8 @@ class BuiltOnFirstRequest:
     security modules (0.7 s), not every Airflow process that loads this plugin."""
 
     def __init__(self, build: Callable[[], Any]) -> None:
-        self._build, self._app = build, None
+        self._build = build
+        self._app: Any = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if self._app is None:
