@@ -14,11 +14,12 @@ export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo test docs bench faults wheel clean
+.PHONY: help setup demo lint test docs bench faults wheel clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
-	@echo "make test   set up, then run the test suite"
+	@echo "make lint   set up, then run ruff (lint and format check) and mypy (strict for the spec, the contract and the plan)"
+	@echo "make test   set up, lint, then run the test suite"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
 	@echo "make docs   set up, then build the docs site (docs/, the spec reference generated from the model) into site/"
@@ -50,8 +51,14 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 demo: setup
 	tfdist demo --logs $(CURDIR)/.demo
 
-# two test files at a time (pytest-xdist); the benchmark smoke run (-m bench) is CI's next step, not a test
-test: setup
+# ruff's and mypy's settings are in pyproject.toml ([tool.ruff], [tool.mypy]: the packages it checks, how strictly)
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
+
+# lint first; two test files at a time (pytest-xdist); the benchmark smoke run (-m bench) is CI's next step, not a test
+test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench"
 
 docs: setup
