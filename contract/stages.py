@@ -31,6 +31,12 @@ class StageArgs:
     spec: str
     """The run's effective spec (spec.json)."""
 
+    @property
+    def result_file(self) -> str:
+        """Where the stage writes its result record: every stage's arguments have a field ``result``."""
+        result: str = vars(self)["result"]
+        return result
+
     def to_argv(self) -> list[str]:
         argv: list[str] = []
         for field in dataclasses.fields(self):

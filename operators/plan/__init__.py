@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from tfdist.contract import (
     EvaluateArgs,
@@ -133,7 +133,7 @@ def build_plan(
         **_model_args(spec, ctx, layout, model_dir),
     }
     placement = kubernetes_placement(spec)
-    common = {"kubernetes": placement, "cpus_per_process": spec.training.cpus_per_worker}
+    common: dict[str, Any] = {"kubernetes": placement, "cpus_per_process": spec.training.cpus_per_worker}
     one = {
         name: StagePlan(name, args[name], (Member(role, 0),), **common)
         for name, role in (
@@ -144,7 +144,7 @@ def build_plan(
         )
     }
     prepare = replace(one["prepare_data"], writers=spec.data.prepare_processes)
-    train = train_stage(spec, args["train"], placement)
+    train = train_stage(spec, cast(TrainArgs, args["train"]), placement)
     return Plan(
         spec=spec,
         layout=layout,

@@ -91,7 +91,7 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
     k8s: KubernetesSpec | None = spec.kubernetes
     if k8s is None:
         return None
-    pods = {role: _pod_resources(k8s, role) for role in ROLES}
+    pods: dict[str, PodResources] = {role: _pod_resources(k8s, role) for role in ROLES}
     return KubernetesPlacement(
         connection_id=k8s.connection_id,
         namespace=k8s.namespace,
@@ -154,7 +154,7 @@ class StagePlan:
     @property
     def result_file(self) -> str:
         """Where the stage writes its result record (tfdist.contract)."""
-        return self.args.result
+        return self.args.result_file
 
     @property
     def heartbeat_dir(self) -> str:

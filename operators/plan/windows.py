@@ -106,8 +106,8 @@ def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[d
     """The starts of the ``unit`` partitions overlapping [start, end) (just ``start`` without a unit)."""
     if unit is None:
         return [start]
-    t = start.replace(minute=0, second=0, microsecond=0, **({} if unit == "hour" else {"hour": 0}))
-    t = t.replace(**({"day": 1} if unit in ("month", "year") else {}), **({"month": 1} if unit == "year" else {}))
+    t = start.replace(hour=start.hour if unit == "hour" else 0, minute=0, second=0, microsecond=0)
+    t = t.replace(day=1 if unit in ("month", "year") else t.day, month=1 if unit == "year" else t.month)
     found = []
     while t < end:
         found.append(t)

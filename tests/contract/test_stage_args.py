@@ -1,0 +1,16 @@
+"""The stages' command-line arguments (tfdist.contract.stages): every stage names its result record."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfdist.contract import stages
+
+
+def test_every_stage_has_a_result_record_the_plan_finds():
+    kinds = stages.StageArgs.__subclasses__()
+    assert {k.stage for k in kinds} == {"prepare", "validate_data", "train", "evaluate", "export"}
+    for kind in kinds:
+        assert "result" in {f.name for f in dataclasses.fields(kind)}, kind
+        values = {f.name: f"/{f.name}" for f in dataclasses.fields(kind) if f.default is dataclasses.MISSING}
+        assert kind(**values).result_file == "/result"
