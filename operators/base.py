@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from tfdist.contract import RunLayout, RunMismatch, read_json_if_exists, record_run, run_path, runs_root
-from tfdist.operators.launchers import StageFailed, get_launcher
+from tfdist.operators.launchers import Launcher, StageFailed, get_launcher
 from tfdist.operators.links import TrainingRunLink
 from tfdist.operators.outcomes import stage_outcome
 from tfdist.operators.plan import (
@@ -25,6 +26,11 @@ from tfdist.operators.plan import (
 )
 from tfdist.spec import Spec, SpecError, field_value, load_spec
 
+if TYPE_CHECKING:
+    _Operator = BaseOperator  # what RunPlanned is mixed into (its dag_id, its log)
+else:
+    _Operator = object
+
 
 def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
     """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
@@ -36,7 +42,7 @@ def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.da
     return tuple((r["run_id"], as_datetime(r["data_interval_end"])) for r in records if r and "data_interval_end" in r)
 
 
-class RunPlanned:
+class RunPlanned(_Operator):
     """What an operator of the spec's DAG knows of its run: the effective spec and the run's plan. It has
     ``spec``, ``dag_id``, ``pipeline_group`` and the templated ``run_dir``, ``data_interval_start`` and
     ``data_interval_end``."""
@@ -151,9 +157,9 @@ class StageOperator(RunPlanned, BaseOperator):
     task group of a pipeline embedded in a DAG (see ``build_task_group``), None when the pipeline is its DAG."""
 
     stage: str
-    template_fields = ("run_dir", "data_interval_start", "data_interval_end")
+    template_fields: Sequence[str] = ("run_dir", "data_interval_start", "data_interval_end")
     ui_color = "#ffe0b2"
-    operator_extra_links = (TrainingRunLink(),)
+    operator_extra_links: Sequence[BaseOperatorLink] = (TrainingRunLink(),)
 
     def __init__(
         self,
@@ -175,8 +181,8 @@ class StageOperator(RunPlanned, BaseOperator):
         self.data_interval_end = data_interval_end
         self.artifact_root = self.spec.artifact_root
         self.pipeline_group = pipeline_group
-        self._launcher = None
-        self._run_id: str | None = None
+        self._launcher: Launcher | None = None
+        self._run_id = ""  # the try's, once it runs
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import abc
-import logging
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from tfdist.operators.plan import Elastic, Plan, StagePlan
 
 TAIL_LINES = 40
 """How many of each source's last output lines a failure shows."""
+
+
+class StageLog(Protocol):
+    """Where a launcher logs: the task's logger (Airflow's), its trigger's, or any ``StageLog``."""
+
+    def debug(self, msg: str, /, *args: Any) -> Any: ...
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
 
 
 class StageFailed(RuntimeError):
@@ -22,7 +30,7 @@ class StageFailed(RuntimeError):
         self,
         process: str,
         returncode: int | None,
-        tails: dict[str, list[str]],
+        tails: Mapping[str, Sequence[str]],
         *,
         how: str | None = None,
         detail: str | None = None,
@@ -31,7 +39,7 @@ class StageFailed(RuntimeError):
         self.process, self.returncode, self.tails, self.lost = process, returncode, tails, lost
         if how is None and returncode is None:
             how = "stopped serving before the stage was done"
-        elif how is None:
+        elif how is None and returncode is not None:
             how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
         blocks = [f"[{name}] last lines:\n" + "\n".join(f"  {line}" for line in lines) for name, lines in tails.items()]
         self.summary = f"{process} {how}" + (f"; {detail}" if detail else "")
@@ -64,7 +72,7 @@ def restart_record(
     lost: tuple[str, ...],
     why: str,
     restarts: list[dict],
-    log: logging.Logger,
+    log: StageLog,
     **measured: Any,
 ) -> dict[str, Any]:
     """Log an elastic restart and add its record (an item of the result record's ``elastic_restarts``)."""
@@ -85,7 +93,7 @@ def restart_record(
         change["workers_before"],
         f"checkpoint at step {measured['resumed_at_step']}" if "resumed_at_step" in measured else "latest checkpoint",
         change["restart"],
-        stage.elastic.max_restarts,
+        stage.elastic.max_restarts if stage.elastic else 0,
     )
     restarts.append(change)
     return change
@@ -100,18 +108,18 @@ class Launcher(abc.ABC):
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         self.plan, self.try_number = plan, try_number
 
-    def start_deferred(self, stage: StagePlan, log: logging.Logger, store: Any) -> Any | None:
+    def start_deferred(self, stage: StagePlan, log: StageLog, store: Any) -> Any | None:
         """Start the stage (or find the one an earlier try of the task started, by the identity kept in the
         task's state ``store``) and return the trigger that follows it to its end; None when the stage's
         processes live and die with the task process (then call ``run``)."""
         return None
 
-    def continue_deferred(self, stage: StagePlan, event: dict[str, Any], log: logging.Logger, store: Any) -> Any | None:
+    def continue_deferred(self, stage: StagePlan, event: dict[str, Any], log: StageLog, store: Any) -> Any | None:
         """After the trigger of ``start_deferred`` reported the stage failed: the trigger following the stage
         restarted elastically, or None when it may not continue."""
         return None
 
-    def run(self, stage: StagePlan, log: logging.Logger) -> dict[str, Any]:
+    def run(self, stage: StagePlan, log: StageLog) -> dict[str, Any]:
         """Run the stage to its end and return its result record; an elastic stage that lost workers is
         restarted with those it has left (each restart recorded in the result's ``elastic_restarts``)."""
         restarts: list[dict] = []
@@ -135,7 +143,7 @@ class Launcher(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict[str, Any]:
         """Start every member of the stage, relay their output to ``log`` prefixed ``[name]``, return the
         stage's result record when all succeeded (and stop serving members then). Raise StageFailed as soon
         as one fails, after stopping the others. ``restarts``: the elastic restarts this run follows."""

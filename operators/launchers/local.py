@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import logging
 import os
 import queue
 import signal
@@ -25,7 +24,7 @@ from tfdist.contract import (
     stalled,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
-from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageStopped, failed_first
+from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, StagePlan
 
@@ -44,7 +43,7 @@ class LocalLauncher(Launcher):
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
 
-    def stop_leftovers(self, stage: StagePlan, log: logging.Logger) -> None:
+    def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
         spec), so a retry never runs a second set of workers beside the first."""
         signature = " ".join([*worker_command("", stage.args.worker_module)[1:], "--spec", stage.args.spec, ""])
@@ -62,7 +61,7 @@ class LocalLauncher(Launcher):
             )
             stop_processes(others=leftovers)
 
-    def run(self, stage: StagePlan, log: logging.Logger) -> dict:
+    def run(self, stage: StagePlan, log: StageLog) -> dict:
         self.stop_leftovers(stage, log)
         return super().run(stage, log)
 
@@ -77,12 +76,12 @@ class LocalLauncher(Launcher):
             "stopped_at": time.time(),
         }
 
-    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict:
         self.run_processes(stage, local_processes(stage), log, restarts[-1] if restarts else None)
         return read_json(stage.result_file)
 
     def run_processes(
-        self, stage: StagePlan, processes: list[Process], log: logging.Logger, recovering: dict | None = None
+        self, stage: StagePlan, processes: list[Process], log: StageLog, recovering: dict | None = None
     ) -> None:
         """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
         lines: queue.Queue = queue.Queue()
@@ -120,13 +119,13 @@ class LocalLauncher(Launcher):
 
     @staticmethod
     def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:
-        for raw in proc.stdout:
+        for raw in proc.stdout or ():  # a pipe (stdout=PIPE)
             line = raw.decode(errors="replace").rstrip()
             for source, text in split_rank_tags(name, line) if rank_tagged else [(name, line)]:
                 lines.put((source, text))
 
     @staticmethod
-    def _relay(lines: queue.Queue, tails: dict, log: logging.Logger, timeout: float | None = None) -> None:
+    def _relay(lines: queue.Queue, tails: dict, log: StageLog, timeout: float | None = None) -> None:
         try:
             item = lines.get(timeout=timeout) if timeout else lines.get_nowait()
             while True:
@@ -143,7 +142,7 @@ class LocalLauncher(Launcher):
         roles: dict[str, str],
         lines: queue.Queue,
         tails: dict,
-        log: logging.Logger,
+        log: StageLog,
         recovering: dict | None,
     ) -> None:
         started = time.time()
@@ -172,7 +171,7 @@ class LocalLauncher(Launcher):
                 if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)
             ]
             if failed:
-                killed = tuple(name for name in failed if codes[name] < 0)
+                killed = tuple(name for name in failed if (codes[name] or 0) < 0)
                 name, stopped = (killed or failed)[0], self._stopped(stage)
                 if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
                     name, pid = stopped
@@ -195,7 +194,7 @@ class LocalLauncher(Launcher):
                 return
 
     @staticmethod
-    def _note_recovery(stage: StagePlan, started: float, change: dict, log: logging.Logger) -> None:
+    def _note_recovery(stage: StagePlan, started: float, change: dict, log: StageLog) -> None:
         """Once the restarted cluster has stepped: how long after the lost one was stopped, and from which step."""
         beats = [b for b in last_beats(stage.heartbeat_dir).values() if b.time >= started]
         if beats:

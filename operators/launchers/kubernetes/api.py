@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -20,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from tfdist.operators.launchers.base import StageFailed
+from tfdist.operators.launchers.base import StageFailed, StageLog
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ class ClusterApi:
         )
         return [o["metadata"]["name"] for o in listed["items"]]
 
-    def submit(self, objects: list[dict], log: logging.Logger) -> str:
+    def submit(self, objects: list[dict], log: StageLog) -> str:
         """Create the stage's objects, in order; the uid the cluster gave the last (the one that ends the stage)."""
         ns, uid = self.namespace, ""
         for obj in objects:
@@ -189,7 +188,7 @@ class ClusterApi:
             time.sleep(1)
 
 
-async def delete_objects(watch: Watch, log: logging.Logger | None = None, api: Any = None) -> None:
+async def delete_objects(watch: Watch, log: StageLog | None = None, api: Any = None) -> None:
     """Delete the stage's objects (their pods with them), newest first; those already gone are skipped. ``api``:
     the client to use, else one from the stage's connection."""
     if api is None:

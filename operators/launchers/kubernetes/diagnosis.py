@@ -34,9 +34,9 @@ def name_of(pod: dict) -> str:
 def result_record(watch: Watch, pods: list[dict], tails: dict) -> dict[str, Any]:
     """The result record the result pod handed back as its termination message."""
     pod = next((p for p in pods if watch.member(p) == watch.result_member and termination(p)), None)
-    message = termination(pod).get("message") if pod else None
+    message = (termination(pod) or {}).get("message") if pod else None
     try:
-        return json.loads(message)
+        return json.loads(message or "")  # none: a ValueError
     except (TypeError, ValueError):
         raise StageFailed(
             f"{watch.result_member}" + (f" (pod {name_of(pod)})" if pod else ""),
@@ -53,7 +53,7 @@ def culprit(watch: Watch, ended: dict, pods: list[dict]) -> dict | None:
     named = FAIL_JOB_POD.search(ended.get("message") or "") if watch.kind == "Job" else None
     if named:
         return next((p for p in failed if name_of(p) == named["pod"]), None)
-    return min(failed, key=lambda p: termination(p).get("finishedAt") or "9999", default=None)
+    return min(failed, key=lambda p: (termination(p) or {}).get("finishedAt") or "9999", default=None)
 
 
 def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFailed:
@@ -87,7 +87,7 @@ def failure(watch: Watch, ended: dict, pods: list[dict], tails: dict) -> StageFa
 
 
 def _pod_failure(watch: Watch, pod: dict, tails: dict, job: str) -> StageFailed:
-    terminated, member = termination(pod), watch.member(pod)
+    terminated, member = termination(pod) or {}, watch.member(pod)
     ordered = failed_first(tails, member)
     reason, code = terminated.get("reason"), terminated.get("exitCode")
     why = f", {reason}" if reason not in (None, "Error", "Completed") else ""

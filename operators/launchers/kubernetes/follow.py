@@ -11,7 +11,6 @@ import collections
 import contextlib
 import datetime as dt
 import json
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from tfdist.contract import split_rank_tags
-from tfdist.operators.launchers.base import TAIL_LINES, StageFailed, StageStopped
+from tfdist.operators.launchers.base import TAIL_LINES, StageFailed, StageLog, StageStopped
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, Watch, delete_objects
 from tfdist.operators.launchers.kubernetes.diagnosis import (
     culprit,
@@ -76,7 +75,7 @@ class Follower:
     """The state of one follow: the ending object's conditions and the pods (by name) as the watches last
     delivered them, each pod's last relayed timestamp, the last lines of every source."""
 
-    def __init__(self, watch: Watch, api: Any, log: logging.Logger) -> None:
+    def __init__(self, watch: Watch, api: Any, log: StageLog) -> None:
         self.watch, self.api, self.log = watch, api, log
         self.core, self.custom = async_client.CoreV1Api(api), async_client.CustomObjectsApi(api)
         self.conditions: list[dict] = []
@@ -225,6 +224,7 @@ class Follower:
         async with self.limit:
             while True:
                 since, resume = self._since(name), list(self.seen.get(name, (None, 0)))
+                after: dict[str, Any] = {"since_seconds": since} if since else {}
                 try:
                     response = await _opened(
                         self.core.read_namespaced_pod_log(
@@ -233,7 +233,7 @@ class Follower:
                             follow=True,
                             timestamps=True,
                             _preload_content=False,
-                            **({"since_seconds": since} if since else {}),
+                            **after,
                         )
                     )
                     try:
@@ -358,7 +358,7 @@ class Follower:
         finally:
             response.release()
 
-    async def outcome(self, ended: dict) -> dict[str, Any]:
+    async def outcome(self, ended: dict) -> dict[str, Any] | StageFailed:
         """The stage's result record, or StageFailed naming the pod and why, once its relayed logs delivered
         their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read. The pods are
         listed once more (their watch may lag the object's), those already gone kept as last seen."""
@@ -378,7 +378,7 @@ class Follower:
         return result_record(self.watch, list(self.pods.values()), self.tails)
 
 
-async def follow(watch: Watch, log: logging.Logger, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+async def follow(watch: Watch, log: StageLog, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Follow the stage until it ends; its result record, or StageFailed naming the pod and why. The stage's
     objects are deleted when it ends either way (not when the API stopped answering, nor when stopped)."""
     async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as api:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from dataclasses import replace
 from typing import Any
 
 from tfdist.contract import EXIT_REFUSED
-from tfdist.operators.launchers.base import Launcher, StageFailed, StageStopped, restart_record, shrunk
+from tfdist.operators.launchers.base import Launcher, StageFailed, StageLog, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, ClusterApi, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.launchers.kubernetes.objects import (
@@ -123,7 +122,7 @@ class KubernetesLauncher(Launcher):
             return f"was made from another spec (spec hash {made_from}, this try's {digest})"
         return None
 
-    def start(self, stage: StagePlan, log: logging.Logger, store: Any = None) -> Watch:
+    def start(self, stage: StagePlan, log: StageLog, store: Any = None) -> Watch:
         """Create the stage's objects, or follow those an earlier try of the task created, unless they ended or
         differ (deleted then, and the stage starts again: training resumes from the run's latest checkpoint)."""
         kind = self.kubeflow_kind(stage) or "Job"
@@ -157,11 +156,11 @@ class KubernetesLauncher(Launcher):
             store.set(STORE_KEY, watch.to_dict())
         return watch
 
-    def start_deferred(self, stage: StagePlan, log: logging.Logger, store: Any) -> StageTrigger:
+    def start_deferred(self, stage: StagePlan, log: StageLog, store: Any) -> StageTrigger:
         return StageTrigger(self.start(stage, log, store).to_dict())
 
     def continue_deferred(
-        self, stage: StagePlan, event: dict[str, Any], log: logging.Logger, store: Any
+        self, stage: StagePlan, event: dict[str, Any], log: StageLog, store: Any
     ) -> StageTrigger | None:
         restarts = list(event.get("restarts", []))
         current = stage.with_workers(restarts[-1]["workers_after"]) if restarts else stage
@@ -172,7 +171,7 @@ class KubernetesLauncher(Launcher):
         restart_record(current, smaller, lost, event["summary"], restarts, log)
         return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
 
-    def run_once(self, stage: StagePlan, log: logging.Logger, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict[str, Any]:
         return asyncio.run(follow(self.start(stage, log), log, lambda: self._stop_requested))
 
     def stop(self) -> None:

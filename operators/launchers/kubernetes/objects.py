@@ -28,6 +28,7 @@ from tfdist.contract import (
     TERMINATION_LOG,
     TF_PORT,
     THREADS_ENV,
+    PrepareArgs,
     digest_json,
     mpirun_argv,
     pod_argv,
@@ -173,7 +174,7 @@ def _metadata(k8s: KubernetesPlacement, name: str, labels: dict, annotations: di
 
 def _entrypoint(plan: Plan, stage: StagePlan, command: list[str], **place) -> list[str]:
     """The pod's argv; a training stage's pods watch its heartbeats for hangs."""
-    watch = {"heartbeats": stage.heartbeat_dir, "hang_timeout": stage.hang_timeout_seconds}
+    watch: dict[str, Any] = {"heartbeats": stage.heartbeat_dir, "hang_timeout": stage.hang_timeout_seconds}
     return pod_argv(
         PYTHON, plan.layout.run_dir, stage.result_file, command, **(watch if stage.heartbeat_dir else {}), **place
     )
@@ -195,7 +196,9 @@ def _job(plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dic
         role, count, gpus = stage.members[0].role, stage.writers or 1, 0
         env = _env(plan, stage, role)
         meeting = os.path.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
-        args = replace(stage.args, pods=count, coordination=meeting) if count > 1 else stage.args
+        args = stage.args
+        if count > 1 and isinstance(args, PrepareArgs):  # several writers: prepare_data's pods
+            args = replace(args, pods=count, coordination=meeting)
         argv = _entrypoint(plan, stage, args.command(PYTHON))
     template = _pod_template(
         k8s,
@@ -254,7 +257,8 @@ def native_objects(
 
 def tfjob(plan: Plan, stage: StagePlan, metadata: dict, run_policy: dict, labels: dict, annotations: dict) -> dict:
     """The TF cluster as a TFJob: the operator sets each pod's TF_CONFIG."""
-    k8s, replicas = placement(stage), {}
+    k8s = placement(stage)
+    replicas: dict[str, dict[str, Any]] = {}
     for m in stage.members:
         argv = _entrypoint(plan, stage, stage.args.command(PYTHON))
         container = _container(k8s, m.role, "tensorflow", argv, _env(plan, stage, m.role), m.gpus)

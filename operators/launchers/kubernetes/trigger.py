@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -20,7 +21,7 @@ class StageTrigger(BaseTrigger):
     before these objects. A user killing the deferred task deletes the objects (``on_kill``); a triggerer
     restart does not (the next triggerer follows on)."""
 
-    def __init__(self, watch: dict[str, Any], restarts: list[dict] = ()) -> None:
+    def __init__(self, watch: dict[str, Any], restarts: Sequence[dict] = ()) -> None:
         super().__init__()
         self.watch, self.restarts = watch, list(restarts)
 
