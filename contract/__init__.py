@@ -131,9 +131,9 @@ __all__ = [
     "runs_root",
     "sha256_file",
     "split_rank_tags",
-    "worker_command",
     "stalled",
     "tf_config",
     "warm_start_summary",
+    "worker_command",
     "write_json_atomic",
 ]

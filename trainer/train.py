@@ -15,9 +15,9 @@
   rank/size and keeps the global batch (global // size per rank); the learning rate stays scaled by the
   planned ranks (num_workers × slots_per_worker), so a change of size changes neither. Rank 0 logs
   ``rank-0: world size 2 -> 1 at step 120 (restored commit at step 120)``.
-  Horovod's own elastic state classes and ``hvd.elastic.run`` do not work with Keras 3 (why: docs/operations.md, "Elastic training, per mode"),
-  so ``KerasVariablesState`` below saves, restores and broadcasts the Keras variables itself, under Horovod's
-  ``run_fn`` with our own error mapping.
+  Horovod's own elastic state classes and ``hvd.elastic.run`` do not work with Keras 3 (why: docs/operations.md,
+  "Elastic training, per mode"), so ``KerasVariablesState`` below saves, restores and broadcasts the Keras
+  variables itself, under Horovod's ``run_fn`` with our own error mapping.
 
 Each worker or rank reads its own train shards. The chief (worker 0, the PS chief, rank 0) writes
 checkpoints into the run's checkpoint directory; a restarted run resumes from the latest one."""

@@ -20,8 +20,8 @@ from tfdist.contract import (
     longest_silent,
     read_json,
     split_rank_tags,
-    worker_command,
     stalled,
+    worker_command,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first

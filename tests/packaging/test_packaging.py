@@ -259,8 +259,8 @@ def test_the_worker_runtime_prepares_and_trains_where_airflow_cannot_be_imported
 
 
 def test_each_component_installs_what_it_needs_and_nothing_more():
-    """README and docs/getting-started.md, "Install into an existing Airflow": the Airflow side with the Kubernetes launcher gets no
-    TensorFlow, a worker gets no Airflow, the CPU and GPU builds of TensorFlow exclude each other."""
+    """README and docs/getting-started.md, "Install into an existing Airflow": the Airflow side with the Kubernetes
+    launcher gets no TensorFlow, a worker gets no Airflow, the CPU and GPU builds of TensorFlow exclude each other."""
     airflow, kubernetes = requirement_names("airflow"), requirement_names("kubernetes")
     cpu, gpu, base = requirement_names("cpu"), requirement_names("gpu"), requirement_names()
     assert "apache-airflow" in airflow and "apache-airflow-providers-cncf-kubernetes" in kubernetes
