@@ -57,6 +57,8 @@ class ScriptedKubelet:
         self.scripts = scripts
         self.played: list[str] = []
         """The names of the pods whose container started, in order."""
+        self.errors: list[BaseException] = []
+        """What a script's action raised (its container then ended with exit code 1, the error its message)."""
 
     def script(self, pod: Pod) -> Script:
         return self.scripts if isinstance(self.scripts, Script) else self.scripts(pod.obj)
@@ -87,23 +89,31 @@ class ScriptedKubelet:
         container_id, started = f"containerd://scripted-{uuid.uuid4().hex}", now()
         pod.running(started, container_id)
         pod.cluster.changed.set()
+        try:
+            self._output(pod, script)
+        except Exception as error:  # the test's action failed: the container fails, saying why
+            self.errors.append(error)
+            script = Script(exit_code=1, message=f"the script's action raised {error!r}")
+        with open(pod.message_path, "w") as f:
+            f.write(script.message)
+        stopped = pod.stopping.is_set()
+        code = script.stopped_exit_code if stopped else script.exit_code
+        pod.ended(code, script.oom_killed and not stopped, started, container_id)
+
+    def _output(self, pod: Pod, script: Script) -> None:
+        """Play the script's steps, then run on until stopped when it does not end by itself."""
         with open(pod.log_path, "a") as log:
             for step in script.output:
                 if pod.stopping.is_set():
-                    break
+                    return
                 if isinstance(step, str):
                     pod.log_line(log, step)
                 elif callable(step):
                     step(pod)
                 else:
                     pod.stopping.wait(step)
-            if script.exit_code is None:
-                pod.stopping.wait()
-        with open(pod.message_path, "w") as f:
-            f.write(script.message)
-        stopped = pod.stopping.is_set()
-        code = script.stopped_exit_code if stopped else script.exit_code
-        pod.ended(code, script.oom_killed and not stopped, started, container_id)
+        if script.exit_code is None:
+            pod.stopping.wait()
 
     def stop(self, pod: Pod) -> None:
         """The script ends at its next step (a container not started yet never starts); returns once it did."""

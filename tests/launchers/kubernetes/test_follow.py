@@ -241,6 +241,7 @@ def standin(tmp_path, monkeypatch) -> Callable[..., StandInCluster]:
     yield start
     for cluster in started:
         cluster.close()
+        assert not cluster.kubelet.errors, "a script's action failed"
 
 
 def run_stage(cluster: StandInCluster, manifest: dict, watch: Watch = WATCH) -> tuple[dict | StageFailed, list[str]]:
@@ -287,3 +288,70 @@ def test_follow_ends_with_the_result_record_or_names_the_pod_and_how_it_ended(st
     for member in MEMBERS[case.watch.get("log_members", 2) :]:
         assert not relayed(lines, member), f"{member}'s log is not relayed"
     assert not cluster.objects, "the stage's objects are deleted when it ends"
+
+
+def talk(first: int, last: int) -> list:
+    """Numbered lines, a moment apart."""
+    return [step for i in range(first, last) for step in (f"line {i}", 0.01)]
+
+
+def drop(seconds: float) -> Callable:
+    return lambda pod: pod.cluster.drop_connections(seconds)
+
+
+def churn(count: int) -> Callable:
+    """While GETs are cut off, make ``count`` changes through the API (creates still answer): more than the
+    history of a small stand-in holds."""
+
+    def make(pod) -> None:
+        core = api(pod)
+        for n in range(count):
+            core.create_namespaced_config_map(
+                NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"churn-{n}"}, "data": {}}
+            )
+
+    return make
+
+
+RESUMED = {
+    "a dropped log stream resumes after its last line relayed": (
+        {"history_limit": 10000},
+        [drop(0.5)],
+        {"list jobs": 1},
+    ),
+    "a watch whose resourceVersion is gone (410) lists again": (
+        {"history_limit": 10},
+        [drop(0.8), churn(30)],
+        {"list jobs": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("standin_keywords, mid_stream, lists", RESUMED.values(), ids=RESUMED.keys())
+def test_an_api_cut_off_mid_stream_loses_and_repeats_no_log_line(standin, standin_keywords, mid_stream, lists):
+    """The API cuts every GET off for a moment while the result member prints: its log stream resumes after its
+    last relayed line (asking for more, the lines already relayed skipped by timestamp), the watches resume from
+    their resourceVersion, or list again when the history no longer reaches back to it (410 Gone)."""
+    scripts = {"worker-0": Script([*talk(0, 30), *mid_stream, *talk(30, 60)], message=json.dumps(RESULT))}
+    cluster = standin(scripts, **standin_keywords)
+    outcome, lines = run_stage(cluster, job())
+    assert outcome == RESULT, outcome
+    assert relayed(lines, "worker-0") == written(cluster, "worker-0") == [f"line {i}" for i in range(60)]
+    assert sum("the Kubernetes API did not answer" in line for line in lines) >= 1, lines
+    assert cluster.requests["get pods/log"] >= 2 + 1  # worker-0's resumed at least once, worker-1's
+    for what, count in lists.items():
+        assert cluster.requests[what] == count, cluster.requests
+
+
+def test_where_the_api_refuses_watches_the_stage_is_followed_by_listing_and_says_so(standin):
+    """A Role without the watch verb (403): the object and its pods are listed every POLL_SECONDS instead, the
+    task log says so once for each, and each line is relayed once."""
+    scripts = {"worker-0": Script([*talk(0, 20), 0.5, *talk(20, 40)], message=json.dumps(RESULT))}
+    cluster = standin(scripts)
+    cluster.forbidden |= {("watch", "jobs"), ("watch", "pods")}
+    outcome, lines = run_stage(cluster, job())
+    assert outcome == RESULT, outcome
+    assert sum("the Kubernetes API refuses to watch (403 pods is forbidden" in line for line in lines) == 1, lines
+    assert sum("the Kubernetes API refuses to watch (403 jobs is forbidden" in line for line in lines) == 1, lines
+    assert relayed(lines, "worker-0") == written(cluster, "worker-0") == [f"line {i}" for i in range(40)]
+    assert cluster.requests["watch pods"] == 1 and cluster.requests["list pods"] >= 3
