@@ -58,11 +58,10 @@ TTLs, deadlines, suspension, the training operator's webhooks, the MPI operator'
 ``runLauncherAsWorker``, scaling of workers and its elastic Horovod, gang scheduling and dynamic workers, and
 kubelet restarts. How a real API server differs in what it serves: it records each write as one change,
 where the stand-in compares its objects every ``timing.RECORD_SECONDS`` (two changes within that time are one
-event); its
-watches are served from a watch cache, its lists may be too; an object whose labels change out of a watch's
-selector is a DELETED event there, unmodelled here; it sends bookmarks about once a minute (here every
-``timing.BOOKMARK_SECONDS``); ``pods/log`` is proxied through the node's kubelet (here read from the pod's log file);
-long-running requests (watches, followed logs) are outside its max-inflight limits and capped by its
+event); its watches are served from a watch cache, its lists may be too; an object whose labels change out of
+a watch's selector is a DELETED event there, unmodelled here; it sends bookmarks about once a minute (here
+every ``timing.BOOKMARK_SECONDS``); ``pods/log`` is proxied through the node's kubelet (here read from the
+pod's log file); long-running requests (watches, followed logs) are outside its max-inflight limits and capped by its
 ``--min-request-timeout``. Deleting is synchronous (the call returns once the object, its dependents and their
 processes are gone; no other finalizers, no Terminating state) except for a Job's pod deleted or evicted by
 itself: it carries the Job controller's job-tracking finalizer, so it is marked (deletionTimestamp), stopped
