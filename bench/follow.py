@@ -1,5 +1,5 @@
 """What following a Kubernetes stage costs at N pods (``make bench``, issue 26): a Job of N cheap pods (a shell
-loop printing a numbered line a second) on the stand-in cluster (tests/k8s_standin.py), followed by the
+loop printing a numbered line a second) on the stand-in cluster (tests/k8s_standin/), followed by the
 project's own ``follow`` in a process of its own, as the triggerer runs it, with the default
 ``kubernetes.log_members`` (2). Per N: requests per minute by verb and resource and response bytes, counted by
 the stand-in in a steady window; log bytes fetched against bytes relayed; the follower's CPU seconds per minute
@@ -26,7 +26,7 @@ import psutil
 from kubernetes import client, config
 
 from tests.conftest import wait_for
-from tests.k8s_standin import Cluster
+from tests.k8s_standin import StandInCluster
 from tfdist.operators.launchers.kubernetes.api import Watch
 
 CONNECTION = "bench_k8s_standin"
@@ -233,7 +233,7 @@ def measure(work: str, counts: tuple[int, ...], seconds: float) -> dict:
     if os.geteuid() != 0:
         return {"skipped": "needs root (the stand-in cluster gives each pod a network namespace)"}
     os.makedirs(work, exist_ok=True)
-    cluster = Cluster(work).start()
+    cluster = StandInCluster(work).start()
     os.environ[f"AIRFLOW_CONN_{CONNECTION.upper()}"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}}
     )

@@ -119,6 +119,10 @@ class Follower:
         self.pods = {name_of(pod): pod for pod in items}
         self._start_streams()
 
+    def _pods_relisted(self, items: list[dict]) -> None:
+        self.pods.update({name_of(pod): pod for pod in items})
+        self._start_streams()
+
     def _on_pod(self, kind: str, pod: dict) -> None:
         if kind == "DELETED":
             self.pods.pop(name_of(pod), None)
@@ -361,8 +365,9 @@ class Follower:
     async def outcome(self, ended: dict) -> dict[str, Any] | StageFailed:
         """The stage's result record, or StageFailed naming the pod and why, once its relayed logs delivered
         their last lines (at most DRAIN_SECONDS) and the other failed pods' last lines were read. The pods are
-        listed once more (their watch may lag the object's), those already gone kept as last seen."""
-        await self._list(self._list_pods, lambda items: self.pods.update({name_of(p): p for p in items}))
+        listed once more (their watch may lag the object's), those already gone kept as last seen; a pod that
+        ran its whole course before its watch told of it has its log relayed now."""
+        await self._list(self._list_pods, self._pods_relisted)
         failed = DONE[ended["type"]] == "failed"
         if failed and (pod := culprit(self.watch, ended, list(self.pods.values()))):
             if not self.watch.relayed(member := self.watch.member(pod)):
@@ -375,7 +380,10 @@ class Follower:
         await asyncio.gather(*self.streams.values(), return_exceptions=True)
         if failed:
             return failure(self.watch, ended, list(self.pods.values()), self.tails)
-        return result_record(self.watch, list(self.pods.values()), self.tails)
+        try:
+            return result_record(self.watch, list(self.pods.values()), self.tails)
+        except StageFailed as missing:  # returned, not raised: the stage's objects are deleted all the same
+            return missing
 
 
 async def follow(watch: Watch, log: StageLog, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Whole DAG runs on Kubernetes: ``airflow dags test`` (the real task runner, deferral to the trigger run
-in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin.py, in the parameter-
+in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin/, in the parameter-
 server and Horovod modes. The Airflow process runs in a mount namespace where the artifact root is an empty
 tmpfs: every file of the run is written and read by the pods, and results come back as termination messages.
-What the stand-in does not model is listed in its docstring; needs root."""
+What the stand-in does not model is listed in its docstring; needs root.
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, wait_for
-from tests.k8s_standin import Cluster
+from tests.k8s_standin import StandInCluster
 from tfdist.contract import read_json, registry, run_path
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
@@ -34,7 +34,7 @@ MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction,
 @pytest.fixture(scope="module")
 def pipelines(tmp_path_factory, digits_root):
     """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes)."""
-    cluster = Cluster(str(tmp_path_factory.mktemp("standin"))).start()
+    cluster = StandInCluster(str(tmp_path_factory.mktemp("standin"))).start()
     dags = tmp_path_factory.mktemp("k8s_dags")
     kubernetes = {
         "namespace": "ml",

@@ -1,4 +1,4 @@
-"""The Kubernetes launcher against the stand-in cluster of tests/k8s_standin.py (the Kubernetes REST API
+"""The Kubernetes launcher against the stand-in cluster of tests/k8s_standin/ (the Kubernetes REST API
 served locally, the real ``kubernetes`` client through the cncf provider's KubernetesHook and an Airflow
 connection, pods as real processes in their own network namespaces). What the stand-in does not model is
 listed in its docstring; needs root (network namespaces)."""
@@ -34,7 +34,7 @@ from tests.conftest import (
     steps_of,
     wait_for,
 )
-from tests.k8s_standin import Cluster
+from tests.k8s_standin import StandInCluster
 from tfdist.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats, read_json
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import write_digits_partitions
@@ -57,7 +57,7 @@ KUBERNETES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    standin = Cluster(str(tmp_path_factory.mktemp("standin"))).start()
+    standin = StandInCluster(str(tmp_path_factory.mktemp("standin"))).start()
     os.environ[f"AIRFLOW_CONN_{CONNECTION.upper()}"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(standin.kubeconfig)}}
     )
@@ -85,7 +85,7 @@ def launch(plan, task_id: str, try_number: int = 1):
     return KubernetesLauncher(plan, try_number).run(plan.stage(task_id), logger), lines.lines
 
 
-def assert_nothing_left(cluster: Cluster, plan) -> None:
+def assert_nothing_left(cluster: StandInCluster, plan) -> None:
     name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
     wait_for(lambda: not [k for k in cluster.objects if name in k[2]], 30, "the stage's objects to be deleted")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -545,7 +545,7 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
     """operator 'auto' finds the TFJob CRD through API discovery and runs MultiWorkerMirrored as a TFJob, warm-started
     from the baseline version on the artifact volume; 'kubeflow' on a cluster without it is refused (no retry),
     before anything is created."""
-    kubeflow = Cluster(str(tmp_path / "kubeflow"), crds=("tfjobs",)).start()
+    kubeflow = StandInCluster(str(tmp_path / "kubeflow"), crds=("tfjobs",)).start()
     os.environ["AIRFLOW_CONN_K8S_KUBEFLOW"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}}
     )
@@ -593,7 +593,7 @@ def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(digits_root, 
     """operator 'auto' finds the MPIJob CRD through API discovery and runs Horovod over OpenMPI as an MPIJob:
     mpirun in the launcher pod starts orted and two ranks in each worker pod through its sshd (the worker
     image's user and config, the job's generated key), and every rank ends with the same weights."""
-    kubeflow = Cluster(str(tmp_path / "kubeflow"), crds=("mpijobs",)).start()
+    kubeflow = StandInCluster(str(tmp_path / "kubeflow"), crds=("mpijobs",)).start()
     os.environ["AIRFLOW_CONN_K8S_MPI"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}}
     )

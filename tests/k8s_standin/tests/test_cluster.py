@@ -1,7 +1,9 @@
-"""The stand-in cluster of tests/k8s_standin.py on its own, through the real ``kubernetes`` client: termination
-messages, memory limits, image pulls, API discovery and custom objects, the TFJob controller, the MPIJob
-controller (its launcher reaching the workers' sshd over ssh), and that ``close()`` leaves nothing behind.
-Pods run tiny ``python -c`` commands (TensorFlow only in the e2e test); needs root (network namespaces)."""
+"""The stand-in cluster of tests/k8s_standin/ on its own, with its process kubelet, through the real
+``kubernetes`` client: termination messages, memory limits, image pulls, API discovery and custom objects, the
+TFJob controller, the MPIJob controller (its launcher reaching the workers' sshd over ssh), and that
+``close()`` leaves nothing behind. Pods run tiny ``python -c`` commands (TensorFlow only in the e2e test);
+needs root (network namespaces). The same API server and controllers without root, with the scripted
+kubelet: test_scripted.py."""
 
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests import k8s_standin
 from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
-from tests.k8s_standin import Cluster, image_reference, memory_bytes
+from tests.k8s_standin import StandInCluster, image_reference, kubelet, memory_bytes, timing
 
 NS = "ml"
 MARK = "# standin-test"
@@ -34,7 +35,7 @@ def until(get, timeout: float = 20, what: str = "the cluster"):
     return value
 
 
-def assert_nothing_left(cluster: Cluster) -> None:
+def assert_nothing_left(cluster: StandInCluster) -> None:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"tfd{cluster.id}p" not in netns and f"tfd{cluster.id}" not in links
@@ -49,20 +50,20 @@ def assert_nothing_left(cluster: Cluster) -> None:
 
 @pytest.fixture
 def cluster(tmp_path, request, monkeypatch):
-    """A started stand-in (``Cluster`` keywords from an indirect parameter; ``cgroups: False`` to do without
+    """A started stand-in (``StandInCluster`` keywords from an indirect parameter; ``cgroups: False`` to do without
     memory cgroups), closed and checked empty after."""
     if lacks_root("ip"):
         pytest.skip(STANDIN_NEEDS_ROOT)
     params = dict(getattr(request, "param", {}))
     if not params.pop("cgroups", True):
-        monkeypatch.setattr(k8s_standin, "_memory_cgroup", lambda: None)
-    standin = Cluster(str(tmp_path), **params).start()
+        monkeypatch.setattr(kubelet, "_memory_cgroup", lambda: None)
+    standin = StandInCluster(str(tmp_path), **params).start()
     yield standin
     standin.close()
     assert_nothing_left(standin)
 
 
-def apis(cluster: Cluster) -> tuple[client.CoreV1Api, client.BatchV1Api, client.CustomObjectsApi]:
+def apis(cluster: StandInCluster) -> tuple[client.CoreV1Api, client.BatchV1Api, client.CustomObjectsApi]:
     api = config.new_client_from_config_dict(cluster.kubeconfig)
     return client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
 
@@ -330,8 +331,8 @@ def test_a_container_past_its_memory_limit_is_oom_killed(cluster, request):
 
 @pytest.mark.parametrize("cluster", [{"images": {"python:3.11"}}], indirect=True)
 def test_an_image_the_registry_lacks_backs_off_until_it_is_pushed(cluster, monkeypatch):
-    monkeypatch.setattr(k8s_standin, "IMAGE_BACKOFF_SECONDS", (2.0, 4.0))
-    monkeypatch.setattr(k8s_standin, "POD_RESYNC_SECONDS", 0.5)
+    monkeypatch.setattr(timing, "IMAGE_BACKOFF_SECONDS", (2.0, 4.0))
+    monkeypatch.setattr(timing, "POD_RESYNC_SECONDS", 0.5)
     core, batch, _ = apis(cluster)
     batch.create_namespaced_job(NS, job("pull", "print('pulled')", image="tfdist-worker:missing"))
     batch.create_namespaced_job(NS, job("never", "print('never')", image="local:only", imagePullPolicy="Never"))
