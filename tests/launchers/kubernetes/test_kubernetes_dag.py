@@ -2,7 +2,7 @@
 in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin/, in the parameter-
 server and Horovod modes. The Airflow process runs in a mount namespace where the artifact root is an empty
 tmpfs: every file of the run is written and read by the pods, and results come back as termination messages.
-What the stand-in does not model is listed in its docstring; needs root.
+What the stand-in does not model is listed in its docstring; needs root."""
 
 from __future__ import annotations
 
