@@ -128,7 +128,7 @@ class RunPlanned(_Operator):
             partition_key=getattr(dag_run, "partition_key", None),
             partition_date=as_datetime(partition_date) if partition_date else None,
             recorded=recorded,
-            earlier_windows=None
+            earlier_windows=()
             if recorded and "window" in recorded
             else earlier_windows(spec.artifact_root, self.pipeline_id),
         )

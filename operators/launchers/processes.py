@@ -44,7 +44,7 @@ from tfdist.contract import (
     mpirun_argv,
     tf_config,
 )
-from tfdist.operators.plan import StagePlan
+from tfdist.operators.plan import Elastic, StagePlan
 
 REJOIN_COOLDOWN_SECONDS = (1, 300)
 """horovodrun --blacklist-cooldown-range: a failed host runs ranks again after lower × 2^failures (+ up to
@@ -164,7 +164,7 @@ def horovod_process(stage: StagePlan, command: list[str]) -> Process:
         **devices(0, ranks if stage.gpus_per_worker else 0),
     }  # one GPU per rank, every rank on this machine
     if stage.elastic:
-        argv = [horovodrun, "--gloo", *elastic_args(stage), *command]
+        argv = [horovodrun, "--gloo", *elastic_args(stage, stage.elastic), *command]
         # block k*slots + local rank for the ranks of worker k: each rank finds its own from its host name
         env[HOSTS_ENV] = ",".join(f"{host}:{stage.slots}" for host in local_host_names(stage.workers))
     elif horovod_controller(stage) == "gloo":
@@ -181,23 +181,22 @@ def horovod_process(stage: StagePlan, command: list[str]) -> Process:
     return Process(f"{name}-0", name, tuple(argv), env, rank_tagged=True)
 
 
-def elastic_args(stage: StagePlan) -> list[str]:
+def elastic_args(stage: StagePlan, elastic: Elastic) -> list[str]:
     """horovodrun's elastic options. ``--reset-limit`` is twice ``training.max_restarts``: Horovod counts
     every reset of the world, a lost worker's and its return alike, so each of max_restarts losses may be
     followed by the worker's return."""
-    assert stage.elastic, "an elastic stage"
     ranks = str(stage.workers * stage.slots)
     return [
         "-np",
         ranks,
         "--min-np",
-        str(stage.elastic.min_workers * stage.slots),
+        str(elastic.min_workers * stage.slots),
         "--max-np",
         ranks,
         "--host-discovery-script",
         shlex.quote(HOST_DISCOVERY_SCRIPT),  # horovodrun runs it through a shell
         "--reset-limit",
-        str(2 * stage.elastic.max_restarts),
+        str(2 * elastic.max_restarts),
         "--blacklist-cooldown-range",
         *map(str, REJOIN_COOLDOWN_SECONDS),
     ]
