@@ -61,12 +61,13 @@ def _row(
 
 
 def feature_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Drift and constant-ness of every feature element."""
+    """Drift and constant-ness of every feature element; a feature new since the baseline, or of another shape
+    (another element count), has nothing to compare with."""
     rows = []
     drift, constant = settings["drift"], settings["constant"]["min_share"]
     for feature, stats in now["features"].items():
         old = base["features"].get(feature)
-        if old is None:
+        if old is None or len(old["histogram"]) != len(stats["histogram"]):
             continue
         for i, name in enumerate(elements(feature, stats)):
             js = divergence(stats["histogram"][i], old["histogram"][i])

@@ -103,6 +103,16 @@ def test_labels_compare_a_class_one_side_has_no_count_for_as_no_rows():
     assert largest["margin"] == pytest.approx(0.05 - np.abs(shares).max())
 
 
+def test_a_feature_new_since_the_baseline_or_of_another_shape_has_no_drift_to_compare():
+    (a, labels), (b, _) = data(seed=1), data(seed=2)
+    narrower = described(a[:, :2], labels)
+    for now, base in ((described(b, labels), narrower), (narrower, described(b, labels))):
+        rows = data_gate.checks(now, base, settings())
+        assert not by(rows, "drift") and not by(rows, "constant") and by(rows, "labels")
+    renamed = {**described(a, labels), "features": {"y": described(a, labels)["features"]["x"]}}
+    assert not by(data_gate.checks(described(b, labels), renamed, settings()), "drift")
+
+
 def test_rows_against_the_baseline_and_bounds_without_one():
     (a, labels) = data(rows=2000)
     few, few_labels = a[:200], labels[:200]
