@@ -30,7 +30,6 @@ from airflow.sdk.definitions._internal.contextmanager import DagContext
 from airflow.sdk.definitions._internal.node import GROUP_KEY_REGEX
 from airflow.sdk.exceptions import AirflowFailException
 
-from tfdist.operators.approval import PublishApprovalOperator
 from tfdist.operators.evaluate import EvaluateOperator
 from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
@@ -39,6 +38,7 @@ from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
 from tfdist.operators.validate_data import ValidateDataOperator
 from tfdist.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
+from tfdist.spec.load import read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,9 @@ def _chain(spec: Spec, group_id: str | None = None) -> None:
         >> DistributedTrainOperator(task_id="train", **common, **pool)
         >> EvaluateOperator(task_id="evaluate", **common)
     )
-    if spec.export.approval:
+    if spec.export.approval:  # imported here: Airflow's HITL operator costs ~8 ms to import, paid only when used
+        from tfdist.operators.approval import PublishApprovalOperator
+
         evaluated = evaluated >> PublishApprovalOperator(task_id="approve", **common)
     evaluated >> ExportModelOperator(task_id="export", **common)
 
@@ -197,7 +199,7 @@ def invalid_spec_dag(dag_id: str, path: Path, error: SpecError) -> DAG:
 def _declared_name(path: Path) -> str | None:
     """The spec file's ``name`` if it reads as one, whatever else is wrong with the file."""
     try:
-        name = yaml.safe_load(path.read_text()).get("name")
+        name = read_yaml(path.read_text()).get("name")
     except (OSError, yaml.YAMLError, AttributeError):
         return None
     return name if isinstance(name, str) and re.fullmatch(NAME_PATTERN, name) else None

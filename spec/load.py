@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.model import Spec
+
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: ~8x faster than the pure-Python one (a folder of YAML specs is
+read at every parse); the same constructors, so the same values."""
+
+
+def read_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, through libyaml when available. A document libyaml refuses is read again by
+    the pure-Python loader, so what is accepted and every error's wording stay PyYAML's own."""
+    try:
+        return yaml.load(text, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
 
 
 def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None) -> Spec:
@@ -19,7 +33,7 @@ def load_spec(source: Spec | dict | str | os.PathLike, origin: str | None = None
         path = Path(source)
         origin = origin or f"spec file {path}"
         try:
-            data = yaml.safe_load(path.read_text())
+            data = read_yaml(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise SpecError([f"<file>: cannot read YAML: {exc}"], origin) from exc
     else:
