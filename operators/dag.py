@@ -3,9 +3,12 @@ evaluate → (approve: with export.approval) → export. Nothing heavy happens a
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +212,27 @@ def build_dags_from_directory(directory: str | os.PathLike) -> dict[str, DAG]:
     """One DAG per ``*.yaml``/``*.yml`` spec file. A file that does not validate does not stop the others:
     it becomes an invalid-spec DAG (see ``invalid_spec_dag``) under its own ``name`` when that is free,
     else ``invalid_spec.<file stem>``, and its problems are logged."""
+    with _cyclic_gc_paused():
+        return _build_dags_from_directory(Path(directory))
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (if it was on). Building a folder's DAGs keeps every
+    object it makes, so the collector's passes over them (a sixth of a large folder's time) would free next to
+    nothing; it runs again, as usual, after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build_dags_from_directory(directory: Path) -> dict[str, DAG]:
     dags, origins, invalid = {}, {}, []
-    for path in sorted(Path(directory).glob("*.y*ml")):
+    for path in sorted(directory.glob("*.y*ml")):
         try:
             spec = load_spec(path)
             if spec.name in origins:
