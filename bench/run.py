@@ -23,12 +23,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import follow, warm_start
+from bench import follow, parse, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
-from tfdist.operators.plan import RunContext, StagePlan, build_plan
+from tfdist.operators.plan import RunContext, Stage, build_plan
 from tfdist.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
@@ -125,7 +125,7 @@ class Lines(logging.Handler):
         self.lines.append((time.monotonic(), record.getMessage()))
 
 
-def run_stage(plan, stage: StagePlan, processes: list[Process] | None = None) -> tuple[float, list[tuple[float, str]]]:
+def run_stage(plan, stage: Stage, processes: list[Process] | None = None) -> tuple[float, list[tuple[float, str]]]:
     """(the time the launcher started, the stage's output lines); ``processes``: others than the stage's own,
     started as the local launcher starts the stage's."""
     log = logging.getLogger(f"tfdist.bench.{stage.task_id}")
@@ -191,7 +191,7 @@ class Training:
             "--steps",
             str(self.steps),
         ]
-        _, lines = run_stage(plan, stage, local_processes(stage, command=command))
+        _, lines = run_stage(plan, stage, local_processes(plan.spec, stage, command=command))
         return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
 
     def handwritten(self, mode: str, workers: int) -> float:
@@ -222,7 +222,7 @@ class Training:
         else:  # the cluster's TF_CONFIG only
             processes = [
                 Process(p.name, p.role, command, {"TF_CONFIG": p.env["TF_CONFIG"]})
-                for p in local_processes(stage, command=list(command))
+                for p in local_processes(plan.spec, stage, command=list(command))
             ]
         _, lines = run_stage(plan, stage, processes)
         return next(float(m[1]) for _, line in lines if (m := re.search(r"examples/s ([\d.]+)$", line)))
@@ -250,48 +250,6 @@ def throughput_and_startup(work: str, budget: Budget) -> dict:
             samples[name].append(measure(repetition))
             print(f"  {name}: {samples[name][-1]}", flush=True)
     return {"samples": samples, "steps": training.steps, "global_batch": training.spec["training"]["global_batch_size"]}
-
-
-PARSE_PROBE = """
-import importlib, json, runpy, sys, time
-import airflow.sdk
-from airflow.utils.file import iter_airflow_imports
-for module in iter_airflow_imports(sys.argv[1]):  # what the dag-processor imports before it forks a parse
-    importlib.import_module(module)
-started = time.perf_counter(); runpy.run_path(sys.argv[1]); seconds = time.perf_counter() - started
-tensorflow = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[:3]
-print(json.dumps({"seconds": seconds, "tensorflow": tensorflow}))
-"""
-DAG_FILES = {
-    "empty": os.path.join(REPO, "bench", "empty_dag.py"),
-    "digits_nightly": os.path.join(REPO, "dags", "digits_nightly.py"),
-    "yaml_specs": os.path.join(REPO, "dags", "yaml_specs.py"),
-}
-PLUGIN_LOADING = {"plugins loaded": "False", "lazy plugins": "True"}
-"""[core] lazy_load_plugins: False (recommended) has every Airflow process load the tfdist plugin, which imports
-the DAG builder, before the dag-processor forks; True is Airflow's default."""
-
-
-def parse_times(work: str, budget: Budget) -> dict:
-    """One parse of each DAG file in a fresh process set up as the dag-processor's fork: Airflow (and, with
-    plugins loaded, the tfdist plugin) imported, then the Airflow modules the file imports."""
-    env = {**os.environ, "AIRFLOW_HOME": os.path.join(work, "airflow_home"), "TFDIST_ARTIFACT_ROOT": work}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a deployment parses with bytecode caches
-    cases = [(setting, name, path) for setting in PLUGIN_LOADING for name, path in DAG_FILES.items()]
-    samples: dict[str, dict[str, list]] = {setting: {name: [] for name in DAG_FILES} for setting in PLUGIN_LOADING}
-    for repetition in range(budget.parse_repetitions + 1):  # the first writes the bytecode caches
-        for setting, name, path in alternating(cases, repetition):
-            out = subprocess.run(
-                [sys.executable, "-c", PARSE_PROBE, path],
-                cwd=REPO,
-                check=True,
-                capture_output=True,
-                text=True,
-                env={**env, "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": PLUGIN_LOADING[setting]},
-            )
-            if repetition:
-                samples[setting][name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return samples
 
 
 def airflow_run(work: str, budget: Budget) -> dict:
@@ -377,17 +335,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 lambda m: m <= 1.5,
             )
         )
-    for setting, p in results["parse"].items():
-        for name in ("digits_nightly", "yaml_specs"):
-            rows.append(
-                ratio_row(
-                    f"DAG file parse, {setting}: {name} / empty DAG",
-                    [s["seconds"] for s in p[name]],
-                    [s["seconds"] for s in p["empty"]],
-                    "≤ 1.2",
-                    lambda m: m <= 1.2,
-                )
-            )
+    rows += parse.rows(results["parse"], ratio_row)
     for s in results["shards"]:
         rows.append(
             {
@@ -489,18 +437,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
         )
     for processes, rates in results["prepare_scaling"]["writers"].items():
         out.append((f"prepare, 8× input, {processes} writer process(es)", f"{statistics.median(rates):,.0f} records/s"))
-    for setting, p in results["parse"].items():
-        for name, samples in p.items():
-            out.append(
-                (
-                    f"DAG file parse, {setting}: {name}",
-                    f"{1000 * statistics.median(s['seconds'] for s in samples):.1f} ms",
-                )
-            )
-    tensorflow = sorted(
-        {m for p in results["parse"].values() for samples in p.values() for s in samples for m in s["tensorflow"]}
-    )
-    out.append(("TensorFlow modules imported by parsing the DAG files", ", ".join(tensorflow) or "none"))
+    out += parse.absolutes(results["parse"])
     if "airflow" in results:
         out.append(
             (
@@ -562,6 +499,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    parser.add_argument(
+        "--parse-baseline",
+        default=parse.BASELINE,
+        help="the commit whose code the DAG-file parse is measured against in the same run ('' for none)",
+    )
     args = parser.parse_args()
     budget = BUDGETS[args.budget]
     os.chdir(REPO)  # worker processes run "python -m bench.handwritten"
@@ -572,7 +514,7 @@ def main() -> None:
         print("training throughput and start-up", flush=True)
         results = {"training": throughput_and_startup(work, budget)}
         print("DAG file parse", flush=True)
-        results["parse"] = parse_times(work, budget)
+        results["parse"] = parse.measure(work, budget.parse_repetitions, args.parse_baseline or None)
         print("shard writing", flush=True)
         results["shards"] = shards.measure(os.path.join(work, "shards"), budget.shard_sizes, budget.repetitions)
         print("prepare_data at scale", flush=True)

@@ -47,7 +47,10 @@ def warm_up() -> None:
     process per parse (the dag-processor, through the plugin), no parse then pays for them."""
     for model in section_models():
         _properties(model)
-    field_doc(Spec, "name")  # reads every section's docs
+    models: list[type[BaseModel]] = [Spec, *section_models()]
+    for model in models:
+        for name in model.model_fields:
+            field_doc(model, name)
 
 
 def dag_params(spec: Spec) -> dict[str, Param]:

@@ -7,6 +7,7 @@ import ast
 import functools
 import inspect
 import itertools
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -99,27 +100,57 @@ def with_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _field_docs(body: list[ast.stmt]) -> Iterator[tuple[str, str]]:
+    """(field, the docstring below it) for a class body's annotated fields."""
+    for field, doc in itertools.pairwise(body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant)
+            and isinstance(doc.value.value, str)
+        ):
+            yield field.target.id, inspect.cleandoc(doc.value.value)
+
+
+@functools.cache
+def _module_lines(module: str) -> list[str]:
+    return inspect.getsource(sys.modules[module]).splitlines(keepends=True)
+
+
 @functools.cache
 def _attribute_docs(module: str) -> dict[tuple[str, str], str]:
     """(class, field) → the docstring below the field, for every class of ``module``, from one parse of its
     source (pydantic's use_attribute_docstrings parses it again for each class: 45 ms per DAG parse)."""
-    docs = {}
-    for cls in ast.parse(inspect.getsource(sys.modules[module])).body:
-        if not isinstance(cls, ast.ClassDef):
-            continue
-        for field, doc in itertools.pairwise(cls.body):
-            if (
-                isinstance(field, ast.AnnAssign)
-                and isinstance(field.target, ast.Name)
-                and isinstance(doc, ast.Expr)
-                and isinstance(doc.value, ast.Constant)
-                and isinstance(doc.value.value, str)
-            ):
-                docs[cls.name, field.target.id] = inspect.cleandoc(doc.value.value)
-    return docs
+    return {
+        (cls.name, field): doc
+        for cls in ast.parse("".join(_module_lines(module))).body
+        if isinstance(cls, ast.ClassDef)
+        for field, doc in _field_docs(cls.body)
+    }
+
+
+@functools.cache
+def _class_docs(cls: type) -> dict[str, str]:
+    """field → the docstring below it, for the fields ``cls`` declares: a parse of the class's own lines only (a
+    trigger form needs a few sections' docs; parsing the whole model's module took ~9 ms of each DAG parse).
+    Falls back to the module's one parse where the class's lines cannot be told apart."""
+    lines, header = _module_lines(cls.__module__), re.compile(rf"class {re.escape(cls.__name__)}\b")
+    start = next((i for i, line in enumerate(lines) if header.match(line)), None)
+    if start is not None:
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()), len(lines)
+        )
+        try:
+            (node,) = ast.parse("".join(lines[start:end])).body
+        except (SyntaxError, ValueError):
+            node = None
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            return dict(_field_docs(node.body))
+    return {field: doc for (name, field), doc in _attribute_docs(cls.__module__).items() if name == cls.__name__}
 
 
 def field_doc(model: type[BaseModel], name: str) -> str | None:
     """The docstring of field ``name`` of spec section ``model`` (or of the base class declaring it)."""
     declaring = (c for c in model.__mro__ if name in vars(c).get("__annotations__", {}))
-    return next((doc for c in declaring if (doc := _attribute_docs(c.__module__).get((c.__name__, name)))), None)
+    return next((doc for c in declaring if (doc := _class_docs(c).get(name))), None)

@@ -25,6 +25,7 @@ def importing_airflow_ourselves() -> bool:
 # Airflow, so the dag-processor has the DAG builder imported and warmed up before it forks a process
 # per parse (docs/performance.md).
 if not importing_airflow_ourselves():
+    import tfdist.operators.approval  # the DAG builder imports it only for a spec with export.approval
     import tfdist.operators.dag  # noqa: F401
     from tfdist.operators.params import warm_up
 
