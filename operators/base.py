@@ -1,4 +1,7 @@
-"""The shared shape of every stage operator: render, plan, launch (or defer to a trigger), report."""
+"""The shared shape of every stage operator: render, plan, launch (or defer to a trigger), report.
+
+The plan, the contract and the launchers are imported when a task runs, not when its DAG file is parsed: with
+Airflow's default lazy plugins every parse imports them anew, and they cost a quarter of it."""
 
 from __future__ import annotations
 
@@ -10,23 +13,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
-from tfdist.contract import RunLayout, RunMismatch, read_json_if_exists, record_run, run_path, runs_root
-from tfdist.operators.launchers import Launcher, StageFailed, get_launcher
 from tfdist.operators.links import TrainingRunLink
-from tfdist.operators.outcomes import stage_outcome
-from tfdist.operators.plan import (
-    Plan,
-    RunContext,
-    RunFacts,
-    WindowRefused,
-    as_datetime,
-    build_plan,
-    pipeline_id,
-    resolve_window,
-)
 from tfdist.spec import Spec, SpecError, field_value, load_spec
 
 if TYPE_CHECKING:
+    from tfdist.operators.launchers import Launcher
+    from tfdist.operators.plan import Plan, RunContext, RunFacts
+
     _Operator = BaseOperator  # what RunPlanned is mixed into (its dag_id, its log)
 else:
     _Operator = object
@@ -34,6 +27,9 @@ else:
 
 def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
     """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
+    from tfdist.contract import RunLayout, read_json_if_exists, runs_root
+    from tfdist.operators.plan import as_datetime
+
     if not os.path.isdir(artifact_root):
         return None
     root = runs_root(artifact_root, pipeline)
@@ -55,6 +51,8 @@ class RunPlanned(_Operator):
 
     @property
     def pipeline_id(self) -> str:
+        from tfdist.operators.plan import pipeline_id
+
         return pipeline_id(self.dag_id, self.pipeline_group)
 
     def run_overrides(self, context: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -88,6 +86,8 @@ class RunPlanned(_Operator):
 
     def run_context(self, spec: Spec, context: Any) -> RunContext:
         """The run's identity and window (``resolve_window``), from what Airflow and the artifact root tell."""
+        from tfdist.operators.plan import RunContext, WindowRefused, resolve_window
+
         facts = self.run_facts(spec, context)
         try:
             ctx = resolve_window(spec, self.pipeline_id, facts)
@@ -113,6 +113,9 @@ class RunPlanned(_Operator):
     def run_facts(self, spec: Spec, context: Any) -> RunFacts:
         """What the run's context and the artifact root tell of its window; the other runs' records are read
         only for a run without a data interval or a recorded window."""
+        from tfdist.contract import RunLayout, read_json_if_exists, run_path
+        from tfdist.operators.plan import RunFacts, as_datetime
+
         run_id, dag_run = context["run_id"], context.get("dag_run")
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
@@ -139,6 +142,8 @@ class RunPlanned(_Operator):
 
     def plan(self, context: Any) -> Plan:
         """The run's plan, with the spec after the run's overrides."""
+        from tfdist.operators.plan import build_plan
+
         spec, overrides = self.effective_spec(context)
         return build_plan(
             spec,
@@ -191,6 +196,10 @@ class StageOperator(RunPlanned, BaseOperator):
         return super().get_serialized_fields() | {"artifact_root", "pipeline_group"}
 
     def execute(self, context: Any) -> Any:
+        from tfdist.contract import RunMismatch, record_run
+        from tfdist.operators.launchers import StageFailed, get_launcher
+        from tfdist.operators.outcomes import stage_outcome
+
         run_link = TrainingRunLink()  # shown while the stage runs, not only once it ended
         context["ti"].xcom_push(key=run_link.xcom_key, value=run_link.get_link(self, ti_key=context["ti"]))
         plan = self.plan(context)
@@ -221,6 +230,9 @@ class StageOperator(RunPlanned, BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Resumes after the trigger: the stage's result record, its elastic restart, or its failure."""
+        from tfdist.operators.launchers import get_launcher
+        from tfdist.operators.outcomes import stage_outcome
+
         if event["status"] != "success":
             plan = self.plan(context)
             trigger = get_launcher(plan, context["ti"].try_number).continue_deferred(

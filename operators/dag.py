@@ -36,11 +36,10 @@ from airflow.sdk.exceptions import AirflowFailException
 from tfdist.operators.evaluate import EvaluateOperator
 from tfdist.operators.export import ExportModelOperator
 from tfdist.operators.params import dag_params
-from tfdist.operators.plan import PARTITION_KEY_FORMATS
 from tfdist.operators.prepare import PrepareDataOperator
 from tfdist.operators.train import DistributedTrainOperator
 from tfdist.operators.validate_data import ValidateDataOperator
-from tfdist.spec import NAME_PATTERN, AssetSchedule, Spec, SpecError, load_spec
+from tfdist.spec import NAME_PATTERN, PARTITION_KEY_FORMATS, AssetSchedule, Spec, SpecError, load_spec
 from tfdist.spec.load import read_yaml
 
 log = logging.getLogger(__name__)

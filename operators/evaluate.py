@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from tfdist.operators.base import StageOperator
-from tfdist.operators.plan import Plan
+
+if TYPE_CHECKING:
+    from tfdist.operators.plan import Plan
 
 
 class EvaluateOperator(StageOperator):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
 from tfdist.operators.base import StageOperator
 from tfdist.operators.links import PublishedVersionLink, TrainingRunLink
-from tfdist.operators.plan import Plan
+
+if TYPE_CHECKING:
+    from tfdist.operators.plan import Plan
 
 
 def model_asset(model_name: str) -> Asset:

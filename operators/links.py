@@ -8,13 +8,13 @@ from urllib.parse import urlencode
 
 from airflow.sdk import BaseOperatorLink, BaseXCom, conf
 
-from tfdist.contract import run_key
 from tfdist.operators.page_urls import page_url
-from tfdist.operators.plan import pipeline_id
 
 
 def run_page_url(operator: Any, ti_key: Any, **query: Any) -> str:
     """The training-runs page of the operator's pipeline, at the task instance's run (``query`` adds to it)."""
+    from tfdist.operators.plan import pipeline_id  # when a link is asked for, not when a DAG file is parsed
+
     pipeline = pipeline_id(ti_key.dag_id, getattr(operator, "pipeline_group", None))
     return page_url(pipeline, run=ti_key.run_id, **query)
 
@@ -47,5 +47,7 @@ class TensorBoardLink(BaseOperatorLink):
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         url = getattr(operator, "tensorboard_url", None) or conf.get("tfdist", "tensorboard_url", fallback="")
+        from tfdist.contract import run_key
+
         query = urlencode({"runFilter": f"^{run_key(ti_key.run_id)}/"})  # a run key has no regex metacharacter
         return f"{url.rstrip('/')}/?{query}#timeseries" if url else ""

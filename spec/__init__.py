@@ -9,6 +9,7 @@ from tfdist.spec.errors import SpecError
 from tfdist.spec.load import load_spec
 from tfdist.spec.model import (
     NAME_PATTERN,
+    PARTITION_KEY_FORMATS,
     ROLES,
     ArtifactVolume,
     AssetSchedule,
@@ -38,6 +39,7 @@ from tfdist.spec.overrides import AuthorOnly, field_doc, field_value, override_p
 
 __all__ = [
     "NAME_PATTERN",
+    "PARTITION_KEY_FORMATS",
     "ROLES",
     "ArtifactVolume",
     "AssetSchedule",

@@ -676,6 +676,8 @@ def _asset_uri(uri: str) -> str:
 
 PartitionPeriod = Literal["hour", "day", "week", "month", "year"]
 PARTITION_PERIODS: tuple[PartitionPeriod, ...] = get_args(PartitionPeriod)
+PARTITION_KEY_FORMATS = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
+"""A partitioned pipeline's own partition keys (its runs' ``partition_key``), by period: a week's is its Monday."""
 SOURCE_PERIODS = (("hour", {"hour"}), ("day", {"date", "day"}), ("month", {"month"}), ("year", {"year"}))
 """The periods a source's time placeholders name, finest first (none names a week)."""
 

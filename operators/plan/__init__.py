@@ -32,7 +32,6 @@ from tfdist.operators.plan.stages import (
     train_stage,
 )
 from tfdist.operators.plan.windows import (
-    PARTITION_KEY_FORMATS,
     RunContext,
     RunFacts,
     WindowRefused,
@@ -49,7 +48,6 @@ from tfdist.operators.plan.windows import (
 from tfdist.spec import Spec, partition_unit
 
 __all__ = [
-    "PARTITION_KEY_FORMATS",
     "Elastic",
     "Horovod",
     "KubernetesPlacement",

@@ -9,10 +9,7 @@ from typing import Any
 
 from croniter import croniter
 
-from tfdist.spec import AssetSchedule, Spec
-
-PARTITION_KEY_FORMATS = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}
-"""A partitioned pipeline's own partition keys (its runs' ``partition_key``), by period: a week's is its Monday."""
+from tfdist.spec import PARTITION_KEY_FORMATS, AssetSchedule, Spec
 
 
 class WindowRefused(ValueError):

@@ -13,8 +13,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from tests.conftest import make_spec
 from tfdist.contract import record_run
 from tfdist.operators import build_dag
-from tfdist.operators.plan import PARTITION_KEY_FORMATS, build_plan, partition_start, period_end
-from tfdist.spec import SpecError, load_spec
+from tfdist.operators.plan import build_plan, partition_start, period_end
+from tfdist.spec import PARTITION_KEY_FORMATS, SpecError, load_spec
 
 UTC = dt.UTC
 LANDED = "s3://lake/raw/digits"

@@ -27,15 +27,19 @@ def run_python(code: str, **env: str) -> str:
     return result.stdout
 
 
-def test_example_dags_parse_without_tensorflow():
+def test_example_dags_parse_without_tensorflow_and_without_what_only_a_running_task_needs():
+    """Parsing builds the DAG from the spec; the plan, the contract and the launchers wait until a task runs (with
+    Airflow's default lazy plugins every parse would import them anew)."""
     out = run_python("""
         import runpy, sys
         for path in ("dags/digits_nightly.py", "dags/yaml_specs.py"):
             runpy.run_path(path)
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
         print("HEAVY", heavy)
+        parts = ("tfdist.contract", "tfdist.operators.plan", "tfdist.operators.launchers", "tfdist.trainer")
+        print("RUNTIME", sorted(m for m in sys.modules if m.startswith(parts)))
     """)
-    assert "HEAVY []" in out
+    assert "HEAVY []" in out and "RUNTIME []" in out
 
 
 def test_dagbag_loads_both_examples_with_four_tasks():
