@@ -3,7 +3,7 @@
 - ``python``: a whole DAG file. Airflow's DagBag (safe mode, as the dag-processor reads a DAGs folder) finds at
   least one DAG in it and no import error.
 - ``yaml``: a spec, or a part of one. A block with a ``name`` is a whole spec; any other block is merged over
-  BASE_SPEC. Either way ``tfdist.spec.load_spec`` validates it.
+  the tests' small spec (``SMALL_SPEC``). Either way ``tfdist.spec.load_spec`` validates it.
 - ``bash``, ``console`` and ``text``: shell commands, their output and diagrams, never run.
 
 Any other fence, or one without a language, fails: a new example says which kind it is."""
@@ -17,27 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SMALL_SPEC
 from tests.dag.test_dag_parse import run_python
 from tfdist.spec import load_spec
 
 RUN = {"python", "yaml"}
 NOT_RUN = {"bash", "console", "text"}
 FENCE = re.compile(r"^( *)```(\S*)\n(.*?)^\1```$", re.M | re.S)
-BASE_SPEC = {
-    "name": "docs_example",
-    "start_date": "2026-11-01",
-    "data": {
-        "source": "{artifact_root}/raw/digits/{date}/*.csv",
-        "format": "csv",
-        "features": [{"name": "pixel", "shape": [64]}],
-        "label": {"name": "label", "num_classes": 10},
-    },
-    "model": {"family": "mlp"},
-    "validation": {"thresholds": {"accuracy": {"lower": 0.9}}},
-    "export": {"model_name": "digits"},
-}
-"""What a YAML block that is part of a spec is merged over: the README's pipeline, as an MLP."""
 
 
 def documents() -> list[Path]:
@@ -75,7 +61,7 @@ def test_every_block_says_whether_it_runs():
 def test_each_yaml_example_is_a_valid_spec_or_part_of_one(where, code, tmp_path, monkeypatch):
     monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(tmp_path))
     data = yaml.safe_load(code)
-    load_spec(data if "name" in data else merged(BASE_SPEC, data), origin=where)
+    load_spec(data if "name" in data else merged(SMALL_SPEC, data), origin=where)
 
 
 def test_each_python_example_is_a_dag_file_that_airflow_finds(tmp_path):
