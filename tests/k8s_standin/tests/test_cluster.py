@@ -20,19 +20,20 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
 from tests.k8s_standin import StandInCluster, image_reference, kubelet, memory_bytes, timing
+from tests.k8s_standin.tests import clients
+from tests.k8s_standin.tests.clients import (
+    NS,
+    apis,
+    check_watches_resume_and_a_lost_version_is_gone,
+    conditions,
+    indexed_job,
+    pods_of,
+    terminated,
+    until,
+)
 
-NS = "ml"
 MARK = "# standin-test"
 """In every pod's command line: no process carrying it may outlive its cluster."""
-
-
-def until(get, timeout: float = 20, what: str = "the cluster"):
-    """Poll ``get`` until it returns something true; return that."""
-    deadline = time.monotonic() + timeout
-    while not (value := get()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def assert_nothing_left(cluster: StandInCluster) -> None:
@@ -63,46 +64,12 @@ def cluster(tmp_path, request, monkeypatch):
     assert_nothing_left(standin)
 
 
-def apis(cluster: StandInCluster) -> tuple[client.CoreV1Api, client.BatchV1Api, client.CustomObjectsApi]:
-    api = config.new_client_from_config_dict(cluster.kubeconfig)
-    return client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
-
-
 def container(code: str, name: str = "main", **fields) -> dict:
     return {"name": name, "image": "python:3.11", "command": ["python", "-c", f"{code}\n{MARK}"], **fields}
 
 
 def job(name: str, code: str, completions: int = 1, **fields) -> dict:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": completions,
-            "parallelism": completions,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"restartPolicy": "Never", "containers": [container(code, **fields)]},
-            },
-        },
-    }
-
-
-def pods_of(core: client.CoreV1Api, selector: str) -> list:
-    return core.list_namespaced_pod(NS, label_selector=selector).items
-
-
-def terminated(core: client.CoreV1Api, job_name: str):
-    """The terminated state of the Job's one pod, once it ended."""
-
-    def get():
-        pods = pods_of(core, f"job-name={job_name}")
-        statuses = pods and pods[0].status.container_statuses
-        return statuses and statuses[0].state.terminated
-
-    return until(get, what=f"{job_name} to end")
+    return indexed_job(name, container(code, **fields), completions)
 
 
 def test_quantities_and_image_references():
@@ -187,51 +154,9 @@ def test_a_running_pod_has_a_running_state_and_a_job_deleted_without_policy_orph
 
 @pytest.mark.parametrize("cluster", [{"history_limit": 40}], indirect=True)
 def test_watches_resume_from_a_resource_version_and_one_too_old_is_gone(cluster):
-    """Through the real client's watch (kubernetes.watch.Watch): every change of a Job's pod from the list's
-    resourceVersion on, the end of the stream at timeoutSeconds, and 410 Gone for a version the history lost."""
-    core, batch, _ = apis(cluster)
-    batch.create_namespaced_job(NS, job("before", "pass"))
-    until(lambda: cluster.revision, what="a first change")
-    listed = core.list_namespaced_pod(NS, label_selector="app=w")
-    batch.create_namespaced_job(NS, job("w", "print('hi')"))
-    phases = []
-    for event in watch.Watch().stream(
-        core.list_namespaced_pod,
-        NS,
-        label_selector="app=w",
-        timeout_seconds=30,
-        resource_version=listed.metadata.resource_version,
-    ):
-        phases.append((event["type"], event["object"].status.phase))
-        if event["object"].status.phase == "Succeeded":
-            break
-    assert int(listed.metadata.resource_version) > 0
-    assert phases[0][0] == "ADDED" and phases[-1] == ("MODIFIED", "Succeeded") and len(phases) >= 2
-    (pod,) = pods_of(core, "app=w")
-    assert int(pod.metadata.resource_version) > int(listed.metadata.resource_version)
-    started = time.monotonic()
-    assert not list(
-        watch.Watch().stream(
-            core.list_namespaced_pod,
-            NS,
-            label_selector="app=none",
-            timeout_seconds=1,
-            resource_version=pod.metadata.resource_version,
-        )
+    check_watches_resume_and_a_lost_version_is_gone(
+        cluster, lambda name, talks: job(name, "print('hi')" if talks else "pass"), 8
     )
-    assert time.monotonic() - started < 10
-    for n in range(8):  # more changes than the history holds
-        batch.create_namespaced_job(NS, job(f"more-{n}", "pass"))
-    until(lambda: cluster.history[0][0] > int(listed.metadata.resource_version) + 1, what="the history to move on")
-    with pytest.raises(ApiException) as gone:
-        next(
-            iter(
-                watch.Watch().stream(
-                    core.list_namespaced_pod, NS, timeout_seconds=5, resource_version=listed.metadata.resource_version
-                )
-            )
-        )
-    assert gone.value.status == 410
 
 
 def test_a_watch_of_one_job_by_name_sees_it_end_and_bookmarks_carry_the_version_on(cluster):
@@ -517,25 +442,8 @@ def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable(cluster):
 
 def tfjob(name: str, replicas: dict[str, tuple[int, str]], **run_policy) -> dict:
     """A TFJob: replica type → (replicas, python code of its ``tensorflow`` container)."""
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": NS, "labels": {"run": name}},
-        "spec": {
-            "runPolicy": run_policy,
-            "tfReplicaSpecs": {
-                rtype: {
-                    "replicas": count,
-                    "restartPolicy": "Never",
-                    "template": {
-                        "metadata": {"labels": {"app": name}},
-                        "spec": {"containers": [container(code, "tensorflow")]},
-                    },
-                }
-                for rtype, (count, code) in replicas.items()
-            },
-        },
-    }
+    pods = {rtype: (count, container(code, "tensorflow"), {"app": name}) for rtype, (count, code) in replicas.items()}
+    return clients.tfjob(name, pods, {"run": name}, **run_policy)
 
 
 SERVE = "import socket; s = socket.create_server(('', 2222)); [s.accept()[0].close() for _ in iter(int, 1)]"
@@ -556,10 +464,6 @@ open("/dev/termination-log", "w").write(json.dumps({"task": config["task"], "see
 time.sleep(0.5)  # a moment running, for the Running condition
 """
 """The chief: reach every peer of TF_CONFIG by its Service's name, and report what it saw."""
-
-
-def conditions(status: dict) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in status.get("conditions", [])}
 
 
 @pytest.mark.parametrize("cluster", [{"crds": ("tfjobs",)}], indirect=True)

@@ -9,20 +9,21 @@ import json
 import time
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_standin import Script, ScriptedKubelet, StandInCluster, timing
-
-NS = "ml"
-
-
-def until(get, timeout: float = 10, what: str = "the cluster"):
-    deadline = time.monotonic() + timeout
-    while not (value := get()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
+from tests.k8s_standin.tests import clients
+from tests.k8s_standin.tests.clients import (
+    NS,
+    apis,
+    check_watches_resume_and_a_lost_version_is_gone,
+    conditions,
+    indexed_job,
+    pods_of,
+    terminated,
+    until,
+)
 
 
 @pytest.fixture
@@ -45,48 +46,21 @@ def standin(tmp_path):
         assert not cluster.kubelet.errors
 
 
-def apis(cluster: StandInCluster) -> tuple[client.CoreV1Api, client.BatchV1Api, client.CustomObjectsApi]:
-    api = config.new_client_from_config_dict(cluster.kubeconfig)
-    return client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
-
-
 def container(name: str = "main", **fields) -> dict:
     return {"name": name, "image": "python:3.11", "command": ["python", "-c", "pass"], **fields}
 
 
 def job(name: str, script: str, completions: int = 1, rules: bool = False, **fields) -> dict:
     """An Indexed Job whose pods play ``script``; ``rules``: the launcher's pod failure policy."""
-    spec = {
-        "completionMode": "Indexed",
-        "completions": completions,
-        "parallelism": completions,
-        "backoffLimit": 0,
-        "template": {
-            "metadata": {"labels": {"app": name, "script": script}},
-            "spec": {"restartPolicy": "Never", "containers": [container(**fields)]},
-        },
-    }
-    if rules:
-        spec["podFailurePolicy"] = {
+    policy = {
+        "podFailurePolicy": {
             "rules": [
                 {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [0]}},
             ]
         }
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS}, "spec": spec}
-
-
-def pods_of(core: client.CoreV1Api, selector: str) -> list:
-    return core.list_namespaced_pod(NS, label_selector=selector).items
-
-
-def terminated(core: client.CoreV1Api, job_name: str):
-    def get():
-        pods = pods_of(core, f"job-name={job_name}")
-        statuses = pods and pods[0].status.container_statuses
-        return statuses and statuses[0].state.terminated
-
-    return until(get, what=f"{job_name} to end")
+    }
+    return indexed_job(name, container(**fields), completions, {"script": script}, **(policy if rules else {}))
 
 
 FALLBACK = {"terminationMessagePolicy": "FallbackToLogsOnError"}
@@ -134,35 +108,9 @@ def test_termination_messages_follow_the_policy_and_the_reason_says_how_it_ended
 
 def test_watches_resume_from_a_resource_version_and_one_too_old_is_gone(standin):
     cluster = standin({"w": Script(["hi", 0.2]), "pass": Script()}, history_limit=40)
-    core, batch, _ = apis(cluster)
-    batch.create_namespaced_job(NS, job("before", "pass"))
-    until(lambda: cluster.revision, what="a first change")
-    listed = core.list_namespaced_pod(NS, label_selector="app=w")
-    batch.create_namespaced_job(NS, job("w", "w"))
-    phases = []
-    for event in watch.Watch().stream(
-        core.list_namespaced_pod,
-        NS,
-        label_selector="app=w",
-        timeout_seconds=30,
-        resource_version=listed.metadata.resource_version,
-    ):
-        phases.append((event["type"], event["object"].status.phase))
-        if event["object"].status.phase == "Succeeded":
-            break
-    assert phases[0][0] == "ADDED" and phases[-1] == ("MODIFIED", "Succeeded")
-    for n in range(20):  # more changes than the history holds
-        batch.create_namespaced_job(NS, job(f"more-{n}", "pass"))
-    until(lambda: cluster.history[0][0] > int(listed.metadata.resource_version) + 1, what="the history to move on")
-    with pytest.raises(ApiException) as gone:
-        next(
-            iter(
-                watch.Watch().stream(
-                    core.list_namespaced_pod, NS, timeout_seconds=5, resource_version=listed.metadata.resource_version
-                )
-            )
-        )
-    assert gone.value.status == 410
+    check_watches_resume_and_a_lost_version_is_gone(
+        cluster, lambda name, talks: job(name, "w" if talks else "pass"), 20
+    )
 
 
 def test_a_followed_log_streams_each_line_once_and_a_dropped_connection_cuts_it_off(standin, monkeypatch):
@@ -276,29 +224,9 @@ def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable_or_for_their_
 
 
 def tfjob(name: str, replicas: dict[str, tuple[int, str]], **run_policy) -> dict:
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "runPolicy": run_policy,
-            "tfReplicaSpecs": {
-                rtype: {
-                    "replicas": count,
-                    "restartPolicy": "Never",
-                    "template": {
-                        "metadata": {"labels": {"script": script}},
-                        "spec": {"containers": [container("tensorflow")]},
-                    },
-                }
-                for rtype, (count, script) in replicas.items()
-            },
-        },
-    }
-
-
-def conditions(status: dict) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in status.get("conditions", [])}
+    """A TFJob: replica type → (replicas, the script its pods play)."""
+    pods = {rtype: (count, container("tensorflow"), {"script": script}) for rtype, (count, script) in replicas.items()}
+    return clients.tfjob(name, pods, **run_policy)
 
 
 def test_the_tfjob_controller_succeeds_with_its_chief_and_fails_with_a_replica(standin):
