@@ -141,3 +141,50 @@ def check_watches_resume_and_a_lost_version_is_gone(
             )
         )
     assert gone.value.status == 410
+
+
+def running_pods(core: client.CoreV1Api, jobs: tuple[str, ...]) -> dict[str, Any]:
+    """The running pod of each Job named, once it runs."""
+    return {
+        name: until(lambda name=name: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
+        for name in jobs
+    }
+
+
+def evict(core: client.CoreV1Api, pod: Any) -> None:
+    name = pod.metadata.name
+    core.create_namespaced_pod_eviction(
+        name, NS, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NS))
+    )
+
+
+def check_failed_by_policy(
+    core: client.CoreV1Api, batch: client.BatchV1Api, running: dict[str, Any], messages: dict[str, str]
+) -> None:
+    """Each Job of ``messages`` failed by its pod failure policy, with the message the Job controller writes
+    (``{}``: its pod); the pods of ``running`` are gone, the others kept."""
+    for name, message in messages.items():
+        failed = until(
+            lambda name=name: [
+                c for c in batch.read_namespaced_job_status(name, NS).status.conditions or [] if c.type == "Failed"
+            ],
+            what=f"{name} to fail",
+        )[0]
+        pod = running.get(name) or pods_of(core, f"job-name={name}")[0]
+        assert failed.reason == "PodFailurePolicy" and failed.message == message.format(f"{NS}/{pod.metadata.name}")
+        assert batch.read_namespaced_job_status(name, NS).status.failed == 1
+        assert [p.metadata.name for p in pods_of(core, f"job-name={name}")] == (
+            [] if name in running else [pod.metadata.name]
+        )
+
+
+def check_unschedulable(core: client.CoreV1Api, job_name: str) -> Any:
+    """The Job's one pod waits unschedulable, with the scheduler's event; the pod."""
+    (pending,) = pods_of(core, f"job-name={job_name}")
+    assert [(c.type, c.status, c.reason) for c in pending.status.conditions] == [
+        ("PodScheduled", "False", "Unschedulable")
+    ]
+    events = core.list_namespaced_event(NS, field_selector=f"involvedObject.name={pending.metadata.name}").items
+    assert [(e.type, e.reason) for e in events] == [("Warning", "FailedScheduling")]
+    assert events[0].message.startswith("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector")
+    return pending

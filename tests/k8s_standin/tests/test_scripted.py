@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.k8s_standin import Script, ScriptedKubelet, StandInCluster, timing
@@ -17,10 +17,14 @@ from tests.k8s_standin.tests import clients
 from tests.k8s_standin.tests.clients import (
     NS,
     apis,
+    check_failed_by_policy,
+    check_unschedulable,
     check_watches_resume_and_a_lost_version_is_gone,
     conditions,
+    evict,
     indexed_job,
     pods_of,
+    running_pods,
     terminated,
     until,
 )
@@ -178,38 +182,21 @@ def test_job_pods_fail_by_the_failure_policy_or_wait_unschedulable_or_for_their_
     unschedulable["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
     batch.create_namespaced_job(NS, unschedulable)
     batch.create_namespaced_job(NS, job("pull", "never", image="tfdist-worker:missing"))
-    running = {
-        name: until(lambda name=name: [p for p in pods_of(core, f"job-name={name}") if p.status.phase == "Running"])[0]
-        for name in ("evicted", "deleted")
-    }
-    name = running["evicted"].metadata.name
-    core.create_namespaced_pod_eviction(
-        name, NS, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NS))
-    )
+    running = running_pods(core, ("evicted", "deleted"))
+    evict(core, running["evicted"])
     deleting = core.delete_namespaced_pod(running["deleted"].metadata.name, NS)
     assert deleting.metadata.deletion_timestamp and deleting.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
-    for name, message in (
-        ("evicted", "Pod {} has condition DisruptionTarget matching FailJob rule at index 0"),
-        ("deleted", "Container main for pod {} failed with exit code 143 matching FailJob rule at index 1"),
-        ("crash", "Container main for pod {} failed with exit code 3 matching FailJob rule at index 1"),
-    ):
-        failed = until(
-            lambda name=name: [
-                c for c in batch.read_namespaced_job_status(name, NS).status.conditions or [] if c.type == "Failed"
-            ],
-            what=f"{name} to fail",
-        )[0]
-        pod = running.get(name) or pods_of(core, f"job-name={name}")[0]
-        assert failed.reason == "PodFailurePolicy" and failed.message == message.format(f"{NS}/{pod.metadata.name}")
-        assert [p.metadata.name for p in pods_of(core, f"job-name={name}")] == (
-            [] if name in running else [pod.metadata.name]
-        )
-    (pending,) = pods_of(core, "job-name=pending")
-    assert [(c.type, c.status, c.reason) for c in pending.status.conditions] == [
-        ("PodScheduled", "False", "Unschedulable")
-    ]
-    events = core.list_namespaced_event(NS, field_selector=f"involvedObject.name={pending.metadata.name}").items
-    assert [(e.type, e.reason) for e in events] == [("Warning", "FailedScheduling")]
+    check_failed_by_policy(
+        core,
+        batch,
+        running,
+        {
+            "evicted": "Pod {} has condition DisruptionTarget matching FailJob rule at index 0",
+            "deleted": "Container main for pod {} failed with exit code 143 matching FailJob rule at index 1",
+            "crash": "Container main for pod {} failed with exit code 3 matching FailJob rule at index 1",
+        },
+    )
+    check_unschedulable(core, "pending")
     pull = until(
         lambda: [
             p
