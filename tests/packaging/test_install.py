@@ -94,7 +94,7 @@ def build_wheel(tree: str, out: str) -> str:
     for name in filter(None, listed):
         if os.path.exists(source := os.path.join(REPO, name)):
             os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
-            shutil.copy2(source, os.path.join(tree, name))
+            shutil.copy2(source, os.path.join(tree, name), follow_symlinks=False)  # a link stays one, as checked out
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", out, tree], check=True, capture_output=True, text=True
     )
