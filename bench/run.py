@@ -28,7 +28,7 @@ from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
-from tfdist.operators.plan import RunContext, Stage, build_plan
+from tfdist.operators.plan import RunContext, StagePlan, build_plan
 from tfdist.spec import load_spec
 from tfdist.trainer.train import STEPS_PER_CALL  # the yardsticks run as many steps per tf.function call
 
@@ -125,7 +125,7 @@ class Lines(logging.Handler):
         self.lines.append((time.monotonic(), record.getMessage()))
 
 
-def run_stage(plan, stage: Stage, processes: list[Process] | None = None) -> tuple[float, list[tuple[float, str]]]:
+def run_stage(plan, stage: StagePlan, processes: list[Process] | None = None) -> tuple[float, list[tuple[float, str]]]:
     """(the time the launcher started, the stage's output lines); ``processes``: others than the stage's own,
     started as the local launcher starts the stage's."""
     log = logging.getLogger(f"tfdist.bench.{stage.task_id}")
@@ -191,7 +191,7 @@ class Training:
             "--steps",
             str(self.steps),
         ]
-        _, lines = run_stage(plan, stage, local_processes(plan.spec, stage, command=command))
+        _, lines = run_stage(plan, stage, local_processes(stage, command=command))
         return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
 
     def handwritten(self, mode: str, workers: int) -> float:
@@ -222,7 +222,7 @@ class Training:
         else:  # the cluster's TF_CONFIG only
             processes = [
                 Process(p.name, p.role, command, {"TF_CONFIG": p.env["TF_CONFIG"]})
-                for p in local_processes(plan.spec, stage, command=list(command))
+                for p in local_processes(stage, command=list(command))
             ]
         _, lines = run_stage(plan, stage, processes)
         return next(float(m[1]) for _, line in lines if (m := re.search(r"examples/s ([\d.]+)$", line)))
