@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import math
 import os
 import string
@@ -43,13 +44,19 @@ class _Section(BaseModel):
     @classmethod
     def _reject_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            allowed = [info.alias or name for name, info in cls.model_fields.items()]
+            allowed = _keys(cls)
             for key in data:
                 if key not in allowed:
                     close = difflib.get_close_matches(str(key), allowed, n=1)
                     hint = f" (did you mean '{close[0]}'?)" if close else ""
                     raise ValueError(f"unknown key '{key}'{hint}; allowed keys: {', '.join(allowed)}")
         return data
+
+
+@functools.cache
+def _keys(section: type[BaseModel]) -> tuple[str, ...]:
+    """The keys a section takes (a field's alias where it has one), in declaration order."""
+    return tuple(info.alias or name for name, info in section.model_fields.items())
 
 
 def _local_path(value: str) -> str:
@@ -649,10 +656,16 @@ class ExportSpec(_Section):
         return None if value is None else _local_path(value)
 
 
-def _valid_cron(value: str | None) -> str | None:
+@functools.cache
+def _cron_is_valid(value: str) -> bool:
+    """Whether croniter reads ``value``: asked once per expression (a folder of specs shares a few)."""
     from croniter import croniter  # Airflow's own dependency; cheap
 
-    if value is not None and not croniter.is_valid(value):
+    return bool(croniter.is_valid(value))
+
+
+def _valid_cron(value: str | None) -> str | None:
+    if value is not None and not _cron_is_valid(value):
         raise ValueError(f"not a valid cron expression or preset (e.g. '0 2 * * *', '@daily'), got {value!r}")
     return value
 
