@@ -1,4 +1,4 @@
-"""The parse-time yardstick (not in the DAGs folder): the example DAG's shape, daily with four chained
+"""The parse-time yardstick (not in the DAGs folder): the example DAG's shape, daily with its five chained
 tasks, doing nothing."""
 
 import datetime as dt
@@ -9,6 +9,7 @@ from airflow.sdk import DAG
 with DAG("empty_nightly", schedule="@daily", start_date=dt.datetime(2026, 11, 1), catchup=False):
     (
         EmptyOperator(task_id="prepare_data")
+        >> EmptyOperator(task_id="validate_data")
         >> EmptyOperator(task_id="train")
         >> EmptyOperator(task_id="evaluate")
         >> EmptyOperator(task_id="export")
