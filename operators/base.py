@@ -217,7 +217,7 @@ class StageOperator(RunPlanned, BaseOperator):
             trigger = self._launcher.start_deferred(stage, self.log, context.get("task_state_store"))
             if trigger is not None:  # the stage runs without this process: wait in the triggerer
                 self.defer(trigger=trigger, method_name="execute_complete")
-            record_run(plan.layout, plan.spec.to_json_dict(), plan.run_record())
+            record_run(plan.layout, plan.spec_record(), plan.run_record())
             record = self._launcher.run(stage, self.log)
         except RunMismatch as exc:
             raise AirflowFailException(str(exc)) from None

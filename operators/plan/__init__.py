@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from tfdist.contract import (
     EvaluateArgs,
     ExportArgs,
     PrepareArgs,
     RunLayout,
-    StageArgs,
     TrainArgs,
     ValidateDataArgs,
     run_path,
@@ -126,52 +125,48 @@ def build_plan(
     """The whole run's plan; ``run_dir``, ``source`` and ``export_root`` replace the spec's defaults."""
     layout = RunLayout(run_dir or run_path(spec.artifact_root, ctx.pipeline_id, ctx.run_id))
     model_dir = os.path.join(export_root or spec.export_root, spec.export.model_name)
-    args = {
-        **_data_args(spec, ctx, layout, model_dir, source or spec.data.source),
-        **_model_args(spec, ctx, layout, model_dir),
-    }
+    prepare, validate = _data_args(spec, ctx, layout, model_dir, source or spec.data.source)
+    train, evaluate, export = _model_args(spec, ctx, layout, model_dir)
     placement = kubernetes_placement(spec)
     common: dict[str, Any] = {"kubernetes": placement, "cpus_per_process": spec.training.cpus_per_worker}
-    one = {
-        name: StagePlan(name, args[name], (Member(role, 0),), **common)
-        for name, role in (
-            ("prepare_data", "prepare"),
-            ("validate_data", "validate"),
-            ("evaluate", "evaluate"),
-            ("export", "export"),
-        )
-    }
-    prepare = replace(one["prepare_data"], writers=spec.data.prepare_processes)
-    train = train_stage(spec, cast(TrainArgs, args["train"]), placement)
     return Plan(
         spec=spec,
         layout=layout,
         context=ctx,
         model_dir=model_dir,
-        stages=(prepare, one["validate_data"], train, one["evaluate"], one["export"]),
+        stages=(
+            StagePlan("prepare_data", prepare, (Member("prepare", 0),), writers=spec.data.prepare_processes, **common),
+            StagePlan("validate_data", validate, (Member("validate", 0),), **common),
+            train_stage(spec, train, placement),
+            StagePlan("evaluate", evaluate, (Member("evaluate", 0),), **common),
+            StagePlan("export", export, (Member("export", 0),), **common),
+        ),
         overrides=overrides or {},
         launcher=spec.training.launcher,
     )
 
 
-def _data_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str, source: str) -> dict[str, StageArgs]:
+def _data_args(
+    spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str, source: str
+) -> tuple[PrepareArgs, ValidateDataArgs]:
     """prepare_data's and validate_data's arguments: the window's partitions of ``source``, and the data gate."""
     window = partitions(ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))
     sources = tuple(dict.fromkeys(source_for(source, t, spec.artifact_root) for t in window))
-    return {
-        "prepare_data": PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), sources),
-        "validate_data": ValidateDataArgs(
-            layout.spec_file,
-            layout.run_file,
-            layout.data_dir,
-            model_dir,
-            layout.data_validation_dir,
-            layout.result("validate_data"),
-        ),
-    }
+    prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), sources)
+    validate = ValidateDataArgs(
+        layout.spec_file,
+        layout.run_file,
+        layout.data_dir,
+        model_dir,
+        layout.data_validation_dir,
+        layout.result("validate_data"),
+    )
+    return prepare, validate
 
 
-def _model_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str) -> dict[str, StageArgs]:
+def _model_args(
+    spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str
+) -> tuple[TrainArgs, EvaluateArgs, ExportArgs]:
     """train's, evaluate's and export's arguments."""
     published = {"spec": layout.spec_file, "run": layout.run_file, "data": layout.data_dir, "model_dir": model_dir}
     train = TrainArgs(
@@ -204,4 +199,4 @@ def _model_args(spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str) 
         result=layout.result("export"),
         approval=layout.approval_file if spec.export.approval else "",
     )
-    return {"train": train, "evaluate": evaluate, "export": export}
+    return train, evaluate, export
