@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
+from tfdist.spec.tasks import DEFAULT_METRICS, LOSSES, METRICS, Direction, Task, direction
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -69,25 +70,193 @@ def _local_path(value: str) -> str:
     return os.path.normpath(expanded)
 
 
-class Feature(_Section):
-    """One raw input feature: a scalar, or a fixed-size vector (CSV columns '<name>_0 .. <name>_<n-1>')."""
+MAX_VOCABULARY = 1 << 20
+"""The largest vocabulary the statistics pass keeps exact counts for (beyond it: hashing)."""
+MAX_HASH_BUCKETS = 1 << 26
+MAX_VALUE_BYTES = 4096
+EMBEDDING_BYTES_PER_VALUE = 12
+"""Bytes an embedding value costs in training: the float32 weight and an optimizer's two slots (Adam)."""
+
+
+class NumericFeature(_Section):
+    """A number per row, or a fixed-size vector (CSV columns '<name>_0 .. <name>_<n-1>'); an empty cell, null or
+    NaN is missing and imputed with the train rows' mean."""
 
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
     """The feature's name: its CSV or Parquet column (or columns '<name>_0 ..'), JSON field or NPZ array."""
+    kind: Literal["numeric"] = "numeric"
+    """'numeric' (the default), 'categorical' or 'categorical_list'."""
     shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=3)
     """[]: a scalar; [n]: columns '<name>_0 .. <name>_<n-1>' (CSV, Parquet) or a list (JSON lines, a Parquet
     list column)."""
+    missing_indicator: bool = False
+    """Also give the model, per element, whether the value was missing (1.0) or not (0.0)."""
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
 
 
+class Vocabulary(_Section):
+    """A vocabulary prepare_data computes from the train and eval rows: the most frequent values, most frequent
+    first (ties in byte order)."""
+
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_VOCABULARY)] = 10000
+    """Most values kept; the rest go to the out-of-vocabulary buckets."""
+    min_count: Annotated[int, Field(ge=1)] = 1
+    """Only values seen in at least this many rows are kept."""
+    oov_buckets: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Buckets for values outside the vocabulary (a value's bucket is a hash of it)."""
+
+
+class _CategoricalBase(_Section):
+    name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+    """The feature's column (CSV, Parquet), field (JSON lines) or array (NPZ)."""
+    dtype: Literal["string", "int64"] = "string"
+    """The values' type, and the serving signature's: 'string', or 'int64' for integer IDs."""
+    vocabulary: Vocabulary | None = None
+    """Map values through a vocabulary computed by prepare_data (the default, with its defaults, when
+    'hash_buckets' is not given)."""
+    hash_buckets: Annotated[int, Field(ge=2, le=MAX_HASH_BUCKETS)] | None = None
+    """Map values to this many buckets by a hash, with no vocabulary (IDs with millions of values)."""
+    embedding_dim: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """Width of the feature's embedding; default: a one-hot when the vocabulary and its OOV buckets hold at
+    most 10 ids, else round(1.6 × ids^0.56), at most 64."""
+    max_value_length: Annotated[int, Field(ge=1, le=MAX_VALUE_BYTES)] = 256
+    """Longest value allowed, in UTF-8 bytes; a longer one is a bad row."""
+
+    @model_validator(mode="after")
+    def _one_encoding(self) -> Any:
+        if self.vocabulary is not None and self.hash_buckets is not None:
+            raise ValueError(f"data.features '{self.name}': give 'vocabulary' or 'hash_buckets', not both")
+        return self
+
+    @property
+    def encoding(self) -> Vocabulary | None:
+        """The vocabulary settings (None: hashing)."""
+        return None if self.hash_buckets else self.vocabulary or Vocabulary()
+
+    @property
+    def max_ids(self) -> int:
+        """The most ids the feature's lookup can produce (the rows of its embedding)."""
+        v = self.encoding
+        return self.hash_buckets or (v.max_tokens + v.oov_buckets if v else 0)
+
+
+class CategoricalFeature(_CategoricalBase):
+    """One value per row, a string or an integer, mapped to an embedding (a one-hot for tiny vocabularies); a
+    missing value (empty cell, null) is a token of its own."""
+
+    kind: Literal["categorical"]
+    """'categorical'."""
+
+
+class CategoricalListFeature(_CategoricalBase):
+    """A variable-length list of values per row (e.g. the last items a user saw), its embeddings combined."""
+
+    kind: Literal["categorical_list"]
+    """'categorical_list'."""
+    combiner: Literal["mean", "sum"] = "mean"
+    """How the values' embeddings are combined (an empty list: zeros)."""
+    separator: Annotated[str, Field(min_length=1, max_length=1)] = "|"
+    """In CSV: the character between a cell's values (JSON lines, Parquet and TFRecord hold a list)."""
+    max_values: Annotated[int, Field(ge=1, le=4096)] = 64
+    """Most values a row's list may hold; a longer list is a bad row."""
+
+    @field_validator("separator")
+    @classmethod
+    def _not_csv(cls, value: str) -> str:
+        if value in ',"\n\r':
+            raise ValueError(f"{value!r} cannot separate values inside a CSV cell; use e.g. '|' or ';'")
+        return value
+
+
+ONE_HOT_MAX_IDS = 10
+
+
+def embedding_dim(feature: Categorical, ids: int) -> int:
+    """The feature's embedding width for ``ids`` ids: its own, else 0 (a one-hot) up to ONE_HOT_MAX_IDS ids, else
+    round(1.6 × ids^0.56), at most 64."""
+    if feature.embedding_dim:
+        return feature.embedding_dim
+    return 0 if ids <= ONE_HOT_MAX_IDS else min(64, round(1.6 * ids**0.56))
+
+
+def embedding_bytes(features: list[Categorical]) -> int:
+    """The most bytes the features' embedding tables can take in training (weights and optimizer slots)."""
+    return sum(f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE for f in features)
+
+
+def memory_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity ('8Gi', '512M') in bytes."""
+    units = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    number = quantity.rstrip("kKMGTi")
+    return int(float(number) * units.get(quantity[len(number) :], 1))
+
+
+def _feature_kind(value: Any) -> str:
+    return (value.get("kind", "numeric") if isinstance(value, dict) else getattr(value, "kind", "numeric")) or ""
+
+
+Feature = Annotated[
+    Annotated[NumericFeature, Tag("numeric")]
+    | Annotated[CategoricalFeature, Tag("categorical")]
+    | Annotated[CategoricalListFeature, Tag("categorical_list")],
+    Discriminator(_feature_kind),
+]
+"""A raw input feature; its 'kind' (default 'numeric') says which fields it takes."""
+Categorical = CategoricalFeature | CategoricalListFeature
+
+
+def label_value(value: str | int | bool) -> str:
+    """A label value as its canonical string (True → 'true', 1 → '1')."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class Label(_Section):
+    """The label and its task. 'multiclass': integer classes 0 .. num_classes-1, or string classes; 'binary': 0/1,
+    true/false or two named values; 'regression': a number."""
+
     name: Annotated[str, Field(pattern=IDENTIFIER_PATTERN)] = "label"
     """The label's column, field or array."""
-    num_classes: Annotated[int, Field(ge=2)]
-    """Integer classes 0 .. num_classes-1."""
+    task: Task = "multiclass"
+    """'multiclass', 'binary' or 'regression': it chooses the output, the loss and the metrics."""
+    num_classes: Annotated[int, Field(ge=2)] | None = None
+    """multiclass: integer classes 0 .. num_classes-1."""
+    classes: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=2, max_length=10000)] | None = None
+    """multiclass: the class names (a row with another value is a bad row); neither this nor 'num_classes': the
+    classes seen in the data, sorted, written to the data manifest."""
+    positive: str | int | bool | None = None
+    """binary: the value that counts as positive; default 1 or true (then the other is 0 or false). Quote a word
+    in YAML ('yes'): unquoted, YAML reads yes/no as true/false, which then match yes/no, y/n, on/off, 1/0 too."""
+    standardize: bool = True
+    """regression: train on the target standardized by the train rows' mean and deviation; the exported model
+    predicts in the target's units either way."""
+
+    @model_validator(mode="after")
+    def _fields_of_task(self) -> Label:
+        given = {k for k in ("num_classes", "classes", "positive") if getattr(self, k) is not None}
+        allowed = {"multiclass": {"num_classes", "classes"}, "binary": {"positive"}, "regression": set()}[self.task]
+        if extra := sorted(given - allowed):
+            raise ValueError(
+                f"data.label.{extra[0]}: not a field of task '{self.task}' (it takes "
+                f"{', '.join(sorted(allowed)) or 'neither num_classes, classes nor positive'})"
+            )
+        if self.classes is not None:
+            if len(set(self.classes)) < len(self.classes):
+                raise ValueError(f"data.label.classes: each class once, got {self.classes}")
+            if self.num_classes is not None and self.num_classes != len(self.classes):
+                raise ValueError(
+                    f"data.label.num_classes: {self.num_classes}, but classes names {len(self.classes)}; drop one"
+                )
+        return self
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """The classes by name when the spec fixes them (multiclass), else None."""
+        if self.classes is not None:
+            return list(self.classes)
+        return [str(c) for c in range(self.num_classes)] if self.num_classes else None
 
 
 class Threshold(_Section):
@@ -113,8 +282,22 @@ class _Check(_Section):
 
 class DriftCheck(_Check):
     max_divergence: Annotated[float, Field(gt=0, le=1)] = 0.05
-    """The largest Jensen–Shannon divergence (base 2: 0 same, 1 disjoint) allowed between a feature element's
-    histogram and the baseline's."""
+    """The largest Jensen–Shannon divergence (base 2: 0 same, 1 disjoint) allowed between a numeric feature
+    element's histogram and the baseline's."""
+    max_distance: Annotated[float, Field(gt=0, le=1)] = 0.1
+    """The largest L∞ distance allowed between a categorical feature's value shares and the baseline's (TFX's
+    measure: the largest change of one value's share, over the baseline's top values and this run's)."""
+
+
+class VocabularyCheck(_Check):
+    max_oov_share: Annotated[float, Field(ge=0, le=1)] = 0.05
+    """The largest share of a categorical feature's values allowed outside the baseline's vocabulary (the values
+    the baseline model has rows for)."""
+
+
+class MissingCheck(_Check):
+    max_change: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """The largest change of a feature's missing rate (per element) allowed against the baseline."""
 
 
 class ConstantCheck(_Check):
@@ -125,8 +308,10 @@ class ConstantCheck(_Check):
 
 class LabelCheck(_Check):
     max_change: Annotated[float, Field(gt=0, le=1)] = 0.05
-    """The largest change of a class's share of the rows (L∞) allowed against the baseline; a class the baseline
-    has and this run lacks always fails."""
+    """multiclass and binary: the largest change of a class's share of the rows (L∞; binary: the positive rate)
+    allowed against the baseline; a class the baseline has and this run lacks always fails."""
+    max_mean_shift: Annotated[float, Field(gt=0)] = 0.5
+    """regression: the largest change of the target's mean allowed, in the baseline's standard deviations."""
 
 
 class RowsCheck(_Check):
@@ -150,11 +335,16 @@ class DataChecks(_Section):
     """What a failed check does unless it says itself: 'refuse' stops the run before training (no retry),
     'warn' logs and records it."""
     drift: DriftCheck = Field(default_factory=DriftCheck)
-    """Each feature element's histogram against the baseline's."""
+    """Each numeric feature element's histogram, and each categorical feature's value shares, against the
+    baseline's."""
+    vocabulary: VocabularyCheck = Field(default_factory=VocabularyCheck)
+    """The share of each categorical feature's values outside the baseline's vocabulary."""
+    missing: MissingCheck = Field(default_factory=MissingCheck)
+    """Each feature's missing rate against the baseline's."""
     constant: ConstantCheck = Field(default_factory=ConstantCheck)
     """A feature element constant on one side only."""
     labels: LabelCheck = Field(default_factory=LabelCheck)
-    """The label's class shares, and classes gone."""
+    """The label by task: class shares and classes gone, the positive rate, or the target's mean."""
     rows: RowsCheck = Field(default_factory=RowsCheck)
     """The row count against the baseline's."""
     bounds: BoundsCheck = Field(default_factory=BoundsCheck)
@@ -172,9 +362,11 @@ class DataSpec(_Section):
     scalar; a vector feature is a list column or columns <name>_0 ..) or 'tfrecord' (tf.train.Example
     records: a float_list per feature, an int64_list label; each record's CRC-32C checked)."""
     features: Annotated[list[Feature], Field(min_length=1)]
-    """The raw input features, each {name, shape}."""
+    """The raw input features: {name, shape} (numeric, the default), {name, kind: categorical, vocabulary: {...}
+    or hash_buckets: N}, or {name, kind: categorical_list, ...}."""
     label: Label
-    """The label: {name: label, num_classes: N}, integer classes 0 .. N-1."""
+    """The label and its task: {name, num_classes: N} (integer classes), {name, classes: [...]}, {name, task:
+    binary, positive: ...} or {name, task: regression}."""
     eval_fraction: Annotated[float, Field(gt=0, lt=1), AuthorOnly("it sets the held-out data the gate scores")] = 0.2
     """Share of the rows held out for evaluation, by a hash of each row's content (deterministic: duplicates
     never straddle the split)."""
@@ -209,20 +401,35 @@ class DataSpec(_Section):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"features and label must have distinct names, repeated: {', '.join(duplicates)}")
-        unknown = sorted(set(self.checks.bounds.features) - {f.name for f in self.features})
+        numeric = [f.name for f in self.numeric_features]
+        unknown = sorted(set(self.checks.bounds.features) - set(numeric))
         if unknown:
             raise ValueError(
-                f"checks.bounds.features: {', '.join(unknown)} is not a feature; features: "
-                f"{', '.join(f.name for f in self.features)}"
+                f"checks.bounds.features: {', '.join(unknown)} is not a numeric feature; numeric features: "
+                f"{', '.join(numeric) or 'none'}"
+            )
+        if self.format == "npz" and self.categorical_features:
+            raise ValueError(
+                f"data.features '{self.categorical_features[0].name}': categorical features need a format with "
+                "strings and lists (csv, jsonl, parquet, tfrecord), not npz"
             )
         return self
 
     @property
+    def numeric_features(self) -> list[NumericFeature]:
+        return [f for f in self.features if isinstance(f, NumericFeature)]
+
+    @property
+    def categorical_features(self) -> list[Categorical]:
+        return [f for f in self.features if not isinstance(f, NumericFeature)]
+
+    @property
     def input_size(self) -> int:
-        return sum(f.size for f in self.features)
+        """Values of the numeric features."""
+        return sum(f.size for f in self.numeric_features)
 
 
-Metric = Literal["accuracy", "top_5_accuracy"]
+Metric = Literal["accuracy", "top_5_accuracy", "auc", "pr_auc", "log_loss", "calibration", "rmse", "mae", "r2", "mse"]
 
 
 class _ModelBase(_Section):
@@ -230,10 +437,13 @@ class _ModelBase(_Section):
     """Keras optimizer."""
     learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
     """Optimizer learning rate."""
-    loss: Literal["sparse_categorical_crossentropy"] = "sparse_categorical_crossentropy"
-    """Training loss."""
-    metrics: list[Metric] = Field(default_factory=lambda: list[Metric](["accuracy"]))
-    """Metrics reported besides the loss (and usable in validation)."""
+    loss: Literal["sparse_categorical_crossentropy", "binary_crossentropy", "mse", "huber"] | None = None
+    """Training loss; default the task's: 'sparse_categorical_crossentropy' (multiclass), 'binary_crossentropy'
+    (binary), 'mse' (regression; or 'huber', with delta 1 in standardized units)."""
+    metrics: list[Metric] | None = None
+    """Metrics reported besides the loss (and usable in validation), the task's: multiclass accuracy,
+    top_5_accuracy (default [accuracy]); binary auc, pr_auc, accuracy (at 0.5), log_loss, calibration (mean
+    prediction / positive rate) (default [auc, accuracy]); regression rmse, mae, r2, mse (default [rmse, r2])."""
 
 
 class MLPModel(_ModelBase):
@@ -247,6 +457,32 @@ class MLPModel(_ModelBase):
     """Dropout rate after each hidden layer."""
     activation: Literal["relu", "gelu", "tanh"] = "relu"
     """Activation of the hidden layers."""
+
+
+class Cross(_Section):
+    """A feature cross of the wide part: the features' values joined, hashed into buckets."""
+
+    features: Annotated[list[str], Field(min_length=2, max_length=4)]
+    """The categorical features crossed."""
+    hash_buckets: Annotated[int, Field(ge=2, le=MAX_HASH_BUCKETS)] = 1000
+    """Buckets of the crossed values."""
+
+
+class WideDeepModel(_ModelBase):
+    family: Annotated[Literal["wide_deep"], FAMILY]
+    """'wide_deep': a linear part over the categorical features (a weight per id) and crosses, plus an MLP over
+    the embeddings and numeric features; their outputs are summed."""
+    hidden_units: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [128, 64]
+    )
+    """Units of each hidden layer of the deep part."""
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Dropout rate after each hidden layer."""
+    activation: Literal["relu", "gelu", "tanh"] = "relu"
+    """Activation of the hidden layers."""
+    crosses: list[Cross] = Field(default_factory=list)
+    """Crosses of categorical features in the wide part, e.g. [{features: [country, device], hash_buckets:
+    1000}]."""
 
 
 class CNNModel(_ModelBase):
@@ -268,14 +504,17 @@ class CustomModel(_ModelBase):
     family: Annotated[Literal["custom"], FAMILY]
     """'custom': a Keras model from 'factory'."""
     factory: Annotated[str, Field(pattern=FACTORY_PATTERN)]
-    """'package.module:function', called as 'function(features, num_classes, **kwargs)';
-    'features' maps each feature name to its shape; returns a Keras model taking a dict of
-    those inputs (already normalized) and returning class probabilities."""
+    """'package.module:function', called as 'function(features, num_classes, **kwargs)' ('task' and
+    'feature_info' too, when it takes them): 'features' maps each feature name to the shape of its preprocessed
+    input (numeric: normalized, missing values imputed; categorical: int32 ids, a list's padded with -1);
+    returns a Keras model taking a dict of those inputs and returning the task's output: class probabilities
+    (num_classes of them), the positive class's probability ([batch, 1]) or the prediction ([batch, 1], in
+    standardized units when label.standardize)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to 'factory'."""
 
 
-ModelSpec = Annotated[MLPModel | CNNModel | CustomModel, Field(discriminator="family")]
+ModelSpec = Annotated[MLPModel | WideDeepModel | CNNModel | CustomModel, Field(discriminator="family")]
 
 
 class MPISpec(_Section):
@@ -462,15 +701,12 @@ class TrainingSpec(_Section):
         return self.num_workers * max(1, self.gpus_per_worker)
 
 
-Direction = Literal["higher_is_better", "lower_is_better"]
-
-
 class ChangeThreshold(_Section):
     """How much worse than the baseline (the newest model published as of the run's data interval)
     a metric may be; both tolerances, when given, must hold."""
 
-    direction: Direction
-    """Whether a higher or a lower value of the metric is better."""
+    direction: Direction | None = None
+    """Whether a higher or a lower value of the metric is better; default: the metric's own direction."""
     absolute: Annotated[float, Field(ge=0)] | None = 0.0
     """Largest allowed loss in metric units (0: no worse than the baseline)."""
     relative: Annotated[float, Field(ge=0)] | None = None
@@ -480,10 +716,10 @@ class ChangeThreshold(_Section):
 class CheckpointSelection(_Section):
     mode: Literal["latest", "best"] = "latest"
     """'best': validate every retained checkpoint and keep the best by 'metric'."""
-    metric: str = "accuracy"
-    """The metric 'best' is chosen by."""
-    direction: Direction = "higher_is_better"
-    """Whether a higher or a lower 'metric' is better."""
+    metric: str | None = None
+    """The metric 'best' is chosen by; default: the first of the model's metrics."""
+    direction: Direction | None = None
+    """Whether a higher or a lower 'metric' is better; default: the metric's own direction."""
 
 
 class ValidationSpec(_Section):
@@ -835,26 +1071,89 @@ class Spec(_Section):
                 f"data.num_shards: must be ≥ the {t.data_readers} training processes so every one "
                 f"reads its own shards, got {d.num_shards}"
             )
-        known = {"loss", *m.metrics}
-        v = self.validation
-        for field, metrics in (
-            ("thresholds", v.thresholds),
-            ("change_thresholds", v.change_thresholds),
-            ("checkpoint.metric", [v.checkpoint.metric]),
-        ):
-            for metric in metrics:
-                if metric not in known:
-                    path = field if field.endswith("metric") else f"{field}.{metric}"
-                    raise ValueError(
-                        f"validation.{path}: unknown metric {metric!r}; this model reports "
-                        f"{', '.join(sorted(known))} (add it to model.metrics)"
-                    )
+        self._task_fits(d.label.task)
+        if isinstance(m, CNNModel) and d.categorical_features:
+            raise ValueError(
+                f"model.family: 'cnn' takes numeric features only, '{d.categorical_features[0].name}' is categorical; "
+                "use 'mlp' or 'wide_deep'"
+            )
+        categorical = {f.name for f in d.categorical_features}
+        for i, cross in enumerate(getattr(m, "crosses", [])):
+            if unknown := [name for name in cross.features if name not in categorical]:
+                raise ValueError(
+                    f"model.crosses[{i}].features: {unknown[0]!r} is not a categorical feature; categorical "
+                    f"features: {', '.join(sorted(categorical)) or 'none'}"
+                )
         if isinstance(m, CNNModel) and math.prod(m.image_shape) != d.input_size:
             raise ValueError(
                 f"model.image_shape: {m.image_shape} holds {math.prod(m.image_shape)} values but the features "
                 f"hold {d.input_size}"
             )
         return self
+
+    def _task_fits(self, task: Task) -> None:
+        """The loss, metrics and every metric the validation names are the label task's."""
+        m, v = self.model, self.validation
+        if m.loss is not None and m.loss not in LOSSES[task]:
+            raise ValueError(
+                f"model.loss: {m.loss!r} is not a loss of task '{task}'; its losses: {', '.join(LOSSES[task])}"
+            )
+        known = ("loss", *self.metrics)
+        for metric in m.metrics or ():
+            if metric not in METRICS[task]:
+                raise ValueError(
+                    f"model.metrics: {metric!r} is not a metric of task '{task}'; its metrics: "
+                    f"{', '.join(METRICS[task])}"
+                )
+        named = [
+            *((f"thresholds.{k}", k) for k in v.thresholds),
+            *((f"change_thresholds.{k}", k) for k in v.change_thresholds),
+            ("checkpoint.metric", v.checkpoint.metric),
+        ]
+        for path, metric in named:
+            if metric is not None and metric not in known:
+                listed = f"this model reports {', '.join(known)}"
+                raise ValueError(
+                    f"validation.{path}: unknown metric {metric!r}; {listed} (add it to model.metrics)"
+                    if metric in METRICS[task]
+                    else f"validation.{path}: unknown metric {metric!r}, not one of task '{task}': "
+                    f"{', '.join(['loss', *METRICS[task]])}"
+                )
+        for name, rule in v.change_thresholds.items():
+            if rule.direction is None and direction(task, name) is None:
+                raise ValueError(
+                    f"validation.change_thresholds.{name}: {name} has no better direction (best at 1); give "
+                    "'direction', or bound it with a value threshold"
+                )
+
+    @property
+    def loss(self) -> str:
+        """The training loss: the model's, else the task's default."""
+        return self.model.loss or LOSSES[self.data.label.task][0]
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metrics reported besides the loss: the model's, else the task's defaults."""
+        m = self.model.metrics
+        return tuple(m) if m is not None else DEFAULT_METRICS[self.data.label.task]
+
+    def direction(self, metric: str) -> Direction | None:
+        """Whether a higher or a lower value of ``metric`` is better, by this spec's task."""
+        return direction(self.data.label.task, metric)
+
+    @property
+    def checkpoint_selection(self) -> tuple[str, Direction]:
+        """(metric, direction) the best checkpoint is chosen by."""
+        selection = self.validation.checkpoint
+        metric = selection.metric or (self.metrics[0] if self.metrics else "loss")
+        return metric, selection.direction or self.direction(metric) or "higher_is_better"
+
+    def change_direction(self, metric: str) -> Direction:
+        """The direction of the change threshold on ``metric``: its own, else the metric's."""
+        rule = self.validation.change_thresholds[metric]
+        found = rule.direction or self.direction(metric)
+        assert found is not None  # refused at validation
+        return found
 
     @model_validator(mode="after")
     def _one_window(self) -> Spec:
@@ -877,6 +1176,21 @@ class Spec(_Section):
             raise ValueError(
                 "kubernetes: required with training.launcher 'kubernetes': at least "
                 "kubernetes: {pods: {image: ...}, artifact_volume: {claim_name: ...}}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _embeddings_fit(self) -> Spec:
+        """The embedding tables fit the memory the train pods are given (on parameter servers: shared by them)."""
+        k = self.kubernetes
+        role = "ps" if self.training.strategy == "parameter_server" else "worker"
+        memory = k and k.for_role(role).memory
+        needed = embedding_bytes(self.data.categorical_features) // max(1, self.training.num_ps)
+        if memory and needed > memory_bytes(memory) // 2:
+            raise ValueError(
+                f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
+                f"optimizer's slots), over half of its memory {memory}; lower vocabulary.max_tokens, hash_buckets "
+                f"or embedding_dim, or give the {role} pods more memory (kubernetes.roles.{role}.memory)"
             )
         return self
 

@@ -43,6 +43,7 @@ from tfdist.spec.model import (
     section_models,
 )
 from tfdist.spec.overrides import field_doc, override_policy
+from tfdist.spec.tasks import ALL_METRICS
 
 JsonSchema = dict[str, Any]
 
@@ -135,7 +136,7 @@ def _refine_values(schema: JsonSchema) -> None:
 def _refine_names(schema: JsonSchema) -> None:
     """The names a field may take from elsewhere in the model: metrics, overridable fields, model families."""
     defs, props = schema["$defs"], schema["properties"]
-    metrics = ["loss", *defs["MLPModel"]["properties"]["metrics"]["items"]["enum"]]
+    metrics = ["loss", *ALL_METRICS]
     validation = defs["ValidationSpec"]["properties"]
     for field in ("thresholds", "change_thresholds"):
         validation[field]["propertyNames"] = {"enum": metrics}

@@ -346,12 +346,13 @@ BAD = {
     **{f"no {field}": {field: DELETE} for field in ("name", "start_date", "data", "model", "export", "validation")},
     "no data.source": {"data.source": DELETE},
     "no data.label": {"data.label": DELETE},
-    "no num_classes": {"data.label.num_classes": DELETE},
     "no feature name": {"data.features.0.name": DELETE},
     "no model_name": {"export.model_name": DELETE},
     "no cnn image_shape": {"model": {"family": "cnn"}},
     "no custom factory": {"model": {"family": "custom"}},
-    "no change direction": {"validation": {"change_thresholds": {"accuracy": {"absolute": 0.01}}}},
+    # tasks and categorical features
+    "unknown feature kind": {"data.features": [{"name": "c", "kind": "text"}]},
+    "shape on a categorical": {"data.features": [{"name": "c", "kind": "categorical", "shape": [2]}]},
     "no pods": {**ON_KUBERNETES, "kubernetes.pods": DELETE},
     "no artifact volume": {**ON_KUBERNETES, "kubernetes.artifact_volume": DELETE},
     "no pod image": {**ON_KUBERNETES, "kubernetes.pods": {"cpu": "4"}},
@@ -428,6 +429,14 @@ MODEL_ONLY = {
     "pods' export root off the artifact volume": {**ON_KUBERNETES, "export.root": "/models"},
     "overriding mpi settings without them": {"overridable": ["training.mpi.slots_per_worker"]},
     "overriding another family's field": {"overridable": ["model.filters"]},
+    "binary with num_classes": {"data.label": {"name": "label", "task": "binary", "num_classes": 2}},
+    "regression with classes": {"data.label": {"name": "label", "task": "regression", "classes": ["a", "b"]}},
+    "vocabulary and hash_buckets": {
+        "data.features": [{"name": "c", "kind": "categorical", "vocabulary": {}, "hash_buckets": 10}]
+    },
+    "list separator a comma": {"data.features": [{"name": "c", "kind": "categorical_list", "separator": ","}]},
+    "a metric of another task": {"validation.thresholds.rmse": {"upper": 1.0}},
+    "a cross of a numeric feature": {"model": {"family": "wide_deep", "crosses": [{"features": ["pixels", "x"]}]}},
 }
 """Specs the model rejects and the schema accepts: rules comparing two values of a spec, or needing code."""
 
@@ -459,8 +468,15 @@ def with_path(path: str) -> dict:
     'model' field."""
     spec = changed(BASE, ON_HOROVOD) if path.startswith("training.mpi.") else BASE
     if path.startswith("model."):
-        family = next(m for m in ("mlp", "cnn", "custom") if path.removeprefix("model.") in family_fields(m))
-        models = {"mlp": BASE["model"], "cnn": CNN["model"], "custom": {"family": "custom", "factory": "m:f"}}
+        family = next(
+            m for m in ("mlp", "wide_deep", "cnn", "custom") if path.removeprefix("model.") in family_fields(m)
+        )
+        models = {
+            "mlp": BASE["model"],
+            "wide_deep": {"family": "wide_deep"},
+            "cnn": CNN["model"],
+            "custom": {"family": "custom", "factory": "m:f"},
+        }
         spec = changed(spec, {"model": models[family]})
     return changed(spec, {"overridable": [path]})
 

@@ -49,9 +49,9 @@ def test_defaults_are_filled(tmp_path):
         ),
         (
             {"model": {"family": "transformer"}},
-            "model.family: Input should be 'mlp', 'cnn' or 'custom' (got 'transformer')",
+            "model.family: Input should be 'mlp', 'wide_deep', 'cnn' or 'custom' (got 'transformer')",
         ),
-        ({"model": {"family": None}}, "model.family: Input should be 'mlp', 'cnn' or 'custom'"),
+        ({"model": {"family": None}}, "model.family: Input should be 'mlp', 'wide_deep', 'cnn' or 'custom'"),
         ({"model": {"family": "custom", "factory": "not a path"}}, "model.factory: String should match pattern"),
         ({"schedule": "every night"}, "schedule: not a valid cron expression"),
         ({"artifact_root": "relative/dir"}, "artifact_root: must be an absolute path"),
@@ -70,6 +70,11 @@ def test_invalid_field_is_named(tmp_path, sections, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
+BINARY = {"checks": {}}
+TOP_5 = {"thresholds": {"top_5_accuracy": {"lower": 0.5}}}
+CATEGORICAL = {"features": [{"name": "pixels", "shape": [64]}, {"name": "country", "kind": "categorical"}]}
+
+
 @pytest.mark.parametrize(
     "sections, expected",
     [
@@ -85,9 +90,40 @@ def test_invalid_field_is_named(tmp_path, sections, expected):
             "validation.checkpoint.metric: unknown metric 'f1'",
         ),
         ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
+        (
+            {"data": {**BINARY, "label": {"name": "label", "task": "binary"}}, "validation": TOP_5},
+            "validation.thresholds.top_5_accuracy: unknown metric 'top_5_accuracy', not one of task 'binary'",
+        ),
+        (
+            {"validation": {"thresholds": {"rmse": {"upper": 1}}}},
+            "validation.thresholds.rmse: unknown metric 'rmse', not one of task 'multiclass': loss, accuracy",
+        ),
+        ({"model": {"family": "mlp", "metrics": ["auc"]}}, "model.metrics: 'auc' is not a metric of task 'multiclass'"),
+        ({"model": {"family": "mlp", "loss": "huber"}}, "model.loss: 'huber' is not a loss of task 'multiclass'"),
+        (
+            {"data": {**CATEGORICAL}, "model": {"family": "cnn", "image_shape": [8, 8, 1]}},
+            "model.family: 'cnn' takes numeric features only, 'country' is categorical",
+        ),
+        (
+            {
+                "data": {**CATEGORICAL},
+                "model": {"family": "wide_deep", "crosses": [{"features": ["country", "pixels"]}]},
+            },
+            "model.crosses[0].features: 'pixels' is not a categorical feature; categorical features: country",
+        ),
+        (
+            {
+                "data": {**BINARY, "label": {"name": "label", "task": "binary"}},
+                "model": {"family": "mlp", "metrics": ["calibration"]},
+                "validation": {"thresholds": {}, "change_thresholds": {"calibration": {"absolute": 0.1}}},
+            },
+            "validation.change_thresholds.calibration: calibration has no better direction",
+        ),
     ],
 )
 def test_inconsistent_fields_are_named(tmp_path, sections, expected):
+    if "data" in sections:
+        sections["data"] = {**make_spec(str(tmp_path))["data"], **sections["data"]}
     found = problems(make_spec(str(tmp_path), **sections))
     assert any(p.startswith(expected) for p in found), found
 
