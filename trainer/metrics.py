@@ -69,7 +69,7 @@ def of_task(
 ) -> tuple[Metrics, dict[str, dict[str, Any]] | None]:
     """(the metrics, per class name its examples and accuracy: None for regression) of the task of ``label`` (the
     data manifest's)."""
-    task, classes = label["task"], label.get("classes")
+    task, classes = label["task"], label["classes"]
     if task == "multiclass":
         return multiclass(outputs, labels, names), per_class(outputs.argmax(axis=1), labels, classes)
     if task == "binary":

@@ -203,7 +203,7 @@ def test_each_threshold_is_one_check_with_its_margin_for_the_page():
 def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
     import numpy as np
 
-    from tfdist.trainer.evaluate import compute_metrics
+    from tfdist.trainer.metrics import multiclass
 
     probabilities = np.array(
         [
@@ -212,9 +212,9 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
             [0.05, 0.70, 0.05, 0.05, 0.05, 0.05, 0.05],  # label 1: the likeliest
         ]
     )
-    metrics = compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy", "top_5_accuracy"])
+    metrics = multiclass(probabilities, np.array([4, 5, 1]), ["accuracy", "top_5_accuracy"])
     assert metrics["top_5_accuracy"] == 2 / 3 and metrics["accuracy"] == 1 / 3
-    assert "top_5_accuracy" not in compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy"])
+    assert "top_5_accuracy" not in multiclass(probabilities, np.array([4, 5, 1]), ["accuracy"])
 
 
 def test_the_gate_says_what_decided_it():

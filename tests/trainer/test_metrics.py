@@ -75,5 +75,7 @@ def test_per_class_and_the_task_dispatch_key_by_class_name():
         "Chinstrap": {"examples": 0, "accuracy": None},
         "Gentoo": {"examples": 0, "accuracy": None},
     }
-    found, by_class = metrics.of_task({"task": "regression", "std": 2.0}, "mse", [], np.array([1.0]), np.array([3.0]))
+    found, by_class = metrics.of_task(
+        {"task": "regression", "classes": None, "std": 2.0}, "mse", [], np.array([1.0]), np.array([3.0])
+    )
     assert found == {"loss": 1.0} and by_class is None
