@@ -259,3 +259,56 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_r
         evaluate.execute(context)
     retried = outcome != "StageRefused"
     assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)
+
+
+def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_path):
+    from tests.conftest import make_spec
+    from tfdist.contract.gate import checks, resolved
+    from tfdist.spec import load_spec
+
+    validation = {
+        "thresholds": {},
+        "change_thresholds": {
+            "auc": {"absolute": 0.01},
+            "log_loss": {"absolute": 0.02},
+            "calibration": {"direction": "lower_is_better", "absolute": 0.1},
+        }
+    }
+    spec = load_spec(
+        make_spec(
+            str(tmp_path),
+            data={"label": {"name": "label", "task": "binary"}},
+            model={"family": "mlp", "metrics": ["auc", "log_loss", "calibration"]},
+            validation=validation,
+        )
+    )
+    rules = resolved(spec.validation.model_dump(mode="json"), spec.change_direction)
+    assert {m: r["direction"] for m, r in rules["change_thresholds"].items()} == {
+        "auc": "higher_is_better",
+        "log_loss": "lower_is_better",
+        "calibration": "lower_is_better",
+    }
+    rows = checks(
+        {"auc": 0.80, "log_loss": 0.40, "calibration": 1.0},
+        {},
+        rules["change_thresholds"],
+        {"auc": 0.85, "log_loss": 0.35, "calibration": 1.05},
+    )
+    assert [(r["metric"], r["passed"]) for r in rows] == [("auc", False), ("log_loss", False), ("calibration", True)]
+
+
+def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
+    from tfdist.contract.gate import checks, failures
+
+    rows = checks(
+        {"auc": None, "accuracy": 0.9},
+        {"auc": {"lower": 0.7}, "accuracy": {"lower": 0.8}},
+        {"auc": {"direction": "higher_is_better", "absolute": 0.0}},
+        {"auc": None, "accuracy": 0.85},
+    )
+    assert [(r["metric"], r["kind"], r["margin"], r["passed"]) for r in rows] == [
+        ("auc", "value", None, False),
+        ("accuracy", "value", pytest.approx(0.1), True),
+        ("auc", "change", None, False),
+    ]
+    assert failures(rows, 3) == ["auc is undefined on the eval data (e.g. an AUC without both classes)"] * 2
