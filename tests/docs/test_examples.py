@@ -4,7 +4,8 @@
   least one DAG in it and no import error.
 - ``yaml``: a spec, or a part of one. A block with a ``name`` is a whole spec; any other block is merged over
   the tests' small spec (``SMALL_SPEC``). Either way ``tfdist.spec.load_spec`` validates it.
-- ``bash``, ``console`` and ``text``: shell commands, their output and diagrams, never run.
+- ``bash``, ``console``, ``pycon`` and ``text``: shell commands, their output, Python sessions (e.g. calling a
+  served model) and diagrams, never run.
 
 Any other fence, or one without a language, fails: a new example says which kind it is."""
 
@@ -22,7 +23,7 @@ from tests.dag.test_dag_parse import run_python
 from tfdist.spec import load_spec
 
 RUN = {"python", "yaml"}
-NOT_RUN = {"bash", "console", "text"}
+NOT_RUN = {"bash", "console", "pycon", "text"}
 FENCE = re.compile(r"^( *)```(\S*)\n(.*?)^\1```$", re.M | re.S)
 
 
