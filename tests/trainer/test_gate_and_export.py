@@ -272,7 +272,7 @@ def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_p
             "auc": {"absolute": 0.01},
             "log_loss": {"absolute": 0.02},
             "calibration": {"direction": "lower_is_better", "absolute": 0.1},
-        }
+        },
     }
     spec = load_spec(
         make_spec(
