@@ -15,10 +15,13 @@ METADATA = "metadata.json"
 DATA_STATISTICS = "data_statistics.json"
 """In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
 data gate of a later run compares its own with."""
-VOCABULARIES = "vocabularies"
-"""In each version's directory: the vocabulary of each categorical feature it was trained with, ``<name>.json`` as
-in the data (docs/tabular.md): a later run's warm start maps embedding rows by it, its data gate counts the values
-outside it."""
+
+
+def vocabulary_dir(version_path: str) -> str:
+    """In each version's directory: the vocabularies of the data it was trained on (``<feature>.json``)."""
+    return os.path.join(version_path, "vocabularies")
+
+
 WITHDRAWN_DIR = ".withdrawn"
 """In a model's directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
 subdirectory names for versions, so it never reads this one, and its "latest" policy serves the newest version
@@ -118,11 +121,6 @@ def restore(model_dir: str, version: int) -> dict[str, Any]:
     os.rename(aside, path)
     os.remove(os.path.join(path, WITHDRAWN))
     return {**record, "live": _live(model_dir)}
-
-
-def vocabulary_file(version_dir: str, feature: str) -> str:
-    """A categorical feature's vocabulary in a version's directory (none for a hashed feature)."""
-    return os.path.join(version_dir, VOCABULARIES, f"{feature}.json")
 
 
 def warm_start_checkpoint(version_dir: str) -> str:

@@ -123,9 +123,8 @@ def copy_vocabularies(data_dir: str, manifest: dict[str, Any], version_dir: str)
             source = os.path.join(data_dir, vocabulary["file"])
             if sha256_file(source) != vocabulary["sha256"]:
                 fail(f"{source} is not the vocabulary prepare_data wrote (its sha256 differs); nothing was published")
-            target = registry.vocabulary_file(version_dir, f["name"])
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(source, target)
+            os.makedirs(registry.vocabulary_dir(version_dir), exist_ok=True)
+            shutil.copyfile(source, os.path.join(registry.vocabulary_dir(version_dir), f"{f['name']}.json"))
 
 
 def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:

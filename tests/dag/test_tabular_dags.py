@@ -158,7 +158,7 @@ def test_binary_with_string_categorical_features(published, tmp_path):
     auc = metrics.roc_auc_score(rows["survived"] == "yes", served["probability"])
     assert auc >= FLOORS["titanic"][1], auc
     assert version["label"]["classes"] == ["no", "yes"] and version["serving_skew"]["max_abs_difference"] <= 1e-4
-    assert sorted(os.listdir(os.path.join(version["path"], registry.VOCABULARIES))) == [
+    assert sorted(os.listdir(registry.vocabulary_dir(version["path"]))) == [
         "passengerClass.json",
         "sex.json",
     ]
