@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import follow, parse, warm_start
+from bench import follow, parse, serving, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -67,6 +67,8 @@ class Budget:
     """... and of each throughput run with and without summaries,"""
     summary_best_of: int
     """... each figure the best of this many runs."""
+    serving_calls: int
+    """Serving latency (bench/serving.py): calls of each model per batch size."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -87,6 +89,7 @@ BUDGETS = {
         warm_start_epochs=3,
         summary_epochs=5,
         summary_best_of=1,
+        serving_calls=40,
     ),
     "full": Budget(
         repetitions=3,
@@ -102,6 +105,7 @@ BUDGETS = {
         warm_start_epochs=20,
         summary_epochs=250,
         summary_best_of=3,
+        serving_calls=2000,
     ),
 }
 
@@ -386,7 +390,12 @@ def table(results: dict, budget: Budget) -> list[dict]:
             lambda m: m <= 1.5,
         )
     )
-    return rows + follow.rows(results["follow"], ratio_row) + warm_start.rows(results["warm_start"], ratio_row)
+    return (
+        rows
+        + follow.rows(results["follow"], ratio_row)
+        + warm_start.rows(results["warm_start"], ratio_row)
+        + serving.rows(results["serving"], ratio_row)
+    )
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
@@ -445,7 +454,12 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
                 f"{results['airflow']['peak_rss_mb']:,.0f} MB",
             )
         )
-    return out + follow.absolutes(results["follow"]) + warm_start.absolutes(results["warm_start"])
+    return (
+        out
+        + follow.absolutes(results["follow"])
+        + warm_start.absolutes(results["warm_start"])
+        + serving.absolutes(results["serving"])
+    )
 
 
 def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
@@ -525,6 +539,8 @@ def main() -> None:
         results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
         print("warm start and the cost of summaries", flush=True)
         results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
+        print("serving latency", flush=True)
+        results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)

@@ -36,6 +36,7 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
         "data gate seconds",
         "warm start: steps to the cold run's final eval accuracy",
         "throughput with summaries every",
+        "serving latency, one raw row",
         *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else []),
     ):
         assert any(f.startswith(expected) for f in figures), (expected, figures)
