@@ -312,3 +312,18 @@ def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
         ("auc", "change", None, False),
     ]
     assert failures(rows, 3) == ["auc is undefined on the eval data (e.g. an AUC without both classes)"] * 2
+
+
+def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_other_classes():
+    from tfdist.trainer.evaluate import class_columns
+
+    ours = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}
+    assert class_columns(None, ours) is None  # published before labels had tasks: integer classes, same order
+    assert class_columns(ours, ours) is None
+    assert class_columns({**ours, "classes": ["Gentoo", "Adelie", "Chinstrap"]}, ours) == [1, 2, 0]
+    with pytest.raises(ValueError, match=r"its classes \['Adelie', 'Gentoo'\] are not this run's"):
+        class_columns({**ours, "classes": ["Adelie", "Gentoo"]}, ours)
+    with pytest.raises(ValueError, match="it predicts task 'binary', this run's is 'multiclass'"):
+        class_columns({"task": "binary", "classes": ["no", "yes"]}, ours)
+    with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
+        class_columns({"task": "binary", "classes": ["yes", "no"]}, {"task": "binary", "classes": ["no", "yes"]})
