@@ -256,7 +256,8 @@ def overview(
     backfills: dict[int, Backfill],
 ) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
-    root remembers), the metrics and thresholds to chart, the published and withdrawn versions (a run's
+    root remembers), the metrics to chart (the specs' and the loss; every one evaluated in runs without a spec) with
+    their directions, the thresholds, the published and withdrawn versions (a run's
     ``export_withdrawn``: its version's withdrawal, who, when and why)."""
     now = dt.datetime.now(dt.UTC)
     found = {r["run_id"]: r for r in list_runs(pipeline_id, artifact_roots)}
@@ -290,8 +291,8 @@ def overview(
         run["export_withdrawn"] = withdrawn.get(run["export_version"])
     evaluated = [r for r in runs if r.get("thresholds") is not None]
     scored = [k for r in runs for k in r["metrics"] or {}]
-    ordered = dict.fromkeys([*(m for r in runs for m in r["metric_names"]), *scored])  # the specs' order, then the rest
-    metrics = [m for m in ordered if m in scored]
+    named = [m for r in runs for m in r["metric_names"]]  # the specs' metrics, in their order, then the loss
+    metrics = [m for m in dict.fromkeys([*named, "loss"] if named else scored) if m in scored]
     return {
         "pipeline_id": pipeline_id,
         "metrics": metrics,

@@ -361,15 +361,24 @@ def write_data_gate(layout: RunLayout, mode: str = "warn") -> dict:
 
 def test_a_tasks_metrics_come_in_its_specs_order_then_the_loss_each_with_its_direction(tmp_path):
     write_binary_runs(str(tmp_path))
+    write_run(
+        str(tmp_path),
+        "manual__x",
+        "manual__x",
+        "2026-11-19T00:00:00+00:00",
+        0.7,
+        metrics={"auc": 0.7, "pr_auc": 0.6},
+        task=BINARY,
+    )
     page = overview(DAG, [str(tmp_path)], [], {}, {})
-    assert page["metrics"] == ["auc", "accuracy", "calibration", "loss"]
+    assert page["metrics"] == ["auc", "accuracy", "calibration", "loss"]  # pr_auc: not a metric of the spec
     assert page["directions"] == {
         "auc": "higher_is_better",
         "accuracy": "higher_is_better",
         "calibration": None,  # best at 1: neither
         "loss": "lower_is_better",
     }
-    assert {r["run_id"]: r["task"] for r in page["runs"]} == {"scheduled__2": "binary", "scheduled__1": "binary"}
+    assert {r["task"] for r in page["runs"]} == {"binary"}
 
 
 def test_tfdist_runs_shows_the_specs_first_metric_and_the_loss_and_the_data_gates_categorical_failures(
