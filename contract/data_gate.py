@@ -95,12 +95,8 @@ def _why_not_compared(feature: str, now: dict[str, Any], base: dict[str, Any]) -
         return "new since the baseline"
     if was != kind:
         return f"{kind} now, {was} in the baseline"
-    if kind == "numeric" and len(now["features"][feature]["mean"]) != len(base["features"][feature]["mean"]):
-        return (
-            f"{len(now['features'][feature]['mean'])} elements now, {len(base['features'][feature]['mean'])} in "
-            "the baseline"
-        )
-    return None
+    size, was_size = (len(s["features"][feature]["mean"]) if kind == "numeric" else 1 for s in (now, base))
+    return f"{size} elements now, {was_size} in the baseline" if size != was_size else None
 
 
 def not_compared(now: dict[str, Any], base: dict[str, Any], vocabularies: Vocabularies) -> list[dict[str, str]]:

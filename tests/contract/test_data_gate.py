@@ -114,6 +114,9 @@ def test_a_feature_new_since_the_baseline_or_of_another_shape_has_no_drift_to_co
     for now, base in ((described(b, labels), narrower), (narrower, described(b, labels))):
         rows = data_gate.checks(now, base, settings(), {})
         assert not by(rows, "drift") and not by(rows, "constant") and by(rows, "labels")
+    assert data_gate.not_compared(described(b, labels), narrower, {}) == [
+        {"feature": "x", "why": "3 elements now, 2 in the baseline"}
+    ]
     renamed = {**described(a, labels), "features": {"y": described(a, labels)["features"]["x"]}}
     assert not by(data_gate.checks(described(b, labels), renamed, settings(), {}), "drift")
 
