@@ -15,6 +15,13 @@ METADATA = "metadata.json"
 DATA_STATISTICS = "data_statistics.json"
 """In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
 data gate of a later run compares its own with."""
+
+
+def vocabulary_dir(version_path: str) -> str:
+    """In each version's directory: the vocabularies of the data it was trained on (``<feature>.json``)."""
+    return os.path.join(version_path, "vocabularies")
+
+
 WITHDRAWN_DIR = ".withdrawn"
 """In a model's directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
 subdirectory names for versions, so it never reads this one, and its "latest" policy serves the newest version
