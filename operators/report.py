@@ -22,18 +22,36 @@ from tfdist.contract import (
     runs_root,
     warm_start_summary,
 )
-from tfdist.contract.data_gate import DATA_VALIDATION
+from tfdist.contract.data_gate import DATA_VALIDATION, failure_line
+from tfdist.spec.tasks import DEFAULT_METRICS, TASKS, Direction, direction
 
-LOWER_IS_BETTER = {"loss"}
+
+def metric_direction(metric: str) -> Direction | None:
+    """Whether a higher or a lower value is better: a metric has the same direction in every task that has it
+    (None: neither, calibration)."""
+    return next(filter(None, (direction(task, metric) for task in TASKS)), None)
+
+
+def task_metrics(spec: dict[str, Any] | None) -> tuple[str | None, list[str]]:
+    """A run's label task and the metrics its spec (spec.json) reports besides the loss; (None, []) before it has
+    one. A spec from before tasks is multiclass."""
+    if spec is None:
+        return None, []
+    task = spec["data"]["label"].get("task", "multiclass")
+    return task, list(spec["model"].get("metrics") or DEFAULT_METRICS[task])
 
 
 def progress(run_dir: str) -> dict[str, Any] | None:
-    """The train stage's latest progress with its estimate of the time left, None before it wrote any."""
-    found = TrainProgress.read(RunLayout(run_dir).progress_file)
-    if found is None:
+    """The train stage's latest progress with its estimate of the time left, None before it wrote any; its train
+    metrics in ``metrics`` (a record from before them has ``accuracy`` alone)."""
+    record = read_json_if_exists(RunLayout(run_dir).progress_file)
+    if record is None:
         return None
+    metrics = record.pop("metrics", None) or {"accuracy": record.pop("accuracy")}
+    found = TrainProgress(**{f.name: record.get(f.name) for f in dataclasses.fields(TrainProgress)})
     return {
-        **dataclasses.asdict(found),
+        **record,
+        "metrics": metrics,
         "seconds_left": found.seconds_left,
         "finished": found.step >= found.total_steps,
         "updated_at": dt.datetime.fromtimestamp(found.updated_at, dt.UTC).isoformat(),
@@ -72,6 +90,12 @@ def data_validation(run_dir: str) -> dict[str, Any] | None:
     return read_json_if_exists(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION))
 
 
+def categorical_failures(record: dict[str, Any]) -> list[str]:
+    """The data gate's failed checks of categorical features, in words."""
+    categorical = record["statistics"].get("categorical", {})
+    return [failure_line(r) for r in record["checks"] if not r["passed"] and r["feature"] in categorical]
+
+
 def data_decision(run: dict[str, Any]) -> str:
     """The data gate's decision in a word or two: refused, passed, passed with warnings, or '-'."""
     if run.get("data_decision") is None:
@@ -90,6 +114,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     export = read_json_if_exists(layout.result("export")) or {}
     approved = read_json_if_exists(layout.approval_file)
     data_gate = data_validation(run_dir) or {}
+    task, metric_names = task_metrics(read_json_if_exists(layout.spec_file))
     baseline = blessing.get("baseline") or {}
     metrics = blessing.get("metrics")
     checks = blessing.get("checks")
@@ -110,6 +135,9 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "data_decision": data_gate.get("decision"),
         "data_failures": [*data_gate.get("refused", []), *data_gate.get("warned", [])],
         "data_baseline_version": data_gate.get("baseline_version"),
+        "data_categorical_failures": categorical_failures(data_gate) if data_gate else [],
+        "task": task,
+        "metric_names": metric_names,
         "metrics": metrics,
         "blessed": blessing.get("blessed"),
         "gate": blessing.get("gate"),
@@ -228,7 +256,8 @@ def overview(
     backfills: dict[int, Backfill],
 ) -> dict[str, Any]:
     """The page's data for one pipeline: every run (those Airflow still lists and those only the artifact
-    root remembers), the metrics and thresholds to chart, the published and withdrawn versions (a run's
+    root remembers), the metrics to chart (the specs' and the loss; every one evaluated in runs without a spec) with
+    their directions, the thresholds, the published and withdrawn versions (a run's
     ``export_withdrawn``: its version's withdrawal, who, when and why)."""
     now = dt.datetime.now(dt.UTC)
     found = {r["run_id"]: r for r in list_runs(pipeline_id, artifact_roots)}
@@ -261,11 +290,13 @@ def overview(
     for run in runs:
         run["export_withdrawn"] = withdrawn.get(run["export_version"])
     evaluated = [r for r in runs if r.get("thresholds") is not None]
-    metrics = list(dict.fromkeys(k for r in runs for k in r["metrics"] or {}))
+    scored = [k for r in runs for k in r["metrics"] or {}]
+    named = [m for r in runs for m in r["metric_names"]]  # the specs' metrics, in their order, then the loss
+    metrics = [m for m in dict.fromkeys([*named, "loss"] if named else scored) if m in scored]
     return {
         "pipeline_id": pipeline_id,
         "metrics": metrics,
-        "directions": {m: "lower_is_better" if m in LOWER_IS_BETTER else "higher_is_better" for m in metrics},
+        "directions": {m: metric_direction(m) for m in metrics},
         "thresholds": evaluated[0]["thresholds"] if evaluated else {},
         "change_thresholds": evaluated[0]["change_thresholds"] if evaluated else {},
         "runs": runs,
@@ -273,17 +304,25 @@ def overview(
     }
 
 
+def shown_metrics(runs: list[dict[str, Any]]) -> list[str]:
+    """The metrics ``tfdist runs`` shows: the first metric of each run's spec (one, unless the task changed), then
+    the loss."""
+    return [*dict.fromkeys(r["metric_names"][0] for r in runs if r["metric_names"]), "loss"]
+
+
 def format_runs(runs: list[dict[str, Any]]) -> str:
     """A side-by-side table: window, overrides, data gate decision, the parent version it was warm-started from
-    (or a cold start), metrics, gate decision, exported version."""
-    header = ("run", "window", "overrides", "data", "parent", "accuracy", "loss", "gate", "version")
+    (or a cold start), the task's metrics (shown_metrics), gate decision, exported version; then the data gate's
+    failures of categorical features."""
+    metric_names = shown_metrics(runs)
+    header = ("run", "window", "overrides", "data", "parent", *metric_names, "gate", "version")
     rows = [header]
     for r in runs:
         metrics = r["metrics"] or {}
         gate_decision = {True: "blessed", False: "NOT blessed", None: "-"}[r["blessed"]]
         window = f"{(r.get('data_interval_start') or '?')[:16]} → {(r.get('data_interval_end') or '?')[:16]}"
         overrides = ", ".join(f"{k}={v}" for k, v in (r.get("overrides") or {}).items()) or "-"
-        shown = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in ("accuracy", "loss")]
+        shown = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in metric_names]
         rows.append(
             (
                 r["run_id"],
@@ -297,4 +336,6 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    failures = [f"  {r['run_id']}  {line}" for r in runs for line in r["data_categorical_failures"]]
+    return "\n".join(lines + (["", "data gate, categorical features:", *failures] if failures else []))

@@ -9,7 +9,8 @@ import os
 from typing import Any
 
 from tfdist.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
-from tfdist.contract.data_gate import DATA_VALIDATION, FORMULAS, checks, failure_line
+from tfdist.contract.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
+from tfdist.spec.model import Spec
 from tfdist.trainer import data
 from tfdist.trainer.runtime import fail, load_spec, run_stage, say
 
@@ -39,9 +40,21 @@ def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[d
     return record, statistics, ""
 
 
-def decision_record(args: ValidateDataArgs, settings: dict, run: dict, now: dict) -> dict[str, Any]:
+def baseline_vocabularies(spec: Spec, baseline: dict | None) -> Vocabularies:
+    """The baseline version's vocabulary of each categorical feature that maps through one now (a hashed feature
+    has none to check); None for a feature the version has no vocabulary of."""
+    if baseline is None:
+        return {}
+    directory = registry.vocabulary_dir(baseline["path"])
+    paths = {f.name: os.path.join(directory, f"{f.name}.json") for f in spec.data.categorical_features if f.encoding}
+    return {name: read_json(path) if os.path.exists(path) else None for name, path in paths.items()}
+
+
+def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) -> dict[str, Any]:
     baseline, base, missing = baseline_statistics(args, run, now)
-    rows = checks(now, base, settings)
+    settings = spec.data.checks.model_dump(mode="json")
+    vocabularies = baseline_vocabularies(spec, baseline if base is not None else None)
+    rows = checks(now, base, settings, vocabularies)
     refused = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "refuse"]
     warned = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "warn"]
     return {
@@ -52,6 +65,7 @@ def decision_record(args: ValidateDataArgs, settings: dict, run: dict, now: dict
         "baseline_version": baseline and baseline["version"],
         "compared": base is not None,
         "why_not_compared": missing or None,
+        "not_compared": not_compared(now, base, vocabularies) if base is not None else [],
         "settings": settings,
         "formulas": FORMULAS,
         "checks": rows,
@@ -68,7 +82,7 @@ def main() -> None:
     args = ValidateDataArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
     now = data.verified_manifest(args.data)["statistics"]
-    record = decision_record(args, spec.data.checks.model_dump(mode="json"), run, now)
+    record = decision_record(args, spec, run, now)
     write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
     write_json_atomic(
         args.result,
@@ -79,6 +93,8 @@ def main() -> None:
         say(f"{record['why_not_compared']}: only the checks that need no baseline apply")
     else:
         say(f"compared with the data of baseline version {record['baseline_version']}")
+    for note in record["not_compared"]:
+        say(f"not compared: {note['feature']}: {note['why']}")
     say(f"{record['checks_run']} checks, {record['failed']} failed")
     for line in record["warned"]:
         say(f"WARNING (data.checks mode warn): {line}")

@@ -167,7 +167,7 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/progress", dependencies=reads_runs)
     def run_progress(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        """The train stage's live progress (step, epoch, loss, examples/s, time left)."""
+        """The train stage's live progress (step, epoch, loss, train metrics, examples/s, time left)."""
         dag, _ = _holding_dag(pipeline_id, session)
         state = dag and session.scalar(select(DagRun.state).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id))
         missing = f"no training progress of run {run_id!r} yet"
@@ -177,12 +177,13 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/curve", dependencies=reads_runs)
     def run_curve(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        """The training curve by step (loss, accuracy, examples/s, learning rate), the parent's final values."""
+        """The training curve by step (loss, train metrics, examples/s, learning rate), the parent's final values."""
         return run_record(pipeline_id, run_id, session, curve, f"no training curve of run {run_id!r} yet")
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/data", dependencies=reads_runs)
     def run_data_gate(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-        """The data gate's record of the run: every check, this run's and the baseline's data statistics."""
+        """The data gate's record of the run: every check, what was not compared and why, this run's and the
+        baseline's data statistics."""
         return run_record(pipeline_id, run_id, session, data_validation, f"no data gate record of run {run_id!r}")
 
 

@@ -189,7 +189,7 @@ function liveCard(run) {
       el("span", {class: "steps"}, part("step"), " / ", part("total-steps"), " steps"),
       el("div", {class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100}, part("fill", "div", {text: ""})),
       part("percent"), part("eta")),
-    el("div", {class: "stats"}, stat("epoch", "epoch"), stat("loss", "loss"), stat("accuracy", "accuracy"),
+    el("div", {class: "stats"}, stat("epoch", "epoch"), stat("loss", "loss"), part("metrics", "span", {text: ""}),
       stat("examples/s", "rate"), stat("workers", "workers")));
   return {root, parts, progress: null};
 }
@@ -214,7 +214,8 @@ function showProgress(card, p) {
     : isNum(p.seconds_left) ? `≈ ${duration(p.seconds_left)} left` : "estimating time left…";
   parts.epoch.textContent = `${fixed(p.epoch, 2)} / ${p.epochs}`;
   parts.loss.textContent = fixed(p.loss);
-  parts.accuracy.textContent = fixed(p.accuracy);
+  parts.metrics.replaceChildren(...Object.entries(p.metrics || {}).map(([name, value]) => el("div", {class: "stat", data: {metric: name}},
+    el("span", {class: "label", text: name}), el("span", {text: fixed(value)}))));
   parts.rate.textContent = count(p.examples_per_sec);
   parts.workers.textContent = String(p.workers);
   if (p.state) setStateBadge(parts.state, p.state);
@@ -594,9 +595,11 @@ function detailsRow(run, span) {
     block("Run", null, runFacts(run)))));
 }
 
-// ---- a run's training curve: loss and accuracy by step, the parent's final values marked (a warm start)
+// ---- a run's training curve: the loss and each train metric by step, the parent's final values marked (a warm start)
 
-const CURVE_METRICS = ["loss", "accuracy"];
+const CURVE_FIELDS = new Set(["step", "examples_per_sec", "learning_rate"]);
+/** The curve's charts: the loss, then each train metric its points hold (accuracy, auc, rmse). */
+const curveMetrics = (points) => [...new Set(["loss", ...points.flatMap(Object.keys)])].filter((k) => !CURVE_FIELDS.has(k));
 
 function curveView(run) {
   const found = state.curves.get(run.run_id);
@@ -607,7 +610,7 @@ function curveView(run) {
       : "No training curve: the run did not train, or trained before curves were recorded."});
   }
   const {points, parent_final: parent, parent_version: version} = found.curve;
-  return CURVE_METRICS.map((metric) => curveChart(points, metric, version, parent?.[metric]));
+  return curveMetrics(points).map((metric) => curveChart(points, metric, version, parent?.[metric]));
 }
 
 /** Fetch a run's curve and redraw it in place (its details may be open); null when it has none yet. */
@@ -665,10 +668,11 @@ function dataGateView(run) {
       .catch((error) => setError("data gate", error));
     return el("p", {class: "muted", text: "Loading…"});
   }
+  const categorical = new Set(Object.keys(record.statistics?.categorical || {}));
   const failed = record.checks.filter((c) => !c.passed);
-  const drift = record.checks.filter((c) => c.check === "drift").sort((a, b) => a.margin - b.margin);
+  const drift = record.checks.filter((c) => c.check === "drift" && !categorical.has(c.feature)).sort((a, b) => a.margin - b.margin);
   const rows = [...failed, ...drift.filter((c) => c.passed).slice(0, Math.max(0, DATA_ROWS - failed.length))];
-  const shown = state.histogram.get(run.run_id) ?? rows.find((c) => c.check === "drift")?.feature;
+  const shown = state.histogram.get(run.run_id) ?? rows.find((c) => c.check === "drift" && !categorical.has(c.feature))?.feature;
   return [record.why_not_compared ? el("p", {class: "muted", text: `${record.why_not_compared}: only checks needing no baseline ran.`}) : null,
     el("table", {class: "mini data-checks"}, el("thead", {}, el("tr", {}, ["check", "feature", "this run", "baseline", "allowed", "margin"]
       .map((h) => el("th", {class: ["check", "feature", "allowed"].includes(h) ? null : "num", text: h})))),
@@ -678,7 +682,38 @@ function dataGateView(run) {
     el("td", {text: c.check}), el("td", {class: "mono", text: c.feature}), el("td", {class: "num", text: shortValue(c.value)}),
     el("td", {class: "num", text: shortValue(c.baseline)}), el("td", {text: c.rule}),
     el("td", {class: classes("num", c.passed ? "good" : "bad"), text: signed(c.margin, 3)}))))),
-    shown ? histogramOverlay(record, shown) : null];
+    shown ? histogramOverlay(record, shown) : null, categoricalTable(record, categorical),
+    record.not_compared?.length ? el("p", {class: "muted not-compared"}, "Not compared (nothing in the baseline's data to compare with): ",
+      record.not_compared.map((n, i) => [i ? "; " : null, el("span", {class: "mono", text: n.feature}), ` ${n.why}`])) : null];
+}
+
+const quoted = (value) => JSON.stringify(value);
+
+/** Per categorical feature: the L∞ distance of its value shares with the value that moved most, the share of its
+ * values outside the baseline's vocabulary with the most frequent one, its missing rate; each against its bound. */
+function categoricalTable(record, categorical) {
+  const checksOf = (feature) => Object.fromEntries(record.checks.filter((c) => c.feature === feature).map((c) => [c.check, c]));
+  const features = [...categorical].map((feature) => [feature, checksOf(feature)]).filter(([, found]) => Object.keys(found).length);
+  if (!features.length) return null;
+  const cell = (c, text, detail) => (c ? el("td", {class: classes("num", !c.passed && (c.mode === "refuse" ? "bad" : "warn")),
+    data: {check: c.check}, title: `${c.statistic}; allowed ${c.rule}; margin ${signed(c.margin, 3)}`}, text, detail ? el("div", {class: "sub", text: detail}) : null)
+    : el("td", {class: "num muted", text: "—"}));
+  const share = (v) => fixed(v, 3);
+  const {drift, vocabulary, missing} = record.settings || {};
+  const head = [["feature"], ["L∞ distance", drift && `≤ ${drift.max_distance}`], ["value moved most"],
+    ["outside vocabulary", vocabulary && `≤ ${vocabulary.max_oov_share}`], ["missing rate", missing && `change ≤ ${missing.max_change}`]];
+  return el("div", {class: "categorical"}, el("h4", {text: "Categorical features"}),
+    el("table", {class: "mini categorical-drift"}, el("thead", {}, el("tr", {}, head.map(([h, bound], i) =>
+      el("th", {class: i ? "num" : null}, h, bound ? el("div", {class: "sub", text: bound}) : null)))),
+    el("tbody", {}, features.map(([feature, c]) => {
+      const moved = c.drift?.top_value, outside = c.vocabulary?.top_value;
+      return el("tr", {data: {feature}}, el("td", {class: "mono", text: feature}),
+        cell(c.drift, share(c.drift?.value), isNum(c.drift?.within) ? `exact to ±${share(c.drift.within)} (top values cut)` : null),
+        el("td", {class: "num", text: moved ? `${quoted(moved.value)} ${share(moved.baseline)} → ${share(moved.share)}` : "—"}),
+        cell(c.vocabulary, share(c.vocabulary?.value), [outside && `most frequent ${quoted(outside.value)} ${share(outside.share)}`,
+          isNum(c.vocabulary?.beyond_top) && `${share(c.vocabulary.beyond_top)} beyond the top values`].filter(Boolean).join("; ")),
+        cell(c.missing, share(c.missing?.value), c.missing && `baseline ${share(c.missing.baseline)}`));
+    }))));
 }
 
 const shortValue = (v) => (isNum(v) ? (Number.isInteger(v) ? count(v) : v.toPrecision(3)) : "—");
@@ -703,7 +738,10 @@ function histogramOverlay(record, name) {
 
 function baselineTable(run) {
   if (!run.baseline) return el("p", {class: "muted", text: "No baseline compared: no earlier version, or no change thresholds."});
-  const better = (metric, delta) => (state.data.directions?.[metric] === "lower_is_better" ? -delta : delta) > 0;
+  const verdict = (metric, delta) => {  // none for a metric without a direction (calibration)
+    const direction = state.data.directions?.[metric];
+    return delta && direction ? ((direction === "lower_is_better" ? -delta : delta) > 0 ? "good" : "bad") : null;
+  };
   return el("table", {class: "mini"}, el("thead", {}, el("tr", {}, ["metric", "baseline", "this run", "Δ"].map((h) =>
     el("th", {class: h === "metric" ? null : "num", text: h})))),
   el("tbody", {}, Object.entries(run.baseline.metrics).map(([metric, base]) => {
@@ -711,7 +749,7 @@ function baselineTable(run) {
     const delta = isNum(value) && isNum(base) ? value - base : null;
     return el("tr", {}, el("td", {text: metric}), el("td", {class: "num", text: fixed(base)}),
       el("td", {class: "num", text: fixed(value)}),
-      el("td", {class: classes("num", delta && (better(metric, delta) ? "good" : "bad")), text: signed(delta)}));
+      el("td", {class: classes("num", verdict(metric, delta)), text: signed(delta)}));
   })));
 }
 

@@ -116,7 +116,7 @@ def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pip
         assert not os.path.exists(layout.checkpoint_dir), how
         record = read_json(os.path.join(layout.data_validation_dir, DATA_VALIDATION))
         assert record["decision"] == "refused" and record["baseline_version"] == first["version"], how
-        assert record["formulas"]["drift"].startswith("JS(P, Q)") and record["baseline_statistics"]["features"]
+        assert "JS(P, Q)" in record["formulas"]["drift"] and record["baseline_statistics"]["features"]
     outcome, states, log = day_run(root, "data_gate", FIRST + dt.timedelta(days=6), None, tmp_path)
     assert outcome.state == "success" and "data gate passed" in log, log[-4000:]
 

@@ -1,18 +1,21 @@
 """The training-runs page's data without a browser: how Airflow's runs and the run directories are joined
-(series per backfill experiment, durations, the gate's checks, the current baseline, live progress) and
-where the links lead. The page itself is driven in Chromium on a live Airflow in tests/live/test_live_airflow.py."""
+(series per backfill experiment, durations, the gate's checks, the current baseline, live progress, a task's
+metrics and directions) and where the links lead; ``tfdist runs``. The page itself is driven in Chromium on a live
+Airflow in tests/live/test_live_airflow.py, and on a binary task's runs in test_runs_page_browser.py."""
 
 from __future__ import annotations
 
 import os
 import time
 
+from tests.contract.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
 from tests.dag.test_dag_parse import run_python
 from tfdist.contract import (
     CURVE_FIELDS,
     RunLayout,
     TrainProgress,
     append_curve_point,
+    data_gate,
     registry,
     run_key,
     write_json_atomic,
@@ -20,7 +23,7 @@ from tfdist.contract import (
 from tfdist.contract.gate import checks, failures
 from tfdist.operators.cli import main
 from tfdist.operators.page_urls import page_url
-from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview
+from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview, progress
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}
@@ -38,10 +41,13 @@ def write_run(
     with_checks: bool = True,
     warm_start: dict | None = None,
     lineage: dict | None = None,
+    metrics: dict | None = None,
+    task: dict | None = None,
 ) -> RunLayout:
     """A run directory as the stages leave it (run record, train result, blessing, export result); ``warm_start``
     (what the train result keeps of it) into the chief's warm-start record, ``lineage`` (parent, warm_start) into the
-    published version's metadata."""
+    published version's metadata; ``metrics`` (default: accuracy and loss) the evaluation's, ``task`` the spec's
+    label task and metrics ({task, metrics}) in its spec.json (none without)."""
     layout = RunLayout(os.path.join(root, DAG, "runs", key))
     write_json_atomic(
         layout.run_file,
@@ -52,19 +58,25 @@ def write_run(
             "overrides": {"training.epochs": 8},
         },
     )
+    if task:
+        write_json_atomic(
+            layout.spec_file,
+            {"data": {"label": {"name": "y", "task": task["task"]}}, "model": {"metrics": task["metrics"]}},
+        )
     if accuracy is None:
         return layout
     write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20})
     if warm_start:
         write_warm_start(layout, warm_start)
-    metrics = {"accuracy": accuracy, "loss": 0.1}
-    rows = checks(metrics, THRESHOLDS, CHANGE, baseline and baseline["metrics"])
+    thresholds, change = (THRESHOLDS, CHANGE) if metrics is None else ({"auc": {"lower": 0.7, "upper": None}}, {})
+    metrics = metrics or {"accuracy": accuracy, "loss": 0.1}
+    rows = checks(metrics, thresholds, change, baseline and baseline["metrics"])
     blessing = {
         "blessed": not failures(rows),
         "gate": "value thresholds",
         "metrics": metrics,
-        "thresholds": THRESHOLDS,
-        "change_thresholds": CHANGE,
+        "thresholds": thresholds,
+        "change_thresholds": change,
         "baseline": baseline,
         "failures": failures(rows),
         "report": ["validated"],
@@ -304,3 +316,98 @@ def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
         print("POINTS", len(curve({layout.run_dir!r})["points"]), "HEAVY", heavy)
     """)
     assert "POINTS 1 HEAVY []" in out
+
+
+BINARY = {"task": "binary", "metrics": ["auc", "accuracy", "calibration"]}
+
+
+def write_binary_runs(root: str) -> tuple[RunLayout, RunLayout]:
+    """Two runs of a binary task: the first published as version 1, the second compared with it."""
+    first = {"loss": 0.45, "calibration": 1.02, "accuracy": 0.75, "auc": 0.8}  # not in the spec's order
+    end = "2026-11-1{}T00:00:00+00:00"
+    one = write_run(root, "scheduled__1", "scheduled__1", end.format(7), 0.75, 1, metrics=first, task=BINARY)
+    baseline = {"version": 1, "metrics": first}
+    second = {"loss": 0.43, "calibration": 0.97, "accuracy": 0.74, "auc": 0.82}
+    two = write_run(root, "scheduled__2", "scheduled__2", end.format(8), 0.74, 2, baseline, metrics=second, task=BINARY)
+    return one, two
+
+
+def write_data_gate(layout: RunLayout, mode: str = "warn") -> dict:
+    """The data gate's record of a day whose country shares moved and that brought two countries the baseline's
+    vocabulary lacks, a new feature (city), and a positive rate up from 0.3 to 0.4."""
+    base = tabular(classes(LABELS, ["no", "yes"], "binary"), country=COUNTRIES)
+    moved = ["DE"] * 45 + ["FR"] * 20 + ["US"] * 15 + ["IT"] * 12 + ["PL"] * 5 + ["CZ"] * 3
+    now = tabular(classes(LABELS[10:] + ["yes"] * 10, ["no", "yes"], "binary"), country=moved + [None] * 2, city=moved)
+    vocabularies, rules = {"country": ["DE", "FR", "US", "IT", "ES"]}, settings(mode=mode)
+    rows = data_gate.checks(now, base, rules, vocabularies)
+    failed = {
+        m: [data_gate.failure_line(r) for r in rows if not r["passed"] and r["mode"] == m] for m in ("refuse", "warn")
+    }
+    record = {
+        "decision": "refused" if failed["refuse"] else "passed",
+        "baseline_version": 1,
+        "why_not_compared": None,
+        "not_compared": data_gate.not_compared(now, base, vocabularies),
+        "settings": rules,
+        "checks": rows,
+        "refused": failed["refuse"],
+        "warned": failed["warn"],
+        "statistics": now,
+        "baseline_statistics": base,
+    }
+    write_json_atomic(os.path.join(layout.data_validation_dir, data_gate.DATA_VALIDATION), record)
+    return record
+
+
+def test_a_tasks_metrics_come_in_its_specs_order_then_the_loss_each_with_its_direction(tmp_path):
+    write_binary_runs(str(tmp_path))
+    write_run(
+        str(tmp_path),
+        "manual__x",
+        "manual__x",
+        "2026-11-19T00:00:00+00:00",
+        0.7,
+        metrics={"auc": 0.7, "pr_auc": 0.6},
+        task=BINARY,
+    )
+    page = overview(DAG, [str(tmp_path)], [], {}, {})
+    assert page["metrics"] == ["auc", "accuracy", "calibration", "loss"]  # pr_auc: not a metric of the spec
+    assert page["directions"] == {
+        "auc": "higher_is_better",
+        "accuracy": "higher_is_better",
+        "calibration": None,  # best at 1: neither
+        "loss": "lower_is_better",
+    }
+    assert {r["task"] for r in page["runs"]} == {"binary"}
+
+
+def test_tfdist_runs_shows_the_specs_first_metric_and_the_loss_and_the_data_gates_categorical_failures(
+    tmp_path, capsys, monkeypatch
+):
+    _, warned = write_binary_runs(str(tmp_path))
+    record = write_data_gate(warned)
+    regression = {"task": "regression", "metrics": ["rmse", "r2"]}
+    write_run(str(tmp_path), "manual__r", "manual__r", "2026-11-19T00:00:00+00:00", None, task=regression)
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(tmp_path))
+    assert main(["runs", DAG]) == 0
+    table, failures = capsys.readouterr().out.split("\n\ndata gate, categorical features:\n")
+    header, *rows = table.splitlines()
+    assert header.split() == ["run", "window", "overrides", "data", "parent", "rmse", "auc", "loss", "gate", "version"]
+    assert rows[1].split()[-5:] == ["-", "0.8200", "0.4300", "blessed", "2"]  # no rmse: a binary run
+    assert rows[1].split()[5:7] == ["passed", "(warned)"]
+    expected = [line for line in record["warned"] if line.startswith(("drift: country", "vocabulary: country"))]
+    assert failures.splitlines() == [f"  scheduled__2  {line}" for line in expected] and len(expected) == 2
+    assert len(record["warned"]) == 3 and record["warned"][2].startswith("labels: class yes")  # not categorical
+    assert "(value 'DE': share 0.45, baseline 0.3)" in expected[0]
+
+
+def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its_accuracy(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    record = {"step": 10, "total_steps": 40, "epoch": 0.5, "epochs": 2, "loss": 0.6, "examples_per_sec": 640.0}
+    record |= {"workers": 2, "global_batch_size": 64, "elapsed_seconds": 1.0, "updated_at": time.time()}
+    write_json_atomic(layout.progress_file, record | {"metrics": {"accuracy": 0.7, "auc": 0.75}})  # docs/tabular.md
+    live = progress(layout.run_dir)
+    assert (live["metrics"], live["seconds_left"], live["finished"]) == ({"accuracy": 0.7, "auc": 0.75}, 3.0, False)
+    write_json_atomic(layout.progress_file, record | {"accuracy": 0.8})  # written before the train metrics
+    live = progress(layout.run_dir)
+    assert live["metrics"] == {"accuracy": 0.8} and "accuracy" not in live
