@@ -26,27 +26,48 @@ VOCABULARIES = "vocabularies"
 
 
 def row_hashes(chunk: readers.Chunk) -> np.ndarray:
-    """A stable 64-bit hash of each row's content (its numbers as float32, its text values): identical rows always
-    land in the same split and shard."""
+    """A stable 64-bit hash of each row's content (its numbers as float32, its text values, its label): identical
+    rows always land in the same split and shard. Vectorized: each 64-bit word of the numbers, then each text
+    value's own hash (a list's by position), folded in by the SplitMix64 finalizer."""
     numbers = list(chunk.numeric.values())
-    texts = [_row_texts(values) for values in chunk.categorical.values()]
+    texts = list(chunk.categorical.values())
     if isinstance(chunk.labels, list):
-        texts.append(chunk.labels)
+        texts.append(readers.Values(chunk.labels))
     else:
         numbers.append(chunk.labels[:, None].astype(np.float32))
-    blob = np.concatenate(numbers, axis=1) if numbers else np.zeros((chunk.rows, 0), np.float32)
-    rows = (row.tobytes() for row in blob)
-    if texts:
-        rows = (row + b"\x1e".join(text) for row, text in zip(rows, zip(*texts, strict=True), strict=True))
-    return np.array(
-        [int.from_bytes(hashlib.blake2b(row, digest_size=8).digest(), "little") for row in rows], dtype=np.uint64
-    )
+    width = sum(n.shape[1] for n in numbers)
+    blob = np.concatenate([*numbers, np.zeros((chunk.rows, width % 2), np.float32)], axis=1)
+    hashes = np.full(chunk.rows, HASH_SEED, np.uint64)
+    for word in np.ascontiguousarray(blob).view(np.uint64).T:
+        hashes = _mix(hashes ^ word)
+    for values in texts:
+        hashes = _mix(hashes ^ _text_hashes(values))
+    return hashes
 
 
-def _row_texts(values: readers.Values) -> list[bytes]:
+HASH_SEED = 0x243F6A8885A308D3
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: every bit of the input moves about half the output's."""
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def _text_hashes(values: readers.Values) -> np.ndarray:
+    """Per row, a hash of its values: each distinct value's 64-bit BLAKE2b once; a list's values by position,
+    summed, with the list's length."""
+    digests = {v: hashlib.blake2b(v, digest_size=8).digest() for v in dict.fromkeys(values.flat)}
+    flat = np.frombuffer(b"".join(map(digests.__getitem__, values.flat)), "<u8")
     if values.splits is None:
-        return values.flat
-    return [b"\x1f".join(values.flat[a:b]) for a, b in itertools.pairwise(values.splits.tolist())]
+        return flat
+    counts = np.diff(values.splits)
+    row_of = np.repeat(np.arange(len(counts)), counts)
+    position = np.arange(len(flat), dtype=np.uint64) - values.splits[row_of].astype(np.uint64)
+    summed = counts.astype(np.uint64) * np.uint64(HASH_SEED)
+    np.add.at(summed, row_of, _mix(flat ^ position))
+    return summed
 
 
 def split_and_shard(hashes: np.ndarray, eval_fraction: float, num_shards: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,36 +86,56 @@ LABEL_LISTS = {"index": "int64_list", "binary": "int64_list", "name": "bytes_lis
 
 
 class ExampleWriter:
-    """Rows as tf.train.Example records, as docs/tabular.md ("Shards") says. One message is refilled per row from
-    Python lists (protobuf takes lists ~2x faster than numpy rows; refilling beats building a message per row
-    ~1.5x); keys sorted."""
+    """Rows as tf.train.Example records, as docs/tabular.md ("Shards") says, keys sorted. One message is refilled
+    per row: a numeric feature's FloatList parsed from its packed float32 bytes (~2x faster than from a Python list,
+    which is ~2x faster than from numpy), the other fields from Python lists."""
 
     def __init__(self, tf, data_spec: DataSpec) -> None:
         self.example = tf.train.Example()
         feature = self.example.features.feature
-        self.numeric = [feature[f.name].float_list.value for f in data_spec.numeric_features]
+        self.numeric = [feature[f.name].float_list.ParseFromString for f in data_spec.numeric_features]
         self.categorical = [feature[f.name].bytes_list.value for f in data_spec.categorical_features]
         label = data_spec.label
         self.label = getattr(feature[label.name], LABEL_LISTS[readers.label_storage(label)]).value
 
-    def columns(self, chunk: readers.Chunk) -> list[tuple[Any, list]]:
-        """Each field of the Example with its values per row (a list each), for write."""
-        columns = [(field, values.tolist()) for field, values in zip(self.numeric, chunk.numeric.values(), strict=True)]
+    def columns(self, chunk: readers.Chunk) -> tuple[list[tuple[Any, list]], list[tuple[Any, list]]]:
+        """For write: (each numeric feature's parser with its FloatList per row, serialized; each other field with
+        its values per row, a list each)."""
+        parsed = [(parse, _float_lists(v)) for parse, v in zip(self.numeric, chunk.numeric.values(), strict=True)]
+        filled = []
         for field, values in zip(self.categorical, chunk.categorical.values(), strict=True):
             if values.splits is None:
-                columns.append((field, [[v] for v in values.flat]))
+                filled.append((field, [[v] for v in values.flat]))
             else:
-                columns.append((field, [values.flat[a:b] for a, b in itertools.pairwise(values.splits.tolist())]))
+                filled.append((field, [values.flat[a:b] for a, b in itertools.pairwise(values.splits.tolist())]))
         labels = chunk.labels
-        columns.append((self.label, [[y] for y in labels] if isinstance(labels, list) else labels[:, None].tolist()))
-        return columns
+        filled.append((self.label, [[y] for y in labels] if isinstance(labels, list) else labels[:, None].tolist()))
+        return parsed, filled
 
-    def write(self, writer, columns: list[tuple[Any, list]], rows: list[int]) -> None:
+    def write(self, writer, columns: tuple[list[tuple[Any, list]], list[tuple[Any, list]]], rows: list[int]) -> None:
         """Write these rows of the columns to an open tf.io.TFRecordWriter."""
+        parsed, filled = columns
+        serialize, write = self.example.SerializeToString, writer.write
         for i in rows:
-            for field, values in columns:
+            for parse, values in parsed:
+                parse(values[i])
+            for field, values in filled:
                 field[:] = values[i]
-            writer.write(self.example.SerializeToString(deterministic=True))
+            write(serialize(deterministic=True))
+
+
+def _float_lists(values: np.ndarray) -> list[bytes]:
+    """Each row's serialized FloatList: field 1 (packed), its length in bytes as a varint, the float32 values."""
+    rows, size = values.shape
+    length, head = 4 * size, bytearray(b"\x0a")
+    while length >= 0x80:
+        head.append(length & 0x7F | 0x80)
+        length >>= 7
+    head.append(length)
+    out = np.empty((rows, len(head) + 4 * size), np.uint8)
+    out[:, : len(head)] = np.frombuffer(head, np.uint8)
+    out[:, len(head) :] = np.ascontiguousarray(values, "<f4").view(np.uint8).reshape(rows, 4 * size)
+    return out.view(f"V{out.shape[1]}").ravel().tolist()
 
 
 def parse_fn(tf, manifest: dict[str, Any]):

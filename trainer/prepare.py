@@ -129,8 +129,10 @@ class PieceResult:
         for split, rows in (("train", ~is_eval), ("eval", is_eval)):
             self.counts[split] += np.bincount(shard[rows], minlength=spec.num_shards)
         for name, v in numbers.items():
-            self.train[name] = _merged(self.train.get(name), statistics.moments(v[~is_eval]))
-            self.statistics[name] = _merged(self.statistics.get(name), statistics.of_chunk(v))
+            train = statistics.moments(v[~is_eval])
+            every = statistics.merged(train, statistics.moments(v[is_eval]))
+            self.train[name] = _merged(self.train.get(name), train)
+            self.statistics[name] = _merged(self.statistics.get(name), statistics.of_chunk(v, every))
         for name, values in chunk.categorical.items():
             self.values[name].add(values.flat, chunk.rows, values.missing())
         self.negative = readers.same_negative(self.negative, chunk.negative, spec.label.name)

@@ -14,6 +14,7 @@ the data spec raises BadData naming the file, the line (or record), the field an
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -205,19 +206,22 @@ def _chunk(data_spec: DataSpec, columns: dict[str, Any], where: Rows) -> Chunk:
 
 
 def _numeric(feature: NumericFeature, columns: NumericColumns, where: Rows) -> np.ndarray:
-    """float32 [rows, size], NaN where missing (canonical NaN); an infinite value is a bad row."""
+    """float32 [rows, size], NaN where missing (one NaN's bytes, whatever the input's); a value that is infinite
+    (or beyond float32's range) is a bad row."""
     if isinstance(columns, np.ndarray):
-        values = columns.astype(np.float64).reshape(len(columns), feature.size)
+        values = columns.reshape(len(columns), feature.size)
     elif len(columns) == 1 and feature.shape:
         values = _number_lists(*columns[0], feature.size, where)
     else:
         values = np.column_stack([_numbers(column, array, where) for column, array in columns])
-    if np.isinf(values).any():
-        i, j = map(int, np.argwhere(np.isinf(values))[0])
-        column = feature.name if values.shape[1] == 1 else f"{feature.name}[{j}]"
-        raise BadData(f"{where(i)}, field '{column}': {values[i, j]} is not a finite number")
     out = values.astype(np.float32)
-    out[np.isnan(out)] = np.nan  # one NaN's bytes, whatever the input's
+    if np.isinf(out).any():
+        i, j = map(int, np.argwhere(np.isinf(out))[0])
+        column = feature.name if out.shape[1] == 1 else f"{feature.name}[{j}]"
+        raise BadData(f"{where(i)}, field '{column}': {values[i, j]} is not a finite number (of float32's range)")
+    missing = np.isnan(out)
+    if missing.any():
+        out[missing] = np.nan
     return out
 
 
@@ -274,7 +278,7 @@ def canonical(value: Any) -> str | None:
         except UnicodeDecodeError:
             raise ValueError(f"{value!r} is not UTF-8 text") from None
     if isinstance(value, (list, dict)):
-        raise ValueError(f"{value!r} is a {type(value).__name__}, not a single value")
+        raise ValueError(f"{value!r} is a {type(value).__name__}, not one value")
     return label_value(value) if isinstance(value, (bool, int, str)) else str(value)
 
 
@@ -328,18 +332,15 @@ def _categorical(feature: Categorical, array: pa.Array, where: Rows) -> Values:
         if _is_list(array.type) and array.null_count < len(array):
             i = int(np.argmax(array.is_valid().to_numpy(zero_copy_only=False)))
             raise BadData(
-                f"{where(i)}, field '{feature.name}': {array[i].as_py()!r} is a list; a categorical feature takes "
-                "one value per row (kind: categorical_list takes a list)"
+                f"{where(i)}, field '{feature.name}': {array[i].as_py()!r} is a list, not one value (kind: "
+                "categorical_list takes a list)"
             )
         return Values(_tokens(feature, array, where).fill_null("").cast(pa.binary()).to_numpy(False).tolist())
     if pa.types.is_null(array.type):
         return Values([], np.zeros(len(array) + 1, np.int64))
     if not _is_list(array.type):
         i = int(np.argmax(array.is_valid().to_numpy(zero_copy_only=False)))
-        raise BadData(
-            f"{where(i)}, field '{feature.name}': {array[i].as_py()!r} is not a list (kind: categorical_list; in CSV "
-            "one cell, its values split by data.features[].separator)"
-        )
+        raise BadData(f"{where(i)}, field '{feature.name}': {_not_a_list(array[i].as_py())}")
     row_of = pc.list_parent_indices(array).to_numpy()
     flat = _tokens(feature, pc.list_flatten(array), lambda j: where(int(row_of[j])))
     kept = pc.fill_null(pc.greater(pc.binary_length(flat), 0), False)
@@ -353,6 +354,10 @@ def _categorical(feature: Categorical, array: pa.Array, where: Rows) -> Values:
         )
     splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Values(flat.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist(), splits)
+
+
+def _not_a_list(value: Any) -> str:
+    return f"{value!r} is not a list (kind: categorical_list; in CSV one cell, its values split by its separator)"
 
 
 def _labels(label: Label, array: pa.Array, where: Rows) -> tuple[Any, tuple[str, Where] | None]:
@@ -555,9 +560,13 @@ def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     """One JSON object per line: a numeric feature a number or a (nested) list of its shape's size, a categorical
     one a string or an integer, a categorical_list a list of them, the label as its task takes it; a field that
     is absent or null is missing."""
-    names = [f.name for f in data_spec.features] + [data_spec.label.name]
-    listed = {f.name for f in data_spec.features if not isinstance(f, NumericFeature) and f.kind == "categorical_list"}
-    listed |= {f.name for f in data_spec.numeric_features if f.shape}
+    label = data_spec.label
+    fields = [(label.name, False, _number if _numeric_label(label) else canonical)]
+    for f in data_spec.features:
+        if isinstance(f, NumericFeature):
+            fields.append((f.name, bool(f.shape), _number))
+        else:
+            fields.append((f.name, f.kind == "categorical_list", functools.partial(_token, dtype=f.dtype)))
 
     def parse(_: bytes, lines: list[bytes], where: Rows) -> Chunk:
         try:
@@ -572,9 +581,9 @@ def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
         if not all(isinstance(row, dict) for row in rows):
             i = next(k for k, row in enumerate(rows) if not isinstance(row, dict))
             raise BadData(f"{where(i)}: {rows[i]!r} is not a JSON object")
-        columns: dict[str, Any] = {
-            name: _arrow([row.get(name) for row in rows], name, name in listed, where) for name in names
-        }
+        columns: dict[str, Any] = {}
+        for name, listed, convert in fields:
+            columns[name] = _json_column([row.get(name) for row in rows], name, listed, convert, where)
         for f in data_spec.numeric_features:
             columns[f.name] = [(f.name, columns[f.name])]
         return _chunk(data_spec, columns, where)
@@ -582,25 +591,36 @@ def _jsonl(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:
     return _read_lines(piece, data_spec, parse)
 
 
-def _arrow(values: list, name: str, listed: bool, where: Rows) -> pa.Array:
-    """A JSON field's values as an arrow array; values of mixed kinds (7 and "7") as their text, so the field's
-    own checks name the bad one."""
+def _json_column(values: list, name: str, listed: bool, convert: Callable[[Any], Any], where: Rows) -> pa.Array:
+    """A JSON field's values as an arrow array. Values of mixed kinds (7 and "7") that arrow cannot hold together
+    are converted one by one as the field takes them (``convert``, of each list item if ``listed``), so that the
+    bad one is named."""
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
-    texts = []
+    converted = []
     for i, value in enumerate(values):
         try:
-            texts.append([canonical(v) for v in value] if listed and isinstance(value, list) else canonical(value))
+            if listed and value is not None and not isinstance(value, list):
+                raise ValueError(_not_a_list(value))
+            converted.append(_converted(value, convert) if listed else convert(value))
         except (TypeError, ValueError) as exc:
             raise BadData(f"{where(i)}, field '{name}': {exc}") from None
+    return pa.array(converted)
+
+
+def _converted(value: Any, convert: Callable[[Any], Any]) -> Any:
+    return [_converted(v, convert) for v in value] if isinstance(value, list) else convert(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{value!r} is a {type(value).__name__}, not one value")
     try:
-        return pa.array(texts)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        i = next(k for k, t in enumerate(texts) if isinstance(t, list) != listed and t is not None)
-        kind = "a list" if listed else "one value"
-        raise BadData(f"{where(i)}, field '{name}': {values[i]!r} is not {kind}") from None
+        return None if value is None else float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number") from None
 
 
 # NPZ and Parquet ----------------------------------------------------------------------------------------

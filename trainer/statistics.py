@@ -62,25 +62,23 @@ def moments(values: np.ndarray) -> dict[str, np.ndarray]:
     if any_missing:
         x[missing] = 0.0
     mean = x.sum(axis=0) / np.maximum(count, 1)
-    deviations = x - mean
+    x -= mean
     if any_missing:
-        deviations[missing] = 0.0
-    return {"count": count, "mean": mean, "m2": (deviations**2).sum(axis=0)}
+        x[missing] = 0.0
+    return {"count": count, "mean": mean, "m2": np.einsum("ij,ij->j", x, x)}
 
 
-def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
-    """The statistics of a chunk's values (rows × elements; NaN: missing)."""
-    stats = moments(values)
+def of_chunk(values: np.ndarray, stats: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The statistics of a chunk's values (rows × elements; NaN: missing); ``stats``: their moments, if known."""
+    stats = stats or moments(values)
     rows, size = values.shape
-    missing = np.isnan(values)
     flat = bins(values) + NUM_BINS * np.arange(size)
-    flat[missing] = NUM_BINS * size  # a bin past the last, dropped
-    present = np.where(missing, np.nan, values.astype(np.float64))
+    flat[np.isnan(values)] = NUM_BINS * size  # a bin past the last, dropped
     return {
         **stats,
         "missing": rows - stats["count"],
-        "min": np.fmin.reduce(present, axis=0, initial=np.inf),
-        "max": np.fmax.reduce(present, axis=0, initial=-np.inf),
+        "min": np.fmin.reduce(values, axis=0, initial=np.inf).astype(np.float64),
+        "max": np.fmax.reduce(values, axis=0, initial=-np.inf).astype(np.float64),
         "histogram": np.bincount(flat.ravel(), minlength=NUM_BINS * size + 1)[:-1].reshape(size, NUM_BINS),
     }
 

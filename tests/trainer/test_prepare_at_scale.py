@@ -130,7 +130,7 @@ BAD_ROWS = {  # format, the bad line written after 5 good rows (5: header + 5 ro
     "jsonl: not finite": (
         "jsonl",
         lambda good: good.replace("[0.0", "[Infinity", 1),
-        "line 6, field 'pixel[0]': inf is not a finite number",
+        "line 6, field 'pixel[0]': inf is not a finite number (of float32's range)",
     ),
 }
 
