@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import glob
 import hashlib
+import itertools
+import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -35,11 +40,13 @@ from tfdist.contract import (
     read_json,
     write_json_atomic,
 )
+from tfdist.spec import CategoricalListFeature, NumericFeature
+from tfdist.spec.model import embedding_dim
 from tfdist.trainer import data, readers, statistics
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
 if TYPE_CHECKING:
-    from tfdist.spec import DataSpec
+    from tfdist.spec import Categorical, DataSpec, Feature, Label
 
 HASH_BLOCK = 8 << 20
 BYTES_PER_WRITER = 32 << 20
@@ -93,27 +100,110 @@ def part_path(parts_dir: str, split: str, shard: int, writer: int) -> str:
     return os.path.join(parts_dir, f"{split}-{shard:05d}.{writer:05d}")
 
 
-def moments(values: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
-    """(count, mean, sum of squared deviations) per column, in float64."""
-    values = values.astype(np.float64)
-    mean = values.mean(axis=0) if len(values) else np.zeros(values.shape[1])
-    return len(values), mean, ((values - mean) ** 2).sum(axis=0)
+SPLITS = ("train", "eval")
 
 
-def merged(a: tuple, b: tuple) -> tuple:
-    """Two columns' moments as one (Chan et al.): exact for any split of the rows, in a fixed order."""
-    (na, ma, sa), (nb, mb, sb) = a, b
-    n = na + nb
-    if not n:
-        return a
-    delta = mb - ma
-    return n, ma + delta * (nb / n), sa + sb + delta**2 * (na * nb / n)
+class PieceResult:
+    """What a writer learns of one piece in the pass that writes its rows: rows per split and shard, the label's
+    class counts per split, the train rows' moments and every row's statistics per numeric feature (and per
+    regression target, under the label's name), the negative value of a binary label, and the categorical
+    features' value counts (kept in a file of the parts directory: memory stays flat however many pieces)."""
+
+    def __init__(self, spec: DataSpec) -> None:
+        self.spec = spec
+        self.counts = {split: np.zeros(spec.num_shards, np.int64) for split in SPLITS}
+        self.classes: dict[str, Counter] = {split: Counter() for split in SPLITS}
+        self.train: dict[str, dict] = {}
+        self.statistics: dict[str, dict] = {}
+        self.values = {f.name: statistics.ValueCounts(value_capacity(f)) for f in spec.categorical_features}
+        self.values_file: str | None = None
+        self.negative: tuple[str, readers.Where] | None = None
+
+    def add(self, chunk: readers.Chunk, is_eval: np.ndarray, shard: np.ndarray) -> None:
+        spec = self.spec
+        numbers = dict(chunk.numeric)
+        if readers.label_storage(spec.label) == "value":
+            numbers[spec.label.name] = chunk.labels[:, None]
+        else:
+            self._count_classes(chunk.labels, is_eval)
+        for split, rows in (("train", ~is_eval), ("eval", is_eval)):
+            self.counts[split] += np.bincount(shard[rows], minlength=spec.num_shards)
+        for name, v in numbers.items():
+            train = statistics.moments(v[~is_eval])
+            every = statistics.merged(train, statistics.moments(v[is_eval]))
+            self.train[name] = _merged(self.train.get(name), train)
+            self.statistics[name] = _merged(self.statistics.get(name), statistics.of_chunk(v, every))
+        for name, values in chunk.categorical.items():
+            self.values[name].add(values.flat, chunk.rows, values.missing())
+        self.negative = readers.same_negative(self.negative, chunk.negative, spec.label.name)
+
+    def _count_classes(self, labels: Any, is_eval: np.ndarray) -> None:
+        for split, rows in (("train", ~is_eval), ("eval", is_eval)):
+            chosen = itertools.compress(labels, rows) if isinstance(labels, list) else labels[rows].tolist()
+            self.classes[split].update(chosen)
+        if len(self.classes["train"] | self.classes["eval"]) > readers.MAX_CLASSES:
+            raise readers.BadData(
+                f"data.label '{self.spec.label.name}': more than {readers.MAX_CLASSES} classes in the input; is it a "
+                "regression target (data.label.task: regression), or an id?"
+            )
+
+    def keep_values(self, path: str) -> None:
+        """Move the value counts to ``path``."""
+        write_json_atomic(path, {name: counts.to_json() for name, counts in self.values.items()})
+        self.values, self.values_file = {}, path
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly, as JSON values (a pod hands its pieces' results to pod 0 this way)."""
+        return {
+            "counts": {split: v.tolist() for split, v in self.counts.items()},
+            "classes": {split: [[_json_key(k), n] for k, n in c.items()] for split, c in self.classes.items()},
+            "train": {name: statistics.to_json(s) for name, s in self.train.items()},
+            "statistics": {name: statistics.to_json(s) for name, s in self.statistics.items()},
+            "values_file": self.values_file,
+            "negative": self.negative and [self.negative[0], dataclasses.asdict(self.negative[1])],
+        }
+
+    @classmethod
+    def from_json(cls, spec: DataSpec, data: dict[str, Any]) -> PieceResult:
+        result = cls(spec)
+        result.counts = {split: np.asarray(v, np.int64) for split, v in data["counts"].items()}
+        result.classes = {
+            split: Counter({k.encode() if isinstance(k, str) else k: n for k, n in pairs})
+            for split, pairs in data["classes"].items()
+        }
+        result.train = {name: statistics.from_json(s) for name, s in data["train"].items()}
+        result.statistics = {name: statistics.from_json(s) for name, s in data["statistics"].items()}
+        result.values, result.values_file = {}, data["values_file"]
+        negative = data["negative"]
+        result.negative = negative and (negative[0], readers.Where(**negative[1]))
+        return result
+
+
+def value_capacity(feature: Categorical) -> int:
+    return statistics.capacity(feature.encoding.max_tokens if feature.encoding else 0)
+
+
+def _merged(a: dict | None, b: dict) -> dict:
+    return b if a is None else statistics.merged(a, b)
+
+
+def _json_key(key: int | bytes) -> int | str:
+    return key.decode() if isinstance(key, bytes) else key
+
+
+def write_rows(examples: data.ExampleWriter, chunk: readers.Chunk, group: np.ndarray, open_part) -> None:
+    """Write the chunk's rows to their group's part (``group``: per row, split × num_shards + shard), each in
+    input order."""
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(group.max(initial=0) + 2))
+    columns = examples.columns(chunk)
+    for g in np.flatnonzero(np.diff(bounds)).tolist():
+        examples.write(open_part(g), columns, order[bounds[g] : bounds[g + 1]].tolist())
 
 
 def write_share(share: Share) -> dict[str, Any]:
-    """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; per piece:
-    rows, per-shard counts, class counts per split, the train rows' moments and every row's statistics. Also
-    the seconds its TensorFlow import took (not the stage's work)."""
+    """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; a PieceResult
+    per piece. Also the seconds its TensorFlow import took (not the stage's work)."""
     if not share.pieces:
         return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
@@ -121,44 +211,32 @@ def write_share(share: Share) -> dict[str, Any]:
         os.environ[THREADS_ENV] = "1"  # one core per writer process
     before = time.monotonic()
     tf = import_tensorflow()
+    gc.freeze()  # TensorFlow's objects: a collection would walk them all, each time the writer's garbage is swept
     imported = time.monotonic() - before
-    n, names = spec.num_shards, [f.name for f in spec.features]
-    examples = data.ExampleWriter(tf, names, spec.label.name)
-    writers: dict[tuple[str, int], Any] = {}
-    results = []
+    n = spec.num_shards
+    examples = data.ExampleWriter(tf, spec)
+    parts: dict[int, Any] = {}
+
+    def open_part(group: int):
+        if group not in parts:
+            split, shard = SPLITS[group // n], group % n
+            parts[group] = tf.io.TFRecordWriter(part_path(share.parts_dir, split, shard, share.writer))
+        return parts[group]
+
+    results, negative = [], None
     try:
-        for piece in share.pieces:
-            counts = {"train": np.zeros(n, np.int64), "eval": np.zeros(n, np.int64)}
-            classes = {split: np.zeros(spec.label.num_classes, np.int64) for split in counts}
-            stats = dict.fromkeys(names, (0, 0.0, 0.0))
-            described: dict[str, Any] = {}
+        for k, piece in enumerate(share.pieces):
+            result = PieceResult(spec)
             for chunk in readers.chunks(piece, spec):
-                is_eval, shard = data.split_and_shard(
-                    data.row_hashes(chunk.features, chunk.labels), spec.eval_fraction, n
-                )
-                for split, rows in (("train", ~is_eval), ("eval", is_eval)):
-                    for index in np.unique(shard[rows]).tolist():
-                        mask = rows & (shard == index)
-                        if (split, index) not in writers:
-                            writers[split, index] = tf.io.TFRecordWriter(
-                                part_path(share.parts_dir, split, index, share.writer)
-                            )
-                        examples.write(
-                            writers[split, index], {k: v[mask] for k, v in chunk.features.items()}, chunk.labels[mask]
-                        )
-                    counts[split] += np.bincount(shard[rows], minlength=n)
-                    classes[split] += np.bincount(chunk.labels[rows], minlength=spec.label.num_classes)
-                stats = {k: merged(stats[k], moments(v[~is_eval])) for k, v in chunk.features.items()}
-                described = {
-                    k: statistics.merged(described[k], statistics.of_chunk(v))
-                    if k in described
-                    else statistics.of_chunk(v)
-                    for k, v in chunk.features.items()
-                }
-            results.append({"counts": counts, "classes": classes, "stats": stats, "statistics": described})
+                is_eval, shard = data.split_and_shard(data.row_hashes(chunk), spec.eval_fraction, n)
+                write_rows(examples, chunk, shard + n * is_eval, open_part)
+                result.add(chunk, is_eval, shard)
+            negative = readers.same_negative(negative, result.negative, spec.label.name)
+            result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.json"))
+            results.append(result)
     finally:
-        for writer in writers.values():
-            writer.close()
+        for part in parts.values():
+            part.close()
     return {"pieces": results, "import_seconds": imported}
 
 
@@ -219,35 +297,17 @@ class Pods:
         return read_json(self.plan_path)
 
     def write_result(self, result: dict) -> None:
-        pieces = [
-            {
-                "counts": {split: v.tolist() for split, v in p["counts"].items()},
-                "classes": {split: v.tolist() for split, v in p["classes"].items()},
-                "stats": {
-                    name: [n, np.asarray(m).tolist(), np.asarray(s).tolist()] for name, (n, m, s) in p["stats"].items()
-                },
-                "statistics": {name: statistics.to_json(s) for name, s in p["statistics"].items()},
-            }
-            for p in result["pieces"]
-        ]
+        pieces = [p.to_json() for p in result["pieces"]]
         write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
 
-    def wait_results(self) -> list[dict]:
+    def wait_results(self, data_spec: DataSpec) -> list[dict]:
         """Pod 0: every other pod's write_share result, in pod order."""
         results = []
         for k in range(1, self.count):
             while not os.path.exists(path := os.path.join(self.dir, f"result-{k}.json")):
                 time.sleep(self.POLL_SECONDS)
             result = read_json(path)
-            result["pieces"] = [
-                {
-                    "counts": {split: np.asarray(v) for split, v in p["counts"].items()},
-                    "classes": {split: np.asarray(v) for split, v in p["classes"].items()},
-                    "stats": {name: (n, np.asarray(m), np.asarray(s)) for name, (n, m, s) in p["stats"].items()},
-                    "statistics": {name: statistics.from_json(s) for name, s in p["statistics"].items()},
-                }
-                for p in result["pieces"]
-            ]
+            result["pieces"] = [PieceResult.from_json(data_spec, p) for p in result["pieces"]]
             results.append(result)
         return results
 
@@ -308,90 +368,215 @@ def write_parts(
             first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False))
         except readers.BadData as exc:
             refuse(exc)
-        return [first, *pods.wait_results()], pods.parts_dir
+        return [first, *pods.wait_results(data_spec)], pods.parts_dir
     os.makedirs(parts_dir := os.path.join(tmp, "parts"))
     return write_all(runs, data_spec, parts_dir), parts_dir
 
 
-def row_counts(
-    results: list[dict], files: list[tuple[str, int]], writers: str, num_shards: int
-) -> dict[str, np.ndarray]:
-    """Rows per split and shard over the writers' pieces, logged with the files and ``writers`` that read them;
-    an input without rows, or with too few for the train shards, is refused."""
-    counts = {split: sum(r["counts"][split] for r in results) for split in ("train", "eval")}
+def row_counts(total: PieceResult, files: list[tuple[str, int]], writers: str) -> dict[str, np.ndarray]:
+    """Rows per split and shard, logged with the files and ``writers`` that read them; an input without rows, or
+    with too few for the train shards, is refused."""
+    counts = total.counts
     records = int(counts["train"].sum() + counts["eval"].sum())
     say(f"read {records} rows from {len(files)} file(s) by {writers}")
     if not records:
         fail(f"the input has no rows: {', '.join(url for url, _ in files)} (an empty partition for this run's window?)")
     if (counts["train"] == 0).any():
-        fail(f"{records} rows are too few for {num_shards} train shards (data.num_shards): some shard would be empty")
+        fail(
+            f"{records} rows are too few for {len(counts['train'])} train shards (data.num_shards): some shard would "
+            "be empty"
+        )
     return counts
 
 
-def train_stats(results: list[dict]) -> dict[str, dict[str, list[float]]]:
-    """Each feature's mean and variance over the train rows, merged over the writers' pieces in input order."""
+def merged_results(results: list[PieceResult], data_spec: DataSpec) -> PieceResult:
+    """The pieces' results merged in input order (value counts read back from their files one at a time)."""
+    total = PieceResult(data_spec)
+    for r in results:
+        for split in SPLITS:
+            total.counts[split] += r.counts[split]
+            total.classes[split].update(r.classes[split])
+        total.train = {name: _merged(total.train.get(name), s) for name, s in r.train.items()}
+        total.statistics = {name: _merged(total.statistics.get(name), s) for name, s in r.statistics.items()}
+        if r.values_file:
+            for name, counts in read_json(r.values_file).items():
+                total.values[name].merge(statistics.ValueCounts.from_json(counts))
+        total.negative = readers.same_negative(total.negative, r.negative, data_spec.label.name)
+    return total
+
+
+def train_stats(data_spec: DataSpec, total: PieceResult) -> dict[str, dict[str, list[float]]]:
+    """Each numeric feature's mean and variance per element over the train rows' values; a feature element
+    without a value in any train row is refused."""
     stats = {}
-    for name in results[0]["stats"]:
-        count, mean, squares = 0, 0.0, 0.0
-        for r in results:
-            count, mean, squares = merged((count, mean, squares), r["stats"][name])
-        stats[name] = {"mean": np.atleast_1d(mean).tolist(), "variance": np.atleast_1d(squares / count).tolist()}
+    for f in data_spec.numeric_features:
+        s = total.train[f.name]
+        if not s["count"].all():
+            element = f.name if not f.shape else f"{f.name}[{int(np.argmin(s['count']))}]"
+            fail(
+                f"data.features '{element}': no train row has a value, so it has no mean to stand for its missing "
+                "values; check the input's column (or field) name, or drop the feature. Nothing was published",
+                EXIT_REFUSED,
+            )
+        stats[f.name] = {"mean": s["mean"].tolist(), "variance": (s["m2"] / s["count"]).tolist()}
     return stats
 
 
-def data_statistics(results: list[dict]) -> dict[str, Any]:
-    """What the data gate compares: each feature's statistics over every row (merged over the writers' pieces
-    in input order), and per split the rows and the label's class counts."""
-    features = {}
-    for name in results[0]["statistics"]:
-        merged_stats = results[0]["statistics"][name]
-        for r in results[1:]:
-            merged_stats = statistics.merged(merged_stats, r["statistics"][name])
-        features[name] = statistics.summary(merged_stats)
+def label_classes(label: Label, total: PieceResult) -> tuple[list, list[str | None]]:
+    """(the label's class keys as the chunks hold them, by class index; their names) for multiclass and binary."""
+    storage = readers.label_storage(label)
+    if storage == "binary":
+        return [0, 1], readers.binary_classes(label, total.negative and total.negative[0])
+    if storage == "index":
+        names = label.class_names or []
+        return list(range(len(names))), list(names)
+    seen = sorted({k.decode() for c in total.classes.values() for k in c})
+    if all(re.fullmatch(r"-?\d+", name) for name in seen):
+        seen.sort(key=int)
+    if len(seen) < 2:
+        fail(
+            f"data.label '{label.name}': the input holds {len(seen)} class ({', '.join(seen)}); a multiclass task "
+            "needs at least 2 (a binary one: data.label.task: binary). Nothing was published",
+            EXIT_REFUSED,
+        )
+    return [name.encode() for name in seen], list(seen)
+
+
+def label_record(label: Label, total: PieceResult, classes: list[str | None]) -> dict[str, Any]:
+    """The manifest's label (docs/tabular.md)."""
+    record: dict[str, Any] = {
+        "name": label.name,
+        "task": label.task,
+        "stored": readers.label_storage(label),
+        "classes": classes or None,
+        "num_classes": len(classes) or None,
+        "positive": classes[1] if label.task == "binary" else None,
+        "mean": None,
+        "std": None,
+    }
+    if label.task == "regression":
+        s = total.train[label.name]
+        mean, std = float(s["mean"][0]), math.sqrt(s["m2"][0] / max(int(s["count"][0]), 1))
+        record["mean"], record["std"] = (mean, std or 1.0) if label.standardize else (0.0, 1.0)
+    return record
+
+
+def write_vocabularies(
+    data_spec: DataSpec, ranked: dict[str, list[tuple[bytes, int]]], out_dir: str
+) -> dict[str, dict[str, Any]]:
+    """Each vocabulary feature's tokens to ``vocabularies/<name>.json`` in ``out_dir``; its record (file, size,
+    sha256). A vocabulary of no token is refused."""
+    records = {}
+    for f in data_spec.categorical_features:
+        if (v := f.encoding) is None:
+            continue
+        tokens = statistics.vocabulary(ranked[f.name], v.min_count, v.max_tokens)
+        if not tokens:
+            most = ranked[f.name][:1]
+            seen = f"the most frequent, {most[0][0].decode()!r}, {most[0][1]} times" if most else "no value at all"
+            fail(
+                f"data.features '{f.name}': its vocabulary would have no token: no value was seen min_count "
+                f"({v.min_count}) times ({seen}); lower data.features[].vocabulary.min_count, or use hash_buckets. "
+                "Nothing was published",
+                EXIT_REFUSED,
+            )
+        content = json.dumps(tokens, ensure_ascii=False, indent=0).encode()
+        name = f"{data.VOCABULARIES}/{f.name}.json"
+        os.makedirs(os.path.join(out_dir, data.VOCABULARIES), exist_ok=True)
+        with open(os.path.join(out_dir, name), "wb") as file:
+            file.write(content)
+        records[f.name] = {"file": name, "size": len(tokens), "sha256": hashlib.sha256(content).hexdigest()}
+    return records
+
+
+def feature_record(feature: Feature, vocabulary: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest's record of a feature (docs/tabular.md)."""
+    if isinstance(feature, NumericFeature):
+        return {
+            "name": feature.name,
+            "kind": "numeric",
+            "shape": feature.shape,
+            "missing_indicator": feature.missing_indicator,
+        }
+    v = feature.encoding
+    ids = v.oov_buckets + vocabulary["size"] if v and vocabulary else feature.hash_buckets or 0
+    record = {
+        "name": feature.name,
+        "kind": feature.kind,
+        "dtype": feature.dtype,
+        "ids": ids,
+        "embedding_dim": embedding_dim(feature, ids),
+        "vocabulary": vocabulary,
+        "oov_buckets": v.oov_buckets if v else 0,
+        "hash_buckets": feature.hash_buckets,
+    }
+    if isinstance(feature, CategoricalListFeature):
+        record |= {"combiner": feature.combiner, "max_values": feature.max_values}
+    return record
+
+
+def data_statistics(
+    data_spec: DataSpec,
+    total: PieceResult,
+    ranked: dict[str, list[tuple[bytes, int]]],
+    keys: list,
+    classes: list[str | None],
+) -> dict[str, Any]:
+    """What the data gate compares (docs/tabular.md): every row's statistics per feature and of the label, and
+    per split the rows and the class counts."""
+    label = data_spec.label
+    if label.task == "regression":
+        target = statistics.summary(total.statistics[label.name])
+        label_stats = {"task": label.task} | {
+            k: target[k][0] for k in ("count", "mean", "std", "min", "max", "histogram")
+        }
+    else:
+        both = total.classes["train"] + total.classes["eval"]
+        label_stats = {"task": label.task, "classes": classes, "class_counts": [both[k] for k in keys]}
+    splits: dict[str, dict[str, Any]] = {}
+    for split in SPLITS:
+        splits[split] = {"rows": int(total.counts[split].sum())}
+        if label.task != "regression":
+            splits[split]["class_counts"] = [total.classes[split][k] for k in keys]
     return {
         "bins": statistics.SCHEME,
-        "features": features,
-        **{
-            split: {
-                "rows": int(sum(r["counts"][split].sum() for r in results)),
-                "class_counts": sum(r["classes"][split] for r in results).tolist(),
-            }
-            for split in ("train", "eval")
-        },
+        "features": {f.name: statistics.summary(total.statistics[f.name]) for f in data_spec.numeric_features},
+        "categorical": {f.name: total.values[f.name].summary(ranked[f.name]) for f in data_spec.categorical_features},
+        "label": label_stats,
+        **splits,
     }
 
 
 def data_manifest(
-    data_spec: DataSpec,
-    fingerprint: str,
-    inputs: list[dict],
-    results: list[dict],
-    counts: dict[str, np.ndarray],
-    parts_dir: str,
-    out_dir: str,
+    data_spec: DataSpec, fingerprint: str, inputs: list[dict], total: PieceResult, parts_dir: str, out_dir: str
 ) -> dict[str, Any]:
-    """The manifest of the shards, joined into ``out_dir`` from the writers' parts."""
-    n = data_spec.num_shards
-    manifest = {
+    """The manifest of the shards, joined into ``out_dir`` from the writers' parts, and of the vocabularies
+    written there."""
+    ranked = {f.name: total.values[f.name].ranked() for f in data_spec.categorical_features}
+    vocabularies = write_vocabularies(data_spec, ranked, out_dir)
+    keys, classes = label_classes(data_spec.label, total) if data_spec.label.task != "regression" else ([], [])
+    manifest: dict[str, Any] = {
         "version": data.MANIFEST_VERSION,
         "input_fingerprint": fingerprint,
         "inputs": inputs,
-        "features": [{"name": f.name, "shape": f.shape} for f in data_spec.features],
-        "label": data_spec.label.model_dump(mode="json"),
+        "features": [feature_record(f, vocabularies.get(f.name)) for f in data_spec.features],
+        "label": label_record(data_spec.label, total, classes),
         "eval_fraction": data_spec.eval_fraction,
-        "stats": train_stats(results),
-        "class_counts": sum(r["classes"]["train"] + r["classes"]["eval"] for r in results).tolist(),
-        "statistics": data_statistics(results),
+        "stats": train_stats(data_spec, total),
+        "statistics": data_statistics(data_spec, total, ranked, keys, classes),
     }
-    for split in ("train", "eval"):
+    if keys:
+        manifest["class_counts"] = manifest["statistics"]["label"]["class_counts"]
+    n = data_spec.num_shards
+    for split in SPLITS:
         shards = [
             {
                 **join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
-                "examples": int(counts[split][i]),
+                "examples": int(total.counts[split][i]),
             }
             for i in range(n)
         ]
-        manifest[split] = {"examples": int(counts[split].sum()), "shards": shards}
+        manifest[split] = {"examples": int(total.counts[split].sum()), "shards": shards}
     return manifest
 
 
@@ -418,10 +603,13 @@ def main() -> None:
         runs = shares(readers.pieces(files, data_spec.format), processes)
         done, parts_dir = write_parts(runs, data_spec, pods, tmp)
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
-        results = [r for d in done for r in d["pieces"]]
+        try:
+            total = merged_results([r for d in done for r in d["pieces"]], data_spec)
+        except readers.BadData as exc:
+            refuse(exc)
         writers = f"{sum(map(bool, runs))} writer(s) ({'pods' if pods else 'processes'})"
-        counts = row_counts(results, files, writers, data_spec.num_shards)
-        manifest = data_manifest(data_spec, fingerprint, inputs, results, counts, parts_dir, tmp)
+        row_counts(total, files, writers)
+        manifest = data_manifest(data_spec, fingerprint, inputs, total, parts_dir, tmp)
         shutil.rmtree(pods.dir if pods else parts_dir)
         write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
@@ -432,7 +620,7 @@ def main() -> None:
     )
     seconds = time.monotonic() - started
     records = manifest["train"]["examples"] + manifest["eval"]["examples"]
-    megabytes = sum(s["bytes"] for split in ("train", "eval") for s in manifest[split]["shards"]) / 1e6
+    megabytes = sum(s["bytes"] for split in SPLITS for s in manifest[split]["shards"]) / 1e6
     say(
         f"throughput: {records} records, {megabytes:.2f} MB in {seconds:.3f}s: {records / seconds:.0f} records/s, "
         f"{megabytes / seconds:.2f} MB/s"

@@ -1,6 +1,8 @@
-"""What prepare_data records of each feature, in the pass that writes the shards: per element, the count, mean
-and standard deviation (from exactly merged moments), min, max, the share of zeros, and a histogram on fixed
-bins. Merged over the input's pieces in input order, they are the same bytes whatever the number of writers.
+"""What prepare_data records of each feature, in the pass that writes the shards. Numeric features, per element:
+the count of values present and of missing ones (NaN), the mean and standard deviation of those present (from
+exactly merged moments), min, max, the share of zeros, and a histogram on fixed bins. Categorical features: their
+value counts in bounded memory (ValueCounts), whence the top values, the distinct count and the vocabulary.
+Merged over the input's pieces in input order, they are the same bytes whatever the number of writers.
 
 The bins are the same for every run, so that any two runs' histograms compare bin by bin: zero has a bin of
 its own, and every other value falls in a half-octave of its magnitude, on its sign's side (edges ±2^e and
@@ -11,6 +13,11 @@ mantissa: the edges are exact there); |x| below 2^-133 counts as zero."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -45,54 +52,72 @@ def bins(values: np.ndarray) -> np.ndarray:
     return BIN_TABLE[np.asarray(values, dtype=np.float32).view(np.uint32) >> 16]
 
 
-def of_chunk(values: np.ndarray) -> dict[str, np.ndarray]:
-    """The statistics of a chunk's values (rows × elements)."""
-    flat = (bins(values) + NUM_BINS * np.arange(values.shape[1])).ravel()
-    values = values.astype(np.float64)
+def moments(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Per element (rows × elements): the count of values present, their mean and sum of squared deviations, in
+    float64; a missing value (NaN) is left out."""
+    x = values.astype(np.float64)
+    missing = np.isnan(x)
+    any_missing = missing.any()
+    count = len(x) - missing.sum(axis=0) if any_missing else np.full(x.shape[1], len(x), np.int64)
+    if any_missing:
+        x[missing] = 0.0
+    mean = x.sum(axis=0) / np.maximum(count, 1)
+    x -= mean
+    if any_missing:
+        x[missing] = 0.0
+    return {"count": count, "mean": mean, "m2": np.einsum("ij,ij->j", x, x)}
+
+
+def of_chunk(values: np.ndarray, stats: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The statistics of a chunk's values (rows × elements; NaN: missing); ``stats``: their moments, if known."""
+    stats = stats or moments(values)
     rows, size = values.shape
-    mean = values.mean(axis=0) if rows else np.zeros(size)
+    flat = bins(values) + NUM_BINS * np.arange(size)
+    flat[np.isnan(values)] = NUM_BINS * size  # a bin past the last, dropped
     return {
-        "count": np.int64(rows),
-        "mean": mean,
-        "m2": ((values - mean) ** 2).sum(axis=0),
-        "min": values.min(axis=0) if rows else np.full(size, np.inf),
-        "max": values.max(axis=0) if rows else np.full(size, -np.inf),
-        "histogram": np.bincount(flat, minlength=NUM_BINS * size).reshape(size, NUM_BINS),
+        **stats,
+        "missing": rows - stats["count"],
+        "min": np.fmin.reduce(values, axis=0, initial=np.inf).astype(np.float64),
+        "max": np.fmax.reduce(values, axis=0, initial=-np.inf).astype(np.float64),
+        "histogram": np.bincount(flat.ravel(), minlength=NUM_BINS * size + 1)[:-1].reshape(size, NUM_BINS),
     }
+
+
+MERGES = {"missing": np.add, "min": np.minimum, "max": np.maximum, "histogram": np.add}
 
 
 def merged(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Two parts' statistics as one: exact for counts, bounds and histograms; the moments as Chan et al. merge
-    them (so the order of merging is fixed: input order)."""
+    """Two parts' statistics (or moments) as one: exact for counts, bounds and histograms; the moments as Chan et
+    al. merge them, per element (so the order of merging is fixed: input order)."""
     n = a["count"] + b["count"]
-    if not b["count"]:
-        return a
-    if not a["count"]:
-        return b
+    some = n > 0
     delta = b["mean"] - a["mean"]
-    return {
+    out = {
         "count": n,
-        "mean": a["mean"] + delta * (b["count"] / n),
-        "m2": a["m2"] + b["m2"] + delta**2 * (a["count"] * b["count"] / n),
-        "min": np.minimum(a["min"], b["min"]),
-        "max": np.maximum(a["max"], b["max"]),
-        "histogram": a["histogram"] + b["histogram"],
+        "mean": a["mean"] + delta * np.divide(b["count"], n, out=np.zeros(n.shape), where=some),
+        "m2": a["m2"] + b["m2"] + delta**2 * np.divide(a["count"] * b["count"], n, out=np.zeros(n.shape), where=some),
     }
+    return out | {key: merge(a[key], b[key]) for key, merge in MERGES.items() if key in a}
 
 
 def summary(stats: dict[str, np.ndarray]) -> dict[str, Any]:
-    """As JSON values, per element: count, mean, std, min, max, zero share, and the histogram's non-empty bins
-    ({bin: count})."""
-    n = int(stats["count"])
+    """As JSON values, per element: count of values present, missing rows, mean, std, min, max (null without a
+    value), zero share (of the values present), and the histogram's non-empty bins ({bin: count})."""
+    count = stats["count"]
+    present = np.maximum(count, 1)
     return {
-        "count": n,
+        "count": count.tolist(),
+        "missing": stats["missing"].tolist(),
         "mean": stats["mean"].tolist(),
-        "std": np.sqrt(stats["m2"] / max(n, 1)).tolist(),
-        "min": stats["min"].tolist(),
-        "max": stats["max"].tolist(),
-        "zero_share": (stats["histogram"][:, ZERO_BIN] / max(n, 1)).tolist(),
+        "std": np.sqrt(stats["m2"] / present).tolist(),
+        "min": [v if c else None for v, c in zip(stats["min"].tolist(), count, strict=True)],
+        "max": [v if c else None for v, c in zip(stats["max"].tolist(), count, strict=True)],
+        "zero_share": (stats["histogram"][:, ZERO_BIN] / present).tolist(),
         "histogram": [{str(b): int(c) for b, c in enumerate(row) if c} for row in stats["histogram"]],
     }
+
+
+INTEGERS = ("count", "missing", "histogram")
 
 
 def to_json(stats: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -101,4 +126,160 @@ def to_json(stats: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def from_json(stats: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=np.int64 if k in ("count", "histogram") else np.float64) for k, v in stats.items()}
+    return {k: np.asarray(v, dtype=np.int64 if k in INTEGERS else np.float64) for k, v in stats.items()}
+
+
+# Categorical features ---------------------------------------------------------------------------------------
+
+TOP_VALUES = 1000
+"""Most frequent values recorded in the statistics."""
+MIN_CAPACITY = 1 << 16
+SKETCH_BITS = 14
+"""HyperLogLog registers: 2^14 (a standard error of 1.04/√2^14 ≈ 0.8%)."""
+HASH_BITS = 64 - SKETCH_BITS
+
+
+def capacity(max_tokens: int) -> int:
+    """Values a counter keeps when it prunes (it prunes on reaching twice as many): enough for a vocabulary of
+    ``max_tokens`` (0: none) with room to spare."""
+    return max(2 * max_tokens, MIN_CAPACITY)
+
+
+class ValueCounts:
+    """A categorical feature's value counts over some rows, in bounded memory: on reaching twice its capacity it
+    keeps the top ``capacity`` values by (count desc, value bytes asc), so the counts are exact while nothing was
+    pruned, and the distinct count then comes from a HyperLogLog sketch (Ertl's improved estimator) of every value
+    seen. Deterministic: the same adds and merges in the same order give the same counts."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.counts: Counter[bytes] = Counter()
+        self.rows = self.values = self.missing = 0
+        self.registers: np.ndarray | None = None
+        """The sketch of every value seen, kept from the first pruning on (None: the counts hold every value)."""
+
+    def add(self, values: list[bytes], rows: int, missing: int) -> None:
+        """A chunk's values (a list feature's: every list's items) of ``rows`` rows, ``missing`` of them without a
+        value."""
+        chunk = Counter(values)
+        self.counts.update(chunk)
+        self.rows, self.values, self.missing = self.rows + rows, self.values + len(values), self.missing + missing
+        if self.registers is not None:
+            _sketch(self.registers, chunk)
+        self._bound()
+
+    def merge(self, other: ValueCounts) -> None:
+        """Add the counts of the rows after these."""
+        self.counts.update(other.counts)
+        self.rows, self.values, self.missing = (
+            self.rows + other.rows,
+            self.values + other.values,
+            self.missing + other.missing,
+        )
+        if self.registers is not None or other.registers is not None:
+            self.registers = np.maximum(self.sketch(), other.sketch())
+        self._bound()
+
+    def _bound(self) -> None:
+        if len(self.counts) > 2 * self.capacity:
+            if self.registers is None:
+                self.registers = self.sketch()
+            self.counts = Counter(dict(self.ranked()[: self.capacity]))
+
+    def sketch(self) -> np.ndarray:
+        """The HyperLogLog registers of every value seen."""
+        if self.registers is not None:
+            return self.registers
+        return _sketch(np.zeros(1 << SKETCH_BITS, np.uint8), self.counts)
+
+    def ranked(self) -> list[tuple[bytes, int]]:
+        """(value, count), most frequent first, ties in byte order."""
+        return sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
+
+    def distinct(self) -> tuple[int, bool]:
+        """(the count of distinct values, whether it is exact)."""
+        return (len(self.counts), True) if self.registers is None else (round(estimate(self.registers)), False)
+
+    def summary(self, ranked: list[tuple[bytes, int]]) -> dict[str, Any]:
+        """As the manifest's statistics record it (``ranked``: this counter's)."""
+        distinct, exact = self.distinct()
+        return {
+            "rows": self.rows,
+            "values": self.values,
+            "missing": self.missing,
+            "distinct": distinct,
+            "distinct_exact": exact,
+            "top": [[value.decode(), count] for value, count in ranked[:TOP_VALUES]],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly, as JSON values (how a writer hands a piece's counts on)."""
+        return {
+            "capacity": self.capacity,
+            "rows": self.rows,
+            "values": self.values,
+            "missing": self.missing,
+            "registers": None if self.registers is None else self.registers.tobytes().hex(),
+            "counts": [[value.decode(), count] for value, count in self.counts.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ValueCounts:
+        counts = cls(data["capacity"])
+        counts.rows, counts.values, counts.missing = data["rows"], data["values"], data["missing"]
+        counts.counts = Counter({value.encode(): count for value, count in data["counts"]})
+        if data["registers"] is not None:
+            counts.registers = np.frombuffer(bytes.fromhex(data["registers"]), np.uint8).copy()
+        return counts
+
+
+def vocabulary(ranked: list[tuple[bytes, int]], min_count: int, max_tokens: int) -> list[str]:
+    """The tokens: values seen at least ``min_count`` times, most frequent first (ties in byte order), at most
+    ``max_tokens``."""
+    return [value.decode() for value, count in itertools.takewhile(lambda vc: vc[1] >= min_count, ranked)][:max_tokens]
+
+
+def _sketch(registers: np.ndarray, values: Iterable[bytes]) -> np.ndarray:
+    """Add the values to the HyperLogLog registers (in place): a value's 64-bit BLAKE2b hash picks its register by
+    its top bits, and the register keeps the largest rank (leading zeros + 1) of the rest."""
+    hashes = np.frombuffer(b"".join(hashlib.blake2b(v, digest_size=8).digest() for v in values), "<u8")
+    rest = (hashes & np.uint64((1 << HASH_BITS) - 1)).astype(np.float64)  # exact: below 2^53
+    rank = HASH_BITS + 1 - np.frexp(rest)[1]  # frexp's exponent is the bit length (0 for 0: rank HASH_BITS + 1)
+    np.maximum.at(registers, (hashes >> np.uint64(HASH_BITS)).astype(np.intp), rank.astype(np.uint8))
+    return registers
+
+
+def estimate(registers: np.ndarray) -> float:
+    """The distinct values a HyperLogLog sketch has seen, by Ertl's improved raw estimator (arXiv:1702.01284,
+    algorithm 6: no bias tables, accurate from 0 up)."""
+    m, q = len(registers), HASH_BITS
+    c = np.bincount(registers, minlength=q + 2).tolist()
+    z = m * _tau(1 - c[q + 1] / m)
+    for k in range(q, 0, -1):
+        z = 0.5 * (z + c[k])
+    z += m * _sigma(c[0] / m)
+    return m * m / (2 * math.log(2)) / z
+
+
+def _sigma(x: float) -> float:
+    if x == 1:
+        return math.inf
+    y, z = 1.0, x
+    while True:
+        x *= x
+        z, before = z + x * y, z
+        y += y
+        if z == before:
+            return z
+
+
+def _tau(x: float) -> float:
+    if x in (0, 1):
+        return 0.0
+    y, z = 1.0, 1 - x
+    while True:
+        x = math.sqrt(x)
+        y *= 0.5
+        z, before = z - (1 - x) ** 2 * y, z
+        if z == before:
+            return z / 3

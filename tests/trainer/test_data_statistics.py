@@ -46,7 +46,7 @@ def in_chunks(data: np.ndarray, cuts: list[int]) -> dict:
 def test_each_statistic_is_what_numpy_and_the_stated_bins_give():
     data = values()
     summary = statistics.summary(in_chunks(data, [120, 121, 400]))
-    assert summary["count"] == len(data)
+    assert summary["count"] == [len(data)] * 5 and summary["missing"] == [0] * 5
     np.testing.assert_allclose(summary["mean"], data.mean(axis=0), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(summary["std"], data.std(axis=0), rtol=1e-9, atol=1e-12)
     assert summary["min"] == data.min(axis=0).tolist() and summary["max"] == data.max(axis=0).tolist()
@@ -87,3 +87,26 @@ def test_any_cut_into_chunks_gives_the_same_bytes_in_the_same_order():
     np.testing.assert_allclose(other["std"], json.loads(whole)["std"], rtol=1e-12)
     roundtrip = statistics.from_json(json.loads(json.dumps(statistics.to_json(in_chunks(data, [250])))))
     assert json.dumps(statistics.summary(roundtrip), sort_keys=True) == whole
+
+
+def test_missing_values_are_counted_apart_and_left_out_of_every_other_statistic():
+    """NaN is a missing value: per element its rows are counted as missing, and the count, moments, bounds, zero
+    share and histogram are those of the values present, whatever the cut into chunks (a chunk where an element
+    has no value at all included)."""
+    data = values()
+    rng = np.random.default_rng(11)
+    data[rng.random(data.shape) < 0.2] = np.nan
+    data[:100, 3] = np.nan  # the first chunk below holds no value of this element
+    summary = statistics.summary(in_chunks(data, [100, 101, 400]))
+    present = ~np.isnan(data)
+    assert summary["count"] == present.sum(axis=0).tolist()
+    assert summary["missing"] == (~present).sum(axis=0).tolist()
+    for j in range(data.shape[1]):
+        column = data[present[:, j], j]
+        np.testing.assert_allclose(summary["mean"][j], column.mean(), rtol=1e-12)
+        np.testing.assert_allclose(summary["std"][j], column.std(), rtol=1e-9, atol=1e-12)
+        assert (summary["min"][j], summary["max"][j]) == (column.min(), column.max())
+        assert summary["zero_share"][j] == (column == 0).sum() / len(column)
+        assert sum(summary["histogram"][j].values()) == len(column)
+    empty = statistics.summary(statistics.of_chunk(np.full((3, 1), np.nan)))
+    assert (empty["count"], empty["missing"], empty["min"], empty["max"]) == ([0], [3], [None], [None])

@@ -87,7 +87,7 @@ WRITERS = {
 
 def read_all(pieces: list[readers.Piece], spec: dict) -> tuple[np.ndarray, np.ndarray]:
     chunks = [c for p in pieces for c in readers.chunks(p, DataSpec.model_validate({"source": "unused", **spec}))]
-    return np.concatenate([c.features["pixel"] for c in chunks]), np.concatenate([c.labels for c in chunks])
+    return np.concatenate([c.numeric["pixel"] for c in chunks]), np.concatenate([c.labels for c in chunks])
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -116,16 +116,21 @@ BAD_ROWS = {  # format, the bad line written after 5 good rows (5: header + 5 ro
         lambda good: "12" + good[good.index(",") :],
         "line 7, field 'label': 12 is not a class in [0, 10)",
     ),
-    "jsonl: field missing": (
+    "jsonl: not a list": (
         "jsonl",
-        lambda good: json.dumps({"label": 1}),
-        "line 6, field 'pixel': None is not 64 numbers",
+        lambda good: json.dumps({"label": 1, "pixel": "x"}),
+        "line 6, field 'pixel': 'x' is not a list",
+    ),
+    "jsonl: a list too short": (
+        "jsonl",
+        lambda good: json.dumps({"label": 1, "pixel": [0.0] * 60}),
+        "line 6, field 'pixel': 60 values, expected 64",
     ),
     "jsonl: not JSON": ("jsonl", lambda good: good[:-5], "line 6: not a JSON object"),
     "jsonl: not finite": (
         "jsonl",
-        lambda good: good.replace("[0.0", "[NaN", 1),
-        "line 6, field 'pixel[0]': nan is not a finite number",
+        lambda good: good.replace("[0.0", "[Infinity", 1),
+        "line 6, field 'pixel[0]': inf is not a finite number (of float32's range)",
     ),
 }
 
@@ -156,7 +161,7 @@ def test_a_bad_parquet_record_is_refused_naming_it(tmp_path):
     pq.write_table(
         pa.table({"label": pa.array([*labels[:6].tolist(), None, *labels[7:].tolist()]), "pixel": list(pixels)}), path
     )
-    with pytest.raises(readers.BadData, match=r"digits.parquet, record 7, field 'label': no value \(null\)"):
+    with pytest.raises(readers.BadData, match=r"digits.parquet, record 7, field 'label': no value \(every row needs"):
         read_all(readers.pieces(readers.expand([path]), "parquet"), data_spec("parquet"))
     pq.write_table(
         pa.table({"label": labels, "pixel": [*map(list, pixels[:3]), pixels[3][:60].tolist(), *map(list, pixels[4:])]}),
