@@ -376,8 +376,20 @@ def data_manifest(
         "version": data.MANIFEST_VERSION,
         "input_fingerprint": fingerprint,
         "inputs": inputs,
-        "features": [{"name": f.name, "shape": f.shape} for f in data_spec.features],
-        "label": data_spec.label.model_dump(mode="json"),
+        "features": [  # stand-in for the data helper's version 4 entries (numeric features, integer classes only)
+            {"name": f.name, "kind": "numeric", "shape": f.shape, "missing_indicator": f.missing_indicator}
+            for f in data_spec.numeric_features
+        ],
+        "label": {
+            "name": data_spec.label.name,
+            "task": data_spec.label.task,
+            "stored": "index",
+            "classes": data_spec.label.class_names,
+            "num_classes": data_spec.label.num_classes,
+            "positive": None,
+            "mean": None,
+            "std": None,
+        },
         "eval_fraction": data_spec.eval_fraction,
         "stats": train_stats(results),
         "class_counts": sum(r["classes"]["train"] + r["classes"]["eval"] for r in results).tolist(),
