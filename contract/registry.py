@@ -15,6 +15,9 @@ METADATA = "metadata.json"
 DATA_STATISTICS = "data_statistics.json"
 """In each version's directory: the statistics of the data it was trained on (the data manifest's), which the
 data gate of a later run compares its own with."""
+VOCABULARIES = "vocabularies"
+"""In each version's directory: the vocabularies of its categorical features (the run's ``data/vocabularies/``,
+``<feature>.json``), by which a later run's warm start matches the rows of their tables."""
 WITHDRAWN_DIR = ".withdrawn"
 """In a model's directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
 subdirectory names for versions, so it never reads this one, and its "latest" policy serves the newest version

@@ -127,7 +127,8 @@ class HashedCross(keras.layers.Layer):
     def call(self, values):
         columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
         crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
-        return tf.nn.safe_embedding_lookup_sparse(self.embeddings.value, crossed, combiner="sum")
+        rows = tf.nn.embedding_lookup(self.embeddings.value, crossed.values)  # one gather: one plain sparse gradient
+        return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
 
 
 class Destandardize(keras.layers.Layer):

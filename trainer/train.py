@@ -70,20 +70,25 @@ HOROVOD_FAILED = re.compile(r"Horovod has been shut down|gloo/transport|\{\{node
 """A TensorFlow error of a Horovod collective (a peer lost: Gloo's read error, or Horovod shut down after it)."""
 
 
-def densified(tf, gradients: list, variables: list, max_rows: int) -> list:
+def densified(tf, gradients: list, variables: list, max_rows: int, static_only: bool = False) -> list:
     """The gradients with those of tables of at most ``max_rows`` rows (IndexedSlices, from embedding lookups) made
-    dense. A sparse gradient is all-gathered: every replica's looked-up rows (at least the global batch of them);
-    a ring all-reduce of the dense table moves twice its rows: the smaller wins."""
+    dense: a sparse gradient is all-gathered, every replica's looked-up rows (at least the global batch of them),
+    where a ring all-reduce of the dense table moves twice its rows. With ``static_only``, also those whose number
+    of rows is known only at run time (lists, crosses)."""
     return [
-        tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) and v.shape[0] <= max_rows else g
+        tf.convert_to_tensor(g)
+        if isinstance(g, tf.IndexedSlices) and (v.shape[0] <= max_rows or (static_only and g.values.shape[0] is None))
+        else g
         for g, v in zip(gradients, variables, strict=True)
     ]
 
 
 class Mirrored:
     """MultiWorkerMirroredStrategy over the TF_CONFIG cluster; every worker takes part in saving. The optimizer
-    all-reduces the gradients; a sparse one (IndexedSlices) is all-gathered, unless its table is small
-    (``densified``)."""
+    all-reduces the gradients; a sparse one (IndexedSlices) is all-gathered, unless its table is small or its
+    number of rows varies (a list's, a cross's): TensorFlow 2.21 pads those to the longest inside a ``tf.cond``,
+    and with a few of them in one step the workers' collectives failed ("Shape mismatch in the collective
+    instance"), so they are made dense (``densified``)."""
 
     every_worker_saves = True
     steps_per_call = STEPS_PER_CALL
@@ -105,7 +110,7 @@ class Mirrored:
         """Called once the checkpoint, if any, is restored."""
 
     def sync_gradients(self, gradients: list, variables: list) -> list:
-        return densified(self.tf, gradients, variables, self.dense_rows)  # the optimizer all-reduces them
+        return densified(self.tf, gradients, variables, self.dense_rows, static_only=True)  # the optimizer reduces
 
     def _chunk(self, replica_step, size: int):
         """tf.function running ``steps`` steps from ``iterator``: the sum of their step vectors (``size`` values)
@@ -208,7 +213,18 @@ class Horovod:
             variable.assign(self.hvd.broadcast(self.tf.convert_to_tensor(variable), root_rank=0, name=f"init_{i}"))
 
     def sync_gradients(self, gradients: list, variables: list) -> list:
-        return self.grouped_allreduce(densified(self.tf, gradients, variables, self.dense_rows), op=self.hvd.Sum)
+        """The gradients summed over the ranks: the dense ones in one grouped all-reduce, the sparse ones in another
+        (Horovod 0.28.1 pairs the gathered slices with the wrong tensors when both kinds are in one call), their
+        indices as int64 (one all-gather takes one dtype; a cross's ids are int64, a lookup's int32)."""
+        tf, hvd = self.tf, self.hvd
+        gradients = densified(tf, gradients, variables, self.dense_rows)
+        sparse = [i for i, g in enumerate(gradients) if isinstance(g, tf.IndexedSlices)]
+        dense = [i for i, g in enumerate(gradients) if i not in sparse]
+        slices = [gradients[i] for i in sparse]
+        as_int64 = [tf.IndexedSlices(g.values, tf.cast(g.indices, tf.int64), g.dense_shape) for g in slices]
+        summed = dict(zip(dense, self.grouped_allreduce([gradients[i] for i in dense], op=hvd.Sum), strict=True))
+        summed.update(zip(sparse, self.grouped_allreduce(as_int64, op=hvd.Sum), strict=True))
+        return [summed[i] for i in range(len(gradients))]
 
     def step_runner(self, replica_step, size: int, dataset_fn):
         tf, hvd = self.tf, self.hvd
@@ -394,6 +410,7 @@ class TrainingRun:
         import keras
 
         self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
+        self.manifest = manifest
         self.global_batch = self.training.global_batch_size
         self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
@@ -464,7 +481,7 @@ class TrainingRun:
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
         record = ParentRestore(self.spec, self.args.run, self.args.model_dir, self.args.warm_start_record).restore(
-            self.tf, self.model, self.optimizer
+            self.tf, self.model, self.optimizer, self.manifest, self.args.data
         )
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start_record, record)

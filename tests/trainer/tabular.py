@@ -24,7 +24,7 @@ FEATURES = [
     {"name": "age", "missing_indicator": True},
     {"name": "scores", "shape": [2]},
     {"name": "country", "kind": "categorical", "vocabulary": {"max_tokens": 10, "oov_buckets": 2}},
-    {"name": "device", "kind": "categorical", "hash_buckets": 16},
+    {"name": "device", "kind": "categorical", "hash_buckets": 1000},
     {"name": "store", "kind": "categorical", "dtype": "int64"},
     {"name": "recent", "kind": "categorical_list", "combiner": "mean", "max_values": 4},
 ]
