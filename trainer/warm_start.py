@@ -81,6 +81,14 @@ def live_objects(tf, root) -> dict[str, Any]:
     return found
 
 
+def first_paths(objects: dict[str, Any]) -> dict[int, str]:
+    """Each object's first path (a variable the model and the optimizer both hold: the model's)."""
+    found: dict[int, str] = {}
+    for path, obj in objects.items():
+        found.setdefault(id(obj), path)
+    return found
+
+
 def differences(
     ours: dict[str, tuple], parent: dict[str, tuple], part: str, model=None, by_token: frozenset[str] = frozenset()
 ) -> list[str]:
@@ -222,11 +230,12 @@ class ParentRestore:
             return self.record(model, mismatched)
         with_optimizer = not differences(ours, parent, "optimizer", by_token=frozenset(rows))
         learning_rate = optimizer.learning_rate.numpy()
-        reader = tf.train.load_checkpoint(prefix)
+        reader, path_of = tf.train.load_checkpoint(prefix), first_paths(objects)
         for path in ours:  # the parent's step counter is not restored
-            if path.startswith("model/") or (with_optimizer and path.startswith("optimizer/")):
+            variable = objects[path]
+            if path == path_of[id(variable)] and (path.startswith("model/") or with_optimizer):
                 value = reader.get_tensor(stored[path][0])
-                objects[path].assign(rows[path].carried(objects[path].numpy(), value) if path in rows else value)
+                variable.assign(rows[path].carried(variable.numpy(), value) if path in rows else value)
         optimizer.learning_rate.assign(learning_rate)
         restored = "model and optimizer" if with_optimizer else "model (another optimizer)"
         return self.record(model, restored=restored, vocabularies=vocabularies)
@@ -245,7 +254,7 @@ class ParentRestore:
         has, with its vocabulary."""
         from tfdist.trainer.preprocessing import read_vocabulary
 
-        path_of = {id(obj): path for path, obj in objects.items()}
+        path_of = first_paths(objects)
         layers = {obj.name: obj for path, obj in objects.items() if re.fullmatch(r"model/_operations/\d+", path)}
         rows: dict[str, TokenRows] = {}
         counts = {}

@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections import Counter
 
 import numpy as np
 
-from tfdist.contract import MANIFEST, write_json_atomic
+from tfdist.contract import MANIFEST, read_json, registry, write_json_atomic
 from tfdist.spec import load_spec
 from tfdist.spec.model import embedding_dim
 
@@ -225,3 +226,25 @@ def example(tf, d, label: dict, data: dict, i: int):
     else:
         target.int64_list.value[:] = [int(y)]
     return ex
+
+
+def publish(plan, version: int) -> str:
+    """What a warm start reads of a published version, as export leaves it: the training checkpoint, the
+    vocabularies and metadata.json (a stand-in for the export stage until it serves categorical features)."""
+    from tfdist.trainer.export import keep_checkpoint
+
+    result, run = read_json(plan.layout.result("train")), read_json(plan.layout.run_file)
+    path = os.path.join(plan.model_dir, str(version))
+    keep_checkpoint(result["checkpoint"], registry.warm_start_checkpoint(path))
+    shutil.copytree(os.path.join(plan.layout.data_dir, "vocabularies"), os.path.join(path, registry.VOCABULARIES))
+    write_json_atomic(
+        registry.metadata_file(path),
+        {
+            "version": version,
+            "run_id": run["run_id"],
+            "data_interval_end": run["data_interval_end"],
+            "train_metrics": result["metrics"],
+            "parent": None,
+        },
+    )
+    return path
