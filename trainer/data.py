@@ -85,7 +85,9 @@ def parse_fn(tf, manifest: dict[str, Any]):
         if f["kind"] == "categorical_list":
             return value.to_tensor("")
         if f["dtype"] == "int64":
-            return tf.where(value == "", tf.constant(MISSING_INT64, tf.int64), tf.strings.to_number(value, tf.int64))
+            missing = value == ""
+            number = tf.strings.to_number(tf.where(missing, "0", value), tf.int64)
+            return tf.where(missing, tf.constant(MISSING_INT64, tf.int64), number)
         return value
 
     def parse(serialized):

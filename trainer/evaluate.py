@@ -151,7 +151,7 @@ def scored_candidates(
                 "checkpoint": path,
                 "step": step,
                 "examples": len(labels),
-                "metrics": compute_metrics(probabilities, labels, spec.model.metrics),
+                "metrics": compute_metrics(probabilities, labels, spec.metrics),
                 "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"]),
             }
         )
@@ -180,7 +180,7 @@ def compare_with_baseline(
             ],
         )
     try:
-        base = baseline_metrics(tf, baseline, args.data, manifest, spec.model.metrics)
+        base = baseline_metrics(tf, baseline, args.data, manifest, spec.metrics)
     except Exception as exc:
         return (
             {"version": baseline["version"], "path": baseline["path"], "error": str(exc)},

@@ -745,9 +745,11 @@ def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
         if role != "ps":
             return
     tables = table_bytes(spec, manifest)
+    if not tables:
+        return
     needed = max(sum(tables.values()) // t.num_ps, max(tables.values())) if role == "ps" else sum(tables.values())
     available, source = memory_limit()
-    if tables and needed > available // 2:
+    if needed > available // 2:
         largest = sorted(tables.items(), key=lambda item: -item[1])
         fix = f"give the {role}s more memory" + (" or add parameter servers (training.num_ps)" if role == "ps" else "")
         fail(

@@ -69,7 +69,7 @@ class TaskSums:
             return {"accuracy": float(sums[0]) / n}
         if self.task == "regression":
             return {"rmse": math.sqrt(float(sums[0]) / n)}
-        positives, negatives = np.split(sums[1:], 2)
+        positives, negatives = np.split(np.asarray(sums[1:], np.float64), 2)
         return {"accuracy": float(sums[0]) / n, "auc": auc(positives, negatives)}
 
 

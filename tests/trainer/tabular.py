@@ -59,7 +59,7 @@ def rows(n: int, seed: int, countries: list[str] = COUNTRIES) -> dict[str, list]
     country = rng.choice(countries, n, p=weights / weights.sum()).tolist()
     country = [c if rng.random() > 0.05 else None for c in country]
     device = rng.choice(DEVICES, n).tolist()
-    store = rng.choice(STORES, n).tolist()
+    store = [s if rng.random() > 0.03 else None for s in rng.choice(STORES, n).tolist()]
     recent = [rng.choice(ITEMS, rng.integers(0, 5), replace=False).tolist() for _ in range(n)]
     age = rng.normal(40, 12, n)
     scores = rng.normal(0, 1, (n, 2))
@@ -69,7 +69,7 @@ def rows(n: int, seed: int, countries: list[str] = COUNTRIES) -> dict[str, list]
         + scores[:, 0]
         + np.array([effect.get(c, 0.0) if c else 1.0 for c in country])
         + np.array([{"ios": 1.0, "android": -1.0}.get(d, 0.0) for d in device])
-        + np.array([(s - 103) * 0.5 for s in store])
+        + np.array([(s - 103) * 0.5 if s else 0.0 for s in store])
         + np.array([np.mean([int(i[4:]) / 15 - 1 for i in r]) if r else 0.0 for r in recent])
     )
     return {
