@@ -1,7 +1,7 @@
 """The training loss and the train metrics by task (docs/tabular.md: "Training progress and curves").
 
 A step returns one float vector: its loss, then the sums its task's metrics are made of (multiclass: correct
-predictions; binary: correct predictions at 0.5, then per probability bucket the positives and the negatives;
+predictions; binary: correct predictions at 0.5, then per probability bucket the negatives, then the positives;
 regression: the squared error in the target's units). Sums add up exactly over steps, replicas, workers and ranks,
 so the metrics, AUC included, are those of every example trained on, whichever the mode."""
 
@@ -51,12 +51,11 @@ class TaskSums:
         target = tf.cast(labels, tf.float32)
         if self.task == "regression":
             return tf.reduce_sum(tf.square(outputs[:, 0] - target))[None]
-        probability = outputs[:, 0]
-        correct = tf.reduce_sum(tf.cast(tf.equal(probability >= 0.5, target > 0.5), tf.float32))
+        probability, positive = outputs[:, 0], tf.cast(labels, tf.int32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(probability >= 0.5, positive == 1), tf.float32))
         bucket = tf.clip_by_value(tf.cast(probability * AUC_BUCKETS, tf.int32), 0, AUC_BUCKETS - 1)
-        positives = tf.math.unsorted_segment_sum(target, bucket, AUC_BUCKETS)
-        negatives = tf.math.unsorted_segment_sum(1.0 - target, bucket, AUC_BUCKETS)
-        return tf.concat([correct[None], positives, negatives], 0)
+        counts = tf.math.bincount(bucket + AUC_BUCKETS * positive, minlength=2 * AUC_BUCKETS, dtype=tf.float32)
+        return tf.concat([correct[None], counts], 0)  # the negatives per bucket, then the positives
 
     def summarized(self, sums: np.ndarray, steps: int, examples: int) -> tuple[float, dict[str, float | None]]:
         """(the mean loss of ``steps``, the train metrics of their ``examples``) from the sum of their step vectors."""
@@ -69,7 +68,7 @@ class TaskSums:
             return {"accuracy": float(sums[0]) / n}
         if self.task == "regression":
             return {"rmse": math.sqrt(float(sums[0]) / n)}
-        positives, negatives = np.split(np.asarray(sums[1:], np.float64), 2)
+        negatives, positives = np.split(np.asarray(sums[1:], np.float64), 2)
         return {"accuracy": float(sums[0]) / n, "auc": auc(positives, negatives)}
 
 
