@@ -80,9 +80,9 @@ def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, d
     }
 
 
-def check_candidate(tf, spec: Spec, manifest, manifest_sha: str, path: str, train_result: dict):
+def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, path: str, train_result: dict):
     """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
-    model, step = restore_checked(tf, spec, manifest, path)
+    model, step = restore_checked(tf, spec, manifest, data_dir, path)
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
     if non_finite:
         raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
@@ -131,7 +131,7 @@ def scored_candidates(
     scored = []
     for path in candidates:
         try:
-            model, step = check_candidate(tf, spec, manifest, manifest_sha, path, train_result)
+            model, step = check_candidate(tf, spec, manifest, args.data, manifest_sha, path, train_result)
         except IntegrityError as exc:
             write_json_atomic(
                 os.path.join(args.out, BLESSING),
@@ -151,7 +151,7 @@ def scored_candidates(
                 "checkpoint": path,
                 "step": step,
                 "examples": len(labels),
-                "metrics": compute_metrics(probabilities, labels, spec.model.metrics),
+                "metrics": compute_metrics(probabilities, labels, spec.metrics),
                 "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"]),
             }
         )
@@ -180,7 +180,7 @@ def compare_with_baseline(
             ],
         )
     try:
-        base = baseline_metrics(tf, baseline, args.data, manifest, spec.model.metrics)
+        base = baseline_metrics(tf, baseline, args.data, manifest, spec.metrics)
     except Exception as exc:
         return (
             {"version": baseline["version"], "path": baseline["path"], "error": str(exc)},
