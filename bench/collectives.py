@@ -48,7 +48,7 @@ def main() -> None:
     with open(os.path.join(args.data, MANIFEST)) as f:
         manifest = json.load(f)
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = build_model(spec, manifest)
+        model = build_model(spec, manifest, args.data)
         optimizer = build_optimizer(spec)
         optimizer.build(model.trainable_variables)
 

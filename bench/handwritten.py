@@ -106,7 +106,7 @@ def main() -> None:
         strategy = tf.distribute.get_strategy()
 
     with strategy.scope():
-        model = build_model(spec, manifest)
+        model = build_model(spec, manifest, args.data)
         optimizer = build_optimizer(spec, scale=hvd.size() if hvd else 1)
         optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)

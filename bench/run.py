@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import follow, parse, serving, warm_start
+from bench import categorical, follow, parse, serving, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -40,6 +40,9 @@ MODES = {
     "horovod": {"backend": "mpi"},
 }
 SYNC_MODES = ("mirrored", "horovod")  # all-reduce modes: bench/collectives.py measures their sync alone
+SPARSE_TABLES = (1_000, 200_000)
+"""Rows of the embedding tables whose sparse and densified sync bench/sparse_sync.py measures (32 wide, 32 lookups
+per replica)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,16 @@ class Training:
         _, lines = run_stage(plan, stage, local_processes(stage, command=command))
         return next(float(m[1]) for _, line in lines if (m := re.search(r"sync_ms ([\d.]+)$", line)))
 
+    def sparse_sync_ms(self, mode: str, rows: int, dense: bool) -> float:
+        """Milliseconds per step of an embedding table's lookup, gradient sync and update (bench/sparse_sync.py),
+        2 workers launched as the train stage launches them."""
+        plan = self.plan(f"sparse-{mode}-{rows}-{dense}", {**MODES[mode], "num_workers": 2})
+        stage = plan.stage("train")
+        command = [sys.executable, "-m", "bench.sparse_sync", mode, "--rows", str(rows), "--dim", "32"]
+        command += ["--lookups", "32", "--steps", str(min(self.steps, 200)), *(["--dense"] if dense else [])]
+        _, lines = run_stage(plan, stage, local_processes(stage, command=command))
+        return next(float(m[1]) for _, line in lines if (m := re.search(r"step_ms ([\d.]+)$", line)))
+
     def handwritten(self, mode: str, workers: int) -> float:
         """Examples/s of bench/handwritten.py: plain processes, neither pinned nor given a thread budget."""
         command = (
@@ -248,6 +261,14 @@ def throughput_and_startup(work: str, budget: Budget) -> dict:
         cases.append((f"handwritten/{mode}/2", lambda r, anchor=anchor: training.handwritten(anchor, 2)))
         if mode in SYNC_MODES:
             cases.append((f"sync/{mode}/2", lambda r, mode=mode: training.sync_ms(mode)))
+        for rows in SPARSE_TABLES:
+            for kind in ("sparse", "dense"):
+                cases.append(
+                    (
+                        f"sparse_sync/{mode}/{rows}/{kind}",
+                        lambda r, mode=mode, rows=rows, kind=kind: training.sparse_sync_ms(mode, rows, kind == "dense"),
+                    )
+                )
     samples: dict[str, list] = {name: [] for name, _ in cases}
     for repetition in range(budget.repetitions):
         for name, measure in alternating(cases, repetition):
@@ -330,6 +351,17 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 )
             )
     for mode in budget.modes:
+        for table in SPARSE_TABLES:
+            rows.append(
+                ratio_row(
+                    f"embedding sync {mode}, 2 workers, {table:,}-row table: step with the sparse gradient / densified",
+                    t[f"sparse_sync/{mode}/{table}/sparse"],
+                    t[f"sparse_sync/{mode}/{table}/dense"],
+                    "",
+                    lambda m: None,
+                )
+            )
+    for mode in budget.modes:
         rows.append(
             ratio_row(
                 f"train start → first steps, {mode} 2 workers / bare import tensorflow",
@@ -390,12 +422,13 @@ def table(results: dict, budget: Budget) -> list[dict]:
             lambda m: m <= 1.5,
         )
     )
-    return (
-        rows
-        + follow.rows(results["follow"], ratio_row)
-        + warm_start.rows(results["warm_start"], ratio_row)
-        + serving.rows(results["serving"], ratio_row)
-    )
+    return [
+        *rows,
+        *follow.rows(results["follow"], ratio_row),
+        *warm_start.rows(results["warm_start"], ratio_row),
+        *categorical.rows(results["categorical"], ratio_row),
+        *serving.rows(results["serving"], ratio_row),
+    ]
 
 
 def absolutes(results: dict) -> list[tuple[str, str]]:
@@ -417,6 +450,8 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
             out.append((f"{name}: throughput", f"{statistics.median(values):,.0f} examples/s"))
         elif name.startswith("sync/"):
             out.append((f"{name}: gradient sync + update alone", f"{statistics.median(values):.3f} ms per step"))
+        elif name.startswith("sparse_sync/"):
+            out.append((f"{name}: lookup, gradient sync, update", f"{statistics.median(values):.3f} ms per step"))
     for s in results["shards"]:
         out.append(
             (
@@ -454,12 +489,13 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
                 f"{results['airflow']['peak_rss_mb']:,.0f} MB",
             )
         )
-    return (
-        out
-        + follow.absolutes(results["follow"])
-        + warm_start.absolutes(results["warm_start"])
-        + serving.absolutes(results["serving"])
-    )
+    return [
+        *out,
+        *follow.absolutes(results["follow"]),
+        *warm_start.absolutes(results["warm_start"]),
+        *categorical.absolutes(results["categorical"]),
+        *serving.absolutes(results["serving"]),
+    ]
 
 
 def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
@@ -539,6 +575,8 @@ def main() -> None:
         results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
         print("warm start and the cost of summaries", flush=True)
         results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
+        print("the tax of categorical features", flush=True)
+        results["categorical"] = categorical.measure(os.path.join(work, "categorical"), budget)
         print("serving latency", flush=True)
         results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
         if budget.airflow_run:

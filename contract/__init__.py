@@ -50,7 +50,6 @@ from tfdist.contract.layout import (
     runs_root,
 )
 from tfdist.contract.progress import (
-    CURVE_FIELDS,
     Beat,
     TrainProgress,
     append_curve_point,
@@ -84,7 +83,6 @@ from tfdist.contract.stages import (
 __all__ = [
     "BLESSING",
     "CORES_ENV",
-    "CURVE_FIELDS",
     "EXIT_HUNG",
     "EXIT_REFUSED",
     "HOROVOD_SHARED_CORES_ENV",

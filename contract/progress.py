@@ -76,7 +76,9 @@ class TrainProgress:
     epochs: int
     loss: float
     """The current epoch's mean training loss so far."""
-    accuracy: float
+    metrics: dict[str, float | None]
+    """The current epoch's train metrics so far, by name (the task's: multiclass accuracy; binary accuracy and auc;
+    regression rmse); None where there is no value yet (an AUC without both classes)."""
     examples_per_sec: float | None
     """Since the first step call (tracing excluded); None until a second call ended."""
     workers: int
@@ -104,16 +106,13 @@ class TrainProgress:
             return None
 
 
-CURVE_FIELDS = ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
-"""A point of the training curve (``curve.jsonl``): the chief appends one at the first step call at or past every
-``training.summary_every_steps`` steps and at the last, with the same values it writes to TensorBoard."""
-
-
 def append_curve_point(path: str, point: dict[str, Any]) -> None:
-    """Append one point (CURVE_FIELDS) to the run's training curve; one short line, written whole."""
+    """Append one point of the training curve (``curve.jsonl``): ``{step, loss, <train metric names>,
+    examples_per_sec, learning_rate}``, the values the chief writes to TensorBoard at the first step call at or past
+    every ``training.summary_every_steps`` steps and at the last. One short line, written whole."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as f:
-        f.write(json.dumps({k: point.get(k) for k in CURVE_FIELDS}) + "\n")
+        f.write(json.dumps(point) + "\n")
 
 
 def read_curve(path: str) -> list[dict[str, Any]]:

@@ -17,9 +17,14 @@ DATA_STATISTICS = "data_statistics.json"
 data gate of a later run compares its own with."""
 
 
+VOCABULARIES = "vocabularies"
+"""The folder of vocabulary files (``<feature>.json``): in a run's data directory, and copied from there into each
+version's directory (a later run's warm start matches table rows by them, its data gate the values outside them)."""
+
+
 def vocabulary_dir(version_path: str) -> str:
-    """In each version's directory: the vocabularies of the data it was trained on (``<feature>.json``)."""
-    return os.path.join(version_path, "vocabularies")
+    """In each version's directory: the vocabularies of the data it was trained on."""
+    return os.path.join(version_path, VOCABULARIES)
 
 
 WITHDRAWN_DIR = ".withdrawn"

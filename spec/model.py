@@ -1099,13 +1099,13 @@ class Spec(_Section):
                 f"model.loss: {m.loss!r} is not a loss of task '{task}'; its losses: {', '.join(LOSSES[task])}"
             )
         known = ("loss", *self.metrics)
-        for metric in m.metrics or ():
-            if metric not in METRICS[task]:
+        for reported in m.metrics or ():
+            if reported not in METRICS[task]:
                 raise ValueError(
-                    f"model.metrics: {metric!r} is not a metric of task '{task}'; its metrics: "
+                    f"model.metrics: {reported!r} is not a metric of task '{task}'; its metrics: "
                     f"{', '.join(METRICS[task])}"
                 )
-        named = [
+        named: list[tuple[str, str | None]] = [
             *((f"thresholds.{k}", k) for k in v.thresholds),
             *((f"change_thresholds.{k}", k) for k in v.change_thresholds),
             ("checkpoint.metric", v.checkpoint.metric),

@@ -21,8 +21,6 @@ MANIFEST_VERSION = 4
 """Of the data manifest's layout (2: each shard's size recorded; 3: the data statistics; 4: feature kinds, label
 tasks, vocabularies, missing values); part of the input fingerprint."""
 READ_PARALLELISM = 2  # fixed: tf.data autotune stalls process exit for tens of seconds
-VOCABULARIES = "vocabularies"
-"""The data directory's folder of vocabulary files, ``<feature>.json``."""
 
 
 def row_hashes(chunk: readers.Chunk) -> np.ndarray:
@@ -138,17 +136,45 @@ def _float_lists(values: np.ndarray) -> list[bytes]:
     return out.view(f"V{out.shape[1]}").ravel().tolist()
 
 
+MISSING_INT64 = -(2**63)
+"""A missing value of an int64 categorical feature as the model takes it (the shards hold ``b""``)."""
+LABELS = {"index": "int64", "binary": "int64", "value": "float32", "name": "string"}
+"""How the label is stored (the manifest's ``label.stored``) → its dtype in the Example."""
+
+
 def parse_fn(tf, manifest: dict[str, Any]):
-    """Batched parser: serialized examples → ({feature: [batch, *shape]}, labels)."""
-    label = manifest["label"]["name"]
-    schema = {f["name"]: tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32) for f in manifest["features"]}
-    schema[label] = tf.io.FixedLenFeature([], tf.int64)
-    shapes = {f["name"]: f["shape"] for f in manifest["features"]}
+    """Batched parser: serialized examples → (the model's raw inputs by feature name, labels), as docs/tabular.md
+    ("Formats") says: numeric float32 [batch, *shape] (NaN: missing); categorical string [batch] (int64 for dtype
+    int64, MISSING_INT64: missing); categorical_list string [batch, None] padded with ""; labels the class index
+    (int64; a class name mapped by the manifest's classes), 0/1 (int64) or the target (float32)."""
+    label = manifest["label"]
+    schema = {label["name"]: tf.io.FixedLenFeature([], getattr(tf, LABELS[label["stored"]]))}
+    for f in manifest["features"]:
+        if f["kind"] == "numeric":
+            schema[f["name"]] = tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32)
+        elif f["kind"] == "categorical":
+            schema[f["name"]] = tf.io.FixedLenFeature([], tf.string)
+        else:
+            schema[f["name"]] = tf.io.RaggedFeature(tf.string)
+    classes = tf.constant(label["classes"] or [], tf.string)
+
+    def raw(f: dict[str, Any], value):
+        if f["kind"] == "numeric":
+            return tf.reshape(value, [-1, *f["shape"]])
+        if f["kind"] == "categorical_list":
+            return value.to_tensor("")
+        if f["dtype"] == "int64":
+            missing = value == ""
+            number = tf.strings.to_number(tf.where(missing, "0", value), tf.int64)
+            return tf.where(missing, tf.constant(MISSING_INT64, tf.int64), number)
+        return value
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, schema)
-        labels = parsed.pop(label)
-        return {n: tf.reshape(v, [-1, *shapes[n]]) for n, v in parsed.items()}, labels
+        labels = parsed.pop(label["name"])
+        if label["stored"] == "name":
+            labels = tf.argmax(tf.cast(tf.equal(labels[:, None], classes[None, :]), tf.int64), axis=1)
+        return {f["name"]: raw(f, parsed[f["name"]]) for f in manifest["features"]}, labels
 
     return parse
 

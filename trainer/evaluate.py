@@ -67,9 +67,9 @@ def shown(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.4f}"
 
 
-def check_candidate(tf, spec: Spec, manifest, manifest_sha: str, path: str, train_result: dict):
+def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, path: str, train_result: dict):
     """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
-    model, step = restore_checked(tf, spec, manifest, path)
+    model, step = restore_checked(tf, spec, manifest, data_dir, path)
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
     if non_finite:
         raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
@@ -143,7 +143,7 @@ def scored_candidates(
     scored = []
     for path in candidates:
         try:
-            model, step = check_candidate(tf, spec, manifest, manifest_sha, path, train_result)
+            model, step = check_candidate(tf, spec, manifest, args.data, manifest_sha, path, train_result)
         except IntegrityError as exc:
             write_json_atomic(
                 os.path.join(args.out, BLESSING),

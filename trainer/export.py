@@ -233,7 +233,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
     manifest = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
     try:
-        model, _ = restore_checked(tf, spec, manifest, blessing["checkpoint"])
+        model, _ = restore_checked(tf, spec, manifest, args.data, blessing["checkpoint"])
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
     with publish_dir(out) as tmp:

@@ -1,67 +1,164 @@
-"""The spec's model: a built-in family (mlp, cnn) or a user ``package.module:function``.
+"""The spec's model: a built-in family (mlp, wide_deep, cnn) or a user ``package.module:function``.
 
-Every model takes a dict of raw features and returns class probabilities; the feature
-normalization computed from the training shards is part of the model, so the exported
-SavedModel serves raw features."""
+Every model takes the raw features by name (docs/tabular.md, "Formats") and returns the task's output: class
+probabilities [batch, classes] (multiclass), the positive class's probability [batch, 1] (binary) or the prediction
+[batch, 1] in the target's units (regression). The preprocessing (tfdist.trainer.preprocessing) is part of the
+model, so the exported SavedModel serves raw rows. Every layer has a fixed name: two builds of a spec name every
+variable alike."""
 
 from __future__ import annotations
 
 import importlib
-import math
+import inspect
 from typing import Any
 
-import numpy as np
-
-from tfdist.spec import CustomModel, MLPModel, Spec
+from tfdist.spec import CNNModel, CustomModel, MLPModel, Spec, WideDeepModel
+from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
 
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "rmsprop": "RMSprop"}
+OUTPUT = {"multiclass": "probabilities", "binary": "probability", "regression": "prediction"}
+"""The name of the model's output layer, by task."""
 
 
-def _inputs_and_normalized(keras, manifest: dict[str, Any]):
-    inputs, normalized = {}, {}
-    for f in manifest["features"]:
-        name, shape = f["name"], f["shape"]
-        stats = manifest["stats"][name]
-        inputs[name] = keras.Input(shape=tuple(shape), name=name)
-        flat = keras.layers.Reshape((math.prod(shape),), name=f"{name}_flat")(inputs[name])
-        norm = keras.layers.Normalization(
-            mean=np.array(stats["mean"]), variance=np.array(stats["variance"]), name=f"{name}_norm"
-        )(flat)
-        normalized[name] = keras.layers.Reshape(tuple(shape) or (1,), name=f"{name}_normalized")(norm)
-    return inputs, normalized
+def output_width(label: dict[str, Any]) -> int:
+    """The model's outputs per row: the classes (multiclass), else 1."""
+    return label["num_classes"] if label["task"] == "multiclass" else 1
 
 
-def _concat(keras, normalized: dict) -> Any:
-    flat = [keras.layers.Flatten()(v) if len(v.shape) > 2 else v for v in normalized.values()]
-    return flat[0] if len(flat) == 1 else keras.layers.Concatenate()(flat)
-
-
-def build_model(spec: Spec, manifest: dict[str, Any]):
+def build_model(spec: Spec, manifest: dict[str, Any], data_dir: str):
+    """The spec's model over the manifest's features, its vocabularies read from ``data_dir``."""
     import keras
 
-    m = spec.model
-    num_classes = manifest["label"]["num_classes"]
-    inputs, normalized = _inputs_and_normalized(keras, manifest)
+    from tfdist.trainer import preprocessing as pre
+
+    p = pre.preprocess(manifest, pre.vocabularies(data_dir, manifest))
+    m, label = spec.model, manifest["label"]
     if isinstance(m, CustomModel):
-        module, _, function = m.factory.partition(":")
-        factory = getattr(importlib.import_module(module), function)
-        shapes = {f["name"]: tuple(f["shape"]) for f in manifest["features"]}
-        user_model = factory(features=shapes, num_classes=num_classes, **m.kwargs)
-        return keras.Model(inputs, user_model(normalized), name="custom")
-    x = _concat(keras, normalized)
-    if isinstance(m, MLPModel):
-        for units in m.hidden_units:
-            x = keras.layers.Dense(units, activation=m.activation)(x)
-            x = keras.layers.Dropout(m.dropout)(x)
-    else:  # cnn
-        x = keras.layers.Reshape(tuple(m.image_shape))(x)
-        for filters in m.filters:
-            x = keras.layers.Conv2D(filters, m.kernel_size, padding="same", activation="relu")(x)
-        x = keras.layers.Flatten()(x)
-        x = keras.layers.Dense(m.dense_units, activation="relu")(x)
-        x = keras.layers.Dropout(m.dropout)(x)
-    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
-    return keras.Model(inputs, outputs, name=m.family)
+        return keras.Model(p.inputs, _custom(m, p, label), name="custom")
+    if isinstance(m, CNNModel):
+        x = _cnn(keras, m, _concatenated(keras, {n: p.values[n] for n, i in p.info.items() if i["kind"] == "numeric"}))
+    else:
+        x = _dense_stack(keras, m, _concatenated(keras, _deep_inputs(p)))
+    if not isinstance(m, WideDeepModel):
+        return keras.Model(p.inputs, _head(keras, x, label), name=m.family)
+    deep = keras.layers.Dense(output_width(label), name="deep_logits")(x)
+    logits = keras.layers.Add(name="logits")([deep, *_wide(keras, m, p, output_width(label))])
+    return keras.Model(p.inputs, _output(keras, logits, label), name=m.family)
+
+
+def _concatenated(keras, values: dict[str, Any], name: str = "features") -> Any:
+    """The values side by side, [batch, n] (a value of more dimensions flattened)."""
+    flat = [keras.layers.Flatten(name=f"{k}_vector")(v) if len(v.shape) > 2 else v for k, v in values.items()]
+    return flat[0] if len(flat) == 1 else keras.layers.Concatenate(name=name)(flat)
+
+
+def _deep_inputs(p) -> dict[str, Any]:
+    """What the dense layers take: numeric values (and missing indicators), each categorical feature's embedding
+    (``<name>_embedding``) or, with embedding_dim 0, its one-hot."""
+    from tfdist.trainer.preprocessing import EmbeddingTable, OneHot
+
+    out = {}
+    for name, info in p.info.items():
+        value = p.values[name]
+        if info["kind"] in ("categorical", "categorical_list"):
+            rows, dim, combiner = info["ids"], info["embedding_dim"], info["combiner"]
+            table = EmbeddingTable(rows, dim, combiner, name=f"{name}_embedding") if dim else None
+            value = table(value) if table else OneHot(rows, combiner, name=f"{name}_onehot")(value)
+        out[name] = value
+    return out
+
+
+def _dense_stack(keras, m: MLPModel | WideDeepModel, x) -> Any:
+    for i, units in enumerate(m.hidden_units):
+        x = keras.layers.Dense(units, activation=m.activation, name=f"hidden_{i}")(x)
+        x = keras.layers.Dropout(m.dropout, name=f"dropout_{i}")(x)
+    return x
+
+
+def _cnn(keras, m: CNNModel, x) -> Any:
+    x = keras.layers.Reshape(tuple(m.image_shape), name="image")(x)
+    for i, filters in enumerate(m.filters):
+        x = keras.layers.Conv2D(filters, m.kernel_size, padding="same", activation="relu", name=f"conv_{i}")(x)
+    x = keras.layers.Flatten(name="conv_flat")(x)
+    x = keras.layers.Dense(m.dense_units, activation="relu", name="dense")(x)
+    return keras.layers.Dropout(m.dropout, name="dropout")(x)
+
+
+def _wide(keras, m: WideDeepModel, p, width: int) -> list:
+    """The linear part's terms: a weight row per id of each categorical feature (``<name>_linear``), per bucket of
+    each cross, and a linear layer over the numeric features."""
+    from tfdist.trainer.preprocessing import EmbeddingTable, HashedCross
+
+    terms, numeric = [], {}
+    for name, info in p.info.items():
+        if info["kind"] in ("categorical", "categorical_list"):
+            table = EmbeddingTable(info["ids"], width, info["combiner"], "zeros", name=f"{name}_linear")
+            terms.append(table(p.values[name]))
+        else:
+            numeric[name] = p.values[name]
+    for cross in m.crosses:
+        layer = HashedCross(cross.hash_buckets, width, name=f"cross_{'_x_'.join(cross.features)}_linear")
+        terms.append(layer([p.strings[name] for name in cross.features]))
+    if numeric:
+        terms.append(keras.layers.Dense(width, name="numeric_linear")(_concatenated(keras, numeric, "numeric")))
+    return terms
+
+
+def _head(keras, x, label: dict[str, Any]) -> Any:
+    """The task's output layer on the last hidden layer."""
+    task = label["task"]
+    if task == "regression":
+        return _output(keras, keras.layers.Dense(1, name="standardized")(x), label)
+    activation = "softmax" if task == "multiclass" else "sigmoid"
+    return keras.layers.Dense(output_width(label), activation=activation, name=OUTPUT[task])(x)
+
+
+def _output(keras, logits, label: dict[str, Any]) -> Any:
+    """The task's output of logits (regression: a standardized prediction)."""
+    from tfdist.trainer.preprocessing import Destandardize
+
+    task = label["task"]
+    if task == "regression":
+        return Destandardize(label["mean"], label["std"], name=OUTPUT[task])(logits)
+    return keras.layers.Activation("softmax" if task == "multiclass" else "sigmoid", name=OUTPUT[task])(logits)
+
+
+def _custom(m: CustomModel, p, label: dict[str, Any]) -> Any:
+    """The factory's model on the preprocessed inputs; a regression's standardized prediction de-standardized."""
+    from tfdist.trainer.preprocessing import Destandardize
+
+    module, _, function = m.factory.partition(":")
+    factory = getattr(importlib.import_module(module), function)
+    parameters = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    offered = {"task": label["task"], "feature_info": p.info}
+    extra = {k: v for k, v in offered.items() if k in parameters or takes_any}
+    width = output_width(label)
+    shapes = {name: info["shape"] for name, info in p.info.items()}
+    output = factory(features=shapes, num_classes=width, **m.kwargs, **extra)(p.values)
+    if tuple(output.shape[1:]) != (width,):
+        raise ValueError(
+            f"model.factory {m.factory}: returns outputs of shape {list(output.shape)}; task '{label['task']}' "
+            f"needs [batch, {width}]"
+        )
+    if label["task"] == "regression":
+        return Destandardize(label["mean"], label["std"], name=OUTPUT["regression"])(output)
+    return output
+
+
+def table_bytes(spec: Spec, manifest: dict[str, Any]) -> dict[str, int]:
+    """The bytes each table of weights by id takes in training (with the optimizer's slots), by what it serves: a
+    categorical feature (its embedding, and wide_deep's weight per id) or a cross ('a × b')."""
+    width = output_width(manifest["label"])
+    wide = isinstance(spec.model, WideDeepModel)
+    found = {
+        f["name"]: f["ids"] * (max(1, f["embedding_dim"]) + (width if wide else 0)) * EMBEDDING_BYTES_PER_VALUE
+        for f in manifest["features"]
+        if f["kind"] != "numeric"
+    }
+    for cross in spec.model.crosses if isinstance(spec.model, WideDeepModel) else ():
+        found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
+    return found
 
 
 def build_optimizer(spec: Spec, scale: float = 1):
@@ -72,10 +169,10 @@ def build_optimizer(spec: Spec, scale: float = 1):
     return getattr(keras.optimizers, OPTIMIZERS[m.optimizer])(learning_rate=m.learning_rate * scale)
 
 
-def restore_model(tf, spec: Spec, manifest: dict[str, Any], checkpoint_path: str):
+def restore_model(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, checkpoint_path: str):
     """(the spec's model with the checkpoint's weights, the checkpoint's training step); fails if the
     checkpoint lacks any of the model's weights."""
-    model = build_model(spec, manifest)
+    model = build_model(spec, manifest, data_dir)
     step = tf.Variable(0, dtype=tf.int64, trainable=False)
     status = tf.train.Checkpoint(model=model, step=step).read(checkpoint_path)
     status.assert_existing_objects_matched()
@@ -89,10 +186,10 @@ class IntegrityError(Exception):
         super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
 
 
-def restore_checked(tf, spec: Spec, manifest: dict[str, Any], path: str):
+def restore_checked(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, path: str):
     """``restore_model``, or IntegrityError('restores')."""
     try:
-        return restore_model(tf, spec, manifest, path)
+        return restore_model(tf, spec, manifest, data_dir, path)
     except Exception as exc:
         raise IntegrityError(
             "restores", path, f"does not restore into the spec's model: {type(exc).__name__}: {exc}"

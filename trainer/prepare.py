@@ -38,6 +38,7 @@ from tfdist.contract import (
     digest_json,
     publish_dir,
     read_json,
+    registry,
     write_json_atomic,
 )
 from tfdist.spec import CategoricalListFeature, NumericFeature
@@ -481,8 +482,8 @@ def write_vocabularies(
                 EXIT_REFUSED,
             )
         content = json.dumps(tokens, ensure_ascii=False, indent=0).encode()
-        name = f"{data.VOCABULARIES}/{f.name}.json"
-        os.makedirs(os.path.join(out_dir, data.VOCABULARIES), exist_ok=True)
+        name = f"{registry.VOCABULARIES}/{f.name}.json"
+        os.makedirs(os.path.join(out_dir, registry.VOCABULARIES), exist_ok=True)
         with open(os.path.join(out_dir, name), "wb") as file:
             file.write(content)
         records[f.name] = {"file": name, "size": len(tokens), "sha256": hashlib.sha256(content).hexdigest()}

@@ -44,6 +44,21 @@ def usable_cores() -> int:
     return cores
 
 
+def memory_limit() -> tuple[int, str]:
+    """(bytes this process may use, where that figure comes from): its cgroup's memory limit (v2 ``memory.max``,
+    v1 ``memory.limit_in_bytes``) where one is below the physical memory, else the physical memory."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and int(limit) < physical:
+            return int(limit), f"the limit of its cgroup, {path}"
+    return physical, "the machine's physical memory"
+
+
 def import_tensorflow():
     """Import TensorFlow on this process's cores (TFDIST_CORES) with its thread budget (TFDIST_THREADS)
     applied before any op runs."""

@@ -39,6 +39,8 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tfdist.contract import (
     CORES_ENV,
     EXIT_REFUSED,
@@ -53,9 +55,10 @@ from tfdist.contract import (
     write_json_atomic,
 )
 from tfdist.trainer import data
-from tfdist.trainer.models import IntegrityError, build_model, build_optimizer
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
+from tfdist.trainer.models import IntegrityError, build_model, build_optimizer, table_bytes
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
+from tfdist.trainer.train_metrics import TaskSums
 from tfdist.trainer.warm_start import ParentRestore
 
 if TYPE_CHECKING:
@@ -67,15 +70,33 @@ HOROVOD_FAILED = re.compile(r"Horovod has been shut down|gloo/transport|\{\{node
 """A TensorFlow error of a Horovod collective (a peer lost: Gloo's read error, or Horovod shut down after it)."""
 
 
+def densified(tf, gradients: list, variables: list, max_rows: int, static_only: bool = False) -> list:
+    """The gradients with those of tables of at most ``max_rows`` rows (IndexedSlices, from embedding lookups) made
+    dense: a sparse gradient is all-gathered, every replica's looked-up rows (at least the global batch of them),
+    where a ring all-reduce of the dense table moves twice its rows. With ``static_only``, also those whose number
+    of rows is known only at run time (lists, crosses)."""
+    return [
+        tf.convert_to_tensor(g)
+        if isinstance(g, tf.IndexedSlices) and (v.shape[0] <= max_rows or (static_only and g.values.shape[0] is None))
+        else g
+        for g, v in zip(gradients, variables, strict=True)
+    ]
+
+
 class Mirrored:
-    """MultiWorkerMirroredStrategy over the TF_CONFIG cluster; every worker takes part in saving."""
+    """MultiWorkerMirroredStrategy over the TF_CONFIG cluster; every worker takes part in saving. The optimizer
+    all-reduces the gradients; a sparse one (IndexedSlices) is all-gathered, unless its table is small or its
+    number of rows varies (a list's, a cross's): TensorFlow 2.21 pads those to the longest inside a ``tf.cond``,
+    and with a few of them in one step the workers' collectives failed ("Shape mismatch in the collective
+    instance"), so they are made dense (``densified``)."""
 
     every_worker_saves = True
     steps_per_call = STEPS_PER_CALL
     learning_rate_scale = 1
 
-    def __init__(self, tf):
+    def __init__(self, tf, training: TrainingSpec):
         self.tf = tf
+        self.dense_rows = training.global_batch_size // 2
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         resolver = self.strategy.cluster_resolver
         self.name = f"{resolver.task_type or 'worker'}-{resolver.task_id or 0}"
@@ -88,23 +109,21 @@ class Mirrored:
     def start(self, model, optimizer) -> None:
         """Called once the checkpoint, if any, is restored."""
 
-    def sync_gradients(self, gradients):
-        return gradients  # the optimizer all-reduces them under the strategy
+    def sync_gradients(self, gradients: list, variables: list) -> list:
+        return densified(self.tf, gradients, variables, self.dense_rows, static_only=True)  # the optimizer reduces
 
-    def _chunk(self, replica_step):
-        """tf.function running ``steps`` steps from ``iterator``: the sums of loss and correct over replicas.
-        Each replica keeps its own sums; they are reduced across workers once per call, not per step."""
+    def _chunk(self, replica_step, size: int):
+        """tf.function running ``steps`` steps from ``iterator``: the sum of their step vectors (``size`` values)
+        over replicas. Each replica keeps its own sums; they are reduced across workers once per call, not per
+        step."""
         strategy, tf = self.strategy, self.tf
-
-        def accumulate(batch, sums):
-            return [total + value for total, value in zip(sums, replica_step(batch), strict=True)]
 
         @tf.function
         def chunk(iterator, steps):
-            sums = strategy.run(lambda: [tf.constant(0.0), tf.constant(0.0)])
+            sums = strategy.run(lambda: tf.zeros([size]))
             for _ in tf.range(steps):
-                sums = strategy.run(accumulate, args=(next(iterator), sums))
-            return [strategy.reduce("SUM", total, axis=None) for total in sums]
+                sums = strategy.run(lambda batch, total: total + replica_step(batch), args=(next(iterator), sums))
+            return strategy.reduce("SUM", sums, axis=None)
 
         return chunk
 
@@ -112,15 +131,16 @@ class Mirrored:
     def _from_context(dataset_fn):
         return lambda ctx: dataset_fn(ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.get_per_replica_batch_size)
 
-    def step_runner(self, replica_step, dataset_fn):
-        """``run(steps)`` → [loss sum, correct sum] over all replicas and ``steps`` steps."""
+    def step_runner(self, replica_step, size: int, dataset_fn):
+        """``run(steps)`` → the sum of the step vectors (``size`` values) over all replicas and ``steps`` steps."""
         iterator = iter(self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn)))
-        chunk = self._chunk(replica_step)
-        return lambda steps: [float(v) for v in chunk(iterator, self.tf.constant(steps))]
+        chunk = self._chunk(replica_step, size)
+        return lambda steps: chunk(iterator, self.tf.constant(steps)).numpy().astype(float)
 
 
 class ParameterServer(Mirrored):
-    """ParameterServerStrategy: this process is the chief; steps are scheduled onto the workers."""
+    """ParameterServerStrategy: this process is the chief; steps are scheduled onto the workers. Each variable lives
+    on a ps and is updated there: a sparse gradient pushes only the looked-up rows, and lookups read only them."""
 
     every_worker_saves = False
 
@@ -132,25 +152,30 @@ class ParameterServer(Mirrored):
         self.workers = len(resolver.cluster_spec().as_dict()["worker"])
         self.steps_per_call = STEPS_PER_CALL * self.workers  # each worker's closure runs STEPS_PER_CALL steps
 
-    def step_runner(self, replica_step, dataset_fn):
+    def sync_gradients(self, gradients: list, variables: list) -> list:
+        return gradients
+
+    def step_runner(self, replica_step, size: int, dataset_fn):
         iterator = iter(
             self.coordinator.create_per_worker_dataset(
                 lambda: self.strategy.distribute_datasets_from_function(self._from_context(dataset_fn))
             )
         )
-        chunk = self._chunk(replica_step)
+        chunk = self._chunk(replica_step, size)
 
         def run(steps):
             shares = [steps // self.workers + (i < steps % self.workers) for i in range(self.workers)]
             results = [self.coordinator.schedule(chunk, args=(iterator, self.tf.constant(n))) for n in shares if n]
             self.coordinator.join()
-            return [sum(float(r.fetch()[i]) for r in results) for i in range(2)]
+            return sum(r.fetch().astype(float) for r in results)
 
         return run
 
 
 class Horovod:
-    """Horovod ranks (mpirun or horovodrun); rank 0 alone writes checkpoints."""
+    """Horovod ranks (mpirun or horovodrun); rank 0 alone writes checkpoints. ``grouped_allreduce`` all-gathers a
+    sparse gradient (IndexedSlices: Horovod 0.28.1 does two grouped all-gathers), unless its table is small
+    (``densified``)."""
 
     every_worker_saves = False
     steps_per_call = STEPS_PER_CALL
@@ -163,6 +188,7 @@ class Horovod:
         if gpus:
             tf.config.set_visible_devices(gpus[self.local_index(hvd) % len(gpus)], "GPU")
         self.tf, self.hvd = tf, hvd
+        self.dense_rows = training.global_batch_size // 2
         # autograph would convert Horovod's Python wrappers at every trace: 1.2 s instead of 0.2 s
         self.grouped_allreduce = tf.autograph.experimental.do_not_convert(hvd.grouped_allreduce)
         mpi = training.mpi_settings
@@ -186,21 +212,32 @@ class Horovod:
         for i, variable in enumerate([*model.variables, *optimizer.variables]):
             variable.assign(self.hvd.broadcast(self.tf.convert_to_tensor(variable), root_rank=0, name=f"init_{i}"))
 
-    def sync_gradients(self, gradients):
-        return self.grouped_allreduce(gradients, op=self.hvd.Sum)
+    def sync_gradients(self, gradients: list, variables: list) -> list:
+        """The gradients summed over the ranks: the dense ones in one grouped all-reduce, the sparse ones in another
+        (Horovod 0.28.1 pairs the gathered slices with the wrong tensors when both kinds are in one call), their
+        indices as int64 (one all-gather takes one dtype; a cross's ids are int64, a lookup's int32)."""
+        tf, hvd = self.tf, self.hvd
+        gradients = densified(tf, gradients, variables, self.dense_rows)
+        sparse = [i for i, g in enumerate(gradients) if isinstance(g, tf.IndexedSlices)]
+        dense = [i for i, g in enumerate(gradients) if i not in sparse]
+        slices = [gradients[i] for i in sparse]
+        as_int64 = [tf.IndexedSlices(g.values, tf.cast(g.indices, tf.int64), g.dense_shape) for g in slices]
+        summed = dict(zip(dense, self.grouped_allreduce([gradients[i] for i in dense], op=hvd.Sum), strict=True))
+        summed.update(zip(sparse, self.grouped_allreduce(as_int64, op=hvd.Sum), strict=True))
+        return [summed[i] for i in range(len(gradients))]
 
-    def step_runner(self, replica_step, dataset_fn):
+    def step_runner(self, replica_step, size: int, dataset_fn):
         tf, hvd = self.tf, self.hvd
         iterator = iter(dataset_fn(hvd.rank(), hvd.size(), lambda global_batch: global_batch // hvd.size()))
 
         @tf.function
         def chunk(steps):
-            sums = [tf.constant(0.0), tf.constant(0.0)]
+            sums = tf.zeros([size])
             for _ in tf.range(steps):
-                sums = [total + value for total, value in zip(sums, replica_step(next(iterator)), strict=True)]
-            return self.grouped_allreduce(sums, op=hvd.Sum)
+                sums += replica_step(next(iterator))
+            return self.grouped_allreduce([sums], op=hvd.Sum)[0]
 
-        return lambda steps: [float(v) for v in chunk(tf.constant(steps))]
+        return lambda steps: chunk(tf.constant(steps)).numpy().astype(float)
 
 
 class ElasticHorovod(Horovod):
@@ -356,12 +393,13 @@ def gradient_sync(tf, training: TrainingSpec, elastic: bool):
         if resolver.task_type in ("ps", "worker"):
             return serve(tf, resolver)
         return ParameterServer(tf, resolver)
-    return Mirrored(tf)
+    return Mirrored(tf, training)
 
 
-def new_progress(step: int) -> dict:
-    """Training progress from ``step``: the step, the current epoch's sums, the finished epochs' metrics."""
-    return {"step": step, "epoch_loss": 0.0, "epoch_correct": 0.0, "epoch_steps": 0, "epoch_examples": 0, "history": []}
+def new_progress(step: int, size: int) -> dict:
+    """Training progress from ``step``: the step, the current epoch's sums of the step vectors (``size`` values),
+    steps and examples, the finished epochs' metrics."""
+    return {"step": step, "epoch_sums": np.zeros(size), "epoch_steps": 0, "epoch_examples": 0, "history": []}
 
 
 class TrainingRun:
@@ -372,12 +410,13 @@ class TrainingRun:
         import keras
 
         self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
+        self.manifest = manifest
         self.global_batch = self.training.global_batch_size
         self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
         keras.utils.set_random_seed(self.training.seed)
         with sync.scope():
-            self.model = build_model(spec, manifest)
+            self.model = build_model(spec, manifest, args.data)
             self.optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
             self.optimizer.build(self.model.trainable_variables)
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
@@ -385,12 +424,12 @@ class TrainingRun:
             self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_counter)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+        self.task = TaskSums(manifest["label"], spec.loss)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
         # the chief's TensorBoard writer, made at its first summary
         self.summaries: Callable[[int, dict[str, float | None]], None] | None = None
-        self.window = Window()
+        self.window = Window(self.task)
         # started: when training began; warm: (time, step) after the first step call, which includes tracing:
         # throughput counts from there; stepped: when the last step call ended (throughput counts training, not
         # the checkpoints saved after it); last_report: when progress was last reported. All set by run().
@@ -442,7 +481,7 @@ class TrainingRun:
     def start_from_parent(self) -> None:
         """A run's first start: the warm start's parent restored (or a cold start, said and recorded)."""
         record = ParentRestore(self.spec, self.args.run, self.args.model_dir, self.args.warm_start_record).restore(
-            self.tf, self.model, self.optimizer
+            self.tf, self.model, self.optimizer, self.manifest, self.args.data
         )
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start_record, record)
@@ -486,26 +525,29 @@ class TrainingRun:
         )
 
     def replica_step(self, batch: int):
-        """One replica's training step, its loss averaged over ``batch`` examples (the step's, over replicas)."""
-        tf, model, optimizer, sync, loss_fn = self.tf, self.model, self.optimizer, self.sync, self.loss_fn
+        """One replica's training step, its loss averaged over ``batch`` examples (the step's, over replicas): the
+        step vector [loss, the task's metric sums] (``TaskSums``)."""
+        tf, model, optimizer, sync, task = self.tf, self.model, self.optimizer, self.sync, self.task
 
         def step(features_labels):
             features, labels = features_labels
+            variables = model.trainable_variables
             with tf.GradientTape() as tape:
-                probabilities = model(features, training=True)
-                loss = tf.nn.compute_average_loss(loss_fn(labels, probabilities), global_batch_size=batch)
-            gradients = sync.sync_gradients(tape.gradient(loss, model.trainable_variables))
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
-            return loss, correct
+                outputs = model(features, training=True)
+                loss = tf.nn.compute_average_loss(task.losses(tf, labels, outputs), global_batch_size=batch)
+            gradients = sync.sync_gradients(tape.gradient(loss, variables), variables)
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return tf.concat([loss[None], task.sums(tf, labels, outputs)], 0)
 
         return step
 
     def train_fixed(self) -> types.SimpleNamespace:
         """Train with the world the process started in; the final progress."""
-        progress = types.SimpleNamespace(**new_progress(self.start_step))
+        progress = types.SimpleNamespace(**new_progress(self.start_step, self.task.size))
         run_steps = self.sync.step_runner(
-            self.replica_step(self.global_batch), lambda r, n, b: self.dataset(r, n, b, first_step=self.start_step)
+            self.replica_step(self.global_batch),
+            self.task.size,
+            lambda r, n, b: self.dataset(r, n, b, first_step=self.start_step),
         )
         self.train(run_steps, progress, self.global_batch)
         return progress
@@ -518,7 +560,7 @@ class TrainingRun:
         without_autotune.autotune.enabled = False
         state = self.sync.state(
             [*self.model.variables, *self.optimizer.variables],
-            **new_progress(self.start_step),
+            **new_progress(self.start_step, self.task.size),
             world_size=self.sync.workers,
         )
         state.reached = self.start_step  # the end of this rank's last step call (not part of the state)
@@ -541,6 +583,7 @@ class TrainingRun:
         batch = self.global_batch // size * size
         run_steps = sync.step_runner(
             self.replica_step(batch),
+            self.task.size,
             lambda r, n, b: self.dataset(r, n, b, first_step=state.step).with_options(dataset_options),
         )
 
@@ -564,25 +607,25 @@ class TrainingRun:
             step = p.step
             steps = min(sync.steps_per_call, total - step, every - step % every, per_epoch - step % per_epoch)
             p.reached = step + steps  # where this step call ends, if it does
-            loss_sum, correct_sum = run_steps(steps)
+            sums = run_steps(steps)
             self.stepped = time.monotonic()
             p.step = step = step + steps
             beat(self.args.heartbeats, sync.name, step)
             if self.warm is None:
                 self.warm = (time.monotonic(), step)
                 say(f"{sync.name}: first {steps} steps done in {self.warm[0] - self.started:.2f}s (tracing included)")
-            p.epoch_loss, p.epoch_correct = p.epoch_loss + loss_sum, p.epoch_correct + correct_sum
+            p.epoch_sums = p.epoch_sums + sums  # new values, never changed in place: a commit keeps references
             p.epoch_steps, p.epoch_examples = p.epoch_steps + steps, p.epoch_examples + steps * batch
-            metrics = {"loss": p.epoch_loss / p.epoch_steps, "accuracy": p.epoch_correct / p.epoch_examples}
+            loss, metrics = self.task.summarized(p.epoch_sums, p.epoch_steps, p.epoch_examples)
             if step % every == 0 or step == total:
                 self.save_checkpoint(step)
-            self.window.add(loss_sum, correct_sum, steps, steps * batch)
+            self.window.add(sums, steps, steps * batch)
             if step % self.training.summary_every_steps < steps or step == total:
                 self.summarize(step)
-            self.report(step, metrics)
+            self.report(step, loss, metrics)
             if step % per_epoch == 0:
-                p.history = [*p.history, metrics]  # a new list: a commit keeps a reference, not a copy
-                p.epoch_loss, p.epoch_correct, p.epoch_steps, p.epoch_examples = 0.0, 0.0, 0, 0
+                p.history = [*p.history, {"loss": loss, **metrics}]  # a new list: a commit keeps a reference
+                p.epoch_sums, p.epoch_steps, p.epoch_examples = np.zeros(self.task.size), 0, 0
             commit()
 
     def save_checkpoint(self, step: int) -> None:
@@ -594,9 +637,9 @@ class TrainingRun:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
 
     def summarize(self, step: int) -> None:
-        """The chief writes the steps since the last summary (mean loss and accuracy, examples/s) and the learning
-        rate to TensorBoard and the training curve; every process starts a new window."""
-        window, self.window = self.window, Window()
+        """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the
+        learning rate to TensorBoard and the training curve; every process starts a new window."""
+        window, self.window = self.window, Window(self.task)
         if not self.sync.is_chief:
             return
         point = {"step": step, **window.means(), "learning_rate": float(self.optimizer.learning_rate.numpy())}
@@ -605,7 +648,7 @@ class TrainingRun:
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
         append_curve_point(self.args.curve, point)
 
-    def report(self, step: int, metrics: dict[str, float]) -> None:
+    def report(self, step: int, loss: float, metrics: dict[str, float | None]) -> None:
         """Log the progress (the chief also writes it to the progress record) every PROGRESS_SECONDS and at the
         last step."""
         now = time.monotonic()
@@ -619,17 +662,18 @@ class TrainingRun:
                 self.total_steps,
                 round(epoch, 3),
                 self.training.epochs,
-                metrics["loss"],
-                metrics["accuracy"],
+                loss,
+                metrics,
                 rate,
                 sync.workers,
                 self.global_batch,
                 round(now - self.started, 1),
                 time.time(),
             ).write(self.args.progress)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in {"loss": loss, **metrics}.items() if v is not None)
         say(
-            f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} loss {metrics['loss']:.4f} "
-            f"accuracy {metrics['accuracy']:.4f}" + (f" examples/s {rate:,.0f}" if rate else "")
+            f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} {shown}"
+            + (f" examples/s {rate:,.0f}" if rate else "")
         )
         self.last_report = now
 
@@ -668,30 +712,61 @@ class TrainingRun:
 
 
 class Window:
-    """The training steps since the last summary: sums of loss and correct, steps, examples, and when it began."""
+    """The training steps since the last summary: the sum of their step vectors, steps, examples, and when it
+    began."""
 
-    def __init__(self) -> None:
-        self.loss = self.correct = 0.0
+    def __init__(self, task: TaskSums) -> None:
+        self.task, self.sums = task, np.zeros(task.size)
         self.steps = self.examples = 0
         self.began = time.monotonic()
 
-    def add(self, loss_sum: float, correct_sum: float, steps: int, examples: int) -> None:
-        self.loss, self.correct = self.loss + loss_sum, self.correct + correct_sum
-        self.steps, self.examples = self.steps + steps, self.examples + examples
+    def add(self, sums: np.ndarray, steps: int, examples: int) -> None:
+        self.sums, self.steps, self.examples = self.sums + sums, self.steps + steps, self.examples + examples
 
     def means(self) -> dict[str, float | None]:
+        """The loss and train metrics of the window, and its examples/s."""
         seconds = time.monotonic() - self.began
+        loss, metrics = self.task.summarized(self.sums, self.steps, self.examples)
         return {
-            "loss": self.loss / max(self.steps, 1),
-            "accuracy": self.correct / max(self.examples, 1),
+            "loss": loss,
+            **metrics,
             "examples_per_sec": round(self.examples / seconds, 1) if seconds > 0 else None,
         }
+
+
+def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
+    """Refuse (EXIT_REFUSED) to train when the tables of weights by id this process holds (with the optimizer's
+    slots: every worker or rank holds them all; with parameter servers each ps its share, at least the largest
+    table) take over half of the memory it has, naming the features and the fix."""
+    t = spec.training
+    role = "worker"
+    if t.strategy == "parameter_server":
+        role = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("type")
+        if role != "ps":
+            return
+    tables = table_bytes(spec, manifest)
+    if not tables:
+        return
+    needed = max(sum(tables.values()) // t.num_ps, max(tables.values())) if role == "ps" else sum(tables.values())
+    available, source = memory_limit()
+    if needed > available // 2:
+        largest = sorted(tables.items(), key=lambda item: -item[1])
+        fix = f"give the {role}s more memory" + (" or add parameter servers (training.num_ps)" if role == "ps" else "")
+        fail(
+            f"the tables of the categorical features need {needed / 2**20:,.0f} MiB in this {role} process with the "
+            f"optimizer's slots ({', '.join(f'{name} {size / 2**20:,.0f} MiB' for name, size in largest)}), over "
+            f"half of the {available / 2**20:,.0f} MiB it has ({source}). Lower vocabulary.max_tokens, hash_buckets "
+            f"or embedding_dim of data.features {', '.join(name for name, _ in largest)} (or the crosses' "
+            f"hash_buckets), or {fix}",
+            EXIT_REFUSED,
+        )
 
 
 def main() -> None:
     args = TrainArgs.parse()
     spec = load_spec(args.spec)
     manifest = data.verified_manifest(args.data, "train")
+    refuse_tables_over_memory(spec, manifest)
     elastic = elastic_run(spec.training)
     if elastic:
         pin_elastic_rank()

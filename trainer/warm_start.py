@@ -12,7 +12,13 @@ restored): the data gate has bounded how far that data moved from the parent's.
 
 Variables are matched by their path in the checkpoint's object graph (``model/_operations/3/_kernel``) and shape.
 When any of the model's differ (the spec's model changed), the run starts cold, naming them, or with
-``on_mismatch: fail`` is refused. Only a run's first start warm-starts: a retry resumes from its own checkpoint."""
+``on_mismatch: fail`` is refused. Only a run's first start warm-starts: a retry resumes from its own checkpoint.
+
+A categorical feature's vocabulary may have changed since the parent (``vocabularies/`` beside each published
+version): the rows of its tables (``<name>_embedding``, ``<name>_linear``) and of their optimizer slots are
+matched by token. Rows of values in both vocabularies are carried over, new values keep this run's initial rows,
+values gone are dropped; the out-of-vocabulary rows are carried when the bucket count is the same. The record says,
+per feature, how many rows were carried, new and dropped."""
 
 from __future__ import annotations
 
@@ -23,7 +29,10 @@ import re
 import tempfile
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tfdist.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
 from tfdist.trainer.runtime import fail
@@ -31,23 +40,23 @@ from tfdist.trainer.runtime import fail
 SHOWN_MISMATCHES = 10
 
 
-def variable_shapes(tf, prefix: str) -> dict[str, tuple[int, ...]]:
+def stored_variables(tf, prefix: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each variable of a checkpoint by its shortest object path below each top-level object (``model/...``,
-    ``optimizer/...``: a variable both hold has a path under each), with its shape."""
+    ``optimizer/...``: a variable both hold has a path under each), with its checkpoint key and shape."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    found: dict[str, tuple[int, ...]] = {}
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
     for top in graph.nodes[0].children:
         queue, seen = collections.deque([(top.node_id, top.local_name)]), {top.node_id}
         while queue:
             node, path = queue.popleft()
             for attribute in graph.nodes[node].attributes:
                 if attribute.name == "VARIABLE_VALUE":
-                    found[path] = tuple(shapes[attribute.checkpoint_key])
+                    found[path] = (attribute.checkpoint_key, tuple(shapes[attribute.checkpoint_key]))
             for child in graph.nodes[node].children:
                 if child.node_id not in seen:
                     seen.add(child.node_id)
@@ -55,16 +64,81 @@ def variable_shapes(tf, prefix: str) -> dict[str, tuple[int, ...]]:
     return found
 
 
-def differences(ours: dict[str, tuple], parent: dict[str, tuple], part: str, model=None) -> list[str]:
-    """The variables under ``part`` ('model', 'optimizer') that are not in both with the same shape; with
-    ``model``, each named by its layer too."""
-    names = sorted(n for n in {*ours, *parent} if n.startswith(part + "/"))
+def live_objects(tf, root) -> dict[str, Any]:
+    """Every object below ``root`` by its shortest path below each top-level object, as ``stored_variables``
+    names the variables ``root`` writes."""
+    view = tf.train.TrackableView(root)
+    found: dict[str, Any] = {}
+    for name, top in view.children(root).items():
+        queue, seen = collections.deque([(top, name)]), {id(top)}
+        while queue:
+            obj, path = queue.popleft()
+            found[path] = obj
+            for local, child in view.children(obj).items():
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    queue.append((child, f"{path}/{local}"))
+    return found
+
+
+def first_paths(objects: dict[str, Any]) -> dict[int, str]:
+    """Each object's first path (a variable the model and the optimizer both hold: the model's)."""
+    found: dict[int, str] = {}
+    for path, obj in objects.items():
+        found.setdefault(id(obj), path)
+    return found
+
+
+def differences(
+    ours: dict[str, tuple], parent: dict[str, tuple], part: str, model=None, by_token: frozenset[str] = frozenset()
+) -> list[str]:
+    """The variables under ``part`` ('model', 'optimizer') that are not in both with the same shape (those in
+    ``by_token``, whose rows are matched by token, with the same width); with ``model``, each named by its layer
+    too."""
+
+    def same(n: str) -> bool:
+        a, b = ours.get(n), parent.get(n)
+        return a == b or (n in by_token and a is not None and b is not None and a[1:] == b[1:])
+
     return [
         f"{readable(n, model)} {list(ours[n]) if n in ours else 'absent'} here, "
         f"{list(parent[n]) if n in parent else 'absent'} in the parent"
-        for n in names
-        if ours.get(n) != parent.get(n)
+        for n in sorted(n for n in {*ours, *parent} if n.startswith(part + "/"))
+        if not same(n)
     ]
+
+
+@dataclass(frozen=True)
+class TokenRows:
+    """Which rows of a table indexed by a vocabulary's ids come from which rows of the parent's (ids: the
+    out-of-vocabulary buckets, then the tokens in order)."""
+
+    ours: np.ndarray
+    parents: np.ndarray
+    counts: dict[str, Any]
+    """Rows carried, new and dropped, and whether the out-of-vocabulary rows were carried."""
+
+    @classmethod
+    def between(cls, tokens: list[str], oov: int, parent_tokens: list[str], parent_oov: int) -> TokenRows:
+        position = {token: parent_oov + i for i, token in enumerate(parent_tokens)}
+        pairs = [(oov + i, position[t]) for i, t in enumerate(tokens) if t in position]
+        carried = len(pairs)
+        if oov == parent_oov:
+            pairs += [(i, i) for i in range(oov)]
+        ours, parents = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
+        counts = {
+            "carried": carried,
+            "new": len(tokens) - carried,
+            "dropped": len(parent_tokens) - carried,
+            "oov_rows": "carried" if oov == parent_oov else f"fresh ({parent_oov} buckets in the parent, {oov} here)",
+        }
+        return cls(ours, parents, counts)
+
+    def carried(self, ours: np.ndarray, parent: np.ndarray) -> np.ndarray:
+        """Our table with the rows carried over from the parent's."""
+        out = ours.copy()
+        out[self.ours] = parent[self.parents]
+        return out
 
 
 def readable(path: str, model) -> str:
@@ -129,19 +203,22 @@ class ParentRestore:
                 "(published by an earlier tfdist)"
             )
 
-    def restore(self, tf, model, optimizer) -> dict[str, Any]:
+    def restore(self, tf, model, optimizer, manifest: dict[str, Any], data_dir: str) -> dict[str, Any]:
         """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning
-        rate); the record of what was done. A mismatch starts cold, or refuses the stage with ``on_mismatch:
-        fail``."""
+        rate), the rows of tables by token (the vocabularies of ``manifest``, in ``data_dir``, and the parent's); the
+        record of what was done. A mismatch starts cold, or refuses the stage with ``on_mismatch: fail``."""
         if self.cold_start or self.parent is None:
             return self.record(model)
         prefix = registry.warm_start_checkpoint(self.parent["path"])
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
-            ours = variable_shapes(
-                tf, tf.train.Checkpoint(model=model, optimizer=optimizer).write(os.path.join(scratch, "ckpt"))
-            )
-        parent = variable_shapes(tf, prefix)
-        mismatched = differences(ours, parent, "model", model)
+            written = stored_variables(tf, checkpoint.write(os.path.join(scratch, "ckpt")))
+        objects = live_objects(tf, checkpoint)
+        ours = {path: shape for path, (_, shape) in written.items()}
+        stored = stored_variables(tf, prefix)
+        parent = {path: shape for path, (_, shape) in stored.items()}
+        rows, vocabularies = self.token_rows(objects, optimizer, parent, manifest, data_dir, self.parent["path"])
+        mismatched = differences(ours, parent, "model", model, frozenset(rows))
         if mismatched:
             reason = (
                 f"{len(mismatched)} variable(s) of the model do not match baseline version "
@@ -151,15 +228,62 @@ class ParentRestore:
                 fail(f"refusing to start cold (training.warm_start.on_mismatch is fail): {reason}", EXIT_REFUSED)
             self.cold_start = reason
             return self.record(model, mismatched)
-        with_optimizer = not differences(ours, parent, "optimizer")
-        objects = {"model": model, **({"optimizer": optimizer} if with_optimizer else {})}
+        with_optimizer = not differences(ours, parent, "optimizer", by_token=frozenset(rows))
         learning_rate = optimizer.learning_rate.numpy()
-        status = tf.train.Checkpoint(**objects).read(prefix)
-        status.assert_existing_objects_matched().expect_partial()  # the parent's step counter is not restored
+        reader, path_of = tf.train.load_checkpoint(prefix), first_paths(objects)
+        for path in ours:  # the parent's step counter is not restored
+            variable = objects[path]
+            if path == path_of[id(variable)] and (path.startswith("model/") or with_optimizer):
+                value = reader.get_tensor(stored[path][0])
+                variable.assign(rows[path].carried(variable.numpy(), value) if path in rows else value)
         optimizer.learning_rate.assign(learning_rate)
-        return self.record(model, restored="model and optimizer" if with_optimizer else "model (another optimizer)")
+        restored = "model and optimizer" if with_optimizer else "model (another optimizer)"
+        return self.record(model, restored=restored, vocabularies=vocabularies)
 
-    def record(self, model, mismatched: Sequence[str] = (), restored: str | None = None) -> dict[str, Any]:
+    @staticmethod
+    def token_rows(
+        objects: dict[str, Any],
+        optimizer,
+        parent: dict[str, tuple],
+        manifest: dict[str, Any],
+        data_dir: str,
+        parent_dir: str,
+    ) -> tuple[dict[str, TokenRows], dict[str, dict[str, Any]]]:
+        """(the tables whose rows are matched by token, and their optimizer slots, by path; per feature, the rows
+        carried, new and dropped), for each feature with a vocabulary whose tables the parent (in ``parent_dir``)
+        has, with its vocabulary."""
+        from tfdist.trainer.preprocessing import read_vocabulary
+
+        path_of = first_paths(objects)
+        layers = {obj.name: obj for path, obj in objects.items() if re.fullmatch(r"model/_operations/\d+", path)}
+        rows: dict[str, TokenRows] = {}
+        counts = {}
+        for f in (f for f in manifest["features"] if f.get("vocabulary")):
+            tables = [layers[n].embeddings for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
+            kept = os.path.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json")
+            if not tables or path_of[id(tables[0])] not in parent or not os.path.exists(kept):
+                continue
+            parent_tokens = read_json(kept)
+            match = TokenRows.between(
+                read_vocabulary(data_dir, f),
+                f["oov_buckets"],
+                parent_tokens,
+                parent[path_of[id(tables[0])]][0] - len(parent_tokens),
+            )
+            for table in tables:
+                slot = re.compile(rf"{re.escape(optimizer.name)}/{re.escape(table.path.replace('/', '_'))}_[a-z_]+")
+                slots = [v for v in optimizer.variables if slot.fullmatch(v.path)]
+                rows |= {path_of[id(v)]: match for v in (table, *slots)}
+            counts[f["name"]] = match.counts
+        return rows, counts
+
+    def record(
+        self,
+        model,
+        mismatched: Sequence[str] = (),
+        restored: str | None = None,
+        vocabularies: dict[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         parent = self.parent if restored else None
         return {
             "from": self.settings.source,
@@ -169,6 +293,7 @@ class ParentRestore:
             "restored": restored,
             "cold_start": self.cold_start,
             "mismatched": list(mismatched),
+            "vocabularies": vocabularies or {},
             "normalization": "this run's data",
             "weights": weight_digests(model),
         }

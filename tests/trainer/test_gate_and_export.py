@@ -103,12 +103,14 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
 
     def check_fails_with(check: str, train_result: dict = result) -> None:
         with pytest.raises(IntegrityError, match=f"integrity check '{check}' failed") as failure:
-            check_candidate(tf, spec, manifest, manifest_sha, result["checkpoint"], train_result)
+            check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result["checkpoint"], train_result)
         assert failure.value.check == check
 
-    check_candidate(tf, spec, manifest, manifest_sha, result["checkpoint"], result)  # intact: passes
+    check_candidate(
+        tf, spec, manifest, plan.layout.data_dir, manifest_sha, result["checkpoint"], result
+    )  # intact: passes
     check_fails_with("data_manifest", {**result, "data_manifest_sha256": "0" * 64})
-    model, step = restore_model(tf, spec, manifest, result["checkpoint"])
+    model, step = restore_model(tf, spec, manifest, plan.layout.data_dir, result["checkpoint"])
     kernel = model.trainable_weights[0]
     kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
     tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64)).write(result["checkpoint"])

@@ -134,11 +134,11 @@ def test_custom_model_factory_gets_normalized_features(tmp_path):
         )
     )
     manifest = {
-        "features": [{"name": "pixel", "shape": [64]}],
-        "label": {"num_classes": 10},
+        "features": [{"name": "pixel", "kind": "numeric", "shape": [64], "missing_indicator": False}],
+        "label": {"task": "multiclass", "num_classes": 10},
         "stats": {"pixel": {"mean": [8.0] * 64, "variance": [16.0] * 64}},
     }
-    model = build_model(spec, manifest)
+    model = build_model(spec, manifest, str(tmp_path))
     probabilities = np.asarray(model({"pixel": np.full((3, 64), 8.0, np.float32)}))
     assert probabilities.shape == (3, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
     assert any(layer.name == "pixel_norm" for layer in model.layers)

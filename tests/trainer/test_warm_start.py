@@ -63,6 +63,7 @@ def parent_weights(plan, version: dict) -> list[str]:
         import_tensorflow(),
         plan.spec,
         read_json(plan.layout.manifest_file),
+        plan.layout.data_dir,
         registry.warm_start_checkpoint(version["path"]),
     )
     return [digest for _, digest in weight_digests(model)]

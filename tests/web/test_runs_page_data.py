@@ -11,7 +11,6 @@ import time
 from tests.contract.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
 from tests.dag.test_dag_parse import run_python
 from tfdist.contract import (
-    CURVE_FIELDS,
     RunLayout,
     TrainProgress,
     append_curve_point,
@@ -113,7 +112,7 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
         epoch=1.25,
         epochs=5,
         loss=0.4,
-        accuracy=0.8,
+        metrics={"accuracy": 0.8},
         examples_per_sec=6400.0,
         workers=2,
         global_batch_size=64,
@@ -249,7 +248,7 @@ def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
 
     before = curve(layout.run_dir)  # a run older than the warm-start record: no parent known
     assert [(p["step"], p["loss"]) for p in before["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
-    assert tuple(before["points"][0]) == CURVE_FIELDS
+    assert tuple(before["points"][0]) == ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
     assert (before["parent_version"], before["parent_final"]) == (None, None)
     write_warm_start(
         layout,

@@ -1,0 +1,102 @@
+"""Binary and regression tasks with numeric (some missing), string, int64, hashed and list categorical features,
+trained for real in every mode through the local launcher: MultiWorkerMirrored, parameter server, Horovod (fixed
+and elastic). The data: tests/trainer/tabular.py, a planted signal written as prepare_data writes it."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from tests.conftest import DAY, make_spec, plan_for, run
+from tests.trainer import prepared_tables as tabular
+from tfdist.contract import EXIT_REFUSED, TrainProgress, read_curve, read_json
+from tfdist.operators.launchers import StageFailed
+from tfdist.trainer.runtime import memory_limit
+
+pytestmark = pytest.mark.e2e
+
+WIDE_DEEP = {
+    "family": "wide_deep",
+    "hidden_units": [32],
+    "learning_rate": 0.01,
+    "crosses": [{"features": ["country", "device"], "hash_buckets": 64}, {"features": ["store", "recent"]}],
+}
+MLP = {"family": "mlp", "hidden_units": [32], "learning_rate": 0.01}
+MODES = {
+    "mirrored": {"num_workers": 2},
+    "parameter server": {"strategy": "parameter_server", "num_ps": 1, "num_workers": 2},
+    "horovod": {"backend": "mpi", "mpi": {"controller": "gloo"}},
+    "horovod elastic": {"backend": "mpi", "min_workers": 1},
+}
+METRICS = {"binary": ["accuracy", "auc"], "regression": ["rmse"]}
+DIGEST = re.compile(r"^\[(rank-\d+)\] rank-\d+: done at step \d+; weights sha256 (\w+);")
+
+
+def tabular_plan(root: str, run_id: str, task: str, training: dict, model: dict, n: int = 3000, seed: int = 0):
+    """A run's plan with ``n`` rows of ``task`` prepared as its data."""
+    sections = {
+        "data": tabular.data_section(task),
+        "model": model,
+        "training": {"epochs": 6, "summary_every_steps": 20, **training},
+        "validation": tabular.VALIDATION[task],
+    }
+    plan = plan_for(root, run_id, DAY, **sections)
+    tabular.write_prepared(plan.layout.data_dir, make_spec(root, **sections), n, seed)
+    return plan
+
+
+@pytest.mark.parametrize(
+    ("mode", "task", "model"),
+    [
+        ("mirrored", "binary", WIDE_DEEP),
+        ("mirrored", "regression", MLP),
+        ("parameter server", "binary", MLP),
+        ("parameter server", "regression", WIDE_DEEP),
+        ("horovod", "binary", MLP),
+        ("horovod", "regression", WIDE_DEEP),
+        ("horovod elastic", "binary", WIDE_DEEP),
+    ],
+)
+def test_each_mode_trains_binary_and_regression_tasks_on_categorical_features(tmp_path, mode, task, model):
+    plan = tabular_plan(str(tmp_path), f"{task}_{mode.replace(' ', '_')}", task, MODES[mode], model)
+    _launcher, lines = run(plan, "train")
+    result = read_json(plan.layout.result("train"))
+    metrics = result["metrics"]
+    assert sorted(metrics) == sorted(["loss", *METRICS[task]])
+    if task == "binary":
+        assert metrics["auc"] > 0.8 and metrics["accuracy"] > 0.7, metrics
+    else:  # the target's deviation is about 20; the noise's 0.6
+        assert metrics["rmse"] < 5, metrics
+    assert result["loss_per_epoch"][-1] < result["loss_per_epoch"][0]
+
+    progress = TrainProgress.read(plan.layout.progress_file)
+    assert progress.step == result["final_step"] and sorted(progress.metrics) == METRICS[task]
+    curve = read_curve(plan.layout.curve_file)
+    assert [list(p) for p in curve[:1]] == [["step", "loss", *METRICS[task], "examples_per_sec", "learning_rate"]]
+    assert curve[-1]["step"] == result["final_step"]
+    digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
+    assert len(set(digests.values())) <= 1, f"ranks diverged: {digests}"
+
+
+@pytest.mark.skipif(memory_limit()[0] >= 96 * 2**30, reason="the machine has room for 48 GiB of tables")
+def test_tables_too_large_for_the_memory_are_refused_before_training(tmp_path):
+    """2^26 hash buckets of 64 values, weights and Adam's slots: 48 GiB, over half of this machine's memory."""
+    features = [*tabular.FEATURES[:3], {"name": "device", "kind": "categorical", "hash_buckets": 2**26}]
+    sections = {
+        "data": tabular.data_section("binary", features),
+        "model": MLP,
+        "training": {"num_workers": 1},
+        "validation": tabular.VALIDATION["binary"],
+    }
+    plan = plan_for(str(tmp_path), "too_large", DAY, **sections)
+    tabular.write_prepared(plan.layout.data_dir, make_spec(str(tmp_path), **sections), 400)
+    with pytest.raises(StageFailed) as refused:
+        run(plan, "train")
+    assert refused.value.returncode == EXIT_REFUSED
+    message = str(refused.value)
+    assert "the tables of the categorical features need 49,152 MiB in this worker process" in message
+    assert "(device 49,152 MiB, country 0 MiB)" in message
+    assert "Lower vocabulary.max_tokens, hash_buckets or embedding_dim of data.features device, country" in message
+    assert not os.path.exists(plan.layout.checkpoint_dir)

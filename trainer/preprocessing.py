@@ -1,0 +1,215 @@
+"""The model's preprocessing, built from the data manifest and its vocabularies (docs/tabular.md, "Formats"): raw
+features in, what a model family takes out: numeric features normalized with their missing values imputed,
+categorical values as ids. Part of the model, so the exported SavedModel serves raw rows.
+
+Imports TensorFlow and Keras: import this module only once TensorFlow may start (``runtime.import_tensorflow``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdist.trainer.data import MISSING_INT64
+
+OOV_TOKEN = "\x00tfdist-oov"
+"""StringLookup's name for its out-of-vocabulary ids: Keras's default '[UNK]' could be a value of the data, and a
+vocabulary starting with it would shift every id."""
+
+
+def read_vocabulary(data_dir: str, feature: dict[str, Any]) -> list[str]:
+    """A categorical feature's tokens (its manifest entry's ``vocabulary.file``), once its sha256 is the manifest's."""
+    entry = feature["vocabulary"]
+    with open(os.path.join(data_dir, entry["file"]), "rb") as f:
+        content = f.read()
+    if hashlib.sha256(content).hexdigest() != entry["sha256"]:
+        raise ValueError(f"{entry['file']}: its content is not what prepare_data wrote (sha256 differs)")
+    return json.loads(content)
+
+
+def vocabularies(data_dir: str, manifest: dict[str, Any]) -> dict[str, list[str]]:
+    """The tokens of every categorical feature with a vocabulary, by feature name."""
+    return {f["name"]: read_vocabulary(data_dir, f) for f in manifest["features"] if f.get("vocabulary")}
+
+
+class Impute(keras.layers.Normalization):
+    """Normalization by the train rows' mean and variance; a missing value (NaN) becomes 0, the mean normalized."""
+
+    def call(self, inputs):
+        normalized = super().call(inputs)
+        return tf.where(tf.math.is_nan(normalized), tf.zeros_like(normalized), normalized)
+
+
+class MissingIndicator(keras.layers.Layer):
+    """Per element: 1.0 where the value is missing (NaN), else 0.0."""
+
+    def call(self, inputs):
+        return tf.cast(tf.math.is_nan(inputs), tf.float32)
+
+
+class Int64ToString(keras.layers.Layer):
+    """int64 values as their decimal strings (the vocabulary's tokens); MISSING_INT64 (missing) as ``""``, the
+    token of a missing value, as for strings."""
+
+    def call(self, inputs):
+        return tf.where(inputs == MISSING_INT64, "", tf.strings.as_string(inputs))
+
+
+class Ids(keras.layers.Layer):
+    """A lookup's ids as int32; in a list, -1 where the (padded) value is ``""``."""
+
+    def call(self, ids, values=None):
+        ids = tf.cast(ids, tf.int32)
+        return ids if values is None else tf.where(values == "", -1, ids)
+
+
+class EmbeddingTable(keras.layers.Layer):
+    """A table of ``rows`` × ``width`` weights looked up by id (``tf.nn.embedding_lookup`` on the variable itself:
+    only the rows looked up are read, and the gradient is an IndexedSlices of them); a list's rows combined."""
+
+    def __init__(self, rows: int, width: int, combiner: str | None = None, initializer: str = "uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.width, self.combiner, self.initializer = rows, width, combiner, initializer
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            shape=(self.rows, self.width), initializer=self.initializer, name="embeddings"
+        )
+
+    def call(self, ids):
+        table = self.embeddings.value
+        if self.combiner is None:
+            return tf.nn.embedding_lookup(table, ids)
+        present = ids >= 0  # gather the ids present only: padding adds no rows to the sparse gradient
+        rows = tf.nn.embedding_lookup(table, tf.boolean_mask(ids, present))
+        sums = tf.math.unsorted_segment_sum(rows, tf.where(present)[:, 0], tf.shape(ids)[0])
+        if self.combiner == "sum":
+            return sums
+        counts = tf.reduce_sum(tf.cast(present, sums.dtype), axis=1, keepdims=True)
+        return sums / tf.maximum(counts, 1.0)
+
+
+class OneHot(keras.layers.Layer):
+    """Ids as one-hot vectors of ``rows`` (a list's combined)."""
+
+    def __init__(self, rows: int, combiner: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.combiner = rows, combiner
+
+    def call(self, ids):
+        hot = tf.one_hot(ids, self.rows)  # -1: zeros
+        if self.combiner is None:
+            return hot
+        total = tf.reduce_sum(hot, axis=1)
+        if self.combiner == "sum":
+            return total
+        return total / tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, hot.dtype), axis=1, keepdims=True), 1.0)
+
+
+class HashedCross(keras.layers.Layer):
+    """A cross of categorical features in the linear part: every combination of the features' values in a row
+    (a list contributes each of its values) hashed into ``buckets``, a weight row per bucket, summed."""
+
+    def __init__(self, buckets: int, width: int, **kwargs):
+        super().__init__(**kwargs)
+        self.buckets, self.width = buckets, width
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(shape=(self.buckets, self.width), initializer="zeros", name="embeddings")
+
+    def call(self, values):
+        columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
+        crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
+        rows = tf.nn.embedding_lookup(self.embeddings.value, crossed.values)  # one gather: one plain sparse gradient
+        return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
+
+
+class Destandardize(keras.layers.Layer):
+    """A standardized prediction in the target's units: × std + mean."""
+
+    def __init__(self, mean: float, std: float, **kwargs):
+        super().__init__(**kwargs)
+        self.mean, self.std = float(mean), float(std)
+
+    def call(self, inputs):
+        return inputs * self.std + self.mean
+
+
+@dataclass
+class Preprocessed:
+    """The raw inputs (Keras inputs by feature name) and what preprocessing makes of them."""
+
+    inputs: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    """By name: a numeric feature normalized ([batch, *shape]) and its missing indicator ('<name>_missing'); a
+    categorical feature's ids (int32 [batch]; a list's [batch, length], -1 past its values)."""
+    strings: dict[str, Any] = field(default_factory=dict)
+    """Each categorical feature's values as strings (what crosses hash)."""
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What each of ``values`` is: kind, dtype, shape; a categorical feature's ids, embedding_dim, vocabulary_size,
+    hash_buckets and combiner."""
+
+
+def preprocess(manifest: dict[str, Any], vocabulary: dict[str, list[str]]) -> Preprocessed:
+    """The preprocessing of every feature of the manifest, in its order (the model's inputs)."""
+    out = Preprocessed()
+    for feature in manifest["features"]:
+        if feature["kind"] == "numeric":
+            _numeric(out, feature, manifest["stats"][feature["name"]])
+        else:
+            _categorical(out, feature, vocabulary.get(feature["name"]))
+    return out
+
+
+def _numeric(out: Preprocessed, feature: dict[str, Any], stats: dict[str, list[float]]) -> None:
+    name, shape = feature["name"], tuple(feature["shape"])
+    raw = out.inputs[name] = keras.Input(shape=shape, name=name)
+    flat = keras.layers.Reshape((math.prod(shape),), name=f"{name}_flat")(raw)
+    norm = Impute(mean=np.array(stats["mean"]), variance=np.array(stats["variance"]), name=f"{name}_norm")(flat)
+    out.values[name] = keras.layers.Reshape(shape or (1,), name=f"{name}_normalized")(norm)
+    out.info[name] = {"kind": "numeric", "dtype": "float32", "shape": shape or (1,)}
+    if feature["missing_indicator"]:
+        out.values[f"{name}_missing"] = MissingIndicator(name=f"{name}_missing")(flat)
+        out.info[f"{name}_missing"] = {
+            "kind": "missing_indicator",
+            "dtype": "float32",
+            "shape": (math.prod(shape),),
+            "of": name,
+        }
+
+
+def _categorical(out: Preprocessed, feature: dict[str, Any], tokens: list[str] | None) -> None:
+    name, is_list = feature["name"], feature["kind"] == "categorical_list"
+    shape = (None,) if is_list else ()
+    dtype = "int64" if feature["dtype"] == "int64" and not is_list else "string"  # lists are strings (contract)
+    raw = out.inputs[name] = keras.Input(shape=shape, dtype=dtype, name=name)
+    strings = out.strings[name] = Int64ToString(name=f"{name}_string")(raw) if dtype == "int64" else raw
+    if tokens is None:
+        lookup = keras.layers.Hashing(num_bins=feature["hash_buckets"], name=f"{name}_lookup")
+    else:
+        lookup = keras.layers.StringLookup(
+            vocabulary=tokens,
+            num_oov_indices=feature["oov_buckets"],
+            mask_token=None,
+            oov_token=OOV_TOKEN,
+            name=f"{name}_lookup",
+        )
+    ids = Ids(name=f"{name}_ids")(lookup(strings), strings if is_list else None)
+    out.values[name] = ids
+    out.info[name] = {
+        "kind": feature["kind"],
+        "dtype": "int32",
+        "shape": shape,
+        "ids": feature["ids"],
+        "embedding_dim": feature["embedding_dim"],
+        "vocabulary_size": None if tokens is None else len(tokens),
+        "hash_buckets": feature["hash_buckets"],
+        "combiner": feature.get("combiner"),
+    }
