@@ -31,16 +31,12 @@ from tfdist.contract import (
     write_json_atomic,
 )
 from tfdist.trainer import data, metrics
-from tfdist.trainer.models import IntegrityError, restore_checked
+from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
 
 if TYPE_CHECKING:
     from tfdist.spec import Spec
-
-
-SERVING_OUTPUT = {"multiclass": "probabilities", "binary": "probability", "regression": "prediction"}
-"""The serving signature's output each task is scored on."""
 
 
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,13 +87,14 @@ def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, 
 
 
 def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
-    """A SavedModel's serving signature as a feature dict → the task's output function; it is given the
-    features it takes, and ``columns`` picks and orders its probabilities' columns."""
+    """A SavedModel's serving signature as a feature dict → the task's output function (its output named as the
+    model's, ``models.OUTPUT``); it is given the features it takes, and ``columns`` picks and orders its
+    probabilities' columns."""
     signature = tf.saved_model.load(path).signatures["serving_default"]
     takes = set(signature.structured_input_signature[1])
 
     def predict(features):
-        output = signature(**{n: v for n, v in features.items() if n in takes})[SERVING_OUTPUT[task]]
+        output = signature(**{n: v for n, v in features.items() if n in takes})[OUTPUT[task]]
         return output if columns is None else tf.gather(output, columns, axis=1)
 
     return predict

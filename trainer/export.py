@@ -38,8 +38,9 @@ from tfdist.contract import (
     write_json_atomic,
 )
 from tfdist.trainer import data, metrics
-from tfdist.trainer.evaluate import SERVING_OUTPUT, score, serving_predict
-from tfdist.trainer.models import IntegrityError, restore_checked
+from tfdist.trainer.data import MISSING_INT64
+from tfdist.trainer.evaluate import score, serving_predict
+from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
 if TYPE_CHECKING:
@@ -54,15 +55,18 @@ example (a regression's prediction: in the target's standard deviations)."""
 
 
 def serving_inputs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The serving signature's inputs, one per feature by name: its kind, dtype and shape (None: any size)."""
+    """The serving signature's inputs, one per feature by name: its kind, dtype, shape (None: any size) and the
+    value that says missing (a list: padding, and an empty list)."""
     found = []
     for f in manifest["features"]:
+        missing: str | int
         if f["kind"] == "numeric":
-            dtype, shape = "float32", [None, *f["shape"]]
+            dtype, shape, missing = "float32", [None, *f["shape"]], "NaN"
+        elif f["kind"] == "categorical_list":
+            dtype, shape, missing = "string", [None, None], ""
         else:
-            dtype = "string" if f["kind"] == "categorical_list" else f["dtype"]
-            shape = [None, None] if f["kind"] == "categorical_list" else [None]
-        found.append({"name": f["name"], "kind": f["kind"], "dtype": dtype, "shape": shape})
+            dtype, shape, missing = f["dtype"], [None], MISSING_INT64 if f["dtype"] == "int64" else ""
+        found.append({"name": f["name"], "kind": f["kind"], "dtype": dtype, "shape": shape, "missing": missing})
     return found
 
 
@@ -73,7 +77,7 @@ def serving_outputs(label: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "probabilities": {"dtype": "float32", "shape": [None, len(label["classes"])]},
             "classes": {"dtype": "string", "shape": [None]},
         }
-    return {SERVING_OUTPUT[label["task"]]: {"dtype": "float32", "shape": [None]}}
+    return {OUTPUT[label["task"]]: {"dtype": "float32", "shape": [None]}}
 
 
 def serving_module(tf, model, manifest: dict[str, Any]):
@@ -88,7 +92,7 @@ def serving_module(tf, model, manifest: dict[str, Any]):
     def serve(*tensors):
         output = model(dict(zip(names, tensors, strict=True)), training=False)
         if label["task"] != "multiclass":
-            return {SERVING_OUTPUT[label["task"]]: tf.reshape(output, [-1])}
+            return {OUTPUT[label["task"]]: tf.reshape(output, [-1])}
         return {"probabilities": output, "classes": tf.gather(tf.constant(label["classes"]), tf.argmax(output, 1))}
 
     module.serve = serve
@@ -105,7 +109,7 @@ def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: dic
     tolerance = SKEW_TOLERANCE * (label["std"] if label["task"] == "regression" else 1)
     if not difference <= tolerance:  # NaN included
         fail(
-            f"training/serving skew: the reloaded SavedModel's {SERVING_OUTPUT[label['task']]} differ from the "
+            f"training/serving skew: the reloaded SavedModel's {OUTPUT[label['task']]} differ from the "
             f"trained model's by up to {difference:.3g} on the eval split (allowed {tolerance:.3g}); nothing was "
             "published",
             EXIT_REFUSED,

@@ -146,10 +146,10 @@ def partitions(root: str, fmt: str, columns: dict[str, list], parts: int = 3) ->
     return os.path.join(folder, f"*.{fmt}")
 
 
-def prepare(root: str, name: str, data: dict, source: str, env: dict | None = None, pods: int = 1):
-    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory); (the
-    process (pod 0's), its output directory)."""
-    spec = load_spec(make_spec(root, data={"source": "unused", **data}))
+def prepare(root: str, name: str, data: dict, source: str, env: dict | None = None, pods: int = 1, **sections):
+    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory) for the tests'
+    small spec with ``data`` and ``sections``; (the process (pod 0's), its output directory)."""
+    spec = load_spec(make_spec(root, data={"source": "unused", **data}, **sections))
     out = os.path.join(root, name, "data")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())

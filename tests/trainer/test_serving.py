@@ -1,6 +1,8 @@
-"""The exported serving signature: raw features by name (strings as strings, NaN for a missing number, lists padded
-with ""), the task's outputs, and in a fresh process the training-time path's predictions, unseen categories and
-missing values included."""
+"""The exported serving signature, on the spec's real model (``build_model``) over data the prepare stage prepared
+(tests/trainer/tabular.py: numbers with missing values, a vector, strings, hashed int64 ids, lists): raw features by
+name (strings as strings, NaN for a missing number, lists padded with ""), the task's outputs, in a fresh process
+the training-time path's predictions (unseen categories and missing values included), and the skew check export
+runs on every eval example."""
 
 from __future__ import annotations
 
@@ -11,26 +13,29 @@ import sys
 import numpy as np
 import pytest
 
-FEATURES = [
-    {"name": "age", "kind": "numeric", "shape": []},
-    {"name": "size", "kind": "numeric", "shape": [2]},
-    {"name": "sex", "kind": "categorical", "dtype": "string"},
-    {"name": "pclass", "kind": "categorical", "dtype": "int64"},
-    {"name": "tags", "kind": "categorical_list", "dtype": "string"},
-]
-LABELS = {
-    "multiclass": {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"], "std": None},
-    "binary": {"task": "binary", "classes": ["no", "yes"], "std": None},
-    "regression": {"task": "regression", "classes": None, "mean": 3900.0, "std": 3100.0},
+from tests.trainer import tabular
+from tfdist.contract import EXIT_REFUSED, read_json
+from tfdist.trainer.data import MISSING_INT64
+
+pytestmark = pytest.mark.e2e
+TASKS = ("multiclass", "binary", "regression")
+VALIDATION = {
+    "multiclass": {"thresholds": {"accuracy": {"lower": 0.1}}},
+    "binary": {"thresholds": {"auc": {"lower": 0.1}}},
+    "regression": {"thresholds": {"r2": {"lower": -100}}},
 }
-ROWS = {  # unseen values ('unseen', 7, 'zzz'), missing ones (NaN, '', an empty list), and a list padded with ''
-    "age": np.array([22.0, np.nan, 80.0, np.nan], np.float32),
-    "size": np.array([[1.0, 2.0], [np.nan, 0.5], [3.0, np.nan], [0.0, 0.0]], np.float32),
-    "sex": np.array([b"male", b"", b"unseen", b"female"]),
-    "pclass": np.array([1, 3, 7, 2], np.int64),
-    "tags": np.array([[b"a", b"b"], [b"", b""], [b"zzz", b""], [b"c", b"a"]]),
+NAN = float("nan")
+ROWS = {  # unseen values ('Atlantis', 99999, 'durian'), missing ones (NaN, '', MISSING_INT64, an empty list)
+    "age": np.array([31.5, NAN, 80.0, NAN], np.float32),
+    "pos": np.array([[0.1, -1.0], [NAN, 0.5], [2.0, NAN], [0.0, 0.0]], np.float32),
+    "city": np.array([v.encode() for v in ["Zürich", "", "Atlantis", "東京"]]),
+    "zip": np.array([1003, MISSING_INT64, 99999, 1010], np.int64),
+    "items": np.array(
+        [[v.encode() for v in row] for row in [["tea", "milk"], ["", ""], ["durian", ""], ["café", "jam"]]]
+    ),
 }
-ONE_ROW_NO_TAGS = {k: v[1:2] for k, v in ROWS.items()} | {"tags": np.zeros((1, 0), "S1")}
+ONE_ROW_EMPTY_LIST = {k: v[1:2] for k, v in ROWS.items()} | {"items": np.zeros((1, 0), "S1")}
+BATCHES = (ROWS, ONE_ROW_EMPTY_LIST)
 
 SERVE_IN_A_FRESH_PROCESS = """
 import sys
@@ -47,82 +52,97 @@ np.savez(out, **results)
 """
 
 
-def contract_model(label: dict):
-    """A model as docs/tabular.md's contract has it, written here until trainer.models lands: raw inputs by
-    feature name, lookups and embeddings inside, the task's output (regression in target units)."""
-    import keras
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``exported(task)``: (spec, manifest, data dir, the spec's model built untrained, its SavedModel as export
+    writes it), the table prepared once per task by the prepare stage."""
     import tensorflow as tf
 
-    class RawInputModel(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.sex = keras.layers.StringLookup(vocabulary=["male", "female", ""], num_oov_indices=1)
-            self.pclass = keras.layers.IntegerLookup(vocabulary=[1, 2, 3], num_oov_indices=1)
-            self.tags = keras.layers.StringLookup(vocabulary=["a", "b", "c"], num_oov_indices=1, mask_token="")
-            self.sex_embedding, self.pclass_embedding = keras.layers.Embedding(4, 3), keras.layers.Embedding(4, 2)
-            self.tags_embedding = keras.layers.Embedding(5, 3)
-            self.out = keras.layers.Dense(len(label["classes"]) if label["task"] == "multiclass" else 1)
+    from tfdist.trainer.export import serving_module
+    from tfdist.trainer.models import build_model
+    from tfdist.trainer.runtime import load_spec
 
-        def call(self, f):
-            numeric = tf.concat([f["age"][:, None] / 50, f["size"]], axis=1)
-            present = tf.cast(self.tags(f["tags"]) > 0, tf.float32)[..., None]
-            tags = tf.reduce_sum(self.tags_embedding(self.tags(f["tags"])) * present, 1)
-            x = tf.concat(
-                [
-                    tf.where(tf.math.is_nan(numeric), tf.zeros_like(numeric), numeric),
-                    self.sex_embedding(self.sex(f["sex"])),
-                    self.pclass_embedding(self.pclass(f["pclass"])),
-                    tags / tf.maximum(tf.reduce_sum(present, 1), 1.0),
-                ],
-                axis=1,
-            )
-            logits = self.out(x)
-            if label["task"] == "multiclass":
-                return tf.nn.softmax(logits)
-            return tf.sigmoid(logits) if label["task"] == "binary" else logits * label["std"] + label["mean"]
+    root = str(tmp_path_factory.mktemp("serving"))
+    source = tabular.partitions(root, "csv", tabular.table(600))
+    done = {}
 
-    model = RawInputModel()
-    model({k: tf.constant(v) for k, v in ROWS.items()})
-    return model
+    def export(task: str):
+        if task not in done:
+            data = tabular.data_spec("csv", task)
+            prepared, data_dir = tabular.prepare(root, task, data, source, validation=VALIDATION[task])
+            assert prepared.returncode == 0, prepared.stderr[-3000:]
+            spec = load_spec(os.path.join(root, task, "spec.json"))
+            manifest = read_json(os.path.join(data_dir, "manifest.json"))
+            model = build_model(spec, manifest, data_dir)
+            module, path = serving_module(tf, model, manifest), os.path.join(root, task, "model")
+            tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+            done[task] = (spec, manifest, data_dir, model, path)
+        return done[task]
+
+    return export
 
 
-@pytest.mark.parametrize("task", ["multiclass", "binary", "regression"])
-def test_raw_rows_through_the_loaded_signature_in_a_fresh_process_give_the_training_time_predictions(tmp_path, task):
-    import tensorflow as tf
-
-    from tfdist.trainer.export import serving_inputs, serving_module, serving_outputs
-
-    manifest = {"features": FEATURES, "label": LABELS[task]}
-    model = contract_model(manifest["label"])
-    module = serving_module(tf, model, manifest)
-    tf.saved_model.save(module, str(tmp_path / "model"), signatures={"serving_default": module.serve})
-    batches = []
-    for i, rows in enumerate((ROWS, ONE_ROW_NO_TAGS)):
-        batches.append(str(tmp_path / f"rows-{i}.npz"))
-        np.savez(batches[-1], **rows)
+def serve(path: str, tmp_path) -> dict[str, np.ndarray]:
+    """The SavedModel's signature on each of BATCHES, in a fresh process: {"<batch>.<output>": values}."""
+    files = []
+    for i, rows in enumerate(BATCHES):
+        files.append(str(tmp_path / f"rows-{i}.npz"))
+        np.savez(files[-1], **rows)
     out = str(tmp_path / "served.npz")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run(
-        [sys.executable, "-c", SERVE_IN_A_FRESH_PROCESS, str(tmp_path / "model"), out, *batches], check=True, env=env
-    )
-    served = dict(np.load(out))
+    argv = [sys.executable, "-c", SERVE_IN_A_FRESH_PROCESS, path, out, *files]
+    subprocess.run(argv, check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return dict(np.load(out))
 
-    outputs = serving_outputs(manifest["label"])
-    assert {k.split(".", 1)[1] for k in served} == set(outputs)
-    for i, rows in enumerate((ROWS, ONE_ROW_NO_TAGS)):
-        trained = model({k: tf.constant(v) for k, v in rows.items()}).numpy()
-        main = {"multiclass": "probabilities", "binary": "probability", "regression": "prediction"}[task]
+
+@pytest.mark.parametrize("task", TASKS)
+def test_raw_rows_through_the_loaded_signature_in_a_fresh_process_give_the_training_time_predictions(
+    exported, tmp_path, task
+):
+    import tensorflow as tf
+
+    from tfdist.trainer.export import serving_inputs, serving_outputs
+    from tfdist.trainer.models import OUTPUT
+
+    _spec, manifest, _data_dir, model, path = exported(task)
+    served = serve(path, tmp_path)
+    assert {k.split(".", 1)[1] for k in served} == set(serving_outputs(manifest["label"]))
+    for i, rows in enumerate(BATCHES):
+        trained = model({k: tf.constant(v) for k, v in rows.items()}, training=False).numpy()
         expected = trained if task == "multiclass" else trained.reshape(-1)
-        assert served[f"{i}.{main}"].shape == expected.shape
-        np.testing.assert_allclose(served[f"{i}.{main}"], expected, rtol=1e-6, atol=1e-6)
+        assert served[f"{i}.{OUTPUT[task]}"].shape == expected.shape
+        np.testing.assert_allclose(served[f"{i}.{OUTPUT[task]}"], expected, rtol=1e-6, atol=1e-6)
         if task == "multiclass":
             names = np.array(manifest["label"]["classes"], dtype=bytes)
             assert (served[f"{i}.classes"] == names[expected.argmax(axis=1)]).all()
+    assert len(np.unique(served[f"0.{OUTPUT[task]}"], axis=0)) == len(ROWS["age"])  # each row its own prediction
 
-    signature = tf.saved_model.load(str(tmp_path / "model")).signatures["serving_default"]
-    declared = {
-        name: (spec.dtype.name, spec.shape.as_list()) for name, spec in signature.structured_input_signature[1].items()
-    }
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    declared = {n: (s.dtype.name, s.shape.as_list()) for n, s in signature.structured_input_signature[1].items()}
     assert declared == {i["name"]: (i["dtype"], i["shape"]) for i in serving_inputs(manifest)}
-    assert declared["tags"] == ("string", [None, None]) and declared["pclass"] == ("int64", [None])
-    assert declared["size"] == ("float32", [None, 2]) and declared["age"] == ("float32", [None])
+    assert declared == {
+        "age": ("float32", [None]),
+        "pos": ("float32", [None, 2]),
+        "city": ("string", [None]),
+        "zip": ("int64", [None]),
+        "items": ("string", [None, None]),
+    }
+
+
+def test_export_refuses_a_saved_model_whose_outputs_are_not_the_trained_models(exported, capsys):
+    import tensorflow as tf
+
+    from tfdist.trainer.export import serving_check
+    from tfdist.trainer.models import build_model
+
+    spec, manifest, data_dir, model, path = exported("binary")
+    checked = serving_check(tf, spec, model, path, data_dir, manifest)
+    assert checked["skew"]["examples"] == manifest["eval"]["examples"]
+    assert checked["skew"]["max_abs_difference"] <= 1e-6 and sorted(checked["metrics"]) == ["accuracy", "auc", "loss"]
+
+    other = build_model(spec, manifest, data_dir)  # another draw of the initial weights
+    with pytest.raises(SystemExit) as refused:
+        serving_check(tf, spec, other, path, data_dir, manifest)
+    assert refused.value.code == EXIT_REFUSED
+    assert "training/serving skew: the reloaded SavedModel's probability differ from the trained model's" in (
+        capsys.readouterr().err
+    )
