@@ -33,9 +33,10 @@ PIPELINES = {
         ],
         "label": {"name": "survived", "task": "binary", "positive": "yes"},
         "model": {"family": "wide_deep", "hidden_units": [16], "learning_rate": 0.01, "metrics": ["auc"]},
-        "training": {"epochs": 12, "global_batch_size": 32},
-        # the eval split is by a hash of each row's content, and with four columns identical rows are many (128 of
-        # 1,309: male, 3rd class, age missing, died) and all on one side: its AUC is far from the held-out rows'
+        "training": {"epochs": 6, "global_batch_size": 32},  # more overfits: 12 epochs score 0.80 held out, 30 0.77
+        # the eval split is by a hash of each row's content, label included, and with four columns identical rows are
+        # many (128 of 1,309: male, 3rd class, age missing, died), each group on one side: its AUC (0.72) is far
+        # from the held-out rows'
         "validation": {"thresholds": {"auc": {"lower": 0.6}}},
     },
     "diamonds": {
@@ -70,9 +71,9 @@ PIPELINES = {
     },
 }
 FLOORS = {"titanic": ("auc", 0.78), "diamonds": ("r2", 0.9), "penguins": ("accuracy", 0.9)}
-"""On the held-out rows (262, 1,200 and 69 of them), below what scikit-learn's linear models score on the same
-columns and rows, one-hot and mean-imputed: AUC 0.851 (logistic), R² 0.925 (least squares; gradient boosting:
-0.972), accuracy 0.986 (logistic)."""
+"""On the held-out rows (262, 1,200 and 69 of them). Scored here: AUC 0.818, R² 0.968, accuracy 1.0. For scale,
+scikit-learn's linear models on the same columns (one-hot, mean-imputed) trained on all the other rows: AUC 0.851
+(logistic; sex alone ranks 0.798), R² 0.925 (least squares; gradient boosting 0.972), accuracy 0.986 (logistic)."""
 
 SERVE_IN_A_FRESH_PROCESS = """
 import json, sys
@@ -125,7 +126,9 @@ def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame]]:
         held_out[name] = table.sample(frac=0.2, random_state=1)
         write_table_partitions(os.path.join(root, "raw", name), table.drop(held_out[name].index), DAY, 1, "t.csv")
         dag = f"dag = build_dag({spec(name, root)!r})\n"
-        (dags / f"{name}.py").write_text(f'"""The Airflow DAG of a tabular test."""\nfrom tfdist.operators import build_dag\n\n{dag}')
+        (dags / f"{name}.py").write_text(
+            f'"""The Airflow DAG of a tabular test."""\nfrom tfdist.operators import build_dag\n\n{dag}'
+        )
     saved = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
     logs = tmp_path_factory.mktemp("tabular_logs")
