@@ -4,8 +4,8 @@ against the same model without its preprocessing layers.
 The model is the spec's (an untrained ``mlp`` over a synthetic table of numbers, strings, IDs and lists: its cost
 does not depend on its weights), built from data prepare_data prepared. "Ours" is the SavedModel export publishes:
 its signature takes the raw features, and the lookups, hashing, imputation and normalization run inside it. "Bare"
-is the same model cut at its ``<name>_lookup`` and ``<name>_norm`` layers (docs/tabular.md), saved with a signature
-that takes their outputs (ids, normalized values), as a model fed by an external preprocessing service would be.
+is the same model cut after its ``<name>_ids`` and ``<name>_norm`` layers (tfdist.trainer.preprocessing), saved with
+a signature that takes their outputs (ids, normalized values), as a model fed by a preprocessing service would be.
 Both are loaded in a fresh process, as a model server loads them; each figure is the median of many calls, the
 two models called in alternating blocks."""
 
@@ -41,6 +41,7 @@ SECTIONS = {
         "num_shards": 1,
     },
     "model": {"family": "mlp", "hidden_units": [128, 64]},
+    "training": {"num_workers": 1},
     "validation": {"thresholds": {"auc": {"lower": 0.5}}},
     "export": {"model_name": "serving_bench"},
 }
@@ -79,7 +80,7 @@ def measure(work: str, calls: int) -> dict:
 def cut_at_preprocessing(keras, model, manifest: dict):
     """(the model's preprocessing: raw inputs → ids and normalized values, the rest: those → its output)."""
     cut = [
-        model.get_layer(f"{f['name']}_{'norm' if f['kind'] == 'numeric' else 'lookup'}").output
+        model.get_layer(f"{f['name']}_{'norm' if f['kind'] == 'numeric' else 'ids'}").output
         for f in manifest["features"]
     ]
     return keras.Model(model.inputs, cut), keras.Model(cut, model.outputs)
@@ -121,7 +122,7 @@ def main() -> None:
     spec_file, data_dir, work, calls = sys.argv[1:]
     tf = import_tensorflow()
     manifest = read_json(os.path.join(data_dir, MANIFEST))
-    model = build_model(load_spec(spec_file), manifest)
+    model = build_model(load_spec(spec_file), manifest, data_dir)
     sample, _ = next(iter(data.eval_dataset(tf, data_dir, manifest, batch_size=max(BATCHES))))
     preprocess, rest = cut_at_preprocessing(keras, model, manifest)
     preprocessed = [tf.convert_to_tensor(t) for t in preprocess(sample)]
@@ -137,6 +138,8 @@ def main() -> None:
             "ours": {k: v[:size] for k, v in sample.items()},
             "bare": {f"in{i}": t[:size] for i, t in enumerate(preprocessed)},
         }
+        same = loaded["ours"](**inputs["ours"])["probability"], loaded["bare"](**inputs["bare"])["output"]
+        np.testing.assert_allclose(same[0], np.reshape(same[1], [-1]), atol=1e-5)  # the same model
         spent: dict[str, list[float]] = {"ours": [], "bare": []}
         for name in spent:
             timed(loaded[name], inputs[name], BLOCK)  # warm-up
