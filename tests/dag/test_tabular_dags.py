@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from sklearn import metrics
 
-from tfdist.contract import registry
+from tfdist.contract import RunLayout, read_json, registry, run_path
 from tfdist.operators.demo import airflow_dags_test, example_table, write_table_partitions
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,7 @@ PIPELINES = {
         "label": {"name": "price", "task": "regression"},
         "model": {"family": "mlp", "hidden_units": [64, 32], "learning_rate": 0.005, "dropout": 0.0},
         "training": {"epochs": 8, "global_batch_size": 64},
-        "validation": {"thresholds": {"r2": {"lower": 0.8}}},
+        "validation": {"thresholds": {"r2": {"lower": 0.8}}, "change_thresholds": {"rmse": {"relative": 0.1}}},
     },
     "penguins": {
         "rows": None,
@@ -116,8 +116,8 @@ def spec(name: str, root: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame]]:
-    """Per table: the version its DAG run published, and the rows held out of its partitions."""
+def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame, dict]]:
+    """Per table: the version its DAG run published, the rows held out of its partitions, the run's blessing."""
     root, dags = str(tmp_path_factory.mktemp("tabular")), tmp_path_factory.mktemp("tabular_dags")
     held_out = {}
     for name, p in PIPELINES.items():
@@ -138,7 +138,8 @@ def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame]]:
             outcome = airflow_dags_test(f"{name}_tabular", DAY + dt.timedelta(days=1), str(logs / f"{name}.log"))
             assert outcome.state == "success", open(outcome.log_path).read()[-5000:]
             (version,) = registry.versions(os.path.join(root, "models", name))
-            found[name] = (version, held_out[name])
+            blessing = read_json(RunLayout(run_path(root, f"{name}_tabular", outcome.run_id)).blessing_file)
+            found[name] = (version, held_out[name], blessing)
     finally:
         os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
     return found
@@ -157,30 +158,37 @@ def serve(version: dict, rows: pd.DataFrame, tmp_path) -> dict[str, np.ndarray]:
 
 
 def test_binary_with_string_categorical_features(published, tmp_path):
-    version, rows = published["titanic"]
+    version, rows, blessing = published["titanic"]
     served = serve(version, rows, tmp_path)
     assert served["probability"].shape == (len(rows),)
     auc = metrics.roc_auc_score(rows["survived"] == "yes", served["probability"])
     assert auc >= FLOORS["titanic"][1], auc
     assert version["label"]["classes"] == ["no", "yes"] and version["serving_skew"]["max_abs_difference"] <= 1e-4
-    assert sorted(os.listdir(registry.vocabulary_dir(version["path"]))) == [
-        "passengerClass.json",
-        "sex.json",
-    ]
+    assert sorted(os.listdir(registry.vocabulary_dir(version["path"]))) == ["passengerClass.json", "sex.json"]
+    assert sorted(blessing["metrics"]) == ["auc", "loss"] and set(blessing["per_class"]) == {"no", "yes"}
 
 
 def test_regression_with_categorical_features(published, tmp_path):
-    version, rows = published["diamonds"]
+    version, rows, blessing = published["diamonds"]
     served = serve(version, rows, tmp_path)
     r2 = metrics.r2_score(rows["price"], served["prediction"])  # in dollars: de-standardized inside the model
     assert r2 >= FLOORS["diamonds"][1], r2
     assert version["signature"]["outputs"] == {"prediction": {"dtype": "float32", "shape": [None]}}
+    assert blessing["per_class"] is None and blessing["directions"] == {
+        "loss": "lower_is_better",
+        "rmse": "lower_is_better",
+        "r2": "higher_is_better",
+    }
+    assert blessing["change_thresholds"]["rmse"]["direction"] == "lower_is_better"  # resolved, as the gate applies it
 
 
 def test_multiclass_with_string_class_names(published, tmp_path):
-    version, rows = published["penguins"]
+    version, rows, blessing = published["penguins"]
     served = serve(version, rows, tmp_path)
     assert version["label"]["classes"] == ["Adelie", "Chinstrap", "Gentoo"]
     accuracy = metrics.accuracy_score(rows["species"], served["classes"].astype(str))
     assert accuracy >= FLOORS["penguins"][1], accuracy
     assert (served["classes"] == np.array(version["label"]["classes"], bytes)[served["probabilities"].argmax(1)]).all()
+    assert list(blessing["per_class"]) == version["label"]["classes"]
+    assert sum(c["examples"] for c in blessing["per_class"].values()) == blessing["eval_examples"]
+    assert version["serving_eval_metrics"] == pytest.approx(blessing["metrics"], abs=1e-6)
