@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import categorical, follow, parse, warm_start
+from bench import categorical, follow, parse, serving, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -70,6 +70,8 @@ class Budget:
     """... and of each throughput run with and without summaries,"""
     summary_best_of: int
     """... each figure the best of this many runs."""
+    serving_calls: int
+    """Serving latency (bench/serving.py): calls of each model per batch size."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -90,6 +92,7 @@ BUDGETS = {
         warm_start_epochs=3,
         summary_epochs=5,
         summary_best_of=1,
+        serving_calls=40,
     ),
     "full": Budget(
         repetitions=3,
@@ -105,6 +108,7 @@ BUDGETS = {
         warm_start_epochs=20,
         summary_epochs=250,
         summary_best_of=3,
+        serving_calls=2000,
     ),
 }
 
@@ -423,6 +427,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
         *follow.rows(results["follow"], ratio_row),
         *warm_start.rows(results["warm_start"], ratio_row),
         *categorical.rows(results["categorical"], ratio_row),
+        *serving.rows(results["serving"], ratio_row),
     ]
 
 
@@ -489,6 +494,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
         *follow.absolutes(results["follow"]),
         *warm_start.absolutes(results["warm_start"]),
         *categorical.absolutes(results["categorical"]),
+        *serving.absolutes(results["serving"]),
     ]
 
 
@@ -571,6 +577,8 @@ def main() -> None:
         results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
         print("the tax of categorical features", flush=True)
         results["categorical"] = categorical.measure(os.path.join(work, "categorical"), budget)
+        print("serving latency", flush=True)
+        results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)

@@ -3,20 +3,30 @@ and the failure lines of the checks that fail. evaluate decides with them; the t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 CHANGE_SLACK = 1e-12
 """A change exactly at its tolerance passes despite float rounding."""
 
 
+def resolved(validation: dict[str, Any], change_direction: Callable[[str], str]) -> dict[str, Any]:
+    """The validation section's rules (as dumped to JSON) with each change threshold's direction resolved by
+    ``change_direction`` (the spec's: its own, else the metric's): the rules the gate applies and blessing.json
+    records."""
+    changes = {m: rule | {"direction": change_direction(m)} for m, rule in validation["change_thresholds"].items()}
+    return validation | {"change_thresholds": changes}
+
+
 def checks(
-    metrics: dict[str, float],
+    metrics: dict[str, float | None],
     thresholds: dict[str, dict[str, Any]],
     change_thresholds: dict[str, dict[str, Any]],
-    baseline: dict[str, float] | None,
+    baseline: dict[str, float | None] | None,
 ) -> list[dict[str, Any]]:
     """One check per bound of ``thresholds`` and, given the ``baseline``'s metrics, per change threshold with a
-    tolerance: its rule in words, the value, the margin (how far inside the rule; negative: failed), passed."""
+    tolerance: its rule in words, the value, the margin (how far inside the rule; negative: failed), passed. A
+    metric the eval data leaves undefined (None: an AUC with one class) fails every check on it, with no margin."""
     rows: list[dict[str, Any]] = []
     for metric, bound in thresholds.items():
         value = metrics[metric]
@@ -28,7 +38,7 @@ def checks(
                     "rule": f"≥ {bound['lower']}",
                     "bound": bound["lower"],
                     "value": value,
-                    "margin": value - bound["lower"],
+                    "margin": _margin(value, bound["lower"]),
                 }
             )
         if bound.get("upper") is not None:
@@ -39,23 +49,31 @@ def checks(
                     "rule": f"≤ {bound['upper']}",
                     "bound": bound["upper"],
                     "value": value,
-                    "margin": bound["upper"] - value,
+                    "margin": _margin(bound["upper"], value),
                 }
             )
     if baseline:
         rows += _change_checks(metrics, change_thresholds, baseline)
     for row in rows:
-        row["passed"] = row["margin"] >= (-CHANGE_SLACK if row["kind"] == "change" else 0)
+        row["passed"] = row["margin"] is not None and row["margin"] >= (-CHANGE_SLACK if row["kind"] == "change" else 0)
     return rows
 
 
+def _margin(high: float | None, low: float | None) -> float | None:
+    return None if high is None or low is None else high - low
+
+
 def _change_checks(
-    metrics: dict[str, float], change_thresholds: dict[str, dict[str, Any]], baseline: dict[str, float]
+    metrics: dict[str, float | None], change_thresholds: dict[str, dict[str, Any]], baseline: dict[str, float | None]
 ) -> list[dict[str, Any]]:
     """One check per change threshold with a tolerance, against the baseline's metrics."""
     rows = []
     for metric, rule in change_thresholds.items():
         value, base = metrics[metric], baseline[metric]
+        row = {"metric": metric, "kind": "change", "value": value, "baseline": base}
+        if value is None or base is None:
+            rows.append(row | {"rule": "no worse than the baseline", "delta": None, "allowed": None, "margin": None})
+            continue
         tolerances = [
             t
             for t in (rule.get("absolute"), None if rule.get("relative") is None else rule["relative"] * abs(base))
@@ -63,17 +81,14 @@ def _change_checks(
         ]
         if not tolerances:
             continue
-        allowed, higher = min(tolerances), rule["direction"] == "higher_is_better"
+        allowed, higher, delta = min(tolerances), rule["direction"] == "higher_is_better", value - base
         rows.append(
-            {
-                "metric": metric,
-                "kind": "change",
+            row
+            | {
                 "rule": f"≥ baseline − {allowed:.4g}" if higher else f"≤ baseline + {allowed:.4g}",
-                "value": value,
-                "baseline": base,
-                "delta": value - base,
+                "delta": delta,
                 "allowed": allowed,
-                "margin": allowed + (value - base if higher else base - value),
+                "margin": allowed + (delta if higher else -delta),
             }
         )
     return rows
@@ -85,7 +100,11 @@ def failures(rows: list[dict[str, Any]], baseline_version: int | None = None) ->
     for row in rows:
         if row["passed"]:
             continue
-        metric, value, missed = row["metric"], row["value"], -row["margin"]
+        metric, value = row["metric"], row["value"]
+        if row["margin"] is None:
+            lines.append(f"{metric} is undefined on the eval data (e.g. an AUC without both classes)")
+            continue
+        missed = -row["margin"]
         if row["kind"] == "value":
             side = "below the lower" if row["rule"].startswith("≥") else "above the upper"
             lines.append(f"{metric} = {value:.4f} is {side} bound {row['bound']} by {missed:.4f}")

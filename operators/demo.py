@@ -164,7 +164,7 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
             print(f"exported model: {metadata['path']}")
             print(
                 f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
-                f"(serving signature on the held-out split: {metadata['serving_eval_accuracy']:.4f})"
+                f"(serving signature on the held-out split: {metadata['serving_eval_metrics']['accuracy']:.4f})"
             )
             return 0
     print(f"run {outcome.run_id} succeeded but published no version in {model_dir}")

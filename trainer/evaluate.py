@@ -3,17 +3,18 @@
 1. Integrity of each candidate checkpoint (the latest, or every retained one): it restores into the
    spec's model, every weight is finite, its step is the one training reported, and the data
    manifest it was trained on is this run's.
-2. Metrics on every eval example (not a sample) and accuracy per label value.
+2. The label task's metrics on every eval example (not a sample), and per class its examples and accuracy
+   (tfdist.trainer.metrics); with several candidates, the best by ``validation.checkpoint`` is chosen.
 3. Value thresholds, and change thresholds against the baseline: the newest model published as of
-   this run's data interval, scored on this run's eval data.
+   this run's data interval, scored on this run's eval data through its serving signature.
 
 Exit code 0 with a decision either way; EXIT_REFUSED when a candidate fails an integrity check."""
 
 from __future__ import annotations
 
 import functools
+import math
 import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from tfdist.contract import (
     sha256_file,
     write_json_atomic,
 )
-from tfdist.trainer import data
+from tfdist.trainer import data, metrics
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
@@ -38,46 +39,32 @@ if TYPE_CHECKING:
     from tfdist.spec import Spec
 
 
+SERVING_OUTPUT = {"multiclass": "probabilities", "binary": "probability", "regression": "prediction"}
+"""The serving signature's output each task is scored on."""
+
+
 def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(probabilities, labels) of every eval example, ``predict`` mapping a feature dict to probabilities."""
-    probabilities, labels = [], []
+    """(outputs, labels) of every eval example, ``predict`` mapping a feature dict to the task's output: the
+    probabilities ``[n, classes]`` (multiclass), else one value per example ``[n]``."""
+    outputs, labels = [], []
     for features, batch_labels in data.eval_dataset(tf, data_dir, manifest):
-        probabilities.append(np.asarray(predict(features)))
+        outputs.append(np.asarray(predict(features)))
         labels.append(batch_labels.numpy())
-    return np.concatenate(probabilities), np.concatenate(labels)
+    joined = np.concatenate(outputs)
+    return (joined if manifest["label"]["task"] == "multiclass" else joined.reshape(-1)), np.concatenate(labels)
 
 
-def compute_metrics(probabilities: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> dict[str, float]:
-    picked = probabilities[np.arange(len(labels)), labels]
-    metrics = {"loss": float(-np.log(np.clip(picked, 1e-7, 1.0)).mean())}
-    if "accuracy" in names:
-        metrics["accuracy"] = float((probabilities.argmax(axis=1) == labels).mean())
-    if "top_5_accuracy" in names:
-        top5 = np.argsort(-probabilities, axis=1)[:, :5]
-        metrics["top_5_accuracy"] = float((top5 == labels[:, None]).any(axis=1).mean())
-    return metrics
+def deltas(found: dict[str, float | None], baseline: dict[str, float | None]) -> dict[str, dict[str, float | None]]:
+    changes = {}
+    for k, value in found.items():
+        base = baseline.get(k)
+        if value is not None and base is not None:
+            changes[k] = {"absolute": value - base, "relative": (value - base) / abs(base) if base else None}
+    return changes
 
 
-def per_class(probabilities: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, dict[str, Any]]:
-    predicted = probabilities.argmax(axis=1)
-    return {
-        str(c): {
-            "examples": int((labels == c).sum()),
-            "accuracy": float((predicted[labels == c] == c).mean()) if (labels == c).any() else None,
-        }
-        for c in range(num_classes)
-    }
-
-
-def deltas(metrics: dict[str, float], baseline: dict[str, float]) -> dict[str, dict[str, float | None]]:
-    return {
-        k: {
-            "absolute": metrics[k] - baseline[k],
-            "relative": (metrics[k] - baseline[k]) / abs(baseline[k]) if baseline[k] else None,
-        }
-        for k in metrics
-        if k in baseline
-    }
+def shown(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.4f}"
 
 
 def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, path: str, train_result: dict):
@@ -103,16 +90,41 @@ def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, 
     return model, step
 
 
-def serving_predict(tf, path: str):
-    """A SavedModel's serving signature as a feature dict → probabilities function."""
+def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
+    """A SavedModel's serving signature as a feature dict → the task's output function; it is given the
+    features it takes, and ``columns`` picks and orders its probabilities' columns."""
     signature = tf.saved_model.load(path).signatures["serving_default"]
-    return lambda features: signature(**features)["probabilities"]
+    takes = set(signature.structured_input_signature[1])
+
+    def predict(features):
+        output = signature(**{n: v for n, v in features.items() if n in takes})[SERVING_OUTPUT[task]]
+        return output if columns is None else tf.gather(output, columns, axis=1)
+
+    return predict
 
 
-def baseline_metrics(tf, baseline: dict, data_dir: str, manifest: dict, names: Sequence[str]) -> dict[str, float]:
-    """The baseline SavedModel's metrics on this run's eval data."""
-    probabilities, labels = score(tf, serving_predict(tf, baseline["path"]), data_dir, manifest)
-    return compute_metrics(probabilities, labels, names)
+def class_columns(published: dict[str, Any] | None, label: dict[str, Any]) -> list[int] | None:
+    """The columns of a published model's probabilities in this run's class order (None: its own order), from its
+    metadata's ``label`` (None: published before labels had tasks, integer classes); ValueError when its task or
+    classes are not this run's."""
+    if published is None:
+        return None
+    if published["task"] != label["task"]:
+        raise ValueError(f"it predicts task '{published['task']}', this run's is '{label['task']}'")
+    theirs, ours = published["classes"], label["classes"]
+    if theirs == ours:
+        return None
+    if label["task"] != "multiclass" or sorted(theirs) != sorted(ours):
+        raise ValueError(f"its classes {theirs} are not this run's {ours}")
+    return [theirs.index(c) for c in ours]
+
+
+def baseline_metrics(tf, spec: Spec, baseline: dict, data_dir: str, manifest: dict) -> dict[str, float | None]:
+    """The baseline SavedModel's metrics on this run's eval data, through its serving signature."""
+    label = manifest["label"]
+    columns = class_columns(baseline.get("label"), label)
+    outputs, labels = score(tf, serving_predict(tf, baseline["path"], label["task"], columns), data_dir, manifest)
+    return metrics.of_task(label, spec.loss, spec.metrics, outputs, labels)[0]
 
 
 RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_examples", "metrics", "deltas", "failures")
@@ -122,8 +134,8 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 def scored_candidates(
     tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, train_result: dict
 ) -> list[dict[str, Any]]:
-    """Each candidate checkpoint's step, metrics and accuracy per label value, once it passes every integrity
-    check; the first one failing one refuses the stage, its blessing record naming the check."""
+    """Each candidate checkpoint's step, metrics and examples and accuracy per class, once it passes every
+    integrity check; the first one failing one refuses the stage, its blessing record naming the check."""
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
     candidates = [train_result["checkpoint"]]
     if spec.validation.checkpoint.mode == "best":
@@ -145,25 +157,20 @@ def scored_candidates(
                 },
             )
             fail(str(exc), EXIT_REFUSED)
-        probabilities, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
+        outputs, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
+        found, by_class = metrics.of_task(manifest["label"], spec.loss, spec.metrics, outputs, labels)
         scored.append(
-            {
-                "checkpoint": path,
-                "step": step,
-                "examples": len(labels),
-                "metrics": compute_metrics(probabilities, labels, spec.metrics),
-                "per_class": per_class(probabilities, labels, manifest["label"]["num_classes"]),
-            }
+            {"checkpoint": path, "step": step, "examples": len(labels), "metrics": found, "per_class": by_class}
         )
         say(
             f"{path} (step {step}): restores, weights finite, data manifest matches; "
-            + ", ".join(f"{k} {v:.4f}" for k, v in scored[-1]["metrics"].items())
+            + ", ".join(f"{k} {shown(v)}" for k, v in found.items())
         )
     return scored
 
 
 def compare_with_baseline(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, metrics: dict[str, float]
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, found: dict[str, float | None]
 ) -> tuple[dict | None, dict, list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
     Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply."""
@@ -180,7 +187,7 @@ def compare_with_baseline(
             ],
         )
     try:
-        base = baseline_metrics(tf, baseline, args.data, manifest, spec.metrics)
+        base = baseline_metrics(tf, spec, baseline, args.data, manifest)
     except Exception as exc:
         return (
             {"version": baseline["version"], "path": baseline["path"], "error": str(exc)},
@@ -190,35 +197,40 @@ def compare_with_baseline(
                 "only value thresholds apply"
             ],
         )
-    changes = deltas(metrics, base)
+    changes = deltas(found, base)
     record = {"version": baseline["version"], "path": baseline["path"], "run_id": baseline["run_id"], "metrics": base}
     return (
         record,
         changes,
         [
-            f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {metrics[k]:.4f} ({d['absolute']:+.4f})"
+            f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {found[k]:.4f} ({d['absolute']:+.4f})"
             for k, d in changes.items()
         ],
     )
+
+
+def chosen_candidate(spec: Spec, scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """The candidate best by the spec's checkpoint selection (the first of equals; an undefined value is worst)."""
+    metric, direction = spec.checkpoint_selection
+    sign = 1 if direction == "higher_is_better" else -1
+    return max(scored, key=lambda c: -math.inf if c["metrics"][metric] is None else sign * c["metrics"][metric])
 
 
 def blessing_record(
     tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, scored: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
-    selection = spec.validation.checkpoint
-    sign = 1 if selection.direction == "higher_is_better" else -1
-    chosen = max(scored, key=lambda c: sign * c["metrics"][selection.metric]) if len(scored) > 1 else scored[0]
-    metrics = chosen["metrics"]
+    chosen = chosen_candidate(spec, scored)
+    found = chosen["metrics"]
     report = [f"validated {chosen['checkpoint']} on {chosen['examples']} eval examples"]
     if len(scored) > 1:
-        report.append(f"  chosen among {len(scored)} retained checkpoints by {selection.metric}")
-    report += [f"  {k} = {v:.4f}" for k, v in metrics.items()]
-    baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, metrics)
+        report.append(f"  chosen among {len(scored)} retained checkpoints by {spec.checkpoint_selection[0]}")
+    report += [f"  {k} = {shown(v)}" for k, v in found.items()]
+    baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, found)
     report += lines
-    gate_rules = spec.validation.model_dump(mode="json")  # as blessing.json records them
+    gate_rules = gate.resolved(spec.validation.model_dump(mode="json"), spec.change_direction)
     checks = gate.checks(
-        metrics, gate_rules["thresholds"], gate_rules["change_thresholds"], (baseline or {}).get("metrics")
+        found, gate_rules["thresholds"], gate_rules["change_thresholds"], (baseline or {}).get("metrics")
     )
     failures = gate.failures(checks, baseline["version"] if baseline else None)
     decided_by = gate.decided_by(gate_rules, bool(changes))
@@ -234,9 +246,12 @@ def blessing_record(
         "step": chosen["step"],
         "integrity": {"checks": ["restores", "finite_weights", "step", "data_manifest"], "failed": None},
         "eval_examples": chosen["examples"],
-        "metrics": metrics,
+        "task": manifest["label"]["task"],
+        "metrics": found,
+        "directions": {k: spec.direction(k) for k in found},
         "per_class": chosen["per_class"],
         "candidates": [{k: c[k] for k in ("checkpoint", "step", "metrics")} for c in scored],
+        "checkpoint_selection": dict(zip(("metric", "direction"), spec.checkpoint_selection, strict=True)),
         "thresholds": gate_rules["thresholds"],
         "change_thresholds": gate_rules["change_thresholds"],
         "baseline": baseline,

@@ -1,22 +1,25 @@
 """Stage export: publish the blessed checkpoint as ``<model dir>/<version>/``, a SavedModel whose
-``serving_default`` signature takes the raw features by name and returns ``probabilities``, with
-``metadata.json`` beside it.
+``serving_default`` signature takes the raw features by name (strings as strings, NaN for a missing number) and
+returns the task's outputs (multiclass ``probabilities`` and ``classes``, binary ``probability``, regression
+``prediction`` in the target's units), with ``metadata.json``, the data's statistics and vocabularies and the
+training checkpoint beside it.
 
-Only a blessed checkpoint is exported. The SavedModel is written to a hidden temp directory in the
-model directory, reloaded, its signature run on every eval example, and only then renamed into
-place: a crash midway leaves no visible version. The version is the first one from ``--version-base``
-(derived from the run's data interval) neither published nor claimed by another export running at the same
-time; a rerun of the same run finds and reuses its own version. Afterwards only the newest
-``export.keep_versions`` are kept, never the baseline."""
+Only a blessed checkpoint is exported. The SavedModel is written to a hidden temp directory in the model directory,
+reloaded, its signature run on every eval example and compared with the trained model's outputs (no
+training/serving skew), and only then renamed into place: a crash midway leaves no visible version. The version is
+the first one from ``--version-base`` (derived from the run's data interval) neither published nor claimed by another
+export running at the same time; a rerun of the same run finds and reuses its own version. Afterwards only the
+newest ``export.keep_versions`` are kept, never the baseline."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import os
 import shutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,8 +37,8 @@ from tfdist.contract import (
     sha256_file,
     write_json_atomic,
 )
-from tfdist.trainer import data
-from tfdist.trainer.evaluate import score, serving_predict
+from tfdist.trainer import data, metrics
+from tfdist.trainer.evaluate import SERVING_OUTPUT, score, serving_predict
 from tfdist.trainer.models import IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 
@@ -45,26 +48,84 @@ if TYPE_CHECKING:
 MAX_VERSIONS_PER_INTERVAL = 100
 
 
-def serving_module(tf, model, features: list[dict]):
-    """A tf.Module whose signature has one input per raw feature, named as in the spec."""
-    names = [f["name"] for f in features]
+SKEW_TOLERANCE = 1e-4
+"""The largest difference allowed between the reloaded SavedModel's outputs and the trained Keras model's on an eval
+example (a regression's prediction: in the target's standard deviations)."""
+
+
+def serving_inputs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The serving signature's inputs, one per feature by name: its kind, dtype and shape (None: any size)."""
+    found = []
+    for f in manifest["features"]:
+        if f["kind"] == "numeric":
+            dtype, shape = "float32", [None, *f["shape"]]
+        else:
+            dtype = "string" if f["kind"] == "categorical_list" else f["dtype"]
+            shape = [None, None] if f["kind"] == "categorical_list" else [None]
+        found.append({"name": f["name"], "kind": f["kind"], "dtype": dtype, "shape": shape})
+    return found
+
+
+def serving_outputs(label: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The serving signature's outputs by task, each with its dtype and shape."""
+    if label["task"] == "multiclass":
+        return {
+            "probabilities": {"dtype": "float32", "shape": [None, len(label["classes"])]},
+            "classes": {"dtype": "string", "shape": [None]},
+        }
+    return {SERVING_OUTPUT[label["task"]]: {"dtype": "float32", "shape": [None]}}
+
+
+def serving_module(tf, model, manifest: dict[str, Any]):
+    """A tf.Module whose ``serve`` takes the raw features (one named input each, ``serving_inputs``) and returns
+    the task's outputs (``serving_outputs``)."""
+    inputs, label = serving_inputs(manifest), manifest["label"]
+    names = [i["name"] for i in inputs]
     module = tf.Module()
     module.model = model
 
-    @tf.function(input_signature=[tf.TensorSpec([None, *f["shape"]], tf.float32, name=f["name"]) for f in features])
+    @tf.function(input_signature=[tf.TensorSpec(i["shape"], i["dtype"], name=i["name"]) for i in inputs])
     def serve(*tensors):
-        return {"probabilities": model(dict(zip(names, tensors, strict=True)), training=False)}
+        output = model(dict(zip(names, tensors, strict=True)), training=False)
+        if label["task"] != "multiclass":
+            return {SERVING_OUTPUT[label["task"]]: tf.reshape(output, [-1])}
+        return {"probabilities": output, "classes": tf.gather(tf.constant(label["classes"]), tf.argmax(output, 1))}
 
     module.serve = serve
     return module
 
 
-def serving_accuracy(tf, path: str, data_dir: str, manifest: dict) -> float:
-    """Reload the SavedModel and run its signature on every eval example."""
-    probabilities, labels = score(tf, serving_predict(tf, path), data_dir, manifest)
-    if not np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-3):
-        raise ValueError("the serving signature does not return probabilities")
-    return float((probabilities.argmax(axis=1) == labels).mean())
+def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Reload the SavedModel and run its signature on every eval example: the largest difference from the Keras
+    model's outputs (refused above the tolerance, naming it), and the task's metrics through the signature."""
+    label = manifest["label"]
+    trained, _ = score(tf, functools.partial(model, training=False), data_dir, manifest)
+    served, labels = score(tf, serving_predict(tf, path, label["task"]), data_dir, manifest)
+    difference = float(np.abs(trained - served).max())
+    tolerance = SKEW_TOLERANCE * (label["std"] if label["task"] == "regression" else 1)
+    if not difference <= tolerance:  # NaN included
+        fail(
+            f"training/serving skew: the reloaded SavedModel's {SERVING_OUTPUT[label['task']]} differ from the "
+            f"trained model's by up to {difference:.3g} on the eval split (allowed {tolerance:.3g}); nothing was "
+            "published",
+            EXIT_REFUSED,
+        )
+    return {
+        "skew": {"examples": len(labels), "max_abs_difference": difference, "tolerance": tolerance},
+        "metrics": metrics.of_task(label, spec.loss, spec.metrics, served, labels)[0],
+    }
+
+
+def copy_vocabularies(data_dir: str, manifest: dict[str, Any], version_dir: str) -> None:
+    """Each categorical feature's vocabulary (checked by ``data.verified_manifest``) into the version's
+    ``vocabularies/``."""
+    for f in manifest["features"]:
+        if vocabulary := f.get("vocabulary"):
+            os.makedirs(registry.vocabulary_dir(version_dir), exist_ok=True)
+            shutil.copyfile(
+                os.path.join(data_dir, vocabulary["file"]),
+                os.path.join(registry.vocabulary_dir(version_dir), f"{f['name']}.json"),
+            )
 
 
 def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
@@ -176,15 +237,10 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
     with publish_dir(out) as tmp:
-        module = serving_module(tf, model, manifest["features"])
+        module = serving_module(tf, model, manifest)
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
-        accuracy = serving_accuracy(tf, tmp, args.data, manifest)
-        expected = blessing["metrics"].get("accuracy")
-        if expected is not None and abs(accuracy - expected) > 1e-3:
-            fail(
-                f"the reloaded SavedModel scores {accuracy:.4f} on the eval split, evaluation said {expected:.4f}",
-                EXIT_REFUSED,
-            )
+        served = serving_check(tf, spec, model, tmp, args.data, manifest)
+        copy_vocabularies(args.data, manifest, tmp)
         write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
         keep_checkpoint(blessing["checkpoint"], registry.warm_start_checkpoint(tmp))
         write_json_atomic(
@@ -213,18 +269,21 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
                         "step",
                     )
                 },
-                "serving_eval_accuracy": accuracy,
+                "serving_eval_metrics": served["metrics"],
+                "serving_skew": served["skew"],
                 "approval": read_json_if_exists(args.approval) if args.approval else None,
                 "source_checkpoint": blessing["checkpoint"],
                 **origin,
-                "signature": {
-                    "inputs": manifest["features"],
-                    "outputs": {"probabilities": [None, manifest["label"]["num_classes"]]},
-                },
+                "label": manifest["label"],
+                "signature": {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest["label"])},
                 "tensorflow_version": tf.__version__,
             },
         )
-    say(f"exported {out} (serving accuracy on the eval split {accuracy:.4f})")
+    skew = served["skew"]
+    say(
+        f"exported {out}: its serving signature matches the trained model on the {skew['examples']} eval examples "
+        f"within {skew['max_abs_difference']:.2g}"
+    )
 
 
 if __name__ == "__main__":

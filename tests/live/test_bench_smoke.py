@@ -39,6 +39,7 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
         "embedding sync mirrored, 2 workers, 200,000-row table",
         "embedding sync horovod, 2 workers, 1,000-row table",
         "categorical features: train stage / hand-written",
+        "serving latency, one raw row",
         *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else []),
     ):
         assert any(f.startswith(expected) for f in figures), (expected, figures)

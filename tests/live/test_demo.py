@@ -33,7 +33,7 @@ def test_demo_runs_the_example_dag_and_shows_its_exported_model(tmp_path):
     assert f"exported model: {published['path']}" in done.stdout
     shown = float(re.search(r"eval accuracy:\s+([\d.]+)", done.stdout)[1])
     assert shown == pytest.approx(published["metrics"]["accuracy"], abs=1e-4) and shown >= 0.9
-    assert published["serving_eval_accuracy"] >= 0.9 and published["gate"] == "value thresholds"
+    assert published["serving_eval_metrics"]["accuracy"] >= 0.9 and published["gate"] == "value thresholds"
     for worker in ("worker-0", "worker-1"):
         assert f"[{worker}] {worker}: step " in done.stdout + log, f"no progress lines from {worker}"
 

@@ -205,7 +205,7 @@ def test_each_threshold_is_one_check_with_its_margin_for_the_page():
 def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
     import numpy as np
 
-    from tfdist.trainer.evaluate import compute_metrics
+    from tfdist.trainer.metrics import multiclass
 
     probabilities = np.array(
         [
@@ -214,9 +214,9 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
             [0.05, 0.70, 0.05, 0.05, 0.05, 0.05, 0.05],  # label 1: the likeliest
         ]
     )
-    metrics = compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy", "top_5_accuracy"])
+    metrics = multiclass(probabilities, np.array([4, 5, 1]), ["accuracy", "top_5_accuracy"])
     assert metrics["top_5_accuracy"] == 2 / 3 and metrics["accuracy"] == 1 / 3
-    assert "top_5_accuracy" not in compute_metrics(probabilities, np.array([4, 5, 1]), ["accuracy"])
+    assert "top_5_accuracy" not in multiclass(probabilities, np.array([4, 5, 1]), ["accuracy"])
 
 
 def test_the_gate_says_what_decided_it():
@@ -261,3 +261,71 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_r
         evaluate.execute(context)
     retried = outcome != "StageRefused"
     assert isinstance(failure.value, AirflowFailException) is not retried and "integrity check" in str(failure.value)
+
+
+def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_path):
+    from tests.conftest import make_spec
+    from tfdist.contract.gate import checks, resolved
+    from tfdist.spec import load_spec
+
+    validation = {
+        "thresholds": {},
+        "change_thresholds": {
+            "auc": {"absolute": 0.01},
+            "log_loss": {"absolute": 0.02},
+            "calibration": {"direction": "lower_is_better", "absolute": 0.1},
+        },
+    }
+    spec = load_spec(
+        make_spec(
+            str(tmp_path),
+            data={"label": {"name": "label", "task": "binary"}},
+            model={"family": "mlp", "metrics": ["auc", "log_loss", "calibration"]},
+            validation=validation,
+        )
+    )
+    rules = resolved(spec.validation.model_dump(mode="json"), spec.change_direction)
+    assert {m: r["direction"] for m, r in rules["change_thresholds"].items()} == {
+        "auc": "higher_is_better",
+        "log_loss": "lower_is_better",
+        "calibration": "lower_is_better",
+    }
+    rows = checks(
+        {"auc": 0.80, "log_loss": 0.40, "calibration": 1.0},
+        {},
+        rules["change_thresholds"],
+        {"auc": 0.85, "log_loss": 0.35, "calibration": 1.05},
+    )
+    assert [(r["metric"], r["passed"]) for r in rows] == [("auc", False), ("log_loss", False), ("calibration", True)]
+
+
+def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
+    from tfdist.contract.gate import checks, failures
+
+    rows = checks(
+        {"auc": None, "accuracy": 0.9},
+        {"auc": {"lower": 0.7}, "accuracy": {"lower": 0.8}},
+        {"auc": {"direction": "higher_is_better", "absolute": 0.0}},
+        {"auc": None, "accuracy": 0.85},
+    )
+    assert [(r["metric"], r["kind"], r["margin"], r["passed"]) for r in rows] == [
+        ("auc", "value", None, False),
+        ("accuracy", "value", pytest.approx(0.1), True),
+        ("auc", "change", None, False),
+    ]
+    assert failures(rows, 3) == ["auc is undefined on the eval data (e.g. an AUC without both classes)"] * 2
+
+
+def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_other_classes():
+    from tfdist.trainer.evaluate import class_columns
+
+    ours = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}
+    assert class_columns(None, ours) is None  # published before labels had tasks: integer classes, same order
+    assert class_columns(ours, ours) is None
+    assert class_columns({**ours, "classes": ["Gentoo", "Adelie", "Chinstrap"]}, ours) == [1, 2, 0]
+    with pytest.raises(ValueError, match=r"its classes \['Adelie', 'Gentoo'\] are not this run's"):
+        class_columns({**ours, "classes": ["Adelie", "Gentoo"]}, ours)
+    with pytest.raises(ValueError, match="it predicts task 'binary', this run's is 'multiclass'"):
+        class_columns({"task": "binary", "classes": ["no", "yes"]}, ours)
+    with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
+        class_columns({"task": "binary", "classes": ["yes", "no"]}, {"task": "binary", "classes": ["no", "yes"]})
