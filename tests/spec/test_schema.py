@@ -128,7 +128,8 @@ def test_the_example_yaml_specs_name_the_schema_and_it_ships_with_the_package():
 
 def readme_examples() -> list[tuple[str, dict]]:
     """The specs of the README's (and docs') code blocks: each build_dag/load_spec dict of a Python block, each
-    '"field": value' line of a block of such lines, and each YAML block of spec fields, over BASE (a block with a name is a whole spec)."""
+    '"field": value' line of a block of such lines, and each YAML block of spec fields, over BASE (a block with a
+    name is a whole spec)."""
     found = []
     for doc in [
         os.path.join(REPO, "README.md"),
