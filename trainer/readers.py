@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfdist.spec import Categorical, DataSpec, Feature, Label, NumericFeature, label_value
+from tfdist.trainer import statistics
 
 PIECE_BYTES = 64 << 20
 """A CSV or JSON-lines file larger than this is read as several pieces."""
@@ -84,6 +85,11 @@ class Values:
 
     flat: list[bytes]
     splits: np.ndarray | None = None
+
+    @functools.cached_property
+    def digests(self) -> dict[bytes, bytes]:
+        """Each distinct value's digest (statistics.digests), once for the split and the sketch."""
+        return statistics.digests(self.flat)
 
     def missing(self) -> int:
         """Rows without a value (b"", or an empty list)."""
