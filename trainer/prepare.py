@@ -42,7 +42,7 @@ from tfdist.contract import (
     write_json_atomic,
 )
 from tfdist.spec import CategoricalListFeature, NumericFeature
-from tfdist.spec.model import embedding_dim
+from tfdist.spec.model import MAX_CLASSES, embedding_dim
 from tfdist.trainer import data, readers, statistics
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
@@ -142,9 +142,13 @@ class PieceResult:
         for split, rows in (("train", ~is_eval), ("eval", is_eval)):
             chosen = itertools.compress(labels, rows) if isinstance(labels, list) else labels[rows].tolist()
             self.classes[split].update(chosen)
-        if len(self.classes["train"] | self.classes["eval"]) > readers.MAX_CLASSES:
+        self.check_classes()
+
+    def check_classes(self) -> None:
+        """Refuse more than MAX_CLASSES classes (a multiclass label learning them: an id, or a price?)."""
+        if len(self.classes["train"] | self.classes["eval"]) > MAX_CLASSES:
             raise readers.BadData(
-                f"data.label '{self.spec.label.name}': more than {readers.MAX_CLASSES} classes in the input; is it a "
+                f"data.label '{self.spec.label.name}': more than {MAX_CLASSES} classes in the input; is it a "
                 "regression target (data.label.task: regression), or an id?"
             )
 
@@ -413,6 +417,7 @@ def merged_results(results: list[PieceResult], data_spec: DataSpec) -> PieceResu
                     fields = {k.split(".", 1)[1]: arrays[k] for k in arrays.files if k.startswith(f"{name}.")}
                     counts.merge(statistics.ValueCounts.from_arrays(fields))
         total.negative = readers.same_negative(total.negative, r.negative, data_spec.label.name)
+    total.check_classes()
     return total
 
 

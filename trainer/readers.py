@@ -47,8 +47,6 @@ BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "y": True, "on": True}
 BOOLEAN_WORDS |= {"0": False, "false": False, "no": False, "n": False, "off": False}
 """A binary label's values (any case) when data.label.positive is a boolean or not given."""
 NO_LABEL = "no value (every row needs its label)"
-MAX_CLASSES = 10000
-"""Most classes a multiclass label learns from the data."""
 
 
 class BadData(Exception):

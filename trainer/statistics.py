@@ -49,7 +49,7 @@ BIN_TABLE = _bin_table()
 
 def bins(values: np.ndarray) -> np.ndarray:
     """Each value's bin (see the module's docstring)."""
-    return BIN_TABLE[np.asarray(values, dtype=np.float32).view(np.uint32) >> 16]
+    return BIN_TABLE.take(np.asarray(values, dtype=np.float32).view(np.uint32) >> 16)
 
 
 def moments(values: np.ndarray) -> dict[str, np.ndarray]:

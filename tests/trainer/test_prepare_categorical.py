@@ -247,6 +247,11 @@ def test_bad_input_found_only_when_the_writers_results_are_merged_is_refused_wit
     )
     assert "data.label 'species': the input holds 1 class (Adelie); a multiclass task needs at least 2" in message
 
+    columns = tabular.table(10_050)
+    columns["species"] = [f"s{k}" for k in range(10_050)]  # an id, or a price, taken for a class
+    message = refused(root, "ids", tabular.data_spec("jsonl", "multiclass"), tabular.partitions(root, "jsonl", columns))
+    assert "data.label 'species': more than 10000 classes in the input; is it a regression target" in message
+
 
 def test_a_vocabulary_file_changed_after_prepare_is_refused_before_use(tmp_path, capsys):
     root = str(tmp_path)
