@@ -375,7 +375,8 @@ def table(results: dict, budget: Budget) -> list[dict]:
     for s in results["shards"]:
         rows.append(
             {
-                "figure": f"shard writing, {s['size']:,} rows: ours / bare TFRecordWriter loop (per core)",
+                "figure": f"shard writing, {s['size']:,} rows of {s['input']}: ours / bare TFRecordWriter loop "
+                "(per core)",
                 "median": s["ratio"],
                 "min": s["ratio_min"],
                 "max": s["ratio_max"],
@@ -389,8 +390,8 @@ def table(results: dict, budget: Budget) -> list[dict]:
     for factor in PREPARE_FACTORS[1:]:
         rows.append(
             ratio_row(
-                f"prepare peak memory, {factor}× input ({memory[factor]['input_mb']:,.0f} MB) / 1× "
-                "(one writer process)",
+                f"prepare peak memory, {factor}× input ({memory[factor]['input_mb']:,.0f} MB, a distinct user id "
+                "per row) / 1× (one writer process)",
                 [memory[factor]["peak_rss_mb"]],
                 [memory[1]["peak_rss_mb"]],
                 "≤ 1.5",
@@ -405,11 +406,11 @@ def table(results: dict, budget: Budget) -> list[dict]:
     )
     rows.append(
         ratio_row(
-            "prepare records/s with the data statistics / without (8× input, one writer)",
+            "prepare records/s with the data statistics and vocabularies / without (8× input, one writer)",
             scaling["statistics"]["with"],
             scaling["statistics"]["without"],
-            "≥ 0.9",
-            lambda m: m >= 0.9,
+            "≥ 0.85",
+            lambda m: m >= 0.85,
         )
     )
     top = max(memory)
@@ -455,20 +456,21 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
     for s in results["shards"]:
         out.append(
             (
-                f"shards, {s['size']:,} rows: ours",
+                f"shards, {s['size']:,} rows of {s['input']}: ours",
                 f"{s['ours_records_per_s']:,.0f} records/s, {s['ours_mb_per_s']:.1f} MB/s",
             )
         )
         out.append(
             (
-                f"shards, {s['size']:,} rows: bare loop",
+                f"shards, {s['size']:,} rows of {s['input']}: bare loop",
                 f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s",
             )
         )
     for factor, m in results["prepare_scaling"]["memory"].items():
         out.append(
             (
-                f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows, one writer",
+                f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows ({m['distinct_users']:,} user "
+                "ids, estimated), one writer",
                 f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s']:,.0f} records/s",
             )
         )

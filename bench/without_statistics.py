@@ -1,6 +1,7 @@
-"""prepare_data without its data statistics (``make bench``'s yardstick of what computing them costs): the
-stage itself, with the statistics module replaced by one that computes nothing. One writer process only (a
-writer pool's processes would import the real module)."""
+"""prepare_data without its data statistics and vocabularies (``make bench``'s yardstick of what computing them
+costs): the stage itself, with the statistics module replaced by one that describes nothing and counts no value
+(the train rows' moments, which normalize the numbers, are still computed; each vocabulary is one token). One
+writer process only (a writer pool's processes would import the real module)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,24 @@ import types
 from tfdist.trainer import prepare, statistics
 from tfdist.trainer.runtime import run_stage
 
-NOTHING: dict = {}
+
+class NoCounts(statistics.ValueCounts):
+    def add(self, values: list[bytes], rows: int, missing: int) -> None:
+        pass
+
+    def merge(self, other: statistics.ValueCounts) -> None:
+        pass
+
 
 prepare.statistics = types.SimpleNamespace(
-    of_chunk=lambda values: NOTHING, merged=lambda a, b: a, summary=lambda stats: {}, SCHEME=statistics.SCHEME
+    moments=statistics.moments,
+    merged=statistics.merged,
+    of_chunk=lambda values, stats: stats,
+    summary=lambda stats: {},
+    capacity=statistics.capacity,
+    ValueCounts=NoCounts,
+    vocabulary=lambda ranked, min_count, max_tokens: ["token"],
+    SCHEME=statistics.SCHEME,
 )
 
 if __name__ == "__main__":

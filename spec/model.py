@@ -74,6 +74,8 @@ MAX_VOCABULARY = 1 << 20
 """The largest vocabulary the statistics pass keeps exact counts for (beyond it: hashing)."""
 MAX_HASH_BUCKETS = 1 << 26
 MAX_VALUE_BYTES = 4096
+MAX_CLASSES = 10000
+"""Most classes of a multiclass label, named in the spec or learned from the data."""
 EMBEDDING_BYTES_PER_VALUE = 12
 """Bytes an embedding value costs in training: the float32 weight and an optimizer's two slots (Adam)."""
 
@@ -223,7 +225,9 @@ class Label(_Section):
     """'multiclass', 'binary' or 'regression': it chooses the output, the loss and the metrics."""
     num_classes: Annotated[int, Field(ge=2)] | None = None
     """multiclass: integer classes 0 .. num_classes-1."""
-    classes: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=2, max_length=10000)] | None = None
+    classes: (
+        Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=2, max_length=MAX_CLASSES)] | None
+    ) = None
     """multiclass: the class names (a row with another value is a bad row); neither this nor 'num_classes': the
     classes seen in the data, sorted, written to the data manifest."""
     positive: str | int | bool | None = None

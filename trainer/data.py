@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import os
@@ -54,10 +53,9 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 
 def _text_hashes(values: readers.Values) -> np.ndarray:
-    """Per row, a hash of its values: each distinct value's 64-bit BLAKE2b once; a list's values by position,
-    summed, with the list's length."""
-    digests = {v: hashlib.blake2b(v, digest_size=8).digest() for v in dict.fromkeys(values.flat)}
-    flat = np.frombuffer(b"".join(map(digests.__getitem__, values.flat)), "<u8")
+    """Per row, a hash of its values (their digests); a list's values by position, summed, with the list's
+    length."""
+    flat = np.frombuffer(b"".join(map(values.digests.__getitem__, values.flat)), "<u8")
     if values.splits is None:
         return flat
     counts = np.diff(values.splits)

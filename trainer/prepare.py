@@ -16,7 +16,6 @@ import gc
 import glob
 import hashlib
 import itertools
-import json
 import math
 import multiprocessing
 import os
@@ -25,6 +24,7 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import fsspec
@@ -39,10 +39,11 @@ from tfdist.contract import (
     publish_dir,
     read_json,
     registry,
+    sha256_file,
     write_json_atomic,
 )
 from tfdist.spec import CategoricalListFeature, NumericFeature
-from tfdist.spec.model import embedding_dim
+from tfdist.spec.model import MAX_CLASSES, embedding_dim
 from tfdist.trainer import data, readers, statistics
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 
@@ -135,22 +136,30 @@ class PieceResult:
             self.train[name] = _merged(self.train.get(name), train)
             self.statistics[name] = _merged(self.statistics.get(name), statistics.of_chunk(v, every))
         for name, values in chunk.categorical.items():
-            self.values[name].add(values.flat, chunk.rows, values.missing())
+            self.values[name].add(values.flat, chunk.rows, values.missing(), values.digests)
         self.negative = readers.same_negative(self.negative, chunk.negative, spec.label.name)
 
     def _count_classes(self, labels: Any, is_eval: np.ndarray) -> None:
         for split, rows in (("train", ~is_eval), ("eval", is_eval)):
             chosen = itertools.compress(labels, rows) if isinstance(labels, list) else labels[rows].tolist()
             self.classes[split].update(chosen)
-        if len(self.classes["train"] | self.classes["eval"]) > readers.MAX_CLASSES:
+        self.check_classes()
+
+    def check_classes(self) -> None:
+        """Refuse more than MAX_CLASSES classes (a multiclass label learning them: an id, or a price?)."""
+        if len(self.classes["train"] | self.classes["eval"]) > MAX_CLASSES:
             raise readers.BadData(
-                f"data.label '{self.spec.label.name}': more than {readers.MAX_CLASSES} classes in the input; is it a "
+                f"data.label '{self.spec.label.name}': more than {MAX_CLASSES} classes in the input; is it a "
                 "regression target (data.label.task: regression), or an id?"
             )
 
     def keep_values(self, path: str) -> None:
-        """Move the value counts to ``path``."""
-        write_json_atomic(path, {name: counts.to_json() for name, counts in self.values.items()})
+        """Move the value counts to ``path`` (an .npz file)."""
+        arrays: dict[str, Any] = {
+            f"{name}.{k}": v for name, counts in self.values.items() for k, v in counts.to_arrays().items()
+        }
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
         self.values, self.values_file = {}, path
 
     def to_json(self) -> dict[str, Any]:
@@ -233,7 +242,7 @@ def write_share(share: Share) -> dict[str, Any]:
                 write_rows(examples, chunk, shard + n * is_eval, open_part)
                 result.add(chunk, is_eval, shard)
             negative = readers.same_negative(negative, result.negative, spec.label.name)
-            result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.json"))
+            result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.npz"))
             results.append(result)
     finally:
         for part in parts.values():
@@ -325,12 +334,16 @@ def write_share_of_pod(pods: Pods, data_spec: DataSpec) -> None:
 
 
 def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) -> dict[str, Any]:
-    """The shard from its writers' parts, in writer order; its size and sha256."""
-    digest, size = hashlib.sha256(), 0
+    """The shard from its writers' parts, in writer order (one part: moved); its size and sha256."""
     path = os.path.join(out_dir, name)
+    parts = sorted(os.path.join(parts_dir, p) for p in os.listdir(parts_dir) if p.startswith(f"{split}-{shard:05d}."))
+    if len(parts) == 1:
+        os.replace(parts[0], path)
+        return {"file": name, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+    digest, size = hashlib.sha256(), 0
     with open(path, "wb") as out:
-        for part in sorted(p for p in os.listdir(parts_dir) if p.startswith(f"{split}-{shard:05d}.")):
-            with open(os.path.join(parts_dir, part), "rb") as f:
+        for part in parts:
+            with open(part, "rb") as f:
                 while block := f.read(HASH_BLOCK):
                     digest.update(block)
                     out.write(block)
@@ -400,9 +413,12 @@ def merged_results(results: list[PieceResult], data_spec: DataSpec) -> PieceResu
         total.train = {name: _merged(total.train.get(name), s) for name, s in r.train.items()}
         total.statistics = {name: _merged(total.statistics.get(name), s) for name, s in r.statistics.items()}
         if r.values_file:
-            for name, counts in read_json(r.values_file).items():
-                total.values[name].merge(statistics.ValueCounts.from_json(counts))
+            with np.load(r.values_file) as arrays:
+                for name, counts in total.values.items():
+                    fields = {k.split(".", 1)[1]: arrays[k] for k in arrays.files if k.startswith(f"{name}.")}
+                    counts.merge(statistics.ValueCounts.from_arrays(fields))
         total.negative = readers.same_negative(total.negative, r.negative, data_spec.label.name)
+    total.check_classes()
     return total
 
 
@@ -481,7 +497,7 @@ def write_vocabularies(
                 "Nothing was published",
                 EXIT_REFUSED,
             )
-        content = json.dumps(tokens, ensure_ascii=False, indent=0).encode()
+        content = ("[\n" + ",\n".join(map(encode_basestring, tokens)) + "\n]").encode()  # json.dumps(indent=0), in C
         name = f"{registry.VOCABULARIES}/{f.name}.json"
         os.makedirs(os.path.join(out_dir, registry.VOCABULARIES), exist_ok=True)
         with open(os.path.join(out_dir, name), "wb") as file:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfdist.spec import Categorical, DataSpec, Feature, Label, NumericFeature, label_value
+from tfdist.trainer import statistics
 
 PIECE_BYTES = 64 << 20
 """A CSV or JSON-lines file larger than this is read as several pieces."""
@@ -46,8 +47,6 @@ BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "y": True, "on": True}
 BOOLEAN_WORDS |= {"0": False, "false": False, "no": False, "n": False, "off": False}
 """A binary label's values (any case) when data.label.positive is a boolean or not given."""
 NO_LABEL = "no value (every row needs its label)"
-MAX_CLASSES = 10000
-"""Most classes a multiclass label learns from the data."""
 
 
 class BadData(Exception):
@@ -84,6 +83,11 @@ class Values:
 
     flat: list[bytes]
     splits: np.ndarray | None = None
+
+    @functools.cached_property
+    def digests(self) -> dict[bytes, bytes]:
+        """Each distinct value's digest (statistics.digests), once for the split and the sketch."""
+        return statistics.digests(self.flat)
 
     def missing(self) -> int:
         """Rows without a value (b"", or an empty list)."""
@@ -442,9 +446,9 @@ def _binary(
 # CSV and JSON lines -------------------------------------------------------------------------------------
 
 
-def _line_blocks(f, piece: Piece) -> Iterator[tuple[int, list[bytes]]]:
-    """(offset of the first line, lines) of each block of the lines that start in the piece's range; blank
-    lines are kept (as b'') so that line numbers stay countable."""
+def _line_blocks(f, piece: Piece) -> Iterator[tuple[list[int], list[bytes]]]:
+    """(the byte offset of each line, the lines) of each block of the non-blank lines that start in the piece's
+    range."""
     if piece.start:
         f.seek(piece.start - 1)
         f.readline()  # through the end of the line in progress: it belongs to the piece before
@@ -453,14 +457,16 @@ def _line_blocks(f, piece: Piece) -> Iterator[tuple[int, list[bytes]]]:
         block = f.read(BLOCK_BYTES)
         lines = (pending + block).split(b"\n")
         pending = lines.pop() if block else b""
-        first, taken = offset, []
+        starts, taken = [], []
         for line in lines:
             if offset >= piece.end:
                 break
-            taken.append(line.rstrip(b"\r"))
+            if line.strip():
+                starts.append(offset)
+                taken.append(line.rstrip(b"\r"))
             offset += len(line) + 1
         if taken:
-            yield first, taken
+            yield starts, taken
         if not block:
             return
 
@@ -478,12 +484,8 @@ def _line_number(url: str, offset: int) -> int:
 def _read_lines(piece: Piece, data_spec: DataSpec, parse) -> Iterator[Chunk]:
     with fsspec.open(piece.url, "rb") as f:
         header = f.readline() if data_spec.format == "csv" else b""
-        for offset, lines in _line_blocks(f, Piece(piece.url, piece.start or len(header), piece.end)):
-            starts = np.cumsum([offset] + [len(line) + 1 for line in lines[:-1]])
-            kept = [k for k, line in enumerate(lines) if line.strip()]
-            if kept:
-                at = starts[kept]
-                yield parse(header, [lines[k] for k in kept], lambda i, at=at: Where(piece.url, int(at[i])))
+        for starts, lines in _line_blocks(f, Piece(piece.url, piece.start or len(header), piece.end)):
+            yield parse(header, lines, lambda i, starts=starts: Where(piece.url, starts[i]))
 
 
 def _csv(piece: Piece, data_spec: DataSpec) -> Iterator[Chunk]:

@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ BIN_TABLE = _bin_table()
 
 def bins(values: np.ndarray) -> np.ndarray:
     """Each value's bin (see the module's docstring)."""
-    return BIN_TABLE[np.asarray(values, dtype=np.float32).view(np.uint32) >> 16]
+    return BIN_TABLE.take(np.asarray(values, dtype=np.float32).view(np.uint32) >> 16)
 
 
 def moments(values: np.ndarray) -> dict[str, np.ndarray]:
@@ -145,6 +145,12 @@ def capacity(max_tokens: int) -> int:
     return max(2 * max_tokens, MIN_CAPACITY)
 
 
+def digests(values: Iterable[bytes]) -> dict[bytes, bytes]:
+    """Each distinct value's 64-bit BLAKE2b digest: its hash in the HyperLogLog sketch, and in the row hashes that
+    split the rows (tfdist.trainer.data)."""
+    return {v: hashlib.blake2b(v, digest_size=8).digest() for v in dict.fromkeys(values)}
+
+
 class ValueCounts:
     """A categorical feature's value counts over some rows, in bounded memory: on reaching twice its capacity it
     keeps the top ``capacity`` values by (count desc, value bytes asc), so the counts are exact while nothing was
@@ -158,14 +164,14 @@ class ValueCounts:
         self.registers: np.ndarray | None = None
         """The sketch of every value seen, kept from the first pruning on (None: the counts hold every value)."""
 
-    def add(self, values: list[bytes], rows: int, missing: int) -> None:
+    def add(self, values: list[bytes], rows: int, missing: int, hashed: dict[bytes, bytes] | None = None) -> None:
         """A chunk's values (a list feature's: every list's items) of ``rows`` rows, ``missing`` of them without a
-        value."""
+        value; ``hashed``: their digests, if known."""
         chunk = Counter(values)
         self.counts.update(chunk)
         self.rows, self.values, self.missing = self.rows + rows, self.values + len(values), self.missing + missing
         if self.registers is not None:
-            _sketch(self.registers, chunk)
+            _sketch(self.registers, (hashed or digests(chunk)).values())
         self._bound()
 
     def merge(self, other: ValueCounts) -> None:
@@ -190,11 +196,15 @@ class ValueCounts:
         """The HyperLogLog registers of every value seen."""
         if self.registers is not None:
             return self.registers
-        return _sketch(np.zeros(1 << SKETCH_BITS, np.uint8), self.counts)
+        return _sketch(np.zeros(1 << SKETCH_BITS, np.uint8), digests(self.counts).values())
 
     def ranked(self) -> list[tuple[bytes, int]]:
         """(value, count), most frequent first, ties in byte order."""
-        return sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
+        keys = list(self.counts)
+        keys = [keys[i] for i in _byte_order(keys)]
+        counts = np.fromiter(map(self.counts.__getitem__, keys), np.int64, len(keys))
+        order = np.argsort(-counts, kind="stable")
+        return list(zip([keys[i] for i in order.tolist()], counts[order].tolist(), strict=True))
 
     def distinct(self) -> tuple[int, bool]:
         """(the count of distinct values, whether it is exact)."""
@@ -212,37 +222,58 @@ class ValueCounts:
             "top": [[value.decode(), count] for value, count in ranked[:TOP_VALUES]],
         }
 
-    def to_json(self) -> dict[str, Any]:
-        """Exactly, as JSON values (how a writer hands a piece's counts on)."""
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Exactly, as arrays (how a writer hands a piece's counts on, in an .npz file)."""
+        keys = list(self.counts)
         return {
-            "capacity": self.capacity,
-            "rows": self.rows,
-            "values": self.values,
-            "missing": self.missing,
-            "registers": None if self.registers is None else self.registers.tobytes().hex(),
-            "counts": [[value.decode(), count] for value, count in self.counts.items()],
+            "sizes": np.array([self.capacity, self.rows, self.values, self.missing], np.int64),
+            "values": np.frombuffer(b"".join(keys), np.uint8),
+            "lengths": np.fromiter(map(len, keys), np.int64, len(keys)),
+            "counts": np.fromiter(self.counts.values(), np.int64, len(keys)),
+            "registers": np.zeros(0, np.uint8) if self.registers is None else self.registers,
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ValueCounts:
-        counts = cls(data["capacity"])
-        counts.rows, counts.values, counts.missing = data["rows"], data["values"], data["missing"]
-        counts.counts = Counter({value.encode(): count for value, count in data["counts"]})
-        if data["registers"] is not None:
-            counts.registers = np.frombuffer(bytes.fromhex(data["registers"]), np.uint8).copy()
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> ValueCounts:
+        capacity, rows, values, missing = arrays["sizes"].tolist()
+        counts = cls(capacity)
+        counts.rows, counts.values, counts.missing = rows, values, missing
+        blob, ends = arrays["values"].tobytes(), np.cumsum(arrays["lengths"]).tolist()
+        keys = [blob[a:b] for a, b in itertools.pairwise([0, *ends])]
+        counts.counts = Counter(dict(zip(keys, arrays["counts"].tolist(), strict=True)))
+        counts.registers = arrays["registers"].copy() if len(arrays["registers"]) else None
         return counts
+
+
+def _byte_order(keys: list[bytes]) -> list[int]:
+    """The keys' indices in byte order: numpy sorts them by their first 16 bytes, Python's sort each run of keys
+    that share those (or all of them, when such runs are many)."""
+    if len(keys) < 2:
+        return list(range(len(keys)))
+    prefix = np.array(keys, dtype="S16").view(">u8").reshape(len(keys), 2)  # cut or padded with NUL to 16 bytes
+    order = np.lexsort((prefix[:, 1], prefix[:, 0]))
+    ordered = prefix[order]
+    tied = np.flatnonzero((ordered[1:] == ordered[:-1]).all(axis=1)).tolist()
+    if len(tied) > len(keys) // 4:
+        return sorted(range(len(keys)), key=keys.__getitem__)
+    indices = order.tolist()
+    for _, run in itertools.groupby(enumerate(tied), lambda item: item[1] - item[0]):
+        positions = [p for _, p in run]
+        a, b = positions[0], positions[-1] + 2
+        indices[a:b] = sorted(indices[a:b], key=keys.__getitem__)
+    return indices
 
 
 def vocabulary(ranked: list[tuple[bytes, int]], min_count: int, max_tokens: int) -> list[str]:
     """The tokens: values seen at least ``min_count`` times, most frequent first (ties in byte order), at most
     ``max_tokens``."""
-    return [value.decode() for value, count in itertools.takewhile(lambda vc: vc[1] >= min_count, ranked)][:max_tokens]
+    return [value.decode() for value, count in ranked[:max_tokens] if count >= min_count]
 
 
-def _sketch(registers: np.ndarray, values: Iterable[bytes]) -> np.ndarray:
-    """Add the values to the HyperLogLog registers (in place): a value's 64-bit BLAKE2b hash picks its register by
-    its top bits, and the register keeps the largest rank (leading zeros + 1) of the rest."""
-    hashes = np.frombuffer(b"".join(hashlib.blake2b(v, digest_size=8).digest() for v in values), "<u8")
+def _sketch(registers: np.ndarray, hashed: Iterable[bytes]) -> np.ndarray:
+    """Add values to the HyperLogLog registers (in place), by their 64-bit digests: its top bits pick a register,
+    which keeps the largest rank (leading zeros + 1) of the rest."""
+    hashes = np.frombuffer(b"".join(hashed), "<u8")
     rest = (hashes & np.uint64((1 << HASH_BITS) - 1)).astype(np.float64)  # exact: below 2^53
     rank = HASH_BITS + 1 - np.frexp(rest)[1]  # frexp's exponent is the bit length (0 for 0: rank HASH_BITS + 1)
     np.maximum.at(registers, (hashes >> np.uint64(HASH_BITS)).astype(np.intp), rank.astype(np.uint8))

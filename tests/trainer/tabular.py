@@ -100,16 +100,14 @@ def write_jsonl(path: str, columns: dict[str, list]) -> None:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def write_parquet(path: str, columns: dict[str, list]) -> None:
+def write_parquet(path: str, columns: dict[str, list], row_group_size: int | None = None) -> None:
+    """Missing: null; the city column dictionary-encoded (as pandas writes a categorical)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.table(columns)  # nulls where None; pos and items list columns
-    pq.write_table(
-        table.set_column(table.schema.get_field_index("city"), "city", table["city"].dictionary_encode()),
-        path,
-        row_group_size=300,
-    )
+    city = table.schema.get_field_index("city")
+    pq.write_table(table.set_column(city, "city", table["city"].dictionary_encode()), path, row_group_size)
 
 
 def write_tfrecord(path: str, columns: dict[str, list]) -> None:
@@ -146,19 +144,18 @@ def partitions(root: str, fmt: str, columns: dict[str, list], parts: int = 3) ->
     return os.path.join(folder, f"*.{fmt}")
 
 
-def prepare(root: str, name: str, data: dict, source: str, env: dict | None = None, pods: int = 1, **sections):
-    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory) for the tests'
-    small spec with ``data`` and ``sections``; (the process (pod 0's), its output directory)."""
-    spec = load_spec(make_spec(root, data={"source": "unused", **data}, **sections))
+def prepare(root: str, name: str, data: dict, source: str, pods: int = 1):
+    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory); (the
+    process (pod 0's), its output directory)."""
+    validation = {"thresholds": {}, "allow_unvalidated": True}  # any task: only prepare runs
+    spec = load_spec(make_spec(root, data={"source": "unused", **data}, validation=validation))
     out = os.path.join(root, name, "data")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
     argv = [*worker_command(sys.executable, "prepare"), "--spec", spec_file, "--out", out, "--source", source]
     argv += ["--result", os.path.join(root, name, "result.json")]
     if pods == 1:
-        return subprocess.run(
-            argv, capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **(env or {})}
-        ), out
+        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300), out
     argv += ["--pods", str(pods), "--coordination", os.path.join(root, name, "pods-try-1")]
     procs = [
         subprocess.Popen(
