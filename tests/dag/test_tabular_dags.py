@@ -1,7 +1,7 @@
 """Each label task end to end on real Airflow (``airflow dags test``) on real tables with string columns that Python
-packages ship (no download): a binary task with string categorical features and empty cells (R's modeldata::credit_data),
-a regression with categorical features (ggplot2's diamonds), a multiclass task with string class names (the Palmer
-penguins).
+packages ship (no download): a binary task with string categorical features and empty cells (R's
+modeldata::credit_data), a regression with categorical features (ggplot2's diamonds), a multiclass task with string
+class names (the Palmer penguins).
 Each run publishes a version, which a fresh process then scores through its serving signature on rows held out
 of every partition, raw as the table has them (strings, empty cells)."""
 
