@@ -122,3 +122,12 @@ def test_values_are_ranked_in_byte_order_whatever_their_lengths_and_shared_prefi
         values = [rng.choice(parts) + rng.choice(parts) for _ in range(rng.randint(0, 40))]
         counts = counts_of(values, [])
         assert counts.ranked() == sorted(Counter(values).items(), key=lambda vc: (-vc[1], vc[0])), values
+
+
+def test_pruning_keeps_the_top_capacity_values_by_count_then_bytes():
+    rng = random.Random(2)
+    values = [f"v{rng.randint(0, 5000)}".encode() for _ in range(20_000)]  # ~5,000 values, most counts tied
+    counts = statistics.ValueCounts(CAPACITY)
+    counts.add(values, len(values), 0)
+    top = sorted(Counter(values).items(), key=lambda vc: (-vc[1], vc[0]))[:CAPACITY]
+    assert counts.pruned and counts.counts == dict(top)
