@@ -112,7 +112,8 @@ class PieceResult:
     """What a writer learns of one piece in the pass that writes its rows: rows per split and shard, the label's
     class counts per split, the train rows' moments and every row's statistics per numeric feature (and per
     regression target, under the label's name), the negative value of a binary label, and the categorical
-    features' value counts (kept in a file of the parts directory: memory stays flat however many pieces)."""
+    features' value counts (merged in memory by the first writer, kept in a file of the parts directory by the
+    others: memory stays flat however many pieces)."""
 
     def __init__(self, spec: DataSpec) -> None:
         self.spec = spec
@@ -122,7 +123,7 @@ class PieceResult:
         self.statistics: dict[str, dict] = {}
         self.values = {f.name: statistics.ValueCounts(value_capacity(f)) for f in spec.categorical_features}
         self.values_file: str | None = None
-        self.negative: tuple[str, readers.Where] | None = None
+        self.negative: readers.Negative = None
 
     def add(self, chunk: readers.Chunk, is_eval: np.ndarray, shard: np.ndarray) -> None:
         spec = self.spec
@@ -216,7 +217,8 @@ def write_rows(examples: data.ExampleWriter, chunk: readers.Chunk, group: np.nda
 
 def write_share(share: Share) -> dict[str, Any]:
     """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; a PieceResult
-    per piece. Also the seconds its TensorFlow import took (not the stage's work)."""
+    per piece, and (Share.fold) their value counts merged. Also the seconds its TensorFlow import took (not the
+    stage's work)."""
     if not share.pieces:
         return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
