@@ -199,8 +199,7 @@ class ValueCounts:
 
     def ranked(self) -> list[tuple[bytes, int]]:
         """(value, count), most frequent first, ties in byte order."""
-        keys = list(self.counts)
-        keys = [keys[i] for i in _byte_order(keys)]
+        keys = sorted(self.counts)
         counts = np.fromiter(map(self.counts.__getitem__, keys), np.int64, len(keys))
         order = np.argsort(-counts, kind="stable")
         return list(zip([keys[i] for i in order.tolist()], counts[order].tolist(), strict=True))
@@ -250,25 +249,6 @@ def _add_counts(counts: Counter[bytes], more: Counter[bytes]) -> None:
     for key in more.keys() & counts.keys():
         more[key] += counts[key]
     dict.update(counts, more)
-
-
-def _byte_order(keys: list[bytes]) -> list[int]:
-    """The keys' indices in byte order: numpy sorts them by their first 16 bytes, Python's sort each run of keys
-    that share those (or all of them, when such runs are many)."""
-    if len(keys) < 2:
-        return list(range(len(keys)))
-    prefix = np.array(keys, dtype="S16").view(">u8").reshape(len(keys), 2)  # cut or padded with NUL to 16 bytes
-    order = np.lexsort((prefix[:, 1], prefix[:, 0]))
-    ordered = prefix[order]
-    tied = np.flatnonzero((ordered[1:] == ordered[:-1]).all(axis=1)).tolist()
-    if len(tied) > len(keys) // 4:
-        return sorted(range(len(keys)), key=keys.__getitem__)
-    indices = order.tolist()
-    for _, run in itertools.groupby(enumerate(tied), lambda item: item[1] - item[0]):
-        positions = [p for _, p in run]
-        a, b = positions[0], positions[-1] + 2
-        indices[a:b] = sorted(indices[a:b], key=keys.__getitem__)
-    return indices
 
 
 def vocabulary(ranked: list[tuple[bytes, int]], min_count: int, max_tokens: int) -> list[str]:
