@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from tfdist.contract import MANIFEST, read_json, worker_command
+from tfdist.contract import MANIFEST, read_json, registry, worker_command
 from tfdist.contract.data_gate import checks as data_gate_checks
 from tfdist.spec.model import DataChecks
 
@@ -98,7 +98,7 @@ def partition(base: str, path: str, index: int) -> None:
 
 CATEGORICAL = [
     {"name": "city", "kind": "categorical"},
-    {"name": "user", "kind": "categorical", "vocabulary": {"max_tokens": 100_000}},
+    {"name": "user", "kind": "categorical", "hash_buckets": 100_000},  # an id: hashed, and its values still counted
     {"name": "tags", "kind": "categorical_list"},
 ]
 
@@ -193,7 +193,7 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
         for k in range(factor):
             partition(base, os.path.join(folder, f"part-{k:03d}.csv"), k)
     one, two = _spec_file(workdir, "csv", 1), _spec_file(workdir, "csv", 2)
-    memory, first = {}, None
+    memory, baseline = {}, os.path.join(workdir, "baseline")
     for factor in factors:
         source, out = os.path.join(workdir, f"x{factor}", "*.csv"), os.path.join(workdir, "out")
         (rate, _), peak = _run(_prepare(one, out, source))
@@ -204,7 +204,9 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
             "peak_rss_mb": peak,
             "records_per_s": rate,
         }
-        first, memory[factor]["data_gate_seconds"] = data_gate_seconds(out, first)
+        if factor == factors[0]:  # the baseline: the first input's statistics and vocabularies
+            shutil.copytree(out, baseline, ignore=shutil.ignore_patterns("*.tfrecord"))
+        memory[factor]["data_gate_seconds"] = data_gate_seconds(out, baseline)
         shutil.rmtree(os.path.join(workdir, f"x{factor}"))  # the disk: 64× is gigabytes
     writers, statistics_cost = {1: [], 2: []}, {"with": [], "without": []}
     os.makedirs(x8 := os.path.join(workdir, "x8"))
@@ -231,13 +233,17 @@ def scaling(workdir: str, base_megabytes: float, factors: tuple[int, ...], repet
     return {"memory": memory, "writers": writers, "statistics": statistics_cost}
 
 
-def data_gate_seconds(out: str, baseline: dict | None) -> tuple[dict, float]:
-    """(the prepared data's statistics, the seconds the data gate takes to read them and check them against the
-    baseline's: the first input's, or themselves)."""
+def data_gate_seconds(out: str, baseline: str) -> float:
+    """The seconds the data gate takes to read the prepared data's statistics, and the baseline's with its
+    vocabularies (``baseline``: a prepared data directory without its shards), and check the one against the
+    other."""
     started = time.perf_counter()
     now = read_json(os.path.join(out, MANIFEST))["statistics"]
-    data_gate_checks(now, baseline or now, DataChecks().model_dump(mode="json"))
-    return baseline or now, time.perf_counter() - started
+    base = read_json(os.path.join(baseline, MANIFEST))["statistics"]
+    folder = os.path.join(baseline, registry.VOCABULARIES)
+    vocabularies = {name.removesuffix(".json"): read_json(os.path.join(folder, name)) for name in os.listdir(folder)}
+    data_gate_checks(now, base, DataChecks().model_dump(mode="json"), vocabularies)
+    return time.perf_counter() - started
 
 
 INPUTS = {"numbers": "npz", "categorical": "parquet"}

@@ -12,7 +12,7 @@ from tfdist.trainer.runtime import run_stage
 
 
 class NoCounts(statistics.ValueCounts):
-    def add(self, values: list[bytes], rows: int, missing: int) -> None:
+    def add(self, values: list[bytes], rows: int, missing: int, hashed: dict[bytes, bytes] | None = None) -> None:
         pass
 
     def merge(self, other: statistics.ValueCounts) -> None:

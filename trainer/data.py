@@ -81,37 +81,44 @@ LABEL_LISTS = {"index": "int64_list", "binary": "int64_list", "name": "bytes_lis
 """The label's list in an Example, by label storage."""
 
 
+Columns = tuple[Any, list[tuple[Any, list]], list[tuple[Any, list]]]
+"""A chunk as ExampleWriter.write takes it: (its message, each numeric feature's FloatList parser with its
+serialized FloatList per row, each other field with its values per row)."""
+
+
 class ExampleWriter:
-    """Rows as tf.train.Example records, as docs/tabular.md ("Shards") says, keys sorted. One message is refilled
-    per row: a numeric feature's FloatList parsed from its packed float32 bytes (~2x faster than from a Python list,
-    which is ~2x faster than from numpy), the other fields from Python lists."""
+    """Rows as tf.train.Example records, as docs/tabular.md ("Shards") says, keys sorted. A message is refilled per
+    row: a numeric feature's FloatList parsed from its packed float32 bytes (~2x faster than from a Python list,
+    which is ~2x faster than from numpy), the other fields from Python lists. Each chunk gets a message of its own:
+    upb keeps what every refill allocates until its message is gone (~256 bytes a parse of 64 floats)."""
 
     def __init__(self, tf, data_spec: DataSpec) -> None:
-        self.example = tf.train.Example()
-        feature = self.example.features.feature
-        self.numeric = [feature[f.name].float_list.ParseFromString for f in data_spec.numeric_features]
-        self.categorical = [feature[f.name].bytes_list.value for f in data_spec.categorical_features]
-        label = data_spec.label
-        self.label = getattr(feature[label.name], LABEL_LISTS[readers.label_storage(label)]).value
+        self.tf, self.spec = tf, data_spec
+        self.label_list = LABEL_LISTS[readers.label_storage(data_spec.label)]
 
-    def columns(self, chunk: readers.Chunk) -> tuple[list[tuple[Any, list]], list[tuple[Any, list]]]:
-        """For write: (each numeric feature's parser with its FloatList per row, serialized; each other field with
-        its values per row, a list each)."""
-        parsed = [(parse, _float_lists(v)) for parse, v in zip(self.numeric, chunk.numeric.values(), strict=True)]
+    def columns(self, chunk: readers.Chunk) -> Columns:
+        """The chunk's rows, for write."""
+        example = self.tf.train.Example()
+        feature = example.features.feature
+        parsed = [
+            (feature[name].float_list.ParseFromString, _float_lists(values)) for name, values in chunk.numeric.items()
+        ]
         filled = []
-        for field, values in zip(self.categorical, chunk.categorical.values(), strict=True):
+        for name, values in chunk.categorical.items():
             if values.splits is None:
-                filled.append((field, [[v] for v in values.flat]))
+                filled.append((feature[name].bytes_list.value, [[v] for v in values.flat]))
             else:
-                filled.append((field, [values.flat[a:b] for a, b in itertools.pairwise(values.splits.tolist())]))
+                rows = [values.flat[a:b] for a, b in itertools.pairwise(values.splits.tolist())]
+                filled.append((feature[name].bytes_list.value, rows))
         labels = chunk.labels
-        filled.append((self.label, [[y] for y in labels] if isinstance(labels, list) else labels[:, None].tolist()))
-        return parsed, filled
+        label = getattr(feature[self.spec.label.name], self.label_list).value
+        filled.append((label, [[y] for y in labels] if isinstance(labels, list) else labels[:, None].tolist()))
+        return example, parsed, filled
 
-    def write(self, writer, columns: tuple[list[tuple[Any, list]], list[tuple[Any, list]]], rows: list[int]) -> None:
+    def write(self, writer, columns: Columns, rows: list[int]) -> None:
         """Write these rows of the columns to an open tf.io.TFRecordWriter."""
-        parsed, filled = columns
-        serialize, write = self.example.SerializeToString, writer.write
+        example, parsed, filled = columns
+        serialize, write = example.SerializeToString, writer.write
         for i in rows:
             for parse, values in parsed:
                 parse(values[i])

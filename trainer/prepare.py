@@ -96,6 +96,9 @@ class Share:
     parts_dir: str
     data_spec: DataSpec
     own_process: bool
+    fold: bool
+    """Its pieces start the input and its result comes back as objects: it merges their value counts itself, in
+    the order the stage merges them (the other writers hand each piece's on in a file)."""
 
 
 def part_path(parts_dir: str, split: str, shard: int, writer: int) -> str:
@@ -109,7 +112,8 @@ class PieceResult:
     """What a writer learns of one piece in the pass that writes its rows: rows per split and shard, the label's
     class counts per split, the train rows' moments and every row's statistics per numeric feature (and per
     regression target, under the label's name), the negative value of a binary label, and the categorical
-    features' value counts (kept in a file of the parts directory: memory stays flat however many pieces)."""
+    features' value counts (merged in memory by the first writer, kept in a file of the parts directory by the
+    others: memory stays flat however many pieces)."""
 
     def __init__(self, spec: DataSpec) -> None:
         self.spec = spec
@@ -119,7 +123,7 @@ class PieceResult:
         self.statistics: dict[str, dict] = {}
         self.values = {f.name: statistics.ValueCounts(value_capacity(f)) for f in spec.categorical_features}
         self.values_file: str | None = None
-        self.negative: tuple[str, readers.Where] | None = None
+        self.negative: readers.Negative = None
 
     def add(self, chunk: readers.Chunk, is_eval: np.ndarray, shard: np.ndarray) -> None:
         spec = self.spec
@@ -213,7 +217,8 @@ def write_rows(examples: data.ExampleWriter, chunk: readers.Chunk, group: np.nda
 
 def write_share(share: Share) -> dict[str, Any]:
     """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; a PieceResult
-    per piece. Also the seconds its TensorFlow import took (not the stage's work)."""
+    per piece, and (Share.fold) their value counts merged. Also the seconds its TensorFlow import took (not the
+    stage's work)."""
     if not share.pieces:
         return {"pieces": [], "import_seconds": 0.0}
     spec = share.data_spec
@@ -234,6 +239,7 @@ def write_share(share: Share) -> dict[str, Any]:
         return parts[group]
 
     results, negative = [], None
+    folded = PieceResult(spec).values if share.fold else None
     try:
         for k, piece in enumerate(share.pieces):
             result = PieceResult(spec)
@@ -242,12 +248,17 @@ def write_share(share: Share) -> dict[str, Any]:
                 write_rows(examples, chunk, shard + n * is_eval, open_part)
                 result.add(chunk, is_eval, shard)
             negative = readers.same_negative(negative, result.negative, spec.label.name)
-            result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.npz"))
+            if folded is None:
+                result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.npz"))
+            else:
+                for name, counts in result.values.items():
+                    folded[name].merge(counts)
+                result.values = {}
             results.append(result)
     finally:
         for part in parts.values():
             part.close()
-    return {"pieces": results, "import_seconds": imported}
+    return {"pieces": results, "values": folded, "import_seconds": imported}
 
 
 def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Piece]]:
@@ -272,7 +283,8 @@ def refuse(exc: readers.BadData) -> NoReturn:
 def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: str) -> list[dict]:
     """Each run's write_share result: in this process when one writer does it all, else in a pool of writer
     processes."""
-    work = [Share(k, run, parts_dir, data_spec, sum(map(bool, runs)) > 1) for k, run in enumerate(runs) if run]
+    first, several = next(k for k, run in enumerate(runs) if run), sum(map(bool, runs)) > 1
+    work = [Share(k, run, parts_dir, data_spec, several, k == first) for k, run in enumerate(runs) if run]
     try:
         if len(work) == 1:
             return [write_share(work[0])]
@@ -328,7 +340,7 @@ def write_share_of_pod(pods: Pods, data_spec: DataSpec) -> None:
     if "shares" in plan:
         share = [readers.Piece(**p) for p in plan["shares"][pods.index]]
         try:
-            pods.write_result(write_share(Share(pods.index, share, pods.parts_dir, data_spec, False)))
+            pods.write_result(write_share(Share(pods.index, share, pods.parts_dir, data_spec, False, False)))
         except readers.BadData as exc:
             refuse(exc)
 
@@ -379,7 +391,7 @@ def write_parts(
     if pods:
         pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
         try:
-            first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False))
+            first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False, True))
         except readers.BadData as exc:
             refuse(exc)
         return [first, *pods.wait_results(data_spec)], pods.parts_dir
@@ -403,10 +415,12 @@ def row_counts(total: PieceResult, files: list[tuple[str, int]], writers: str) -
     return counts
 
 
-def merged_results(results: list[PieceResult], data_spec: DataSpec) -> PieceResult:
-    """The pieces' results merged in input order (value counts read back from their files one at a time)."""
+def merged_results(done: list[dict], data_spec: DataSpec) -> PieceResult:
+    """The writers' pieces' results merged in input order: the value counts the first writer merged itself, then
+    each later piece's, read back from its file."""
     total = PieceResult(data_spec)
-    for r in results:
+    total.values = next((d["values"] for d in done if d.get("values")), total.values)
+    for r in (r for d in done for r in d["pieces"]):
         for split in SPLITS:
             total.counts[split] += r.counts[split]
             total.classes[split].update(r.classes[split])
@@ -621,7 +635,7 @@ def main() -> None:
         done, parts_dir = write_parts(runs, data_spec, pods, tmp)
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
         try:
-            total = merged_results([r for d in done for r in d["pieces"]], data_spec)
+            total = merged_results(done, data_spec)
         except readers.BadData as exc:
             refuse(exc)
         writers = f"{sum(map(bool, runs))} writer(s) ({'pods' if pods else 'processes'})"

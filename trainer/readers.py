@@ -23,7 +23,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -94,6 +94,10 @@ class Values:
         return self.flat.count(b"") if self.splits is None else int((np.diff(self.splits) == 0).sum())
 
 
+Negative = tuple[str, Where] | None
+"""A binary label's negative value seen, and its first row (None: none seen)."""
+
+
 @dataclass
 class Chunk:
     numeric: dict[str, np.ndarray]
@@ -102,7 +106,7 @@ class Chunk:
     labels: Any
     """By label_storage: int64 [rows] class indices ('index') or 0/1 ('binary'), float32 [rows] ('value'), or a
     list of class names as UTF-8 ('name')."""
-    negative: tuple[str, Where] | None = field(default=None)
+    negative: Negative = None
     """binary with a named positive: the negative value seen, and its first row."""
 
     @property
@@ -133,7 +137,7 @@ def binary_classes(label: Label, negative: str | None) -> list[str | None]:
     return [negative, label_value(label.positive)]
 
 
-def same_negative(first: tuple[str, Where] | None, then: tuple[str, Where] | None, label: str) -> Any:
+def same_negative(first: Negative, then: Negative, label: str) -> Negative:
     """The negative value of two parts of the input in order; two different ones are a binary label with a third
     value (BadData naming both and where each was first seen)."""
     if first and then and first[0] != then[0]:
@@ -339,7 +343,7 @@ def _categorical(feature: Categorical, array: pa.Array, where: Rows) -> Values:
                 f"{where(i)}, field '{feature.name}': {array[i].as_py()!r} is a list, not one value (kind: "
                 "categorical_list takes a list)"
             )
-        return Values(_tokens(feature, array, where).fill_null("").cast(pa.binary()).to_numpy(False).tolist())
+        return Values(_bytes(_tokens(feature, array, where).fill_null("")))
     if pa.types.is_null(array.type):
         return Values([], np.zeros(len(array) + 1, np.int64))
     if not _is_list(array.type):
@@ -357,14 +361,18 @@ def _categorical(feature: Categorical, array: pa.Array, where: Rows) -> Values:
             "raise data.features[].max_values, or shorten the list"
         )
     splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return Values(flat.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist(), splits)
+    return Values(_bytes(flat), splits)
+
+
+def _bytes(tokens: pa.Array) -> list[bytes]:
+    return tokens.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist()
 
 
 def _not_a_list(value: Any) -> str:
     return f"{value!r} is not a list (kind: categorical_list; in CSV one cell, its values split by its separator)"
 
 
-def _labels(label: Label, array: pa.Array, where: Rows) -> tuple[Any, tuple[str, Where] | None]:
+def _labels(label: Label, array: pa.Array, where: Rows) -> tuple[Any, Negative]:
     """The labels as label_storage holds them, and the negative value seen (binary with a named positive)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
@@ -387,20 +395,26 @@ def _labels(label: Label, array: pa.Array, where: Rows) -> tuple[Any, tuple[str,
             )
         return values.astype(np.int64), None
     codes, names = _label_names(name, array, where)
-    first_row = {k: int(np.argmax(codes == k)) for k in range(len(names))}
     if storage == "name":
         return np.array([n.encode() for n in names], dtype=object)[codes].tolist(), None
     if storage == "index":
         index = {c: i for i, c in enumerate(label.classes or ())}
         if unknown := [k for k, n in enumerate(names) if n not in index]:
-            i = min(first_row[k] for k in unknown)
+            i = int(_first_rows(codes, len(names))[unknown].min())
             classes = ", ".join(map(repr, list(index)[:10])) + (", …" if len(index) > 10 else "")
             raise BadData(
                 f"{where(i)}, field '{name}': {names[codes[i]]!r} is not one of the classes {classes} "
                 "(data.label.classes): add it there, or fix the row"
             )
         return np.array([index[n] for n in names], np.int64)[codes], None
-    return _binary(label, codes, names, first_row, where)
+    return _binary(label, codes, names, _first_rows(codes, len(names)), where)
+
+
+def _first_rows(codes: np.ndarray, count: int) -> np.ndarray:
+    """Per code 0 .. count-1, the first row that has it."""
+    first = np.full(count, len(codes))
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first
 
 
 def _label_names(name: str, array: pa.Array, where: Rows) -> tuple[np.ndarray, list[str]]:
@@ -421,21 +435,21 @@ def _label_names(name: str, array: pa.Array, where: Rows) -> tuple[np.ndarray, l
 
 
 def _binary(
-    label: Label, codes: np.ndarray, names: list[str], first_row: dict[int, int], where: Rows
-) -> tuple[np.ndarray, tuple[str, Where] | None]:
+    label: Label, codes: np.ndarray, names: list[str], first_row: np.ndarray, where: Rows
+) -> tuple[np.ndarray, Negative]:
     if label.positive is None or isinstance(label.positive, bool):
         is_positive = []
         for k, n in enumerate(names):
             if n.lower() not in BOOLEAN_WORDS:
                 raise BadData(
-                    f"{where(first_row[k])}, field '{label.name}': {n!r} is not a yes/no value: a binary label takes "
-                    "1/0, true/false, yes/no, y/n or on/off (any case); for two other values name the positive one "
-                    "(data.label.positive)"
+                    f"{where(int(first_row[k]))}, field '{label.name}': {n!r} is not a yes/no value: a binary label "
+                    "takes 1/0, true/false, yes/no, y/n or on/off (any case); for two other values name the positive "
+                    "one (data.label.positive)"
                 )
             is_positive.append(BOOLEAN_WORDS[n.lower()] == (label.positive is not False))
         return np.array(is_positive, np.int64)[codes], None
     positive = label_value(label.positive)
-    negatives = sorted((first_row[k], n) for k, n in enumerate(names) if n != positive)
+    negatives = sorted((int(first_row[k]), n) for k, n in enumerate(names) if n != positive)
     if len(negatives) > 1:
         (i, first), (j, then) = negatives[:2]
         raise BadData(_third_value(label.name, (first, where(i)), (then, where(j))))

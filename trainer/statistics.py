@@ -154,61 +154,59 @@ def digests(values: Iterable[bytes]) -> dict[bytes, bytes]:
 class ValueCounts:
     """A categorical feature's value counts over some rows, in bounded memory: on reaching twice its capacity it
     keeps the top ``capacity`` values by (count desc, value bytes asc), so the counts are exact while nothing was
-    pruned, and the distinct count then comes from a HyperLogLog sketch (Ertl's improved estimator) of every value
+    pruned; the distinct count then comes from a HyperLogLog sketch (Ertl's improved estimator) of every value
     seen. Deterministic: the same adds and merges in the same order give the same counts."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.counts: Counter[bytes] = Counter()
         self.rows = self.values = self.missing = 0
-        self.registers: np.ndarray | None = None
-        """The sketch of every value seen, kept from the first pruning on (None: the counts hold every value)."""
+        self.registers = np.zeros(1 << SKETCH_BITS, np.uint8)
+        self.pruned = False
 
     def add(self, values: list[bytes], rows: int, missing: int, hashed: dict[bytes, bytes] | None = None) -> None:
         """A chunk's values (a list feature's: every list's items) of ``rows`` rows, ``missing`` of them without a
         value; ``hashed``: their digests, if known."""
         chunk = Counter(values)
-        self.counts.update(chunk)
+        _sketch(self.registers, (hashed or digests(chunk)).values())
+        _add_counts(self.counts, chunk)
         self.rows, self.values, self.missing = self.rows + rows, self.values + len(values), self.missing + missing
-        if self.registers is not None:
-            _sketch(self.registers, (hashed or digests(chunk)).values())
         self._bound()
 
     def merge(self, other: ValueCounts) -> None:
         """Add the counts of the rows after these."""
-        self.counts.update(other.counts)
+        _add_counts(self.counts, Counter(other.counts))
         self.rows, self.values, self.missing = (
             self.rows + other.rows,
             self.values + other.values,
             self.missing + other.missing,
         )
-        if self.registers is not None or other.registers is not None:
-            self.registers = np.maximum(self.sketch(), other.sketch())
+        np.maximum(self.registers, other.registers, out=self.registers)
+        self.pruned |= other.pruned
         self._bound()
 
     def _bound(self) -> None:
-        if len(self.counts) > 2 * self.capacity:
-            if self.registers is None:
-                self.registers = self.sketch()
-            self.counts = Counter(dict(self.ranked()[: self.capacity]))
-
-    def sketch(self) -> np.ndarray:
-        """The HyperLogLog registers of every value seen."""
-        if self.registers is not None:
-            return self.registers
-        return _sketch(np.zeros(1 << SKETCH_BITS, np.uint8), digests(self.counts).values())
+        """Past twice the capacity, keep the top ``capacity`` values: every value counted more often than the
+        capacity-th largest count, then of those counted as often the first in byte order."""
+        if len(self.counts) <= 2 * self.capacity:
+            return
+        keys = np.array(list(self.counts), dtype=object)
+        counts = np.fromiter(self.counts.values(), np.int64, len(keys))
+        cut = np.partition(counts, len(keys) - self.capacity)[len(keys) - self.capacity]
+        kept = keys[counts > cut].tolist()
+        kept += sorted(keys[counts == cut].tolist())[: self.capacity - len(kept)]
+        self.counts, self.pruned = Counter({k: self.counts[k] for k in kept}), True
 
     def ranked(self) -> list[tuple[bytes, int]]:
         """(value, count), most frequent first, ties in byte order."""
-        keys = list(self.counts)
-        keys = [keys[i] for i in _byte_order(keys)]
+        keys = sorted(self.counts)
         counts = np.fromiter(map(self.counts.__getitem__, keys), np.int64, len(keys))
         order = np.argsort(-counts, kind="stable")
         return list(zip([keys[i] for i in order.tolist()], counts[order].tolist(), strict=True))
 
     def distinct(self) -> tuple[int, bool]:
         """(the count of distinct values, whether it is exact)."""
-        return (len(self.counts), True) if self.registers is None else (round(estimate(self.registers)), False)
+        return (round(estimate(self.registers)), False) if self.pruned else (len(self.counts), True)
 
     def summary(self, ranked: list[tuple[bytes, int]]) -> dict[str, Any]:
         """As the manifest's statistics record it (``ranked``: this counter's)."""
@@ -226,42 +224,31 @@ class ValueCounts:
         """Exactly, as arrays (how a writer hands a piece's counts on, in an .npz file)."""
         keys = list(self.counts)
         return {
-            "sizes": np.array([self.capacity, self.rows, self.values, self.missing], np.int64),
+            "sizes": np.array([self.capacity, self.rows, self.values, self.missing, self.pruned], np.int64),
             "values": np.frombuffer(b"".join(keys), np.uint8),
             "lengths": np.fromiter(map(len, keys), np.int64, len(keys)),
             "counts": np.fromiter(self.counts.values(), np.int64, len(keys)),
-            "registers": np.zeros(0, np.uint8) if self.registers is None else self.registers,
+            "registers": self.registers,
         }
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> ValueCounts:
-        capacity, rows, values, missing = arrays["sizes"].tolist()
+        capacity, rows, values, missing, pruned = arrays["sizes"].tolist()
         counts = cls(capacity)
-        counts.rows, counts.values, counts.missing = rows, values, missing
+        counts.rows, counts.values, counts.missing, counts.pruned = rows, values, missing, bool(pruned)
         blob, ends = arrays["values"].tobytes(), np.cumsum(arrays["lengths"]).tolist()
         keys = [blob[a:b] for a, b in itertools.pairwise([0, *ends])]
         counts.counts = Counter(dict(zip(keys, arrays["counts"].tolist(), strict=True)))
-        counts.registers = arrays["registers"].copy() if len(arrays["registers"]) else None
+        counts.registers = arrays["registers"].copy()
         return counts
 
 
-def _byte_order(keys: list[bytes]) -> list[int]:
-    """The keys' indices in byte order: numpy sorts them by their first 16 bytes, Python's sort each run of keys
-    that share those (or all of them, when such runs are many)."""
-    if len(keys) < 2:
-        return list(range(len(keys)))
-    prefix = np.array(keys, dtype="S16").view(">u8").reshape(len(keys), 2)  # cut or padded with NUL to 16 bytes
-    order = np.lexsort((prefix[:, 1], prefix[:, 0]))
-    ordered = prefix[order]
-    tied = np.flatnonzero((ordered[1:] == ordered[:-1]).all(axis=1)).tolist()
-    if len(tied) > len(keys) // 4:
-        return sorted(range(len(keys)), key=keys.__getitem__)
-    indices = order.tolist()
-    for _, run in itertools.groupby(enumerate(tied), lambda item: item[1] - item[0]):
-        positions = [p for _, p in run]
-        a, b = positions[0], positions[-1] + 2
-        indices[a:b] = sorted(indices[a:b], key=keys.__getitem__)
-    return indices
+def _add_counts(counts: Counter[bytes], more: Counter[bytes]) -> None:
+    """counts += more, with ``more`` changed on the way: Counter.update loops in Python over every key, this only
+    over the keys both have (an id column's are mostly new)."""
+    for key in more.keys() & counts.keys():
+        more[key] += counts[key]
+    dict.update(counts, more)
 
 
 def vocabulary(ranked: list[tuple[bytes, int]], min_count: int, max_tokens: int) -> list[str]:

@@ -115,10 +115,19 @@ def test_memory_stays_flat_for_millions_of_distinct_values():
 
 
 def test_values_are_ranked_in_byte_order_whatever_their_lengths_and_shared_prefixes():
-    """Values longer than the 16 bytes numpy orders by, sharing them, or differing only by trailing NUL bytes."""
+    """Values of any length, sharing long prefixes, or differing only by trailing NUL bytes."""
     parts = [b"", b"a", b"\x00", b"b", b"\xff", "é".encode(), b"abcdefghijklmnop", b"abcdefghijklmnop\x00", b"q" * 17]
     rng = random.Random(1)
     for _ in range(200):
         values = [rng.choice(parts) + rng.choice(parts) for _ in range(rng.randint(0, 40))]
         counts = counts_of(values, [])
         assert counts.ranked() == sorted(Counter(values).items(), key=lambda vc: (-vc[1], vc[0])), values
+
+
+def test_pruning_keeps_the_top_capacity_values_by_count_then_bytes():
+    rng = random.Random(2)
+    values = [f"v{rng.randint(0, 5000)}".encode() for _ in range(20_000)]  # ~5,000 values, most counts tied
+    counts = statistics.ValueCounts(CAPACITY)
+    counts.add(values, len(values), 0)
+    top = sorted(Counter(values).items(), key=lambda vc: (-vc[1], vc[0]))[:CAPACITY]
+    assert counts.pruned and counts.counts == dict(top)

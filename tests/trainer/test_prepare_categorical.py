@@ -270,3 +270,39 @@ def test_a_vocabulary_file_changed_after_prepare_is_refused_before_use(tmp_path,
     with pytest.raises(SystemExit):
         data.verified_manifest(out)
     assert f"data check 'missing' failed for {path}" in capsys.readouterr().err
+
+
+def test_value_counts_past_their_capacity_publish_the_same_bytes_whatever_the_writers(tmp_path):
+    """252,050 distinct user ids in four files: the counts are pruned as the pieces' are merged (by the first writer
+    itself for its own pieces, by the stage for the pieces other writers hand on in files), in input order; the
+    vocabulary, the top values and the estimated distinct count come out alike."""
+    import csv
+
+    root, rows = str(tmp_path), 280_000
+    rng = np.random.default_rng(3)
+    folder = os.path.join(root, "raw")
+    os.makedirs(folder)
+    for k, part in enumerate(np.array_split(np.arange(rows), 4)):
+        with open(os.path.join(folder, f"part-{k}.csv"), "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["x", "user", "clicked"])
+            hot = rng.integers(0, 50, len(part))  # a few frequent users among the one-time ones
+            users = [f"user-{i}" if i % 10 else f"hot-{h}" for i, h in zip(part, hot, strict=True)]
+            if k in (0, 3):  # in the first file and the last, pruned in between: counted once, whatever the writers
+                users[1:101] = [f"zz-{j}" for j in range(100)]
+            out.writerows([i % 97, user, int(i % 5 == 0)] for i, user in zip(part, users, strict=True))
+    spec = {
+        "format": "csv",
+        "features": [{"name": "x"}, {"name": "user", "kind": "categorical", "vocabulary": {"max_tokens": 100}}],
+        "label": {"name": "clicked", "task": "binary"},
+    }
+    reference = None
+    for name, processes, pods in (("one", 1, 1), ("two", 2, 1), ("pods", None, 3)):
+        done, out = tabular.prepare(root, name, {**spec, "prepare_processes": processes}, f"{folder}/*.csv", pods=pods)
+        assert done.returncode == 0, done.stderr
+        reference = reference or published(out)
+        assert published(out) == reference, name
+    users = reference[0]["statistics"]["categorical"]["user"]
+    assert users["distinct_exact"] is False and abs(users["distinct"] / (252_000 + 50) - 1) < 0.03
+    vocabulary = json.loads(reference[1]["user.json"])
+    assert sorted(vocabulary[:50]) == sorted(f"hot-{h}" for h in range(50)) and "zz-0" not in vocabulary
