@@ -206,13 +206,13 @@ def blessing_record(
     tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, scored: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
-    selection = spec.validation.checkpoint
-    sign = 1 if selection.direction == "higher_is_better" else -1
-    chosen = max(scored, key=lambda c: sign * c["metrics"][selection.metric]) if len(scored) > 1 else scored[0]
+    metric, direction = spec.checkpoint_selection
+    sign = 1 if direction == "higher_is_better" else -1
+    chosen = max(scored, key=lambda c: sign * c["metrics"][metric]) if len(scored) > 1 else scored[0]
     metrics = chosen["metrics"]
     report = [f"validated {chosen['checkpoint']} on {chosen['examples']} eval examples"]
     if len(scored) > 1:
-        report.append(f"  chosen among {len(scored)} retained checkpoints by {selection.metric}")
+        report.append(f"  chosen among {len(scored)} retained checkpoints by {metric}")
     report += [f"  {k} = {v:.4f}" for k, v in metrics.items()]
     baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, metrics)
     report += lines
