@@ -161,7 +161,6 @@ def parse_fn(tf, manifest: dict[str, Any]):
             schema[f["name"]] = tf.io.FixedLenFeature([], tf.string)
         else:
             schema[f["name"]] = tf.io.RaggedFeature(tf.string)
-    classes = tf.constant(label["classes"] or [], tf.string)
 
     def raw(f: dict[str, Any], value):
         if f["kind"] == "numeric":
@@ -177,7 +176,8 @@ def parse_fn(tf, manifest: dict[str, Any]):
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, schema)
         labels = parsed.pop(label["name"])
-        if label["stored"] == "name":
+        if label["stored"] == "name":  # made here, not with the parser: a strategy made later must come first
+            classes = tf.constant(label["classes"], tf.string)
             labels = tf.argmax(tf.cast(tf.equal(labels[:, None], classes[None, :]), tf.int64), axis=1)
         return {f["name"]: raw(f, parsed[f["name"]]) for f in manifest["features"]}, labels
 

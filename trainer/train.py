@@ -427,7 +427,7 @@ class TrainingRun:
         self.task = TaskSums(manifest["label"], spec.loss)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
-        # the chief's TensorBoard writer, made at its first summary
+        # the chief's TensorBoard writer, made before training (or at the first summary of a rank become rank 0)
         self.summaries: Callable[[int, dict[str, float | None]], None] | None = None
         self.window = Window(self.task)
         # started: when training began; warm: (time, step) after the first step call, which includes tracing:
@@ -450,6 +450,8 @@ class TrainingRun:
             f"{self.global_batch}, {sync.workers} workers, cores {cores})"
         )
         os.makedirs(self.args.heartbeats, exist_ok=True)
+        if sync.is_chief:
+            self.summaries = scalar_writer(self.tf, self.args.tensorboard)
         self.started = self.stepped = self.last_report = time.monotonic()
         self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
 
