@@ -34,8 +34,8 @@ def metric_direction(metric: str) -> Direction | None:
 
 def task_metrics(spec: dict[str, Any] | None) -> tuple[str | None, list[str]]:
     """A run's label task and the metrics its spec (spec.json) reports besides the loss; (None, []) before it has
-    one. A spec from before tasks is multiclass."""
-    if spec is None:
+    one (no spec.json, or an empty one). A spec from before tasks is multiclass."""
+    if not spec:
         return None, []
     task = spec["data"]["label"].get("task", "multiclass")
     return task, list(spec["model"].get("metrics") or DEFAULT_METRICS[task])
