@@ -513,7 +513,7 @@ class CustomModel(_ModelBase):
     input (numeric: normalized, missing values imputed; categorical: int32 ids, a list's padded with -1);
     returns a Keras model taking a dict of those inputs and returning the task's output: class probabilities
     (num_classes of them), the positive class's probability ([batch, 1]) or the prediction ([batch, 1], in
-    standardized units when label.standardize)."""
+    standardized units when label.standardize); num_classes is 1 for binary and regression."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to 'factory'."""
 
@@ -1076,6 +1076,11 @@ class Spec(_Section):
                 f"reads its own shards, got {d.num_shards}"
             )
         self._task_fits(d.label.task)
+        if isinstance(m, CNNModel) and any(f.missing_indicator for f in d.numeric_features):
+            raise ValueError(
+                "model.family: 'cnn' reshapes the numeric features into its image, which has no place for missing "
+                "indicators; drop missing_indicator, or use 'mlp' or 'wide_deep'"
+            )
         if isinstance(m, CNNModel) and d.categorical_features:
             raise ValueError(
                 f"model.family: 'cnn' takes numeric features only, '{d.categorical_features[0].name}' is categorical; "

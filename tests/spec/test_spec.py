@@ -101,6 +101,13 @@ CATEGORICAL = {"features": [{"name": "pixels", "shape": [64]}, {"name": "country
         ({"model": {"family": "mlp", "metrics": ["auc"]}}, "model.metrics: 'auc' is not a metric of task 'multiclass'"),
         ({"model": {"family": "mlp", "loss": "huber"}}, "model.loss: 'huber' is not a loss of task 'multiclass'"),
         (
+            {
+                "data": {"features": [{"name": "pixels", "shape": [64], "missing_indicator": True}]},
+                "model": {"family": "cnn", "image_shape": [8, 8, 1]},
+            },
+            "model.family: 'cnn' reshapes the numeric features into its image, which has no place for missing",
+        ),
+        (
             {"data": {**CATEGORICAL}, "model": {"family": "cnn", "image_shape": [8, 8, 1]}},
             "model.family: 'cnn' takes numeric features only, 'country' is categorical",
         ),
