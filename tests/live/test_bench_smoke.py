@@ -32,7 +32,7 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
         "train start → first steps",
         "DAG file parse, plugins loaded: digits_nightly",
         "shard writing",
-        "prepare records/s with the data statistics / without",
+        "prepare records/s with the data statistics and vocabularies / without",
         "data gate seconds",
         "warm start: steps to the cold run's final eval accuracy",
         "throughput with summaries every",
