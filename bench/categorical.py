@@ -5,19 +5,18 @@ the same embeddings and dense layer, the same global batch and steps per tf.func
 
     python -m bench.categorical --spec S --data D --steps N --steps-per-call K     the hand-written loop
 
-It prints ``examples/s <rate>`` counted after the first call. The data: tests/trainer/tabular.py's rows (a planted
-signal), written as prepare_data writes them."""
+It prints ``examples/s <rate>`` counted after the first call. The data: tests/trainer/prepared_tables.py's rows (a
+planted signal), prepared by prepare_data."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
 import sys
-import time
 
-from tests.conftest import DAY, collecting_logger, make_spec, plan_for, run
+from bench.handwritten import examples_per_sec, input_fn, loop_parser
+from tests.conftest import DAY, collecting_logger, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract import MANIFEST, read_json
 from tfdist.operators.launchers.local import LocalLauncher
@@ -42,7 +41,7 @@ def measure(work: str, budget) -> dict:
     """Per repetition (alternating order): the train stage's examples/s and the hand-written loop's."""
     logging.getLogger("tfdist.test").propagate = False
     prepared = plan_for(work, "categorical-data", DAY, **sections(budget.epochs))
-    tabular.write_prepared(prepared.layout.data_dir, make_spec(work, **sections(budget.epochs)), ROWS)
+    tabular.prepare(prepared, ROWS)
     steps = budget.epochs * (read_json(os.path.join(prepared.layout.data_dir, MANIFEST))["train"]["examples"] // 64)
     samples: dict[str, list[float]] = {"ours": [], "handwritten": []}
     for r in range(budget.repetitions):
@@ -133,12 +132,7 @@ def keras_model(keras, tf, manifest: dict, vocabularies: dict[str, list[str]]):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--steps-per-call", type=int, required=True)
-    args = parser.parse_args()
+    args = loop_parser(__doc__).parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import tensorflow as tf
@@ -167,15 +161,7 @@ def main() -> None:
 
     files = [os.path.join(args.data, s["file"]) for s in manifest["train"]["shards"]]
 
-    def dataset(ctx):
-        return (
-            tf.data.TFRecordDataset(files[ctx.input_pipeline_id :: ctx.num_input_pipelines])
-            .shuffle(4096)
-            .repeat()
-            .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-            .map(parse, num_parallel_calls=2)
-            .prefetch(2)
-        )
+    dataset = input_fn(tf, files, parse, global_batch)
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -200,15 +186,7 @@ def main() -> None:
             loss = strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)
         return loss
 
-    calls = max(2, args.steps // args.steps_per_call)
-    float(train_steps())
-    started = time.monotonic()
-    for _ in range(calls - 1):
-        loss = train_steps()
-    float(loss)
-    print(
-        f"examples/s {(calls - 1) * args.steps_per_call * global_batch / (time.monotonic() - started):.1f}", flush=True
-    )
+    print(f"examples/s {examples_per_sec(train_steps, args, global_batch, wait=float):.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,46 @@ import time
 from tfdist.contract import MANIFEST
 
 
+def loop_parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments of every hand-written loop: the run's spec and prepared data, the steps timed, the steps per
+    tf.function call."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--steps-per-call", type=int, required=True)
+    return parser
+
+
+def input_fn(tf, files: list[str], parse, global_batch: int):
+    """A hand-written loop's input function: the pipeline's share of the shards, shuffled, repeated, batched to its
+    replica's share of the global batch, parsed, prefetched."""
+
+    def dataset(ctx):
+        return (
+            tf.data.TFRecordDataset(files[ctx.input_pipeline_id :: ctx.num_input_pipelines])
+            .shuffle(4096)
+            .repeat()
+            .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+            .map(parse, num_parallel_calls=2)
+            .prefetch(2)
+        )
+
+    return dataset
+
+
+def examples_per_sec(call, args: argparse.Namespace, global_batch: int, wait) -> float:
+    """Examples/s of ``call()`` (``args.steps_per_call`` steps) repeated for ``args.steps`` steps, at least twice,
+    the first call (tracing) not counted; ``wait(result)`` returns when a call's work is done."""
+    calls = max(2, args.steps // args.steps_per_call)
+    wait(call())
+    started = time.monotonic()
+    for _ in range(calls - 1):
+        result = call()
+    wait(result)
+    return (calls - 1) * args.steps_per_call * global_batch / (time.monotonic() - started)
+
+
 def pin_to_own_cores(mode: str) -> int:
     """Pin this process to its block of the cores by its local index; the block's size (0: not pinned)."""
     if mode == "horovod":
@@ -41,12 +81,8 @@ def pin_to_own_cores(mode: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = loop_parser(__doc__)
     parser.add_argument("mode", choices=["single", "mirrored", "ps", "horovod"])
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--steps-per-call", type=int, required=True)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     cores = pin_to_own_cores(args.mode)  # before TensorFlow starts its threads, which inherit the cores
@@ -68,16 +104,7 @@ def main() -> None:
     files = data.shard_paths(args.data, manifest, "train")
     parse = data.parse_fn(tf, manifest)
 
-    def dataset(ctx):
-        own = files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
-        return (
-            tf.data.TFRecordDataset(own)
-            .shuffle(4096)
-            .repeat()
-            .batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-            .map(parse, num_parallel_calls=2)
-            .prefetch(2)
-        )
+    dataset = input_fn(tf, files, parse, global_batch)
 
     hvd = coordinator = None
     is_chief = True
@@ -151,18 +178,7 @@ def main() -> None:
             return coordinator.schedule(train_steps, args=(iterator,))
         return train_steps(iterator)
 
-    calls = max(2, args.steps // args.steps_per_call)
-    call()
-    if coordinator:
-        coordinator.join()
-    started = time.monotonic()
-    for _ in range(calls - 1):
-        loss = call()
-    if coordinator:
-        coordinator.join()
-        loss = loss.fetch()
-    float(loss)
-    rate = (calls - 1) * args.steps_per_call * global_batch / (time.monotonic() - started)
+    rate = examples_per_sec(call, args, global_batch, wait=(lambda _: coordinator.join()) if coordinator else float)
     if is_chief:
         print(f"examples/s {rate:.1f}", flush=True)
 

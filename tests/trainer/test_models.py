@@ -1,13 +1,13 @@
-"""The model's preprocessing and families, in process, on data written as prepare_data writes it
-(tests/trainer/tabular.py): what each raw value becomes, the outputs by task, the names of the variables, a custom
-factory's inputs, the parser's labels, and the train metrics' sums."""
+"""The model's preprocessing and families, in process, on rows prepared by prepare_data
+(tests/trainer/prepared_tables.py): what each raw value becomes, the outputs by task, the names of the variables,
+a custom factory's inputs, the parser's labels, and the train metrics' sums."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec
+from tests.conftest import make_spec, plan_for
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract import read_json
 from tfdist.spec import load_spec
@@ -17,7 +17,8 @@ WIDE_DEEP = {"family": "wide_deep", "hidden_units": [8], "crosses": [{"features"
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """``prepared(task, model)``: (spec, manifest, data dir) of 400 rows of ``task`` written once per task."""
+    """``prepared(task, model)``: (spec, manifest, data dir) of 400 rows of ``task`` prepared once per task and
+    features."""
     root = str(tmp_path_factory.mktemp("models"))
     done: dict[str, str] = {}
 
@@ -26,8 +27,9 @@ def prepared(tmp_path_factory):
         spec = make_spec(root, **sections, **({"model": model} if model else {}))
         key = f"{task}-{len(features or [])}"
         if key not in done:
-            done[key] = f"{root}/{key}"
-            tabular.write_prepared(done[key], spec, 400)
+            plan = plan_for(root, key, **sections)
+            tabular.prepare(plan, 400)
+            done[key] = plan.layout.data_dir
         return load_spec(spec), read_json(f"{done[key]}/manifest.json"), done[key]
 
     return prepare

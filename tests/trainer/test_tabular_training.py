@@ -1,6 +1,6 @@
 """Binary and regression tasks with numeric (some missing), string, int64, hashed and list categorical features,
 trained for real in every mode through the local launcher: MultiWorkerMirrored, parameter server, Horovod (fixed
-and elastic). The data: tests/trainer/tabular.py, a planted signal written as prepare_data writes it."""
+and elastic). The data: tests/trainer/prepared_tables.py, rows with a planted signal prepared by prepare_data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import DAY, make_spec, plan_for, run
+from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract import EXIT_REFUSED, TrainProgress, read_curve, read_json
 from tfdist.operators.launchers import StageFailed
@@ -43,7 +43,7 @@ def tabular_plan(root: str, run_id: str, task: str, training: dict, model: dict,
         "validation": tabular.VALIDATION[task],
     }
     plan = plan_for(root, run_id, DAY, **sections)
-    tabular.write_prepared(plan.layout.data_dir, make_spec(root, **sections), n, seed)
+    tabular.prepare(plan, n, seed)
     return plan
 
 
@@ -91,7 +91,7 @@ def test_tables_too_large_for_the_memory_are_refused_before_training(tmp_path):
         "validation": tabular.VALIDATION["binary"],
     }
     plan = plan_for(str(tmp_path), "too_large", DAY, **sections)
-    tabular.write_prepared(plan.layout.data_dir, make_spec(str(tmp_path), **sections), 400)
+    tabular.prepare(plan, 400)
     with pytest.raises(StageFailed) as refused:
         run(plan, "train")
     assert refused.value.returncode == EXIT_REFUSED

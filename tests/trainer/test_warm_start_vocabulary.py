@@ -1,7 +1,6 @@
 """Warm start across a changed vocabulary: two real training runs on data whose categorical values differ (some
 countries gone, some new, the list's items in another order of frequency); the second starts from the first's
-published checkpoint with each table's rows matched by token (tests/trainer/tabular.py publishes it as export
-would)."""
+published version with each table's rows matched by token."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import DAY, make_spec, plan_for, run
+from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract import read_json, registry
 
@@ -22,9 +21,10 @@ WIDE_DEEP = {"family": "wide_deep", "hidden_units": [16], "learning_rate": 0.01}
 TABLES = ("country_embedding", "country_linear")
 
 
-def sections(features: list[dict] = tabular.FEATURES) -> dict:
+def sections(countries: list[str], features: list[dict]) -> dict:
+    """The run's sections: rows of ``countries`` (each such set a table of its own) with these features."""
     return {
-        "data": tabular.data_section("binary", features),
+        "data": tabular.data_section("binary", features, f"countries-{countries[0]}-{countries[-1]}"),
         "model": WIDE_DEEP,
         "training": {"num_workers": 1, "epochs": 2, "warm_start": "baseline"},
         "validation": tabular.VALIDATION["binary"],
@@ -32,8 +32,8 @@ def sections(features: list[dict] = tabular.FEATURES) -> dict:
 
 
 def prepared(root: str, run_id: str, day: dt.date, countries: list[str], features: list[dict] = tabular.FEATURES):
-    plan = plan_for(root, run_id, day, **sections(features))
-    tabular.write_prepared(plan.layout.data_dir, make_spec(root, **sections(features)), 2000, countries=countries)
+    plan = plan_for(root, run_id, day, **sections(countries, features))
+    tabular.prepare(plan, 2000, countries=countries)
     return plan
 
 
@@ -47,9 +47,13 @@ def parent(tmp_path_factory):
     """Day 1 trained cold on countries 0-9 and published."""
     root = str(tmp_path_factory.mktemp("vocabulary"))
     plan = prepared(root, "vocab_day1", DAY - dt.timedelta(days=1), tabular.COUNTRIES[:10])
-    run(plan, "train")
-    tabular.publish(plan, 1)
+    for task_id in ("train", "evaluate", "export"):
+        run(plan, task_id)
     return plan
+
+
+def version_of(plan) -> int:
+    return read_json(plan.layout.result("export"))["version"]
 
 
 def restored_in_process(plan, parent_plan):
@@ -77,7 +81,8 @@ def restored_in_process(plan, parent_plan):
     record = ParentRestore(plan.spec, plan.layout.run_file, plan.model_dir, record_file).restore(
         tf, model, optimizer, manifest, plan.layout.data_dir
     )
-    theirs = model_and_optimizer(parent_plan, registry.warm_start_checkpoint(os.path.join(plan.model_dir, "1")))
+    published = os.path.join(plan.model_dir, str(version_of(parent_plan)))
+    theirs = model_and_optimizer(parent_plan, registry.warm_start_checkpoint(published))
     return record, (model, optimizer), before, theirs[:2]
 
 
@@ -115,7 +120,8 @@ def test_rows_of_values_in_both_vocabularies_are_carried_new_ones_start_fresh(pa
     # the train stage itself: its record, and training goes on from there
     run(plan, "train")
     stage_record = read_json(plan.layout.warm_start_file)
-    assert stage_record["parent"]["version"] == 1 and stage_record["vocabularies"] == record["vocabularies"]
+    assert stage_record["parent"]["version"] == version_of(parent)
+    assert stage_record["vocabularies"] == record["vocabularies"]
     assert read_json(plan.layout.result("train"))["metrics"]["auc"] > 0.8
 
 
