@@ -1,7 +1,8 @@
 """The data gate end to end on real Airflow (``airflow dags test``, consecutive dates of one pipeline): the
-first day publishes; each breakage of the next days, made from the example digits data, is refused at
-validate_data naming the feature and the statistic, with nothing trained; an ordinary day passes; in warn
-mode a drifted day goes through and is recorded."""
+first day publishes; a breakage of the next day, made from the example digits data, is refused at validate_data
+naming the feature and the statistic, with nothing trained; so is each other breakage by the prepare and
+validate_data stages themselves (the same processes, through the local launcher); an ordinary day passes; in
+warn mode a drifted day goes through and is recorded."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec
-from tfdist.contract import RunLayout, read_json, registry, run_path
+from tests.conftest import collecting_logger, make_spec, plan_for, run
+from tfdist.contract import EXIT_REFUSED, RunLayout, read_json, registry, run_path
 from tfdist.contract.data_gate import DATA_VALIDATION
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
+from tfdist.operators.launchers import StageFailed
+from tfdist.operators.launchers.local import LocalLauncher
 
 pytestmark = pytest.mark.e2e
 FIRST = dt.date(2026, 11, 10)
@@ -49,28 +52,20 @@ BREAKAGES = {
 }
 
 
+def gate_spec(root: str, name: str) -> dict:
+    """A pipeline of the data gate tests: its model is the same for every name, published without thresholds."""
+    spec = make_spec(
+        root, name=name, training={"epochs": 2}, validation={"thresholds": {}}, export={"model_name": "data_gate"}
+    )
+    spec["validation"]["allow_unvalidated"] = True
+    return spec
+
+
 @pytest.fixture(scope="module")
 def pipelines(tmp_path_factory):
     """Two DAGs on one artifact root and one model: refusing (the defaults) and warning."""
     root, dags = str(tmp_path_factory.mktemp("data_gate")), tmp_path_factory.mktemp("data_gate_dags")
-    specs = [
-        make_spec(
-            root,
-            name="data_gate",
-            training={"epochs": 2},
-            validation={"thresholds": {}},
-            export={"model_name": "data_gate"},
-        ),
-        make_spec(
-            root,
-            name="data_gate_warn",
-            training={"epochs": 2},
-            validation={"thresholds": {}},
-            export={"model_name": "data_gate"},
-        ),
-    ]
-    for spec in specs:
-        spec["validation"]["allow_unvalidated"] = True
+    specs = [gate_spec(root, "data_gate"), gate_spec(root, "data_gate_warn")]
     specs[1]["data"] = {**specs[1]["data"], "checks": {"mode": "warn"}}
     (dags / "data_gate.py").write_text(
         '"""Airflow DAGs of the data gate tests."""\n'
@@ -83,11 +78,16 @@ def pipelines(tmp_path_factory):
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
 
 
-def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tuple:
-    """One DAG run on ``day``'s partition (broken as ``how`` says): its outcome, task states and log."""
+def partition(root: str, day: dt.date, how: str | None) -> None:
+    """``day``'s digits partition, broken as ``how`` says."""
     (path,) = write_digits_partitions(os.path.join(root, "raw", "digits"), day, 1)
     if how:
         broken(path, how)
+
+
+def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tuple:
+    """One DAG run on ``day``'s partition (broken as ``how`` says): its outcome, task states and log."""
+    partition(root, day, how)
     # a manual run's data interval is the day before its logical date
     outcome = airflow_dags_test(dag_id, day + dt.timedelta(days=1), str(logs / f"{dag_id}-{day}.log"), echo=False)
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
@@ -101,6 +101,19 @@ def day_run(root: str, dag_id: str, day: dt.date, how: str | None, logs) -> tupl
     return outcome, states, open(outcome.log_path).read()
 
 
+def stage_refusal(root: str, day: dt.date, how: str) -> tuple[str, RunLayout]:
+    """``day``'s partition broken as ``how`` says, prepared and refused by validate_data (EXIT_REFUSED) through
+    the local launcher: the stage's log and the run's layout."""
+    partition(root, day, how)
+    plan = plan_for(root, f"gate_{how}", day, **gate_spec(root, "data_gate"))
+    run(plan, "prepare_data")
+    logger, lines = collecting_logger(f"gate_{how}")
+    with pytest.raises(StageFailed) as refused:
+        LocalLauncher(plan).run(plan.stage("validate_data"), logger)
+    assert refused.value.returncode == EXIT_REFUSED, how
+    return "\n".join(lines.lines), plan.layout
+
+
 def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pipelines, tmp_path):
     root = pipelines
     outcome, states, log = day_run(root, "data_gate", FIRST, None, tmp_path)
@@ -109,10 +122,14 @@ def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pip
     (first,) = registry.versions(os.path.join(root, "models", "data_gate"))
     assert os.path.exists(os.path.join(first["path"], registry.DATA_STATISTICS))
     for n, (how, named) in enumerate(BREAKAGES.items(), start=1):
-        outcome, states, log = day_run(root, "data_gate", FIRST + dt.timedelta(days=n), how, tmp_path)
-        assert (states["validate_data"], states["train"]) == ("failed", "upstream_failed"), (how, states)
+        day = FIRST + dt.timedelta(days=n)
+        if n == 1:  # through Airflow: the task states
+            outcome, states, log = day_run(root, "data_gate", day, how, tmp_path)
+            assert (states["validate_data"], states["train"]) == ("failed", "upstream_failed"), (how, states)
+            layout = RunLayout(run_path(root, "data_gate", outcome.run_id))
+        else:
+            log, layout = stage_refusal(root, day, how)
         assert "the data gate refused this run's data, nothing was trained" in log and named in log, (how, log[-3000:])
-        layout = RunLayout(run_path(root, "data_gate", outcome.run_id))
         assert not os.path.exists(layout.checkpoint_dir), how
         record = read_json(os.path.join(layout.data_validation_dir, DATA_VALIDATION))
         assert record["decision"] == "refused" and record["baseline_version"] == first["version"], how
