@@ -454,10 +454,11 @@ function metricCell(run, metric) {
   return el("span", {class: failed ? "bad" : null, text: fixed(run.metrics?.[metric])});
 }
 
-/** Refused before blessed, each by its tightest check's margin (a refusal fails a check: its margin is < 0). */
+/** Refused before blessed, each by its tightest check's margin (a refusal fails a check: its margin is < 0; a
+ * check on a metric the eval data left undefined has none, and comes first). */
 function gateOrder(run) {
   if (run.blessed === null || run.blessed === undefined) return null;
-  return run.checks.length ? Math.min(...run.checks.map((c) => c.margin)) : run.blessed ? 1e9 : -1e9;
+  return run.checks.length ? Math.min(...run.checks.map((c) => c.margin ?? -Infinity)) : run.blessed ? 1e9 : -1e9;
 }
 
 /** The gate's decision, the baseline it compared with, each threshold as a check with its margin, and the

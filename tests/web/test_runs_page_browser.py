@@ -145,6 +145,10 @@ def test_the_page_shows_a_binary_tasks_metrics_curves_live_metrics_and_categoric
     assert details.locator("table.categorical-drift tbody tr").count() == 1  # city: new, nothing to compare
     assert "city new since the baseline" in details.locator(".not-compared").inner_text()
 
+    # sorted by the gate: a check without a margin (its metric undefined on the eval data) is the worst failure
+    order = "checks => gateOrder({blessed: false, checks})"
+    assert page.evaluate(order, [{"margin": None}, {"margin": 0.2}]) < page.evaluate(order, [{"margin": -5.0}])
+
     # every column of the runs table in view at 1,280 px
     scroll = page.locator("#runs .scroll")
     right = lambda box: box["x"] + box["width"]  # noqa: E731
