@@ -41,8 +41,8 @@ run's warm start restores: it never depends on another run's working directory."
 MAX_VERSIONS_PER_INTERVAL = 100
 """Exports one data interval may publish: its versions are ``version_number(end) + n``, n below this."""
 CLOCK_SKEW = dt.timedelta(minutes=5)
-"""How far after a run's creation its window may end, and a version's number run ahead of the clock: the
-scheduler's, the trigger's and a worker's clocks may disagree by this much, never more."""
+"""How much later than a run's creation its window may end, and a version number may run ahead of the clock: the
+scheduler's, the trigger's and the workers' clocks may disagree by this much."""
 
 
 def version_number(interval_end: dt.datetime) -> int:

@@ -8,11 +8,10 @@ Only a blessed checkpoint is exported. The SavedModel is written to a hidden tem
 reloaded, its signature run on every eval example and compared with the trained model's outputs (no
 training/serving skew), and only then renamed into place: a crash midway leaves no visible version. The version is
 the first one from ``--version-base`` (derived from the run's data interval) neither published nor claimed by another
-export running at the same time; a rerun of the same run finds and reuses its own version. A base numbered from
-the future is refused, and so is any export while the live version is numbered so (``version_refusal``): TF
-Serving serves the highest number, so a backfill of an earlier interval publishes below the live version and never
-becomes it. Afterwards only the
-newest ``export.keep_versions`` are kept, never the baseline."""
+export running at the same time; a rerun of the same run finds and reuses its own version. TF Serving serves the
+highest number, so a backfill of an earlier interval publishes below the live version and never becomes it; a base
+numbered from the future is refused, and so is any export while the live version is numbered so
+(``version_refusal``). Afterwards only the newest ``export.keep_versions`` are kept, never the baseline."""
 
 from __future__ import annotations
 
@@ -140,8 +139,8 @@ def version_refusal(model_dir: str, base: int, now: dt.datetime) -> str | None:
     if base > ceiling:
         return (
             f"--version-base {base} is numbered from a data interval ending in the future (now {now:%Y-%m-%d %H:%M} "
-            "UTC): it would stay the served version ahead of every later one. The run's data_interval_end must not "
-            "be after the run was created; plan the run again from its own data interval"
+            "UTC): it would stay the served version ahead of every later one. A run's data_interval_end must not be "
+            "after the run was created: run it for an interval that has ended"
         )
     live = registry.live(model_dir)
     if live is not None and live > ceiling:
