@@ -138,12 +138,17 @@ def resolve_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
             "date (it then trains on the last complete interval); nothing was written"
         )
     if ctx.interval_end > facts.run_after + CLOCK_SKEW:
+        fix = (
+            "Name a partition once its period is over (an upstream on a CronPartitionTimetable: run_offset=-1)"
+            if ctx.partition_key
+            else "Trigger it for an interval that has ended (a past logical date or data interval, or none: the "
+            "last complete interval), or let the schedule run it once the interval is over"
+        )
         raise WindowRefused(
             f"data_interval_end {end} ({ctx.window}) is later than the run's creation "
             f"(run_after {facts.run_after.isoformat()}) by more than {CLOCK_SKEW}: a model version is numbered "
-            "by its window's end, and one numbered from the future would stay the served version. Trigger it "
-            "for an interval that has ended (a past logical date or data interval, or none: the last complete "
-            "interval), or let the schedule run it once the interval is over; nothing was written"
+            f"by its window's end, and one numbered from the future would stay the served version. {fix}; "
+            "nothing was written"
         )
     return ctx
 

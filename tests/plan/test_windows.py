@@ -168,7 +168,8 @@ REFUSED = [
         "a partition that ends in the future",
         {**ASSETS, "partitions": "day"},
         RunFacts("r", AFTER, partition_key="2026-11-24"),
-        r"\(the day partition '2026-11-24' its trigger names\) is later than the run's creation",
+        r"\(the day partition '2026-11-24' its trigger names\) is later than the run's creation .* Name a "
+        r"partition once its period is over \(an upstream on a CronPartitionTimetable: run_offset=-1\)",
     ),
 ]
 
