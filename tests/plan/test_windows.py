@@ -1,6 +1,6 @@
 """Which data a run reads, as pure functions of the spec and the facts of the run (``resolve_window``): no
 Airflow, no artifact root. The operator gathering those facts from a live run is tested in
-tests/dag/test_asset_schedule.py."""
+tests/dag/test_asset_schedule.py, its refusal on real Airflow in tests/dag/test_future_interval.py."""
 
 from __future__ import annotations
 
