@@ -38,6 +38,20 @@ WARM_START_CHECKPOINT = os.path.join("checkpoint", "ckpt")
 run's warm start restores: it never depends on another run's working directory."""
 
 
+MAX_VERSIONS_PER_INTERVAL = 100
+"""Exports one data interval may publish: its versions are ``version_number(end) + n``, n below this."""
+CLOCK_SKEW = dt.timedelta(minutes=5)
+"""How much later than a run's creation its window may end, and a version number may run ahead of the clock: the
+scheduler's, the trigger's and the workers' clocks may disagree by this much."""
+
+
+def version_number(interval_end: dt.datetime) -> int:
+    """The first version number of a data interval ending at ``interval_end``: its UTC minute, then two digits
+    for the interval's n-th export (20261121000000: the interval ending 2026-11-21 00:00 UTC, n = 0). TF Serving
+    serves the highest number, so the version of the newest interval."""
+    return int(interval_end.astimezone(dt.UTC).strftime("%Y%m%d%H%M")) * MAX_VERSIONS_PER_INTERVAL
+
+
 def metadata_file(version_dir: str) -> str:
     return os.path.join(version_dir, METADATA)
 
@@ -75,7 +89,7 @@ def withdrawn_path(model_dir: str, version: int) -> str:
     return os.path.join(model_dir, WITHDRAWN_DIR, str(version))
 
 
-def _live(model_dir: str) -> int | None:
+def live(model_dir: str) -> int | None:
     """The version TF Serving's "latest" policy serves: the newest published one (None: there is none)."""
     found = versions(model_dir)
     return found[-1]["version"] if found else None
@@ -111,7 +125,7 @@ def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, An
     except OSError:
         os.remove(os.path.join(path, WITHDRAWN))  # still published: no record claims otherwise
         raise
-    return {**record, "live": _live(model_dir)}
+    return {**record, "live": live(model_dir)}
 
 
 def restore(model_dir: str, version: int) -> dict[str, Any]:
@@ -125,7 +139,7 @@ def restore(model_dir: str, version: int) -> dict[str, Any]:
     record = read_json(os.path.join(aside, WITHDRAWN))
     os.rename(aside, path)
     os.remove(os.path.join(path, WITHDRAWN))
-    return {**record, "live": _live(model_dir)}
+    return {**record, "live": live(model_dir)}
 
 
 def warm_start_checkpoint(version_dir: str) -> str:

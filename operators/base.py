@@ -117,17 +117,19 @@ class RunPlanned(_Operator):
         from tfdist.operators.plan import RunFacts, as_datetime
 
         run_id, dag_run = context["run_id"], context.get("dag_run")
+        now = dt.datetime.now(dt.UTC)
+        run_after = min(as_datetime(getattr(dag_run, "run_after", None) or now), now)
         start = self.data_interval_start or context.get("data_interval_start")
         end = self.data_interval_end or context.get("data_interval_end")
         if start is not None and end is not None:
             interval = (as_datetime(start), as_datetime(end))
-            return RunFacts(run_id, interval, embedded=bool(self.pipeline_group))
+            return RunFacts(run_id, run_after, interval, embedded=bool(self.pipeline_group))
         layout = RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id))
         recorded = read_json_if_exists(layout.run_file)
         partition_date = getattr(dag_run, "partition_date", None)
         return RunFacts(
             run_id,
-            run_after=as_datetime(dag_run.run_after),
+            run_after,
             partition_key=getattr(dag_run, "partition_key", None),
             partition_date=as_datetime(partition_date) if partition_date else None,
             recorded=recorded,

@@ -33,6 +33,10 @@ def default_artifact_root() -> str:
     return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
 
 
+MAX_EPOCHS = 1000
+"""The most ``training.epochs`` a spec, or a run's override, may ask for."""
+
+
 PARSED = AuthorOnly("the DAG takes it when its file is parsed; a run cannot change it")
 """Fields the DAG and its tasks are built from at parse time."""
 FAMILY = AuthorOnly("it chooses the model section itself, whose other fields change with it")
@@ -576,8 +580,9 @@ class TrainingSpec(_Section):
     cpus_per_worker: Annotated[int, Field(ge=1)] | None = None
     """Threads per worker; default: the machine's cores shared evenly, each process pinned to its share
     (local launcher)."""
-    epochs: Annotated[int, Field(ge=1)] = 5
-    """Passes over the training shards."""
+    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] = 5
+    """Passes over the training shards (bounded); ``timeout_minutes``, which no run may override, bounds each
+    task's time whatever the epochs."""
     global_batch_size: Annotated[int, Field(ge=1)] = 64
     """Examples per training step, split evenly across the replicas (with 'parameter_server' each step runs
     on one worker)."""

@@ -8,12 +8,15 @@ Only a blessed checkpoint is exported. The SavedModel is written to a hidden tem
 reloaded, its signature run on every eval example and compared with the trained model's outputs (no
 training/serving skew), and only then renamed into place: a crash midway leaves no visible version. The version is
 the first one from ``--version-base`` (derived from the run's data interval) neither published nor claimed by another
-export running at the same time; a rerun of the same run finds and reuses its own version. Afterwards only the
-newest ``export.keep_versions`` are kept, never the baseline."""
+export running at the same time; a rerun of the same run finds and reuses its own version. TF Serving serves the
+highest number, so a backfill of an earlier interval publishes below the live version and never becomes it; a base
+numbered from the future is refused, and so is any export while the live version is numbered so
+(``version_refusal``). Afterwards only the newest ``export.keep_versions`` are kept, never the baseline."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import glob
 import json
@@ -45,9 +48,6 @@ from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage
 
 if TYPE_CHECKING:
     from tfdist.spec import Spec
-
-MAX_VERSIONS_PER_INTERVAL = 100
-
 
 SKEW_TOLERANCE = 1e-4
 """The largest difference allowed between the reloaded SavedModel's outputs and the trained Keras model's on an eval
@@ -132,6 +132,26 @@ def copy_vocabularies(data_dir: str, manifest: dict[str, Any], version_dir: str)
             )
 
 
+def version_refusal(model_dir: str, base: int, now: dt.datetime) -> str | None:
+    """Why no version may be published from ``base`` (None: it may): a base, or a live version, numbered from a
+    data interval ending after ``now`` (plus ``CLOCK_SKEW``) would be served ahead of every version after it."""
+    ceiling = registry.version_number(now + registry.CLOCK_SKEW)
+    if base > ceiling:
+        return (
+            f"--version-base {base} is numbered from a data interval ending in the future (now {now:%Y-%m-%d %H:%M} "
+            "UTC): it would stay the served version ahead of every later one. A run's data_interval_end must not be "
+            "after the run was created: run it for an interval that has ended"
+        )
+    live = registry.live(model_dir)
+    if live is not None and live > ceiling:
+        return (
+            f"the live version {live} of {model_dir} is numbered from a data interval ending in the future (now "
+            f"{now:%Y-%m-%d %H:%M} UTC): TF Serving serves it ahead of any version published now. Withdraw it "
+            f"(tfdist models withdraw {model_dir} {live} --reason ...), then clear this task"
+        )
+    return None
+
+
 def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
     """(version, already published by this run from this checkpoint): the first version from ``base`` neither
     published, withdrawn nor claimed by another export. The claim, ``.claim-<version>`` naming the run and
@@ -139,7 +159,7 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
     os.makedirs(model_dir, exist_ok=True)
     owner = {"run_id": run_id, "source_checkpoint": checkpoint}
-    for version in range(base, base + MAX_VERSIONS_PER_INTERVAL):
+    for version in range(base, base + registry.MAX_VERSIONS_PER_INTERVAL):
         path, claim = os.path.join(model_dir, str(version)), claim_path(model_dir, version)
         if os.path.exists(registry.withdrawn_path(model_dir, version)):
             continue  # a withdrawn version's number is never published again (restore brings it back)
@@ -159,7 +179,9 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
             os.remove(claim)
             continue
         return version, False
-    fail(f"{model_dir} already holds {MAX_VERSIONS_PER_INTERVAL} versions for this data interval", EXIT_REFUSED)
+    fail(
+        f"{model_dir} already holds {registry.MAX_VERSIONS_PER_INTERVAL} versions for this data interval", EXIT_REFUSED
+    )
 
 
 def claim_path(model_dir: str, version: int) -> str:
@@ -195,6 +217,8 @@ def lineage(args: ExportArgs) -> dict:
 
 def main() -> None:
     args = ExportArgs.parse()
+    if refusal := version_refusal(args.model_dir, args.version_base, dt.datetime.now(dt.UTC)):
+        fail(f"refusing to export: {refusal}; nothing was published", EXIT_REFUSED)
     spec, run = load_spec(args.spec), read_json(args.run)
     blessing = read_json(os.path.join(args.eval, BLESSING))
     if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:

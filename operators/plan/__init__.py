@@ -6,7 +6,6 @@ TensorFlow, no launcher.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from tfdist.contract import (
     RunLayout,
     TrainArgs,
     ValidateDataArgs,
+    registry,
     run_path,
 )
 from tfdist.operators.plan.stages import (
@@ -109,8 +109,8 @@ class Plan:
 def version_base(ctx: RunContext) -> int:
     """First export version of the run's data interval, from its end (not wall-clock): e.g. 20261121000000.
 
-    The export takes the first free version ``base + n`` (n < 100); a rerun of the same run reuses its own."""
-    return int(ctx.interval_end.astimezone(dt.UTC).strftime("%Y%m%d%H%M")) * 100
+    The export takes the first free version ``base + n``; a rerun of the same run reuses its own."""
+    return registry.version_number(ctx.interval_end)
 
 
 def build_plan(

@@ -9,6 +9,7 @@ from typing import Any
 
 from croniter import croniter
 
+from tfdist.contract.registry import CLOCK_SKEW
 from tfdist.spec import PARTITION_KEY_FORMATS, AssetSchedule, Spec
 
 
@@ -46,11 +47,13 @@ class RunFacts:
     """What Airflow and the artifact root tell of a run, gathered by its task."""
 
     run_id: str
+    run_after: dt.datetime
+    """When the run was created to run: Airflow's ``run_after`` (the trigger's time, a scheduled interval's end;
+    no task of the run starts before it), never later than now. No window may end after it (see ``CLOCK_SKEW``)."""
     interval: tuple[dt.datetime, dt.datetime] | None = None
     """The run's data interval (None: triggered without a logical date)."""
     embedded: bool = False
     """The pipeline is a task group of a DAG someone wrote (its DAG's schedule drives it)."""
-    run_after: dt.datetime | None = None
     partition_key: str | None = None
     partition_date: dt.datetime | None = None
     recorded: dict[str, Any] | None = None
@@ -125,9 +128,35 @@ def source_for(source: str, partition: dt.datetime, artifact_root: str) -> str:
 
 
 def resolve_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
-    """The run's identity and window: its data interval (an embedding DAG's empty one: the schedule's period
-    before it); else (triggered by hand or by assets) the window its first stage recorded, or the one inferred
-    for it (``inferred_window``)."""
+    """The run's identity and window (``run_window``), refused when it holds no time or ends in the future."""
+    ctx = run_window(spec, pipeline, facts)
+    start, end = ctx.interval_start.isoformat(), ctx.interval_end.isoformat()
+    if ctx.interval_end <= ctx.interval_start:
+        raise WindowRefused(
+            f"data_interval_end {end} is not after data_interval_start {start} ({ctx.window}): the run's window "
+            "holds no data. Trigger it with a data interval whose end is after its start, or without a logical "
+            "date (it then trains on the last complete interval); nothing was written"
+        )
+    if ctx.interval_end > facts.run_after + CLOCK_SKEW:
+        fix = (
+            "Name a partition once its period is over (an upstream on a CronPartitionTimetable: run_offset=-1)"
+            if ctx.partition_key
+            else "Trigger it for an interval that has ended (a past logical date or data interval, or none: the "
+            "last complete interval), or let the schedule run it once the interval is over"
+        )
+        raise WindowRefused(
+            f"data_interval_end {end} ({ctx.window}) is later than the run's creation "
+            f"(run_after {facts.run_after.isoformat()}) by more than {CLOCK_SKEW}: a model version is numbered "
+            f"by its window's end, and one numbered from the future would stay the served version. {fix}; "
+            "nothing was written"
+        )
+    return ctx
+
+
+def run_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
+    """The run's window: its data interval (an embedding DAG's empty one: the schedule's period before it);
+    else (triggered by hand or by assets) the window its first stage recorded, or the one inferred for it
+    (``inferred_window``)."""
     if facts.interval is not None:
         start, end = facts.interval
         if not facts.embedded or start != end:
@@ -148,8 +177,6 @@ def inferred_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
     schedules' runs: since the end of the previous run's window (a day when there is none). A run triggered
     by hand: the last complete interval before it, as Airflow's timetables infer it."""
     run_id, end = facts.run_id, facts.run_after
-    if end is None:
-        raise WindowRefused("the run has neither a data interval nor a time it ran after: it names no window")
     if spec.partitioned:
         start = _partition_start(spec.partitioned, facts)
         why = f"the {spec.partitioned} partition {facts.partition_key!r} its trigger names"

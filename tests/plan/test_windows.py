@@ -1,6 +1,6 @@
 """Which data a run reads, as pure functions of the spec and the facts of the run (``resolve_window``): no
 Airflow, no artifact root. The operator gathering those facts from a live run is tested in
-tests/dag/test_asset_schedule.py."""
+tests/dag/test_asset_schedule.py, its refusal on real Airflow in tests/dag/test_future_interval.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 
 from tests.conftest import make_spec
+from tfdist.contract.registry import CLOCK_SKEW
 from tfdist.operators.plan import RunFacts, WindowRefused, resolve_window
 from tfdist.spec import load_spec
 
@@ -31,7 +32,7 @@ CASES = [
     (
         "a scheduled run reads its data interval",
         "@daily",
-        RunFacts("r", (at(20), at(21))),
+        RunFacts("r", AFTER, (at(20), at(21))),
         at(20),
         at(21),
         "its data interval",
@@ -39,17 +40,17 @@ CASES = [
     (
         "an embedded pipeline's empty interval: the period before it",
         "@daily",
-        RunFacts("r", (at(21), at(21)), embedded=True),
+        RunFacts("r", AFTER, (at(21), at(21)), embedded=True),
         at(20),
         at(21),
         "the schedule's period before its DAG run's (empty) data interval",
     ),
     (
-        "an empty interval of a pipeline that is its own DAG is kept",
+        "an interval ending within the clock skew after the run's creation",
         "@daily",
-        RunFacts("r", (at(21), at(21))),
-        at(21),
-        at(21),
+        RunFacts("r", AFTER, (at(23, 9), AFTER + CLOCK_SKEW)),
+        at(23, 9),
+        AFTER + CLOCK_SKEW,
         "its data interval",
     ),
     (
@@ -139,6 +140,41 @@ def test_a_partitioned_run_that_names_no_partition_is_refused_with_an_example(ke
         resolve_window(spec({**ASSETS, "partitions": "day"}), "pipe", RunFacts("r", run_after=AFTER, partition_key=key))
 
 
-def test_a_run_with_neither_interval_nor_time_is_refused():
-    with pytest.raises(WindowRefused, match="names no window"):
-        resolve_window(spec("@daily"), "pipe", RunFacts("r"))
+LATER = r"is later than the run's creation \(run_after 2026-11-24T09:00:00\+00:00\) by more than 0:05:00"
+EMPTY = r"is not after data_interval_start .*: the run's window holds no data. Trigger it with a data interval"
+REFUSED = [
+    # (why, schedule, facts, the refusal)
+    (
+        "an interval ending in the future",
+        "@daily",
+        RunFacts("r", AFTER, (AFTER, at(25, 9))),
+        rf"^data_interval_end 2026-11-25T09:00:00\+00:00 \(its data interval\) {LATER}: .* Trigger it for an interval",
+    ),
+    (
+        "an interval ending just beyond the clock skew",
+        "@daily",
+        RunFacts("r", AFTER, (at(23), AFTER + CLOCK_SKEW + dt.timedelta(seconds=1))),
+        LATER,
+    ),
+    ("an empty interval", "@daily", RunFacts("r", AFTER, (at(21), at(21))), rf"^data_interval_end .*{EMPTY}"),
+    ("an inverted interval", "@daily", RunFacts("r", AFTER, (at(21), at(20))), EMPTY),
+    (
+        "an embedded pipeline's inverted interval",
+        "@daily",
+        RunFacts("r", AFTER, (at(21), at(20)), embedded=True),
+        EMPTY,
+    ),
+    (
+        "a partition that ends in the future",
+        {**ASSETS, "partitions": "day"},
+        RunFacts("r", AFTER, partition_key="2026-11-24"),
+        r"\(the day partition '2026-11-24' its trigger names\) is later than the run's creation .* Name a "
+        r"partition once its period is over \(an upstream on a CronPartitionTimetable: run_offset=-1\)",
+    ),
+]
+
+
+@pytest.mark.parametrize("why, schedule, facts, refusal", REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_window_that_holds_no_time_or_ends_after_the_run_was_created_is_refused(why, schedule, facts, refusal):
+    with pytest.raises(WindowRefused, match=refusal):
+        resolve_window(spec(schedule), "pipe", facts)

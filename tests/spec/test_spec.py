@@ -37,6 +37,7 @@ def test_defaults_are_filled(tmp_path):
     "sections, expected",
     [
         ({"training": {"num_workers": 0}}, "training.num_workers: Input should be greater than or equal to 1 (got 0)"),
+        ({"training": {"epochs": 1001}}, "training.epochs: Input should be less than or equal to 1000 (got 1001)"),
         ({"training": {"backend": "spark"}}, "training.backend: Input should be 'tf' or 'mpi' (got 'spark')"),
         (
             {"data": {"format": "avro"}},
@@ -263,6 +264,9 @@ def test_overrides_are_validated_against_the_same_model(tmp_path):
     with pytest.raises(SpecError) as err:
         spec.with_overrides({"training.epochs": 0})
     assert err.value.problems == ["training.epochs: Input should be greater than or equal to 1 (got 0)"]
+    with pytest.raises(SpecError) as err:
+        spec.with_overrides({"training.epochs": 10**9})  # the trigger's: timeout_minutes is not overridable
+    assert err.value.problems == ["training.epochs: Input should be less than or equal to 1000 (got 1000000000)"]
     with pytest.raises(SpecError) as err:
         spec.with_overrides({"training.num_workers": 3})
     assert err.value.problems[0].startswith(
