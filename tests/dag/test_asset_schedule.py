@@ -109,9 +109,11 @@ def test_the_partition_airflows_mapper_names_is_the_period_a_run_reads(period, u
         input_format=upstream_format, output_format=PARTITION_KEY_FORMATS[period]
     )
     key = mapper.to_downstream(upstream_key)
-    start = partition_start(key, period)
+    start = partition_start(key, period, UTC)
     assert start == mapper.to_partition_date(key)
-    assert (start, period_end(start, period)) == tuple(dt.datetime.fromisoformat(t).replace(tzinfo=UTC) for t in window)
+    assert (start, period_end(start, period, UTC)) == tuple(
+        dt.datetime.fromisoformat(t).replace(tzinfo=UTC) for t in window
+    )
 
 
 class StageTask:
