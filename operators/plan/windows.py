@@ -67,8 +67,9 @@ def pipeline_id(dag_id: str, group_id: str | None) -> str:
 
 
 def as_datetime(value: Any) -> dt.datetime:
-    """A datetime as given, or parsed from its ISO text."""
-    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    """A plain datetime of the instant given, or of its ISO text (Airflow's pendulum ones drop their zone in
+    arithmetic)."""
+    return dt.datetime.fromisoformat(value.isoformat() if isinstance(value, dt.datetime) else str(value))
 
 
 def local_time(naive: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
