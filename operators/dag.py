@@ -139,7 +139,7 @@ def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> li
     ]
     if _zone_name(dag) is None:
         problems.append(
-            f"timezone: the DAG {dag.dag_id!r} has the fixed offset {dag.timezone}, which the pipeline's windows "
+            f"timezone: the DAG {dag.dag_id!r} has the fixed offset {dag.timezone.name}, which the pipeline's windows "
             "cannot follow across clock changes; give its start_date a named zone, e.g. "
             "pendulum.datetime(2026, 11, 1, tz='Asia/Tokyo')"
         )
