@@ -8,6 +8,7 @@ import datetime as dt
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 
 from tests.conftest import make_spec
 from tfdist.operators.plan import (
@@ -379,3 +380,14 @@ def test_the_time_zone_is_the_authors_a_trigger_cannot_change_it():
 def test_a_naive_start_date_is_read_in_the_time_zone_and_utc_stays_the_default():
     assert zoned_spec(TOKYO, "@daily").start_date == t("2026-11-01T00:00+09:00")
     assert load_spec(make_spec("/tmp/tfdist-windows")).start_date == t("2026-11-01T00:00+00:00")
+
+
+def test_tfdist_plan_reads_a_logical_date_without_a_zone_in_the_time_zone(tmp_path, capsys):
+    from tfdist.operators.cli import main
+
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path), timezone=TOKYO)))
+    assert main(["plan", str(spec_path), "--logical-date", "2026-11-20"]) == 0
+    out = capsys.readouterr().out
+    assert "data interval 2026-11-19T15:00:00+00:00 → 2026-11-20T15:00:00+00:00" in out  # Tokyo's 2026-11-20
+    assert f"{tmp_path}/raw/digits/2026-11-20/*.csv" in out
