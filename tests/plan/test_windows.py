@@ -391,3 +391,7 @@ def test_tfdist_plan_reads_a_logical_date_without_a_zone_in_the_time_zone(tmp_pa
     out = capsys.readouterr().out
     assert "data interval 2026-11-19T15:00:00+00:00 → 2026-11-20T15:00:00+00:00" in out  # Tokyo's 2026-11-20
     assert f"{tmp_path}/raw/digits/2026-11-20/*.csv" in out
+    assert main(["plan", str(spec_path)]) == 0  # the start date, Tokyo's 2026-11-01: run ids are Airflow's, in UTC
+    assert (
+        "run scheduled__2026-10-31T15:00:00+00:00, data interval 2026-10-31T15:00:00+00:00" in capsys.readouterr().out
+    )
