@@ -21,15 +21,16 @@ import os
 import sys
 
 from tfdist.contract import registry
-from tfdist.operators.plan import RunContext, build_plan, scheduled_interval, version_base
+from tfdist.operators.plan import RunContext, build_plan, local_time, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
 from tfdist.spec import Spec, SpecError, default_artifact_root, load_spec
 
 
 def _scheduled_run(spec_path: str, logical_date: dt.datetime | None) -> tuple[Spec, RunContext]:
     spec = load_spec(spec_path)
-    start = logical_date or spec.start_date
-    start, end = scheduled_interval(spec.cron, start.replace(tzinfo=start.tzinfo or dt.UTC))
+    start = logical_date or spec.start_date  # in the spec's time zone without one; Airflow's run ids are in UTC
+    start = start.astimezone(dt.UTC) if start.tzinfo else local_time(start, spec.zone)
+    start, end = scheduled_interval(spec.cron, start, spec.zone)
     return spec, RunContext(spec.name, f"scheduled__{start.isoformat()}", start, end)
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from airflow.sdk import (
@@ -56,10 +57,10 @@ PARTITION_MAPPERS = {
 
 def timetable(spec: Spec) -> Any:
     """The DAG's schedule: a cron's data intervals, or the upstream assets (any or all of them; or the time too;
-    or their partitions, each mapped to the pipeline's own period)."""
+    or their partitions, each mapped to the pipeline's own period), in the spec's time zone."""
     schedule = spec.schedule
     if not isinstance(schedule, AssetSchedule):
-        return schedule and CronDataIntervalTimetable(schedule, timezone="UTC")
+        return schedule and CronDataIntervalTimetable(schedule, timezone=spec.timezone)
     assets = []
     for i, uri in enumerate(schedule.assets):
         try:
@@ -69,17 +70,21 @@ def timetable(spec: Spec) -> Any:
     condition = (AssetAll if schedule.when == "all" else AssetAny)(*assets)
     if schedule.partitions:
         mapper = PARTITION_MAPPERS[schedule.partitions](
-            input_format=schedule.partition_key_format, output_format=PARTITION_KEY_FORMATS[schedule.partitions]
+            timezone=spec.timezone,
+            input_format=schedule.partition_key_format,
+            output_format=PARTITION_KEY_FORMATS[schedule.partitions],
         )
         return PartitionedAssetTimetable(assets=condition, default_partition_mapper=mapper)
     if schedule.cron:
-        return AssetOrTimeSchedule(timetable=CronDataIntervalTimetable(schedule.cron, timezone="UTC"), assets=condition)
+        return AssetOrTimeSchedule(
+            timetable=CronDataIntervalTimetable(schedule.cron, timezone=spec.timezone), assets=condition
+        )
     return condition
 
 
 EMBEDDED_TAG = "tfdist-embedded"
 """Tags a DAG holding pipelines embedded by build_task_group: the plugin's API looks in these DAGs for them."""
-DAG_FIELDS = ("schedule", "catchup", "max_active_runs", "tags", "description")
+DAG_FIELDS = ("schedule", "timezone", "catchup", "max_active_runs", "tags", "description")
 """Spec fields of the pipeline's own DAG (build_dag); an embedded pipeline's DAG is its author's."""
 
 
@@ -132,6 +137,12 @@ def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> li
         for field in DAG_FIELDS
         if field in spec.model_fields_set
     ]
+    if _zone_name(dag) is None:
+        problems.append(
+            f"timezone: the DAG {dag.dag_id!r} has the fixed offset {dag.timezone.name}, which the pipeline's windows "
+            "cannot follow across clock changes; give its start_date a named zone, e.g. "
+            "pendulum.datetime(2026, 11, 1, tz='Asia/Tokyo')"
+        )
     if not GROUP_KEY_REGEX.match(group_id or spec.name):
         problems.append(
             f"group_id: {group_id!r} is no task group id (letters, digits, '_' and '-' only)"
@@ -150,6 +161,14 @@ def _embedding_problems(spec: Spec, dag: DAG | None, group_id: str | None) -> li
     return problems
 
 
+def _zone_name(dag: DAG) -> str | None:
+    """The IANA name of the DAG's time zone (None for a fixed offset)."""
+    name = getattr(dag.timezone, "name", "")
+    with contextlib.suppress(ValueError, ZoneInfoNotFoundError):
+        return ZoneInfo(name).key
+    return None
+
+
 def build_task_group(
     spec: Spec | dict | str | os.PathLike, group_id: str | None = None, **task_group_kwargs: Any
 ) -> TaskGroup:
@@ -162,8 +181,9 @@ def build_task_group(
         raise SpecError(problems, f"spec {spec.name!r} embedded in a DAG")
     assert dag is not None  # else a problem above
     dag.tags.add(EMBEDDED_TAG)
-    # the windows (data.window, a run without an interval) follow the DAG's cron schedule, days without one
-    spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None)})
+    # the windows (data.window, a run without an interval) follow the DAG's cron schedule (days without one) in
+    # the DAG's time zone
+    spec = spec.model_copy(update={"schedule": getattr(dag.timetable, "expression", None), "timezone": _zone_name(dag)})
     with TaskGroup(group_id or spec.name, **task_group_kwargs) as group:
         _chain(spec, group.group_id)
     return group

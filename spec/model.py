@@ -13,8 +13,9 @@ import os
 import string
 import urllib.parse
 from typing import Annotated, Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
 from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
@@ -1012,8 +1013,11 @@ class Spec(_Section):
     """A cron expression or preset (a data-interval timetable: each run's data interval is the period it
     trains on), None (triggered runs only), or upstream assets: {assets: [URI, ...], when: all|any, cron: ...
     (asset or time), partitions: day|... (partitioned events)}."""
+    timezone: Annotated[str, PARSED] = "UTC"
+    """The DAG's time zone, an IANA name (e.g. 'Asia/Tokyo'): the schedule's times, a naive 'start_date', and
+    the days, hours... of each run's window and of its '{date}' partitions are read in it."""
     start_date: dt.datetime
-    """As in Airflow (UTC unless a zone is given); also the window 'tfdist plan' shows by default."""
+    """As in Airflow (in 'timezone' unless a zone is given); also the window 'tfdist plan' shows by default."""
     catchup: Annotated[bool, PARSED] = False
     """As in Airflow: run the intervals missed since 'start_date'."""
     max_active_runs: Annotated[int, Field(ge=1), PARSED] = 1
@@ -1047,15 +1051,31 @@ class Spec(_Section):
     def _local_artifact_root(cls, value: str) -> str:
         return _local_path(value)
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ValueError, ZoneInfoNotFoundError):
+            raise ValueError(
+                f"not an IANA time zone name (e.g. 'Asia/Tokyo', 'America/New_York', 'UTC'), got {value!r}"
+            ) from None
+        return value
+
     @field_validator("start_date")
     @classmethod
-    def _utc(cls, value: dt.datetime) -> dt.datetime:
-        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+    def _zoned(cls, value: dt.datetime, info: ValidationInfo) -> dt.datetime:
+        return value if value.tzinfo else value.replace(tzinfo=ZoneInfo(info.data.get("timezone", "UTC")))
 
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: Any) -> Any:
         return _valid_cron(value) if isinstance(value, str) else value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The DAG's time zone."""
+        return ZoneInfo(self.timezone)
 
     @property
     def cron(self) -> str | None:

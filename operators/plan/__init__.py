@@ -35,6 +35,7 @@ from tfdist.operators.plan.windows import (
     RunFacts,
     WindowRefused,
     as_datetime,
+    local_time,
     manual_interval,
     partition_start,
     partitions,
@@ -59,6 +60,7 @@ __all__ = [
     "WindowRefused",
     "as_datetime",
     "build_plan",
+    "local_time",
     "manual_interval",
     "partition_start",
     "partitions",
@@ -150,7 +152,8 @@ def _data_args(
     spec: Spec, ctx: RunContext, layout: RunLayout, model_dir: str, source: str
 ) -> tuple[PrepareArgs, ValidateDataArgs]:
     """prepare_data's and validate_data's arguments: the window's partitions of ``source``, and the data gate."""
-    window = partitions(ctx.window_start(spec.cron, spec.data.window), ctx.interval_end, partition_unit(source))
+    start = ctx.window_start(spec.cron, spec.data.window, spec.zone)
+    window = partitions(start, ctx.interval_end, partition_unit(source), spec.zone)
     sources = tuple(dict.fromkeys(source_for(source, t, spec.artifact_root) for t in window))
     prepare = PrepareArgs(layout.spec_file, layout.data_dir, layout.result("prepare_data"), sources)
     validate = ValidateDataArgs(

@@ -31,15 +31,17 @@ class RunContext:
     partition_key: str | None = None
     """The upstream partition the run trains on (a partitioned asset schedule)."""
 
-    def window_start(self, schedule: str | None, window: int | None) -> dt.datetime:
+    def window_start(self, schedule: str | None, window: int | None, zone: dt.tzinfo) -> dt.datetime:
         """Where the run's window starts: the data interval's start, or ``window`` periods of the schedule
-        (days without one) before its end."""
+        (days without one) in ``zone`` before its end."""
         if not window:
             return self.interval_start
         if schedule is None:
-            return self.interval_end - dt.timedelta(days=window)
-        ticks = croniter(schedule, self.interval_end)
-        return [ticks.get_prev(dt.datetime) for _ in range(window)][-1]
+            return days_before(self.interval_end, window, zone)
+        start = self.interval_end
+        for _ in range(window):
+            start = cron_tick(schedule, start, zone, forward=False)
+        return start
 
 
 @dataclass(frozen=True)
@@ -68,50 +70,87 @@ def pipeline_id(dag_id: str, group_id: str | None) -> str:
 
 
 def as_datetime(value: Any) -> dt.datetime:
-    """A datetime as given, or parsed from its ISO text."""
-    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    """A plain datetime of the instant given, or of its ISO text (Airflow's pendulum ones drop their zone in
+    arithmetic)."""
+    return dt.datetime.fromisoformat(value.isoformat() if isinstance(value, dt.datetime) else str(value))
 
 
-def scheduled_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+def local_time(naive: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
+    """The instant (UTC) of the wall-clock time ``naive`` in ``zone``, as Airflow reads it: a time the clock
+    shows twice is the later one, a time it skips is moved forward."""
+    return max(naive.replace(tzinfo=zone, fold=fold).astimezone(dt.UTC) for fold in (0, 1))
+
+
+def days_before(t: dt.datetime, days: int, zone: dt.tzinfo) -> dt.datetime:
+    """The same wall-clock time in ``zone`` as ``t``, ``days`` days earlier."""
+    return local_time(t.astimezone(zone).replace(tzinfo=None) - dt.timedelta(days=days), zone)
+
+
+def cron_tick(schedule: str, t: dt.datetime, zone: dt.tzinfo, forward: bool = True) -> dt.datetime:
+    """The schedule's next (or previous) time after (before) ``t``, its cron read in ``zone`` as Airflow's cron
+    timetables read it: a schedule running every hour steps in elapsed time across a change of the clock."""
+    naive = t.astimezone(zone).replace(tzinfo=None)
+    ticks = croniter(schedule, naive)
+    tick = ticks.get_next(dt.datetime) if forward else ticks.get_prev(dt.datetime)
+    return t.astimezone(dt.UTC) + (tick - naive) if ticks.expanded[1] == ["*"] else local_time(tick, zone)
+
+
+def scheduled_interval(
+    schedule: str | None, logical_date: dt.datetime, zone: dt.tzinfo
+) -> tuple[dt.datetime, dt.datetime]:
     """The data interval of a scheduled run whose logical date (the interval's start) is ``logical_date``."""
     if schedule is None:
-        return logical_date, logical_date + dt.timedelta(days=1)
-    return logical_date, croniter(schedule, logical_date).get_next(dt.datetime)
+        return logical_date, period_end(logical_date, "day", zone)
+    return logical_date, cron_tick(schedule, logical_date, zone)
 
 
-def manual_interval(schedule: str | None, run_after: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+def manual_interval(schedule: str | None, run_after: dt.datetime, zone: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
     """The window of a run triggered without a logical date: the last complete interval before
-    ``run_after``, as Airflow's data-interval timetables infer it (daily without a schedule)."""
+    ``run_after``, as Airflow's data-interval timetables infer it (the day before in ``zone`` without a
+    schedule)."""
     if schedule is None:
-        end = dt.datetime.combine(run_after.date(), dt.time(), run_after.tzinfo)
-        return end - dt.timedelta(days=1), end
-    end = run_after if croniter.match(schedule, run_after) else croniter(schedule, run_after).get_prev(dt.datetime)
-    return croniter(schedule, end).get_prev(dt.datetime), end
+        day = dt.datetime.combine(run_after.astimezone(zone).date(), dt.time())
+        return local_time(day - dt.timedelta(days=1), zone), local_time(day, zone)
+    end = cron_tick(schedule, run_after, zone, forward=False)
+    end = run_after if cron_tick(schedule, end, zone) == run_after else end
+    return cron_tick(schedule, end, zone, forward=False), end
 
 
-def period_end(start: dt.datetime, period: str) -> dt.datetime:
-    """The end of the ``period`` (hour, day, week, month, year) that starts at ``start``."""
-    if period in ("hour", "day", "week"):
-        return start + dt.timedelta(**{f"{period}s": 1})
-    months = start.month + (1 if period == "month" else 12)
-    return start.replace(year=start.year + (months - 1) // 12, month=(months - 1) % 12 + 1)
+def period_end(start: dt.datetime, period: str, zone: dt.tzinfo) -> dt.datetime:
+    """The end of the ``period`` (hour, day, week, month, year) in ``zone`` that starts at ``start``: an hour
+    later, else the same wall-clock time a day, week, month or year later (23 or 25 hours for a day a clock
+    changes in)."""
+    if period == "hour":
+        return start.astimezone(dt.UTC) + dt.timedelta(hours=1)
+    t = start.astimezone(zone).replace(tzinfo=None)
+    if period in ("day", "week"):
+        return local_time(t + dt.timedelta(**{f"{period}s": 1}), zone)
+    months = t.month + (1 if period == "month" else 12)
+    return local_time(t.replace(year=t.year + (months - 1) // 12, month=(months - 1) % 12 + 1), zone)
 
 
-def partition_start(key: str, period: str) -> dt.datetime:
-    """Where the partition ``key`` of a ``period`` starts (UTC); ValueError for a key of another form."""
-    return dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]).replace(tzinfo=dt.UTC)
+def partition_start(key: str, period: str, zone: dt.tzinfo) -> dt.datetime:
+    """Where the partition ``key`` of a ``period`` in ``zone`` starts; ValueError for a key of another form."""
+    return local_time(dt.datetime.strptime(key, PARTITION_KEY_FORMATS[period]), zone)
 
 
-def partitions(start: dt.datetime, end: dt.datetime, unit: str | None) -> list[dt.datetime]:
-    """The starts of the ``unit`` partitions overlapping [start, end) (just ``start`` without a unit)."""
+def partitions(start: dt.datetime, end: dt.datetime, unit: str | None, zone: dt.tzinfo) -> list[dt.datetime]:
+    """The starts (in ``zone``) of the ``unit`` partitions of ``zone``'s clock overlapping [start, end) (just
+    ``start`` without a unit)."""
     if unit is None:
         return [start]
-    t = start.replace(hour=start.hour if unit == "hour" else 0, minute=0, second=0, microsecond=0)
-    t = t.replace(day=1 if unit in ("month", "year") else t.day, month=1 if unit == "year" else t.month)
+    local = start.astimezone(zone)
+    if unit == "hour":
+        t = local.replace(minute=0, second=0, microsecond=0).astimezone(dt.UTC)
+    else:
+        day = local.replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
+        t = local_time(
+            day.replace(day=1 if unit in ("month", "year") else day.day, month=1 if unit == "year" else day.month), zone
+        )
     found = []
     while t < end:
-        found.append(t)
-        t = period_end(t, unit)
+        found.append(t.astimezone(zone))
+        t = period_end(t, unit, zone)
     return found
 
 
@@ -161,7 +200,7 @@ def run_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
         start, end = facts.interval
         if not facts.embedded or start != end:
             return RunContext(pipeline, facts.run_id, start, end)
-        start, end = manual_interval(spec.cron, end)  # an embedding DAG's cron trigger: start = end
+        start, end = manual_interval(spec.cron, end, spec.zone)  # an embedding DAG's cron trigger: start = end
         return RunContext(
             pipeline, facts.run_id, start, end, "the schedule's period before its DAG run's (empty) data interval"
         )
@@ -178,9 +217,10 @@ def inferred_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
     by hand: the last complete interval before it, as Airflow's timetables infer it."""
     run_id, end = facts.run_id, facts.run_after
     if spec.partitioned:
-        start = _partition_start(spec.partitioned, facts)
+        start = _partition_start(spec.partitioned, facts, spec.zone)
         why = f"the {spec.partitioned} partition {facts.partition_key!r} its trigger names"
-        return RunContext(pipeline, run_id, start, period_end(start, spec.partitioned), why, facts.partition_key)
+        end = period_end(start, spec.partitioned, spec.zone)
+        return RunContext(pipeline, run_id, start, end, why, facts.partition_key)
     if isinstance(spec.schedule, AssetSchedule):
         ends = [e for e in facts.earlier_windows or () if e[0] != run_id and e[1] <= end]
         previous = max(ends, key=lambda e: e[1], default=None)
@@ -193,17 +233,18 @@ def inferred_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
             else (f" (this task does not see the artifact root {spec.artifact_root}, where they are recorded)")
         )
         why = f"the day before it ran: no earlier run of this pipeline has a window{unseen}"
-        return RunContext(pipeline, run_id, end - dt.timedelta(days=1), end, why)
-    start, end = manual_interval(spec.cron, end)
+        return RunContext(pipeline, run_id, days_before(end, 1, spec.zone), end, why)
+    start, end = manual_interval(spec.cron, end, spec.zone)
     return RunContext(pipeline, run_id, start, end, "the last complete interval before it was triggered")
 
 
-def _partition_start(period: str, facts: RunFacts) -> dt.datetime:
-    """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it."""
+def _partition_start(period: str, facts: RunFacts, zone: dt.tzinfo) -> dt.datetime:
+    """Where the run's partition starts: Airflow's partition date, else its key read as this pipeline writes it
+    (in ``zone``)."""
     if facts.partition_date:
         return facts.partition_date.astimezone(dt.UTC)
     try:
-        return partition_start(facts.partition_key or "", period)
+        return partition_start(facts.partition_key or "", period, zone)
     except ValueError:
         example = dt.datetime(2026, 11, 20).strftime(PARTITION_KEY_FORMATS[period])
         raise WindowRefused(

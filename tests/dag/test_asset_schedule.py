@@ -109,9 +109,30 @@ def test_the_partition_airflows_mapper_names_is_the_period_a_run_reads(period, u
         input_format=upstream_format, output_format=PARTITION_KEY_FORMATS[period]
     )
     key = mapper.to_downstream(upstream_key)
-    start = partition_start(key, period)
+    start = partition_start(key, period, UTC)
     assert start == mapper.to_partition_date(key)
-    assert (start, period_end(start, period)) == tuple(dt.datetime.fromisoformat(t).replace(tzinfo=UTC) for t in window)
+    assert (start, period_end(start, period, UTC)) == tuple(
+        dt.datetime.fromisoformat(t).replace(tzinfo=UTC) for t in window
+    )
+
+
+def test_a_partitioned_dag_maps_keys_to_periods_of_its_time_zone(tmp_path):
+    """The scheduler's mapper of the DAG (serialized as the scheduler reads it) dates a key at the local
+    midnight, where the pipeline's window of that key starts: New York's 2026-11-01, 25 hours long."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    spec = load_spec(
+        {
+            **make_spec(str(tmp_path), timezone="America/New_York"),
+            "schedule": {"assets": [LANDED], "partitions": "day", "partition_key_format": "%Y-%m-%d"},
+        }
+    )
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(build_dag(spec)))
+    mapper = dag.timetable.default_partition_mapper
+    key = mapper.to_downstream("2026-11-01")
+    start = partition_start(key, "day", spec.zone)
+    assert start == mapper.to_partition_date(key) == dt.datetime.fromisoformat("2026-11-01T00:00-04:00")
+    assert period_end(start, "day", spec.zone) - start == dt.timedelta(hours=25)
 
 
 class StageTask:

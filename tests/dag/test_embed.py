@@ -13,6 +13,7 @@ import sys
 import textwrap
 import types
 
+import pendulum
 import pytest
 from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -66,9 +67,26 @@ def test_the_dags_cron_schedule_paces_the_pipelines_windows(tmp_path):
     assert team_dag(str(tmp_path), None).get_task("digits_a.train").spec.schedule is None
 
 
+def test_the_dags_time_zone_is_the_pipelines_and_a_fixed_offset_is_refused(tmp_path):
+    with DAG("etl", schedule="@daily", start_date=pendulum.datetime(2026, 11, 1, tz="Asia/Tokyo")) as dag:
+        build_task_group(embeddable(str(tmp_path), "p"))
+    assert dag.get_task("p.train").spec.timezone == "Asia/Tokyo"
+    assert team_dag(str(tmp_path)).get_task("digits_a.train").spec.timezone == "UTC"
+    with pytest.raises(SpecError, match=r"timezone: the DAG 'etl' has the fixed offset \+09:00, which the"):
+        with DAG("etl", schedule="@daily", start_date=START.astimezone(dt.timezone(dt.timedelta(hours=9)))):
+            build_task_group(embeddable(str(tmp_path), "p"))
+
+
 @pytest.mark.parametrize(
     "field, value",
-    [("schedule", "@hourly"), ("catchup", True), ("max_active_runs", 2), ("tags", ["x"]), ("description", "mine")],
+    [
+        ("schedule", "@hourly"),
+        ("timezone", "Asia/Tokyo"),
+        ("catchup", True),
+        ("max_active_runs", 2),
+        ("tags", ["x"]),
+        ("description", "mine"),
+    ],
 )
 def test_a_dag_level_spec_field_is_refused_naming_it(tmp_path, field, value):
     with pytest.raises(SpecError, match=rf"{field}: belongs to the DAG 'etl' the pipeline is embedded in"):

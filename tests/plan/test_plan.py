@@ -262,7 +262,7 @@ def at(text: str) -> dt.datetime:
     ],
 )
 def test_scheduled_interval_ends_at_the_next_tick(schedule, logical_date, interval):
-    assert plan_module.scheduled_interval(schedule, at(logical_date)) == (at(interval[0]), at(interval[1]))
+    assert plan_module.scheduled_interval(schedule, at(logical_date), UTC) == (at(interval[0]), at(interval[1]))
 
 
 @pytest.mark.parametrize(
@@ -278,7 +278,7 @@ def test_scheduled_interval_ends_at_the_next_tick(schedule, logical_date, interv
 )
 def test_manual_run_trains_on_the_last_complete_interval_as_airflow_infers_it(schedule, run_after, interval):
     expected = (at(interval[0]), at(interval[1]))
-    assert plan_module.manual_interval(schedule, at(run_after)) == expected
+    assert plan_module.manual_interval(schedule, at(run_after), UTC) == expected
     if schedule:
         import pendulum
         from airflow.timetables.interval import CronDataIntervalTimetable
