@@ -582,7 +582,7 @@ class TrainingSpec(_Section):
     """Threads per worker; default: the machine's cores shared evenly, each process pinned to its share
     (local launcher)."""
     epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] = 5
-    """Passes over the training shards (bounded); ``timeout_minutes``, which no run may override, bounds each
+    """Passes over the training shards, at most 1,000; ``timeout_minutes``, which no run may override, bounds each
     task's time whatever the epochs."""
     global_batch_size: Annotated[int, Field(ge=1)] = 64
     """Examples per training step, split evenly across the replicas (with 'parameter_server' each step runs

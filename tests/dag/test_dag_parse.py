@@ -117,12 +117,18 @@ def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
 def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
     from tfdist.operators.dag import build_dag
     from tfdist.spec import load_spec
+    from tfdist.spec.model import MAX_EPOCHS
 
     spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
     params = build_dag(spec).params
     epochs, backend = params.get_param("training.epochs"), params.get_param("training.backend")
-    assert (epochs.value, epochs.schema["type"], epochs.schema["minimum"]) == (4, "integer", 1)
-    assert epochs.description == "Passes over the training shards."
+    assert (epochs.value, epochs.schema["type"], epochs.schema["minimum"], epochs.schema["maximum"]) == (
+        4,
+        "integer",
+        1,
+        MAX_EPOCHS,
+    )
+    assert epochs.description.startswith("Passes over the training shards, at most 1,000; ``timeout_minutes``")
     assert backend.schema["enum"] == ["tf", "mpi"]
     assert backend.description == "'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."
 
