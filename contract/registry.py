@@ -9,11 +9,11 @@ import fcntl
 import json
 import os
 import shutil
-import unicodedata
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from tfdist.contract.layout import CONTROL_CHARACTERS
 from tfdist.contract.records import read_json, write_json_atomic
 
 METADATA = "metadata.json"
@@ -124,7 +124,7 @@ def reason_problem(reason: str) -> str | None:
         return "reason: a reason is required to withdraw a version (say why it is bad)"
     if len(reason.strip()) > REASON_MAX_CHARS:
         return f"reason: {len(reason.strip())} characters; at most {REASON_MAX_CHARS} (link to a longer account)"
-    if any(unicodedata.category(c) == "Cc" for c in reason):
+    if CONTROL_CHARACTERS.search(reason):
         return "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text"
     return None
 
