@@ -46,7 +46,7 @@ def runs_root(artifact_root: str, pipeline_id: str) -> str:
     elsewhere."""
     if not PIPELINE_ID.fullmatch(pipeline_id) or pipeline_id in (".", ".."):
         raise UnsafePipelineId(
-            f"pipeline_id: {printable(pipeline_id)!r} is no pipeline id: give the DAG's id, or '<dag id>.<task group "
+            f"pipeline_id: {pipeline_id!r} is no pipeline id: give the DAG's id, or '<dag id>.<task group "
             "id>' for an embedded pipeline (letters, digits, '_', '-' and '.'; not '.' or '..')"
         )
     return os.path.join(artifact_root, pipeline_id, "runs")

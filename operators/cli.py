@@ -131,7 +131,7 @@ def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if len(words) != 3 or not registry.is_version_name(words[2]):
         parser.error(
             f"models {words[0]}: expected MODEL_DIR VERSION (ASCII digits 0-9, e.g. 202611210000), got "
-            f"{printable(' '.join(words[1:]))!r}"
+            f"{' '.join(words[1:])!r}"
         )
     if words[0] == "withdraw" and args.reason is None:
         parser.error("models withdraw: --reason is required (say why the version is bad)")

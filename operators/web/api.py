@@ -39,7 +39,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
-from tfdist.contract import CONTROL_CHARACTERS, printable, registry, run_path
+from tfdist.contract import CONTROL_CHARACTERS, registry, run_path
 from tfdist.operators.dag import EMBEDDED_TAG
 from tfdist.operators.export import model_asset
 from tfdist.operators.plan import pipeline_id
@@ -125,7 +125,9 @@ def printable_ids(request: Request) -> None:
     for name in ("pipeline_id", "run_id"):
         if CONTROL_CHARACTERS.search(request.path_params.get(name, "")):
             raise HTTPException(
-                400, f"{name}: {printable(request.path_params[name])!r} holds control characters; no {name} has any"
+                400,
+                f"{name}: {request.path_params[name]!r} holds control characters (NUL, escape codes), which no "
+                f"{name} has; give it as Airflow shows it",
             )
 
 
