@@ -7,7 +7,7 @@ Every route requires a user signed in to Airflow (the UI's session cookie, or th
 permission to read the runs of its DAG (403), as Airflow's own run pages do; a pipeline is known by its id, its
 DAG's id or, embedded in a DAG (``build_task_group``), '<dag id>.<task group id>'. Withdrawing or restoring a version
 requires the permission to edit the DAG that publishes the model and to create asset events (403), as Airflow's
-own ``POST /api/v2/assets/events`` does."""
+own ``POST /api/v2/assets/events`` does. A pipeline or run id with a control character is refused first (400)."""
 
 from __future__ import annotations
 
