@@ -40,10 +40,13 @@ from tfdist.contract.launch import (
 )
 from tfdist.contract.layout import (
     BLESSING,
+    CONTROL_CHARACTERS,
     MANIFEST,
     RUN_KEY_READABLE,
     RunLayout,
     RunMismatch,
+    UnsafePipelineId,
+    printable,
     record_run,
     run_key,
     run_path,
@@ -82,6 +85,7 @@ from tfdist.contract.stages import (
 
 __all__ = [
     "BLESSING",
+    "CONTROL_CHARACTERS",
     "CORES_ENV",
     "EXIT_HUNG",
     "EXIT_REFUSED",
@@ -108,6 +112,7 @@ __all__ = [
     "StageArgs",
     "TrainArgs",
     "TrainProgress",
+    "UnsafePipelineId",
     "ValidateDataArgs",
     "append_curve_point",
     "beat",
@@ -118,6 +123,7 @@ __all__ = [
     "longest_silent",
     "mpirun_argv",
     "pod_argv",
+    "printable",
     "publish_dir",
     "rank_tag",
     "read_curve",

@@ -22,9 +22,33 @@ def run_key(run_id: str) -> str:
     return f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}"
 
 
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category Cc: NUL, newlines, ESC of a terminal's escape codes): no pipeline or run
+id holds one; text from users or records shown on a terminal has them escaped (``printable``)."""
+
+
+def printable(text: str) -> str:
+    r"""``text`` with its control characters as Python escapes (``\x1b``, ``\n``): safe on a terminal."""
+    return CONTROL_CHARACTERS.sub(lambda found: repr(found[0])[1:-1], text)
+
+
+PIPELINE_ID = re.compile(r"[\w.-]+")
+"""What Airflow takes as a DAG id (``KEY_REGEX``), and so as a pipeline id ('<dag id>.<task group id>' too)."""
+
+
+class UnsafePipelineId(ValueError):
+    """A pipeline id that is no one directory below the artifact root ('..', '/', control characters)."""
+
+
 def runs_root(artifact_root: str, pipeline_id: str) -> str:
     """Where a pipeline's run directories live under its artifact root (its id: the DAG's id, or
-    '<dag id>.<task group id>' for a pipeline embedded in a DAG)."""
+    '<dag id>.<task group id>' for a pipeline embedded in a DAG); UnsafePipelineId for an id that would lead
+    elsewhere."""
+    if not PIPELINE_ID.fullmatch(pipeline_id) or pipeline_id in (".", ".."):
+        raise UnsafePipelineId(
+            f"pipeline_id: {pipeline_id!r} is no pipeline id: give the DAG's id, or '<dag id>.<task group "
+            "id>' for an embedded pipeline (letters, digits, '_', '-' and '.'; not '.' or '..')"
+        )
     return os.path.join(artifact_root, pipeline_id, "runs")
 
 

@@ -3,11 +3,17 @@ withdrawn ones, moved aside whole to ``<model dir>/.withdrawn/<version>/`` with 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
+import json
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+from tfdist.contract.layout import CONTROL_CHARACTERS
 from tfdist.contract.records import read_json, write_json_atomic
 
 METADATA = "metadata.json"
@@ -52,6 +58,23 @@ def version_number(interval_end: dt.datetime) -> int:
     return int(interval_end.astimezone(dt.UTC).strftime("%Y%m%d%H%M")) * MAX_VERSIONS_PER_INTERVAL
 
 
+LOCK = ".registry.lock"
+"""In a model's directory: the file locked (``fcntl.flock``, exclusive) while a run chooses its warm-start parent and
+while an export prunes, so that neither sees the other half done, across processes and hosts."""
+READERS_DIR = ".readers"
+"""In a model's directory: one marker per training process that holds a version as its warm-start parent,
+``.readers/<random>.json`` (version, run, host, pid), created under ``LOCK`` and ``flock``-ed (shared) by that
+process while it holds it. A prune never deletes a held version; a marker nobody locks is a dead process's, and the
+next prune deletes it."""
+REASON_MAX_CHARS = 2000
+"""The longest withdrawal reason (after stripping): a sentence or a link, not a document."""
+
+
+def is_version_name(name: str) -> bool:
+    """A version's directory name as TF Serving reads it: ASCII digits only (``str.isdigit`` takes others)."""
+    return name.isascii() and name.isdigit()
+
+
 def metadata_file(version_dir: str) -> str:
     return os.path.join(version_dir, METADATA)
 
@@ -69,7 +92,7 @@ def _versions_in(parent: str) -> list[dict[str, Any]]:
     found = []
     for name in os.listdir(parent) if os.path.isdir(parent) else []:
         metadata_path = metadata_file(os.path.join(parent, name))
-        if name.isdigit() and os.path.exists(metadata_path):
+        if is_version_name(name) and os.path.exists(metadata_path):
             found.append({**read_json(metadata_path), "path": os.path.join(parent, name)})
     return sorted(found, key=lambda m: m["version"])
 
@@ -98,14 +121,26 @@ def live(model_dir: str) -> int | None:
 def _check_withdrawable(model_dir: str, version: int, reason: str) -> str:
     """The version's directory; RegistryError for an empty reason, a withdrawn or an unknown version."""
     path = os.path.join(model_dir, str(version))
-    if not reason.strip():
-        raise RegistryError("a reason is required to withdraw a version (say why it is bad)")
+    if problem := reason_problem(reason):
+        raise RegistryError(problem)
     if os.path.exists(withdrawn_path(model_dir, version)):
         raise RegistryError(f"version {version} of {model_dir} is already withdrawn")
     if not os.path.exists(metadata_file(path)):
         published = ", ".join(str(m["version"]) for m in versions(model_dir)) or "none"
         raise UnknownVersion(f"{model_dir} has no published version {version} (published: {published})")
     return path
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why ``reason`` is no withdrawal reason (None: it is): empty, longer than REASON_MAX_CHARS, or holding control
+    characters (a terminal's escape codes, NUL; a newline too: it is one line in ``tfdist models``)."""
+    if not reason.strip():
+        return "reason: a reason is required to withdraw a version (say why it is bad)"
+    if len(reason.strip()) > REASON_MAX_CHARS:
+        return f"reason: {len(reason.strip())} characters; at most {REASON_MAX_CHARS} (link to a longer account)"
+    if CONTROL_CHARACTERS.search(reason):
+        return "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text"
+    return None
 
 
 def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, Any]:
@@ -172,12 +207,57 @@ def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, An
     return earlier[-1] if earlier else None
 
 
+@contextlib.contextmanager
+def locked(model_dir: str) -> Iterator[None]:
+    """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it."""
+    os.makedirs(model_dir, exist_ok=True)
+    with open(os.path.join(model_dir, LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases it
+
+
+class Reader:
+    """A version this process holds as its warm-start parent, never pruned until ``release`` or this process's end
+    (the kernel drops a dead process's lock). Make it under ``locked``, in the same hold as the choice."""
+
+    def __init__(self, model_dir: str, version: int, run_id: str):
+        os.makedirs(os.path.join(model_dir, READERS_DIR), exist_ok=True)
+        self.path = os.path.join(model_dir, READERS_DIR, f"{uuid.uuid4().hex}.json")
+        self.file = open(self.path, "x")  # open until release
+        fcntl.flock(self.file, fcntl.LOCK_SH)
+        json.dump({"version": version, "run_id": run_id, "host": os.uname().nodename, "pid": os.getpid()}, self.file)
+        self.file.flush()
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)
+        self.file.close()
+
+
+def held(model_dir: str) -> set[int]:
+    """The versions live processes hold as their warm-start parent (under ``locked``); dead processes' markers are
+    deleted."""
+    found = set()
+    readers = os.path.join(model_dir, READERS_DIR)
+    for name in os.listdir(readers) if os.path.isdir(readers) else []:
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(readers, name)) as marker:
+            try:
+                fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                found.add(json.load(marker)["version"])
+            else:
+                os.remove(marker.name)  # nobody holds it: its process ended without releasing it
+    return found
+
+
 def prune(model_dir: str, keep: int, protect: set[int]) -> list[int]:
-    """Delete all but the newest ``keep`` versions, never one in ``protect``; return the deleted ones."""
-    published = [m["version"] for m in versions(model_dir)]
-    doomed = [v for v in published[:-keep] if v not in protect]
-    for version in doomed:
-        hidden = os.path.join(model_dir, f".deleting-{version}")
-        os.rename(os.path.join(model_dir, str(version)), hidden)  # invisible at once, then removed
-        shutil.rmtree(hidden)
+    """Delete all but the newest ``keep`` versions (so never the live one), never one in ``protect`` nor one a
+    running training process holds as its warm-start parent (``held``); return the deleted ones."""
+    with locked(model_dir):
+        spared = protect | held(model_dir)
+        doomed = [v for v in [m["version"] for m in versions(model_dir)][:-keep] if v not in spared]
+        for version in doomed:
+            hidden = os.path.join(model_dir, f".deleting-{version}")
+            os.rename(os.path.join(model_dir, str(version)), hidden)  # invisible at once, then removed
+            shutil.rmtree(hidden)
     return doomed

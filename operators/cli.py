@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from tfdist.contract import registry
+from tfdist.contract import UnsafePipelineId, printable, registry
 from tfdist.operators.plan import RunContext, build_plan, local_time, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
 from tfdist.spec import Spec, SpecError, default_artifact_root, load_spec
@@ -73,6 +73,12 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
                 print(f"  [{p.name}] env {key}={value}")
 
 
+def say(line: str) -> None:
+    """Print one line, its control characters escaped (a withdrawal reason's escape codes never reach the
+    terminal)."""
+    print(printable(line))
+
+
 def list_models(model_dir: str) -> None:
     """Each published version, newest first: its run, metrics and the version it was warm-started from (or why it
     started cold); then the withdrawn ones."""
@@ -83,10 +89,10 @@ def list_models(model_dir: str) -> None:
         raise SystemExit(f"no versions published in {model_dir}")
     for meta in (m for m in found if not m["withdrawn"]):
         metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
-        print(f"{meta['path']}  run {meta['run_id']}  {metrics}  {started_from(meta['parent'], meta['cold_start'])}")
+        say(f"{meta['path']}  run {meta['run_id']}  {metrics}  {started_from(meta['parent'], meta['cold_start'])}")
     for meta in (m for m in found if m["withdrawn"]):
         record = meta["withdrawn"]
-        print(f"{meta['path']}  WITHDRAWN by {record['by']} at {record['at']}: {record['reason']}")
+        say(f"{meta['path']}  WITHDRAWN by {record['by']} at {record['at']}: {record['reason']}")
 
 
 MODEL_ACTIONS = ("withdraw", "restore")
@@ -99,17 +105,17 @@ def change_model(action: str, model_dir: str, version: int, reason: str, by: str
 
     if action == "withdraw":
         result = registry.withdraw(model_dir, version, reason, by)
-        print(
+        say(
             f"withdrew version {version} of {model_dir} (by {by}: {result['reason']}); "
             f"moved to {registry.withdrawn_path(model_dir, version)}"
         )
         extra = {"withdrawn": version, "reason": result["reason"], "by": by}
     else:
         result = registry.restore(model_dir, version)
-        print(f"restored version {version} of {model_dir} (withdrawn by {result['by']}: {result['reason']})")
+        say(f"restored version {version} of {model_dir} (withdrawn by {result['by']}: {result['reason']})")
         extra = {"restored": version, "by": by}
-    print(now_served(model_dir, result["live"]))
-    print(
+    say(now_served(model_dir, result["live"]))
+    say(
         f"no Asset event was emitted (the CLI does not reach Airflow): the plugin's API route does this and emits "
         f"one; to tell the consumers of model://{os.path.basename(model_dir)} now, POST /api/v2/assets/events "
         f"with extra {json.dumps(extra)}"
@@ -123,8 +129,11 @@ def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if len(words) != 1:
             parser.error(f"models: expected MODEL_DIR, or {' or '.join(MODEL_ACTIONS)} MODEL_DIR VERSION")
         return list_models(words[0])
-    if len(words) != 3 or not words[2].isdigit():
-        parser.error(f"models {words[0]}: expected MODEL_DIR VERSION (an integer), got {' '.join(words[1:])!r}")
+    if len(words) != 3 or not registry.is_version_name(words[2]):
+        parser.error(
+            f"models {words[0]}: expected MODEL_DIR VERSION (ASCII digits 0-9, e.g. 202611210000), got "
+            f"{' '.join(words[1:])!r}"
+        )
     if words[0] == "withdraw" and args.reason is None:
         parser.error("models withdraw: --reason is required (say why the version is bad)")
     change_model(words[0], words[1], int(words[2]), args.reason or "", args.by or getpass.getuser())
@@ -186,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             from tfdist.operators.demo import run_demo
 
             return run_demo(default_artifact_root(), os.path.abspath(args.logs))
-    except (SpecError, registry.RegistryError) as exc:
-        print(exc, file=sys.stderr)
+    except (SpecError, registry.RegistryError, UnsafePipelineId) as exc:
+        print(printable(str(exc)), file=sys.stderr)
         return 2
     return 0
 

@@ -15,6 +15,7 @@ from tfdist.contract import (
     TrainProgress,
     approval,
     gate,
+    printable,
     read_curve,
     read_json_if_exists,
     registry,
@@ -335,7 +336,8 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
                 str(r["export_version"] or "-"),
             )
         )
+    rows = [tuple(map(printable, row)) for row in rows]  # run ids and overrides a trigger chose: no escape codes
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    failures = [f"  {r['run_id']}  {line}" for r in runs for line in r["data_categorical_failures"]]
+    failures = [printable(f"  {r['run_id']}  {line}") for r in runs for line in r["data_categorical_failures"]]
     return "\n".join(lines + (["", "data gate, categorical features:", *failures] if failures else []))

@@ -7,6 +7,9 @@ same variables, names and shapes). The run's step counter starts again at 0 (its
 counted from it) and the learning rate is this run's; the optimizer keeps its own iteration count, to which Adam's
 bias correction of the restored moments belongs (reset, it would shrink the first thousand steps' updates). All of
 a run's processes start from the same parent: the first to look it up records its choice, the others take it.
+Each process holds the parent (``registry.Reader``) from its choice, made under the model directory's lock, until
+its training ends: no export's prune deletes it meanwhile, and a process of the same run that starts later still
+finds it. A run not yet training holds nothing; it chooses among the versions left when it starts.
 The feature normalization is this run's data's (it is built into the model from the data manifest, not
 restored): the data gate has bounded how far that data moved from the parent's.
 
@@ -184,17 +187,21 @@ class ParentRestore:
 
     def __init__(self, spec, run_file: str, model_dir: str, record_file: str):
         self.settings = spec.training.warm_start
+        self.reader: registry.Reader | None = None
         self.parent: dict[str, Any] | None = None
         self.cold_start: str | None = None
         if self.settings.source == "none":
             self.cold_start = "training.warm_start is none"
             return
         run = read_json(run_file)
-        self.parent, gone = agreed_parent(
-            registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
-            model_dir,
-            os.path.join(os.path.dirname(record_file), CHOICE),
-        )
+        with registry.locked(model_dir):  # no prune between the choice and its hold
+            self.parent, gone = agreed_parent(
+                registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
+                model_dir,
+                os.path.join(os.path.dirname(record_file), CHOICE),
+            )
+            if self.parent:
+                self.reader = registry.Reader(model_dir, self.parent["version"], run["run_id"])
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
         elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
@@ -202,6 +209,14 @@ class ParentRestore:
                 f"baseline version {self.parent['version']} keeps no training checkpoint "
                 "(published by an earlier tfdist)"
             )
+
+    def __enter__(self) -> ParentRestore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """The parent is no longer held."""
+        if self.reader:
+            self.reader.release()
 
     def restore(self, tf, model, optimizer, manifest: dict[str, Any], data_dir: str) -> dict[str, Any]:
         """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning

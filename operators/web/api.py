@@ -7,7 +7,7 @@ Every route requires a user signed in to Airflow (the UI's session cookie, or th
 permission to read the runs of its DAG (403), as Airflow's own run pages do; a pipeline is known by its id, its
 DAG's id or, embedded in a DAG (``build_task_group``), '<dag id>.<task group id>'. Withdrawing or restoring a version
 requires the permission to edit the DAG that publishes the model and to create asset events (403), as Airflow's
-own ``POST /api/v2/assets/events`` does."""
+own ``POST /api/v2/assets/events`` does. A pipeline or run id with a control character is refused first (400)."""
 
 from __future__ import annotations
 
@@ -30,15 +30,16 @@ from airflow.assets.manager import asset_manager
 from airflow.configuration import conf
 from airflow.models.asset import AssetModel
 from airflow.models.backfill import Backfill as BackfillRow
+from airflow.models.base import ID_LEN
 from airflow.models.dag import DagModel, DagTag
 from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, StringConstraints
+from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
-from tfdist.contract import registry, run_path
+from tfdist.contract import CONTROL_CHARACTERS, registry, run_path
 from tfdist.operators.dag import EMBEDDED_TAG
 from tfdist.operators.export import model_asset
 from tfdist.operators.plan import pipeline_id
@@ -71,12 +72,22 @@ def _stage_tasks(dag: Any) -> dict[str, list]:
     return found
 
 
-def _holding_dag(pipeline: str, session: Any) -> tuple[Any, list]:
+def holding_dag_ids(pipeline: str) -> list[str]:
+    """The ids a DAG holding the pipeline may have, longest first: its own, and its parts up to a '.' (a task group
+    nested in another has a '.' in its id), none longer than Airflow's DAG ids: at most ID_LEN / 2 + 1 of them,
+    found in time linear in the id's length."""
+    dots = [i for i, c in enumerate(pipeline[: ID_LEN + 1]) if c == "."]
+    return [pipeline[:i] for i in [len(pipeline), *reversed(dots)] if 0 < i <= ID_LEN]
+
+
+def _holding_dag(pipeline: str, session: Any, authorize: Any = lambda dag_id: None) -> tuple[Any, list]:
     """(the serialized DAG holding the pipeline, its tasks): the DAG of that id, else the DAG whose id is the
-    pipeline's up to a '.', longest first; (None, []) when no DAG holds it."""
-    candidates = [pipeline[:i] for i in range(len(pipeline), 0, -1) if i == len(pipeline) or pipeline[i] == "."]
+    pipeline's up to a '.', longest first, each one ``authorize``-d (which raises) before it is read; (None, [])
+    when no DAG holds it."""
+    candidates = holding_dag_ids(pipeline)
     known = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(candidates))))
     for dag_id in (c for c in candidates if c in known):
+        authorize(dag_id)
         dag = SerializedDagModel.get_dag(dag_id, session=session)
         if tasks := _stage_tasks(dag).get(pipeline):
             return dag, tasks
@@ -93,14 +104,31 @@ def _pipeline(pipeline: str, session: Any) -> tuple[Any, list[str], list[str]]:
 
 
 def requires_pipeline_access(method: ResourceMethod, access_entity: DagAccessEntity | None = None) -> Any:
-    """Airflow's DAG access check (``requires_access_dag``) against the DAG holding the path's pipeline (the
-    pipeline id itself when none does)."""
+    """Airflow's DAG access check (``requires_access_dag``) against each DAG that may hold the path's pipeline,
+    before it is read (403 at the first the user may not access, fail closed), and against the pipeline id itself
+    when none holds it."""
 
     def inner(pipeline_id: str, request: Request, user: GetUserDep, session: SessionDep) -> None:
-        dag, _ = _holding_dag(pipeline_id, session)
-        requires_access_dag(method, access_entity, param_dag_id=dag.dag_id if dag else pipeline_id)(request, user)
+        def authorize(dag_id: str) -> None:
+            requires_access_dag(method, access_entity, param_dag_id=dag_id)(request, user)
+
+        dag, _ = _holding_dag(pipeline_id, session, authorize)
+        if dag is None:
+            authorize(pipeline_id)
 
     return inner
+
+
+def printable_ids(request: Request) -> None:
+    """400 for a pipeline or run id in the path holding control characters (NUL, escape codes): no DAG, task
+    group or run has one."""
+    for name in ("pipeline_id", "run_id"):
+        if CONTROL_CHARACTERS.search(request.path_params.get(name, "")):
+            raise HTTPException(
+                400,
+                f"{name}: {request.path_params[name]!r} holds control characters (NUL, escape codes), which no "
+                f"{name} has; give it as Airflow shows it",
+            )
 
 
 def _description(dag: Any, pipeline: str, model_dirs: list[str]) -> str | None:
@@ -187,9 +215,15 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
         return run_record(pipeline_id, run_id, session, data_validation, f"no data gate record of run {run_id!r}")
 
 
+def _reason(reason: str) -> str:
+    if problem := registry.reason_problem(reason):
+        raise ValueError(problem)
+    return reason.strip()
+
+
 class Withdrawal(BaseModel):
-    reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-    """Why the version is bad (required)."""
+    reason: Annotated[str, AfterValidator(_reason)]
+    """Why the version is bad (required; one line, at most ``registry.REASON_MAX_CHARS`` characters)."""
 
 
 def version_model_dir(pipeline: str, version: int, session: Any) -> str:
@@ -300,7 +334,11 @@ def readable_pipelines(user: Any, session: Any) -> list[dict[str, Any]]:
 
 
 def build_app() -> FastAPI:
-    app = FastAPI(title="tfdist", description="Training runs of distributed TensorFlow pipelines")
+    app = FastAPI(
+        title="tfdist",
+        description="Training runs of distributed TensorFlow pipelines",
+        dependencies=[Depends(printable_ids)],  # before the routes' own: no id with a NUL reaches the database
+    )
     signed_in = [Depends(requires_authenticated())]
     reads_runs = [Depends(requires_pipeline_access("GET", DagAccessEntity.RUN))]
 

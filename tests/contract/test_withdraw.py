@@ -6,6 +6,7 @@ a live Airflow (auth, the Asset event): tests/live/test_live_airflow.py."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -192,3 +193,66 @@ def test_cli_says_plainly_when_no_version_is_left(tmp_path, capsys):
     publish(model_dir, 1)
     assert main(["models", "withdraw", model_dir, "1", "--reason", "bad"]) == 0
     assert "no published version of digits is left: TF Serving serves none" in capsys.readouterr().out
+
+
+def test_a_reason_is_one_line_of_at_most_the_limit_and_a_refused_one_changes_nothing(model_dir, capsys):
+    for reason, problem in [
+        ("x" * 200_000, f"at most {registry.REASON_MAX_CHARS}"),
+        ("fine\x1b[2J\x1b[31mpwned", "control characters"),
+        ("two\nlines", "control characters"),
+    ]:
+        with pytest.raises(registry.RegistryError, match=f"^reason: .*{re.escape(problem)}"):
+            registry.withdraw(model_dir, 3, reason, "mallory")
+        assert main(["models", "withdraw", model_dir, "3", "--reason", reason]) == 2
+        assert problem in capsys.readouterr().err
+    assert registry.withdraw(model_dir, 3, "y" * registry.REASON_MAX_CHARS, "alice")["reason"] == "y" * 2000
+    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2]
+
+
+def test_the_cli_escapes_control_characters_of_a_record_it_prints(model_dir, capsys):
+    registry.withdraw(model_dir, 3, "written before reasons were checked", "alice")
+    record = os.path.join(registry.withdrawn_path(model_dir, 3), registry.WITHDRAWN)
+    write_json_atomic(record, {**read_json(record), "reason": "ok\x1b]0;owned\x07\x1b[2J", "by": "eve\r"})
+    assert main(["models", model_dir]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out
+    assert out.splitlines()[-1].endswith(
+        r"WITHDRAWN by eve\r at " + read_json(record)["at"] + r": ok\x1b]0;owned\x07\x1b[2J"
+    )
+    assert main(["models", "restore", model_dir, "3"]) == 0
+    assert r"(withdrawn by eve\r: ok\x1b]0;owned" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("version", ["\u0661", "\uff13", "1.0", "-1", ""])
+def test_the_cli_takes_a_version_in_ascii_digits_only(model_dir, capsys, version):
+    with pytest.raises(SystemExit):
+        main(["models", "withdraw", model_dir, version, "--reason", "bad"])
+    assert "VERSION (ASCII digits 0-9" in capsys.readouterr().err
+    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2, 3]
+
+
+def test_a_version_directory_named_in_other_digits_is_no_version(model_dir):
+    os.rename(os.path.join(model_dir, "1"), os.path.join(model_dir, "\u0661"))
+    assert [m["version"] for m in registry.versions(model_dir)] == [2, 3]
+
+
+def test_tfdist_runs_never_reads_outside_the_artifact_root(tmp_path, capsys, monkeypatch):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    write_run(str(outside), "scheduled__1", "scheduled__1", "2026-11-17T00:00:00+00:00", 0.9)
+    os.makedirs(root)
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(root))
+    for pipeline in (f"../outside/{DAG}", "..", ".", str(outside / DAG), "dig\x1bits"):
+        assert main(["runs", pipeline]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith("pipeline_id: ") and "\x1b" not in captured.err and not captured.out
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(outside))
+    assert main(["runs", DAG]) == 0 and "scheduled__1" in capsys.readouterr().out  # the same run, inside its root
+
+
+def test_tfdist_runs_escapes_a_run_id_and_overrides_a_trigger_chose(tmp_path, capsys, monkeypatch):
+    layout = write_run(str(tmp_path), "manual__x", "manual__\x1b[2Jx", "2026-11-17T00:00:00+00:00", 0.9)
+    write_json_atomic(layout.run_file, {**read_json(layout.run_file), "overrides": {"note": "\x1b]0;hi\x07"}})
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(tmp_path))
+    assert main(["runs", DAG]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and r"manual__\x1b[2Jx" in out and r"note=\x1b]0;hi\x07" in out

@@ -150,7 +150,7 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
         write_version(model_dir, n, f"run-{n}", f"2026-11-0{n}T00:00:00+00:00")
     assert registry.prune(model_dir, keep=2, protect={1}) == [2, 3]
     assert [m["version"] for m in registry.versions(model_dir)] == [1, 4, 5]
-    assert sorted(os.listdir(model_dir)) == ["1", "4", "5"]
+    assert sorted(os.listdir(model_dir)) == [registry.LOCK, "1", "4", "5"]  # nothing half-deleted left
 
 
 def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():

@@ -1,0 +1,97 @@
+"""The plugin's API against hostile input (issue 37), on a live Airflow (tests/live_airflow.py): ids with control
+characters, a 14 kB pipeline id of dots, withdrawal reasons too long or with escape codes. How many DAG ids a
+pipeline id is looked up under, without Airflow running: the first test."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import pytest
+
+from tests.conftest import make_spec
+from tests.contract.test_withdraw import publish
+from tests.live.test_live_airflow import dag_file
+from tests.live_airflow import LiveAirflow
+from tfdist.contract import registry
+
+GUARDED, RESTRICTED = "digits_guarded", "restricted_pipeline"
+LONG = ".".join(["a"] * 7000)
+"""A 13,999-character pipeline id with a '.' every other character: 6,999 prefixes ending at a dot."""
+
+
+def test_a_pipeline_id_is_looked_up_under_few_dag_ids_however_long_it_is():
+    from airflow.models.base import ID_LEN
+
+    from tfdist.operators.web.api import holding_dag_ids
+
+    ids = holding_dag_ids(f"{GUARDED}.{LONG}")
+    assert ids[-1] == GUARDED and len(ids) <= ID_LEN // 2 + 1 and max(map(len, ids)) <= ID_LEN
+    assert holding_dag_ids("etl.outer.inner") == ["etl.outer.inner", "etl.outer", "etl"]
+    assert holding_dag_ids(".x") == [".x"]
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("artifacts"))
+    dags, restricted = tmp_path_factory.mktemp("dags"), tmp_path_factory.mktemp("restricted")
+    tomorrow = str(dt.date.today() + dt.timedelta(days=1))  # unpaused or not, nothing is scheduled
+    for folder, name in ((dags, GUARDED), (restricted, RESTRICTED)):
+        spec = make_spec(root, name=name, start_date=tomorrow, export={"model_name": name})
+        (folder / f"{name}.py").write_text(dag_file(spec))
+    live = LiveAirflow(str(tmp_path_factory.mktemp("home")), str(dags), str(restricted), root)
+    try:
+        live.start([GUARDED, RESTRICTED])
+        live.root = root
+        yield live
+    finally:
+        live.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/tfdist/pipelines/{GUARDED}%00",
+        "/tfdist/runs/digits%1b[2J",
+        "/tfdist/ui/digits%1bguarded",
+        f"/tfdist/pipelines/{GUARDED}/runs/manual%00/progress",
+        f"/tfdist/pipelines/{GUARDED}/runs/manual%7f/curve",
+    ],
+)
+def test_an_id_with_control_characters_is_refused_with_400_naming_it(airflow, path):
+    response = airflow.request("GET", path)
+    assert response.status_code == 400, response.text
+    field = "run_id" if "/runs/manual" in path else "pipeline_id"
+    detail = response.json()["detail"]
+    assert detail.startswith(f"{field}: ") and detail.endswith(
+        f"holds control characters (NUL, escape codes), which no {field} has; give it as Airflow shows it"
+    )
+    withdraw = airflow.request("POST", f"/tfdist/pipelines/{GUARDED}%00/versions/1/withdraw", body={"reason": "x"})
+    assert withdraw.status_code == 400
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("prefix", "user", "status"),
+    [(RESTRICTED, "analyst", 403), (RESTRICTED, "admin", 404), (GUARDED, "analyst", 404), ("a", "analyst", 404)],
+)
+def test_a_long_dotted_pipeline_id_is_authorized_and_answered_at_once(airflow, prefix, user, status):
+    airflow.request("GET", f"/tfdist/pipelines/{prefix}", user=user)  # the token and connections made beforehand
+    response = airflow.request("GET", f"/tfdist/pipelines/{prefix}.{LONG}", user=user)
+    assert response.status_code == status, response.text
+    assert response.elapsed.total_seconds() < 0.5  # 1.6 s when every prefix ending at a dot was looked up
+
+
+@pytest.mark.e2e
+def test_a_withdrawal_reason_is_one_line_of_at_most_the_limit(airflow):
+    model_dir = os.path.join(airflow.root, "models", GUARDED)
+    publish(model_dir, 1)
+    path = f"/tfdist/pipelines/{GUARDED}/versions/1/withdraw"
+    for reason, problem in [("x" * 200_000, f"at most {registry.REASON_MAX_CHARS}"), ("ok\x1b[2J", "control")]:
+        response = airflow.request("POST", path, body={"reason": reason})
+        assert response.status_code == 422 and problem in response.text
+        assert response.json()["detail"][0]["loc"] == ["body", "reason"]
+    assert [m["version"] for m in registry.versions(model_dir)] == [1]
+    longest = airflow.request("POST", path, body={"reason": "y" * registry.REASON_MAX_CHARS})
+    assert longest.status_code == 200, longest.text
