@@ -1,6 +1,7 @@
-"""The human approval before publishing (``export.approval``): the form's body, built from the gate's blessing
-record; the decision's record (``approval.json`` in the run directory), which the Airflow side writes and the
-export stage requires; and the decision in words, for the training-runs page."""
+"""The human approval before publishing (``export.approval``): who may answer (approvers, four-eyes) and why an
+answer does not count; the form's body, built from the gate's blessing record; the decision's record
+(``approval.json`` in the run directory), which the Airflow side writes and the export stage requires; and the
+decision in words, for the training-runs page."""
 
 from __future__ import annotations
 
@@ -45,14 +46,27 @@ def respondents(
 
 
 def answer_refusal(
-    by: dict[str, str] | None, approve: bool, asked: list[str] | None, excluded: str | None, comment: Any
+    by: dict[str, str] | None,
+    *,
+    approve: bool,
+    timed_out: bool,
+    asked: list[str] | None,
+    excluded: str | None,
+    comment: Any,
 ) -> str | None:
-    """Why an answer from ``by`` (Airflow's user: id and name; None: the timeout) does not count, or None."""
-    if by is None:
+    """Why an answer from ``by`` (Airflow's user: id and name), or the timeout's, does not count, or None."""
+    if timed_out:
         return (
             f"no answer in time, and on_timeout: approve does not publish a run {excluded} triggered "
             "(export.approval.four_eyes)"
             if approve and excluded
+            else None
+        )
+    if by is None:
+        checked = asked is not None or excluded is not None
+        return (
+            "the answer names no user, so export.approval's approvers and four_eyes cannot be checked"
+            if checked
             else None
         )
     if excluded in (by["id"], by["name"]):

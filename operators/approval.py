@@ -116,7 +116,10 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         asked, excluded = self.respondents(context)
         approve, by = event["chosen_options"] == [self.APPROVE], event["responded_by_user"]
         comment = (event["params_input"] or {}).get("comment")
-        refused = approval.answer_refusal(by, approve, asked, excluded, comment)
+        timed_out = bool(event.get("timedout"))
+        refused = approval.answer_refusal(
+            by, approve=approve, timed_out=timed_out, asked=asked, excluded=excluded, comment=comment
+        )
         record = approval.record_approval(
             self.plan(context).layout.approval_file,
             context["run_id"],
@@ -124,7 +127,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
             by=(by or {}).get("name"),
             at=as_datetime(event["responded_at"]),
             comment=None if refused else comment,
-            timed_out=bool(event.get("timedout")),
+            timed_out=timed_out,
             asked=asked,
             excluded=excluded,
             refused=refused,

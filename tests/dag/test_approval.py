@@ -249,6 +249,8 @@ def test_four_eyes_refuses_the_triggering_users_answer_and_the_record_says_why(t
         "rejected: tom triggered the run and may not answer it (export.approval.four_eyes)"
     )
     assert f"the answer does not count: {approval.approval_summary(record)}" in warned
+    rejected(task, context, answer("Approve", None))  # no user named, not the timeout: who it was is unknown
+    assert read_json(layout.approval_file)["refused"].startswith("the answer names no user")
     assert task.execute_complete(context, answer("Approve", "ana"))["chosen_options"] == ["Approve"]
     assert approval.approval_summary(read_json(layout.approval_file)) == "approved by ana"
 
