@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import Param
+from airflow.sdk import Param, conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from tfdist.contract import approval, read_json
 from tfdist.operators.base import RunPlanned
@@ -20,7 +22,11 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     check with its margin and the changes against the baseline (from ``eval/blessing.json``). The run's
     ``approval.json`` says awaiting, then who approved or rejected, when and why; export publishes only an
     approved run. Rejected (or no answer within ``timeout_minutes`` and ``on_timeout: reject``), export is
-    skipped; ``on_timeout: approve`` publishes, recorded and logged as approved by the timeout."""
+    skipped; ``on_timeout: approve`` publishes, recorded and logged as approved by the timeout.
+
+    Only ``approvers`` (Airflow's assigned users) may answer, and with ``four_eyes`` not the user who triggered
+    the run; an answer that does not count (also a comment over ``approval.MAX_COMMENT`` characters or with a
+    control character) is recorded as refused and rejects."""
 
     template_fields = (*ApprovalOperator.template_fields, "run_dir", "data_interval_start", "data_interval_end")
     ui_color = "#fff59d"
@@ -48,6 +54,8 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
                 "comment": Param(
                     "",
                     type=["string", "null"],
+                    maxLength=approval.MAX_COMMENT,
+                    pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
                     title="Comment",  # the form's one field
                     description="Why (recorded with the decision and shown on the runs page)",
                 )
@@ -69,27 +77,64 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
     def execute(self, context: Any) -> None:
         layout = self.plan(context).layout
         self.body = approval.approval_body(read_json(layout.blessing_file))
-        approval.record_approval(layout.approval_file, context["run_id"], approval.AWAITING)
+        try:
+            asked, excluded = self.respondents(context)
+        except approval.Refused as refused:
+            approval.record_approval(layout.approval_file, context["run_id"], approval.REJECTED, refused=str(refused))
+            raise AirflowFailException(str(refused)) from None
+        self.assigned_users = [{"id": user, "name": user} for user in asked] if asked else None
+        approval.record_approval(
+            layout.approval_file, context["run_id"], approval.AWAITING, asked=asked, excluded=excluded
+        )
         super().execute(context)
 
+    def respondents(self, context: Any) -> tuple[list[str] | None, str | None]:
+        """(who may answer, None: anyone who may act on the DAG; whom four-eyes leaves out): approval.respondents."""
+        run = context["dag_run"]
+        return approval.respondents(
+            self.approvers(),
+            run.triggering_user_name,
+            str(getattr(run.run_type, "value", run.run_type)),
+            self.approval_rule.four_eyes,
+        )
+
+    def approvers(self) -> list[str] | None:
+        """The users ``approvers`` names, with its roles' users (None: no ``approvers``)."""
+        named = self.approval_rule.approvers
+        return None if named is None else [*named.users, *role_members(named.roles)]
+
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        """Record the decision, then act on it: a rejection skips export by raising, so it is recorded first."""
+        """Record the decision, then act on it: a refused answer rejects; a rejection skips export by raising, so
+        it is recorded first."""
         if "error" not in event:
             self.validate_chosen_options(event["chosen_options"])
-            self.record_decision(context, event)
+            event = self.record_decision(context, event)
         return super().execute_complete(context, event)
 
-    def record_decision(self, context: Any, event: dict[str, Any]) -> None:
-        decision = approval.APPROVED if event["chosen_options"] == [self.APPROVE] else approval.REJECTED
+    def record_decision(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Record the answer in approval.json; the event to act on (a refused answer's: a rejection)."""
+        asked, excluded = self.respondents(context)
+        approve, by = event["chosen_options"] == [self.APPROVE], event["responded_by_user"]
+        comment = (event["params_input"] or {}).get("comment")
+        timed_out = bool(event.get("timedout"))
+        refused = approval.answer_refusal(
+            by, approve=approve, timed_out=timed_out, asked=asked, excluded=excluded, comment=comment
+        )
         record = approval.record_approval(
             self.plan(context).layout.approval_file,
             context["run_id"],
-            decision,
-            by=(event["responded_by_user"] or {}).get("name"),
+            approval.APPROVED if approve and not refused else approval.REJECTED,
+            by=(by or {}).get("name"),
             at=as_datetime(event["responded_at"]),
-            comment=(event["params_input"] or {}).get("comment"),
-            timed_out=bool(event.get("timedout")),
+            comment=None if refused else comment,
+            timed_out=timed_out,
+            asked=asked,
+            excluded=excluded,
+            refused=refused,
         )
+        if refused:
+            self.log.warning("the answer does not count: %s", approval.approval_summary(record))
+            return {**event, "chosen_options": [self.REJECT], "params_input": {}}
         if record["timed_out"]:
             self.log.warning(
                 "no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",
@@ -98,3 +143,23 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
             )
         else:
             self.log.info("%s", approval.approval_summary(record))
+        return event
+
+
+SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+
+
+def role_members(roles: Collection[str]) -> list[str]:
+    """The simple auth manager's users configured with one of ``roles``; refused with another auth manager, which
+    lists no role's users to a task."""
+    if not roles:
+        return []
+    manager = conf.get("core", "auth_manager", fallback=SIMPLE_AUTH_MANAGER)
+    if manager != SIMPLE_AUTH_MANAGER:
+        raise approval.Refused(
+            f"export.approval.approvers.roles: only the simple auth manager lists a role's users to a task, and this "
+            f"Airflow uses {manager}; name the approvers under approvers.users"
+        )
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    return [user.username for user in SimpleAuthManager.get_users() if (user.role or "").lower() in roles]

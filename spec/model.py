@@ -863,15 +863,39 @@ class KubernetesSpec(_Section):
         return self.pods.model_copy(update=own.model_dump(exclude_unset=True)) if own else self.pods
 
 
+class Approvers(_Section):
+    """Who may answer the approval: Airflow's Human-in-the-loop assigned users."""
+
+    users: list[Annotated[str, Field(pattern=r"^[^\s\x00-\x1f\x7f]+$", max_length=256)]] = Field(default_factory=list)
+    """User ids as the auth manager knows them (the simple auth manager's: user names)."""
+    roles: list[Literal["user", "op", "admin"]] = Field(default_factory=list)
+    """Simple auth manager roles (a viewer may not act on a DAG): each stands for every user configured with
+    exactly that role ('[core] simple_auth_manager_users') when the approval is asked. Another auth manager
+    lists no role's users to a task: the approve task refuses; name users."""
+
+    @model_validator(mode="after")
+    def _someone(self) -> Approvers:
+        if not (self.users or self.roles):
+            raise ValueError(
+                "name at least one user or role, or leave 'approvers' out (then anyone who may act on the DAG answers)"
+            )
+        return self
+
+
 class Approval(_Section):
     """A human approval between evaluate and export (Airflow's Human-in-the-loop ``ApprovalOperator``): asked
     only when the gate blesses; export publishes nothing without it."""
 
+    approvers: Approvers | None = None
+    """Who may answer: {users: [...], roles: [...]}; default: anyone who may act on the DAG (Airflow's rule)."""
+    four_eyes: bool = True
+    """The user who triggered the run (and so set its overrides) may not answer it; a run with no such user
+    (scheduled, asset-triggered) may be answered by any approver."""
     timeout_minutes: Annotated[int, Field(ge=1)] | None = None
     """How long the approval is waited for; default: as long as it takes."""
     on_timeout: Literal["reject", "approve"] = "reject"
     """What no answer within 'timeout_minutes' means: 'reject' (nothing is published) or 'approve' (published,
-    recorded and logged as approved by the timeout)."""
+    recorded and logged as approved by the timeout; with 'four_eyes', only a run no user triggered)."""
 
     @model_validator(mode="after")
     def _timeout_given(self) -> Approval:
@@ -888,7 +912,7 @@ class ExportSpec(_Section):
     keep_versions: Annotated[int, Field(ge=1)] | None = None
     """Keep the newest N versions (and always the baseline); default: keep all."""
     approval: Approval | None = None
-    """A human approval before publishing: 'true', or {timeout_minutes: N, on_timeout: reject | approve};
+    """A human approval before publishing: 'true', or {approvers, four_eyes, timeout_minutes, on_timeout};
     default: none, a blessed model is published at once."""
 
     @field_validator("approval", mode="before")

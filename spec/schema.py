@@ -17,7 +17,7 @@ discriminated union), the refinements say:
 - the rules between fields that compare a value with a fixed one (``if``/``then``): the gate is required,
   Horovod settings need backend 'mpi', a parameter-server strategy needs parameter servers, 'kubernetes'
   needs its section, a partitioned schedule takes no cron and no ``data.window`` and a source naming its
-  period, a timeout that approves needs its timeout, a threshold needs a bound.
+  period, a timeout that approves needs its timeout, approvers name a user or a role, a threshold needs a bound.
 
 What it cannot say (rules comparing two values of the spec, or needing code: a cron's validity, the batch split
 across replicas, the shards per reader, distinct feature names, the metrics this model reports, the pods'
@@ -174,6 +174,8 @@ def _refine_rules(schema: JsonSchema) -> None:
         },
     )
     _add(defs["Approval"], {"if": _is("on_timeout", "approve"), "then": _given("timeout_minutes", "integer")})
+    named = [{"properties": {field: {"minItems": 1}}, "required": [field]} for field in ("users", "roles")]
+    _add(defs["Approvers"], {"anyOf": named})
     _add(defs["Threshold"], {"anyOf": [_given("lower", "number"), _given("upper", "number")]})
     _add(
         defs["AssetSchedule"],

@@ -4,7 +4,8 @@ process it started.
 
 It runs in multi-team mode with Airflow's simple auth manager, so that DAG authorization is real: the
 DAGs folder is a bundle without a team (every user may read it), a second bundle belongs to the team
-``other-team``; ``admin`` is an admin, ``analyst`` a viewer of the team ``ml-team``."""
+``other-team``; ``admin`` is an admin, ``analyst`` a viewer of the team ``ml-team``, ``editor`` a user (who may
+trigger and answer approvals), ``ml_op`` an op of ``ml-team`` and ``other_op`` an op of ``other-team``."""
 
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ from tfdist.operators.launchers.processes import free_ports
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = (["api-server"], ["scheduler"], ["dag-processor"])
-USERS = {"admin": ("admin", "admin"), "analyst": ("viewer:ml-team", "analyst")}  # name: (role[:teams], password)
 RESTRICTED_TEAM = "other-team"
+USERS = {  # name: (role[:teams], password)
+    "admin": ("admin", "admin"),
+    "analyst": ("viewer:ml-team", "analyst"),
+    "editor": ("user", "editor"),
+    "ml_op": ("op:ml-team", "ml_op"),
+    "other_op": (f"op:{RESTRICTED_TEAM}", "other_op"),
+}
 
 
 class CommandFailed(AssertionError):
@@ -73,6 +80,7 @@ class LiveAirflow:
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",  # tasks start sooner after their upstream
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",  # an approval's timeout is applied sooner
             "TFDIST_ARTIFACT_ROOT": artifact_root,
         }
         self.processes: list[subprocess.Popen] = []
@@ -149,23 +157,22 @@ class LiveAirflow:
         headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
         return requests.request(method, f"{self.url}{path}", json=body, timeout=30, headers=headers)
 
-    def api(self, method: str, path: str, body: Any = None, expect: int | None = None) -> Any:
-        response = self.request(method, path, body=body)
+    def api(self, method: str, path: str, body: Any = None, expect: int | None = None, user: str = "admin") -> Any:
+        response = self.request(method, path, user=user, body=body)
         if expect is not None:
             assert response.status_code == expect, response.text
             return response.json()
         response.raise_for_status()
         return response.json()
 
-    def unpause(self, dag_id: str) -> None:
-        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    def unpause(self, dag_id: str, user: str = "admin") -> None:
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, user=user)
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        """A manual run (no logical date) of an unpaused DAG; its run id."""
-        self.unpause(dag_id)
-        return self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})[
-            "dag_run_id"
-        ]
+    def trigger(self, dag_id: str, conf: dict | None = None, user: str = "admin") -> str:
+        """A manual run (no logical date) of an unpaused DAG, triggered by ``user``; its run id."""
+        self.unpause(dag_id, user)
+        body = {"logical_date": None, "conf": conf or {}}
+        return self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body, user=user)["dag_run_id"]
 
     def runs(self, dag_id: str) -> list[dict]:
         return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import types
 
 import pytest
+from airflow.sdk.api.datamodels._generated import DagRunType
+from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import START, make_spec, plan_for, run
 from tests.spec.test_spec import problems
@@ -28,6 +31,8 @@ def with_approval(root: str, value, **sections) -> dict:
 def test_approval_is_true_or_a_section_with_a_timeout_that_refuses_by_default(tmp_path):
     root = str(tmp_path)
     assert load_spec(with_approval(root, True)).export.approval.model_dump() == {
+        "approvers": None,
+        "four_eyes": True,
         "timeout_minutes": None,
         "on_timeout": "reject",
     }
@@ -49,9 +54,34 @@ def test_approval_is_true_or_a_section_with_a_timeout_that_refuses_by_default(tm
     )
 
 
-def test_approval_is_the_authors_and_no_run_can_change_it(tmp_path):
-    (problem,) = problems(make_spec(str(tmp_path), overridable=["export.approval.on_timeout"]))
-    assert problem.startswith("overridable: 'export.approval.on_timeout' cannot be overridden by whoever triggers")
+def test_approvers_are_users_or_simple_auth_manager_roles_and_four_eyes_is_on_by_default(tmp_path):
+    root = str(tmp_path)
+    named = load_spec(with_approval(root, {"approvers": {"users": ["ana", "bo@example.com"], "roles": ["op"]}}))
+    assert named.export.approval.approvers.model_dump() == {"users": ["ana", "bo@example.com"], "roles": ["op"]}
+    assert named.export.approval.four_eyes and load_spec(named.to_json_dict()) == named
+    assert not load_spec(with_approval(root, {"four_eyes": False})).export.approval.four_eyes
+    assert problems(with_approval(root, {"approvers": {}}))[0] == (
+        "export.approval.approvers: name at least one user or role, or leave 'approvers' out (then anyone who may "
+        "act on the DAG answers)"
+    )
+    assert problems(with_approval(root, {"approvers": {"roles": ["viewer"]}}))[0].startswith(
+        "export.approval.approvers.roles[0]: Input should be 'user', 'op' or 'admin' (got 'viewer')"
+    )
+    assert problems(with_approval(root, {"approvers": {"users": ["ana bo"]}}))[0].startswith(
+        "export.approval.approvers.users[0]: String should match pattern"
+    )
+    assert problems(with_approval(root, {"approvers": {"users": ["a" * 257]}}))[0].startswith(
+        "export.approval.approvers.users[0]: String should have at most 256 characters"
+    )
+    assert problems(with_approval(root, {"approvers": {"user": ["ana"]}}))[0].startswith(
+        "export.approval.approvers: unknown key 'user' (did you mean 'users'?)"
+    )
+
+
+@pytest.mark.parametrize("field", ["on_timeout", "four_eyes", "approvers"])
+def test_approval_is_the_authors_and_no_run_can_change_it(tmp_path, field):
+    (problem,) = problems(make_spec(str(tmp_path), overridable=[f"export.approval.{field}"]))
+    assert problem.startswith(f"overridable: 'export.approval.{field}' cannot be overridden by whoever triggers")
     spec = load_spec(with_approval(str(tmp_path), True, overridable=["training.epochs"]))
     with pytest.raises(SpecError, match=r"export\.approval: not overridable in this pipeline"):
         spec.with_overrides({"export.approval": None})
@@ -103,9 +133,9 @@ def test_the_approve_task_sits_between_evaluate_and_export_only_when_configured(
     assert build_dag(make_spec(str(tmp_path))).get_task("evaluate").downstream_task_ids == {"export"}
 
 
-def approve_task(root: str, rule, monkeypatch):
-    """The approve task of a pipeline, its run's directory made by the stages before it; what it skips and logs
-    (warnings) is kept."""
+def approve_task(root: str, rule, monkeypatch, triggered_by: str | None = "tom", run_type: str = "manual"):
+    """The approve task of a pipeline, its run's directory made by the stages before it, a run ``triggered_by``
+    that user; what it skips and logs (warnings) is kept."""
     task = build_dag(with_approval(root, rule)).get_task("approve")
     warned = []
     monkeypatch.setattr(
@@ -123,7 +153,7 @@ def approve_task(root: str, rule, monkeypatch):
         "data_interval_start": START,
         "data_interval_end": START + dt.timedelta(days=1),
         "params": {},
-        "dag_run": types.SimpleNamespace(conf={}),
+        "dag_run": types.SimpleNamespace(conf={}, triggering_user_name=triggered_by, run_type=DagRunType(run_type)),
         "ti": ti,
         "task_instance": ti,
         "task": task,
@@ -168,13 +198,16 @@ def test_the_approve_task_records_awaiting_then_who_decided_and_a_timeout_never_
 
     rejected(task, context, answer("Reject", "ana", "class 3 got worse"))
     record = read_json(layout.approval_file)
-    assert {k: record[k] for k in ("run_id", "decision", "by", "comment", "timed_out", "at")} == {
+    assert record == {
         "run_id": "manual__1",
         "decision": "rejected",
         "by": "ana",
         "comment": "class 3 got worse",
         "timed_out": False,
         "at": "2026-11-21T09:30:00+00:00",
+        "asked": None,
+        "excluded": "tom",
+        "refused": None,
     }
 
     assert not timeouts(warned)
@@ -186,12 +219,111 @@ def test_the_approve_task_records_awaiting_then_who_decided_and_a_timeout_never_
     ]
 
     task, context, layout, warned = approve_task(
-        str(tmp_path), {"timeout_minutes": 5, "on_timeout": "approve"}, monkeypatch
+        str(tmp_path), {"timeout_minutes": 5, "on_timeout": "approve"}, monkeypatch, None, "scheduled"
     )
     assert task.execute_complete(context, answer("Approve", None, timedout=True))["chosen_options"] == ["Approve"]
     assert read_json(layout.approval_file)["decision"] == "approved"
     assert "approved by the timeout (no answer in time)" in timeouts(warned)[0]
     assert approval.approval_refusal(layout.approval_file, "manual__1") is None
+
+
+def asked_for(task, context, monkeypatch) -> list:
+    """Ask for the approval; the assigned users Airflow was given."""
+    from airflow.sdk.exceptions import TaskAwaitingInput
+
+    sent: list = []
+    monkeypatch.setattr("airflow.providers.standard.operators.hitl.upsert_hitl_detail", lambda **kw: sent.append(kw))
+    with pytest.raises(TaskAwaitingInput):
+        task.execute(context)
+    return sent[0]["assigned_users"]
+
+
+def test_four_eyes_refuses_the_triggering_users_answer_and_the_record_says_why(tmp_path, monkeypatch):
+    task, context, layout, warned = approve_task(str(tmp_path), {"timeout_minutes": 5}, monkeypatch)
+    assert asked_for(task, context, monkeypatch) is None  # no approvers: anyone who may act on the DAG
+    assert read_json(layout.approval_file)["excluded"] == "tom"
+    rejected(task, context, answer("Approve", "tom", "looks fine"))
+    record = read_json(layout.approval_file)
+    assert (record["decision"], record["by"], record["comment"]) == ("rejected", "tom", None), record
+    assert approval.approval_summary(record) == (
+        "rejected: tom triggered the run and may not answer it (export.approval.four_eyes)"
+    )
+    assert f"the answer does not count: {approval.approval_summary(record)}" in warned
+    rejected(task, context, answer("Approve", None))  # no user named, not the timeout: who it was is unknown
+    assert read_json(layout.approval_file)["refused"].startswith("the answer names no user")
+    assert task.execute_complete(context, answer("Approve", "ana"))["chosen_options"] == ["Approve"]
+    assert approval.approval_summary(read_json(layout.approval_file)) == "approved by ana"
+
+    rule = {"timeout_minutes": 5, "on_timeout": "approve"}
+    task, context, layout, warned = approve_task(str(tmp_path), rule, monkeypatch)
+    rejected(task, context, answer("Approve", None, timedout=True))  # tom could just wait: no
+    assert approval.approval_summary(read_json(layout.approval_file)) == (
+        "rejected: no answer in time, and on_timeout: approve does not publish a run tom triggered "
+        "(export.approval.four_eyes)"
+    )
+    task, context, layout, warned = approve_task(str(tmp_path), {**rule, "four_eyes": False}, monkeypatch)
+    assert task.execute_complete(context, answer("Approve", "tom"))["chosen_options"] == ["Approve"]
+
+
+def test_only_the_approvers_and_their_roles_users_are_asked_and_other_answers_do_not_count(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "tom:op,olga:OP,ursula:user,vera:viewer")
+    rule = {"approvers": {"users": ["ana", "tom"], "roles": ["op"]}}
+    task, context, layout, _ = approve_task(str(tmp_path), rule, monkeypatch)
+    assert asked_for(task, context, monkeypatch) == [{"id": "ana", "name": "ana"}, {"id": "olga", "name": "olga"}]
+    assert read_json(layout.approval_file)["asked"] == ["ana", "olga"]
+    rejected(task, context, answer("Approve", "ursula"))  # Airflow refuses her (403) unless all are admins
+    assert read_json(layout.approval_file)["refused"] == "ursula is not one of export.approval.approvers (ana, olga)"
+    assert task.execute_complete(context, answer("Approve", "olga"))["chosen_options"] == ["Approve"]
+
+    monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", "airflow.providers.fab.auth_manager.fab_auth_manager.Fab")
+    with pytest.raises(AirflowFailException, match=r"export\.approval\.approvers\.roles: only the simple auth"):
+        task.execute(context)
+    assert read_json(layout.approval_file)["decision"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    "rule, triggered_by, refusal",
+    [
+        ({}, None, "export.approval.four_eyes: this manual run names no triggering user, so who may not approve"),
+        (
+            {"approvers": {"users": ["tom"]}},
+            "tom",
+            "export.approval.approvers: nobody is left to answer: the approvers are ['tom'], and tom triggered",
+        ),
+    ],
+)
+def test_an_approval_four_eyes_cannot_check_or_nobody_may_answer_is_refused_before_asking(
+    tmp_path, monkeypatch, rule, triggered_by, refusal
+):
+    task, context, layout, _ = approve_task(str(tmp_path), rule, monkeypatch, triggered_by)
+    with pytest.raises(AirflowFailException, match=re.escape(refusal)):
+        task.execute(context)
+    record = read_json(layout.approval_file)
+    assert record["decision"] == "rejected" and record["refused"].startswith(refusal), record
+    scheduled = approve_task(str(tmp_path), rule, monkeypatch, None, "scheduled")
+    assert asked_for(*scheduled[:2], monkeypatch) in (None, [{"id": "tom", "name": "tom"}])
+
+
+@pytest.mark.parametrize(
+    "comment, refusal",
+    [
+        ("x" * approval.MAX_COMMENT, None),
+        ("x" * (approval.MAX_COMMENT + 1), "the comment has 501 characters, more than the 500 allowed; shorten it"),
+        ("ok\x1b[2Jfine", "the comment has a control character (U+001B); write it on one line of plain text"),
+        ("two\nlines", "the comment has a control character (U+000A)"),
+        (["a"], "the comment must be text, got list"),
+    ],
+)
+def test_a_comment_over_the_limit_or_with_a_control_character_does_not_count(tmp_path, monkeypatch, comment, refusal):
+    task, context, layout, _ = approve_task(str(tmp_path), True, monkeypatch)
+    event = {**answer("Approve", "ana"), "params_input": {"comment": comment}}
+    if refusal is None:
+        assert task.execute_complete(context, event)["chosen_options"] == ["Approve"]
+        return
+    rejected(task, context, event)
+    record = read_json(layout.approval_file)
+    assert record["refused"].startswith(refusal) and record["comment"] is None, record
+    assert task.params.get_param("comment").schema["maxLength"] == approval.MAX_COMMENT  # the form's bound
 
 
 @pytest.mark.parametrize(

@@ -185,7 +185,22 @@ def airflow(tmp_path_factory):
                 training={"epochs": 2},
                 overridable=["training.epochs"],
                 validation={"thresholds": {"accuracy": {"lower": 0.5}}},
-                export={"model_name": "digits_approval", "approval": {"timeout_minutes": 60}},
+                export={
+                    "model_name": "digits_approval",
+                    "approval": {"timeout_minutes": 60, "approvers": {"users": ["editor"], "roles": ["op"]}},
+                },
+            )
+        )
+    )
+    (dags / "digits_approval_timeout.py").write_text(
+        dag_file(
+            make_spec(
+                root,
+                name="digits_approval_timeout",
+                start_date=str(last_day + dt.timedelta(days=1)),
+                training={"epochs": 2},
+                validation={"thresholds": {"accuracy": {"lower": 0.5}}},
+                export={"model_name": "digits_approval_timeout", "approval": {"timeout_minutes": 1}},
             )
         )
     )
@@ -208,6 +223,7 @@ def airflow(tmp_path_factory):
                 "digits_upstream",
                 "digits_on_assets",
                 "digits_approval",
+                "digits_approval_timeout",
                 *EMBEDDING_DAGS,
             ]
         )
@@ -851,25 +867,33 @@ def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstr
 # ---- Human approval (export.approval): Airflow's Human-in-the-loop request, answered through its REST API
 
 
-def answer_approval(airflow, dag_id: str, run_id: str, option: str, comment: str | None = None) -> dict:
-    """Wait for the run's approval request, then answer it as admin through Airflow's REST API; the request as
-    the form showed it."""
-    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+def approval_path(dag_id: str, run_id: str) -> str:
+    return f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+
+
+def approval_request(airflow, dag_id: str, run_id: str) -> dict:
+    """Wait for the run's approval request, as a person would; the request as the form shows it."""
     airflow.wait_for(
         lambda: airflow.task_states(dag_id, run_id).get("approve") == "awaiting_input",
         300,
         f"the approval request of {run_id}",
     )
-    # as a person would: not before the scheduler has taken the deferring worker's exit (an answer within that
-    # moment fails the task in Airflow 3.3: apache/airflow#66374, #67287)
+    # not before the scheduler has taken the deferring worker's exit (an answer within that moment fails the task
+    # in Airflow 3.3: apache/airflow#66374, #67287)
     airflow.wait_for(
         lambda: airflow.scheduler_took_exit(dag_id, run_id, "approve"),
         60,
         f"the scheduler to take the approve task's deferral of {run_id}",
     )
-    asked = airflow.api("GET", path)
-    airflow.api("PATCH", path, {"chosen_options": [option], "params_input": {"comment": comment} if comment else {}})
-    return asked
+    return airflow.api("GET", approval_path(dag_id, run_id))
+
+
+def answer_approval(
+    airflow, dag_id: str, run_id: str, option: str, comment: str | None = None, user: str = "admin"
+) -> requests.Response:
+    """Answer the run's approval request as ``user`` through Airflow's REST API."""
+    body = {"chosen_options": [option], "params_input": {"comment": comment} if comment else {}}
+    return airflow.request("PATCH", approval_path(dag_id, run_id), user=user, body=body)
 
 
 def run_row(airflow, dag_id: str, run_id: str) -> dict:
@@ -877,47 +901,79 @@ def run_row(airflow, dag_id: str, run_id: str) -> dict:
     return row
 
 
+@pytest.fixture(scope="module")
+def unanswered_approval(airflow) -> str:
+    """A run whose approval (1-minute timeout) nobody answers; triggered early, it waits while other tests run."""
+    return airflow.trigger("digits_approval_timeout")
+
+
+@pytest.mark.usefixtures("unanswered_approval")
 def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_rejected(airflow):
-    """The first run's request shows the gate's checks; approved, it publishes a version whose metadata names the
-    approver. The second's shows the changes against that version; rejected with a comment, export is skipped,
-    nothing more is published, and the run's record and the runs page name who rejected it and why."""
+    """Only the approvers (the user editor and the role op's users) may answer, and not who triggered the run: the
+    first run, editor's, is refused to editor and to admin (outside the list), approved by an op, and publishes a
+    version whose metadata names the approver; its request shows the gate's checks. The second's shows the changes
+    against that version; rejected by editor with a comment, export is skipped, nothing more is published, and the
+    run's record and the runs page name who rejected it and why."""
     dag_id, model_dir = "digits_approval", os.path.join(airflow.root, "models", "digits_approval")
-    approved = airflow.trigger(dag_id)
-    asked = answer_approval(airflow, dag_id, approved, "Approve")
+    approved = airflow.trigger(dag_id, user="editor")
+    asked = approval_request(airflow, dag_id, approved)
+    assert asked["assigned_users"] == [{"id": "ml_op", "name": "ml_op"}, {"id": "other_op", "name": "other_op"}]
+    for refused in ("editor", "admin"):  # four-eyes; outside the approvers
+        response = answer_approval(airflow, dag_id, approved, "Approve", user=refused)
+        assert response.status_code == 403 and "is not a respondent" in response.text, response.text
+    assert answer_approval(airflow, dag_id, approved, "Approve", user="ml_op").status_code == 200
     assert asked["options"] == ["Approve", "Reject"] and asked["defaults"] == ["Reject"], asked
     assert "**Gate: blessed**" in asked["body"] and "| value | accuracy |" in asked["body"], asked["body"]
     assert "No baseline compared" in asked["body"], asked["body"]
     assert airflow.wait_for_run(dag_id, approved)["state"] == "success", airflow.task_states(dag_id, approved)
     (version,) = registry.versions(model_dir)
-    assert version["run_id"] == approved and version["approval"]["by"] == "admin", version
-    assert run_row(airflow, dag_id, approved)["approval_summary"] == "approved by admin"
+    assert version["run_id"] == approved and version["approval"]["by"] == "ml_op", version
+    assert (version["approval"]["asked"], version["approval"]["excluded"]) == (["ml_op", "other_op"], "editor")
+    assert run_row(airflow, dag_id, approved)["approval_summary"] == "approved by ml_op"
 
     rejected = airflow.trigger(dag_id)
-    asked = answer_approval(airflow, dag_id, rejected, "Reject", "accuracy dropped on class 3")
+    asked = approval_request(airflow, dag_id, rejected)
+    assert len(asked["assigned_users"]) == 3, asked  # admin triggered it: editor may answer
+    answered = answer_approval(airflow, dag_id, rejected, "Reject", "accuracy dropped on class 3", user="editor")
+    assert answered.status_code == 200, answered.text
     assert f"Against the baseline, version {version['version']}" in asked["body"], asked["body"]
     assert airflow.wait_for_run(dag_id, rejected)["state"] == "success"
     states = airflow.task_states(dag_id, rejected)
     assert (states["approve"], states["export"]) == ("success", "skipped"), states
     assert [v["version"] for v in registry.versions(model_dir)] == [version["version"]]
     record = read_json(RunLayout(run_path(airflow.root, dag_id, rejected)).approval_file)
-    assert (record["decision"], record["by"], record["comment"], record["timed_out"]) == (
+    assert (record["decision"], record["by"], record["comment"], record["timed_out"], record["excluded"]) == (
         "rejected",
-        "admin",
+        "editor",
         "accuracy dropped on class 3",
         False,
+        "admin",
     ), record
     row = run_row(airflow, dag_id, rejected)
-    assert row["approval_summary"] == "rejected by admin (accuracy dropped on class 3)" and not row["export_version"]
+    assert row["approval_summary"] == "rejected by editor (accuracy dropped on class 3)" and not row["export_version"]
     with signed_in_page(airflow) as page:
         page.goto(f"{airflow.url}/plugin/training-runs/tfdist/ui/{dag_id}")
         shown = page_frame(page).locator(f"tr.run[data-run-id='{rejected}'] td.gate .approval.rejected")
         shown.wait_for()
-        assert shown.inner_text() == "rejected by admin (accuracy dropped on class 3)"
+        assert shown.inner_text() == "rejected by editor (accuracy dropped on class 3)"
         assert (
             page_frame(page).locator(f"tr.run[data-run-id='{approved}'] td.gate .approval.approved").inner_text()
-            == "approved by admin"
+            == "approved by ml_op"
         )
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)
+
+
+def test_an_approval_nobody_answers_in_time_rejects_and_publishes_nothing(airflow, unanswered_approval):
+    """timeout_minutes: 1, on_timeout left at reject: the scheduler applies the default (Reject) when the minute
+    is up; export is skipped and the record says the timeout rejected it."""
+    dag_id, run_id = "digits_approval_timeout", unanswered_approval
+    assert airflow.wait_for_run(dag_id, run_id, timeout=420)["state"] == "success"
+    states = airflow.task_states(dag_id, run_id)
+    assert (states["approve"], states["export"]) == ("success", "skipped"), states
+    record = read_json(RunLayout(run_path(airflow.root, dag_id, run_id)).approval_file)
+    assert (record["decision"], record["by"], record["timed_out"]) == ("rejected", None, True), record
+    assert run_row(airflow, dag_id, run_id)["approval_summary"] == "rejected by the timeout (no answer in time)"
+    assert not os.path.exists(os.path.join(airflow.root, "models", dag_id))
 
 
 # ---- pipelines embedded in DAGs their teams wrote (build_task_group): found, shown and guarded by their DAG

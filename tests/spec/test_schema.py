@@ -201,6 +201,10 @@ GOOD = {
     "approval true": {"export.approval": True},
     "approval false": {"export.approval": False},
     "approval on timeout": {"export.approval": {"timeout_minutes": 60, "on_timeout": "approve"}},
+    "approvers": {
+        "export.approval": {"approvers": {"users": ["ana@example.com"], "roles": ["op"]}, "four_eyes": False}
+    },
+    "approvers by role": {"export.approval": {"approvers": {"roles": ["admin"], "users": []}}},
     "export root": {"export.root": "/srv/tfdist/published", "export.keep_versions": 3},
     "kubernetes": {
         **ON_KUBERNETES,
@@ -256,6 +260,9 @@ BAD = {
     "unknown checkpoint key": {"validation.checkpoint.by": "loss"},
     "unknown export key": {"export.name": "digits"},
     "unknown approval key": {"export.approval": {"timeout": 5}},
+    "unknown approvers key": {"export.approval": {"approvers": {"user": ["ana"]}}},
+    "a viewer approves": {"export.approval": {"approvers": {"roles": ["viewer"]}}},
+    "an approver with a space": {"export.approval": {"approvers": {"users": ["ana bo"]}}},
     "unknown retries key": {"retries.training": 2},
     "unknown schedule key": {"schedule": {"asset": ["s3://lake/raw"]}},
     "unknown kubernetes key": {**ON_KUBERNETES, "kubernetes.volume": "x"},
@@ -375,6 +382,7 @@ BAD = {
     "ps without parameter_server": {"training.num_ps": 1},
     "kubernetes without its section": {"training.launcher": "kubernetes"},
     "approve on timeout without a timeout": {"export.approval": {"on_timeout": "approve"}},
+    "approvers naming nobody": {"export.approval": {"approvers": {"users": [], "roles": []}}},
     "partitioned with a cron": {"schedule": {**PARTITIONED["schedule"], "cron": "0 3 * * *"}},
     "partitioned with a window": {**PARTITIONED, "data.window": 2},
     "partitioned by day, source by month": {**PARTITIONED, "data.source": "/data/{year}/{month}/*.csv"},
