@@ -234,6 +234,20 @@ class Reader:
         self.file.close()
 
 
+@contextlib.contextmanager
+def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
+    """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
+    deletes it meanwhile."""
+    with locked(model_dir):
+        baseline = baseline_for(model_dir, interval_end, run_id)
+        reader = Reader(model_dir, baseline["version"], run_id) if baseline else None
+    try:
+        yield baseline
+    finally:
+        if reader:
+            reader.release()
+
+
 def held(model_dir: str) -> set[int]:
     """The versions live processes hold as their warm-start parent (under ``locked``); dead processes' markers are
     deleted."""

@@ -170,8 +170,16 @@ def compare_with_baseline(
     tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, found: dict[str, float | None]
 ) -> tuple[dict | None, dict, list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
-    Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply."""
-    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply. The
+    baseline is held while it is scored: another run's export never prunes it meanwhile."""
+    with registry.held_baseline(args.model_dir, run["data_interval_end"], run["run_id"]) as baseline:
+        return compared(tf, args, spec, manifest, found, baseline)
+
+
+def compared(
+    tf, args: EvaluateArgs, spec: Spec, manifest: dict, found: dict[str, float | None], baseline: dict | None
+) -> tuple[dict | None, dict, list[str]]:
+    """``compare_with_baseline`` against ``baseline`` (None: there is none)."""
     if baseline is None:
         if not spec.validation.change_thresholds:
             return None, {}, []

@@ -98,3 +98,12 @@ def test_a_prune_waits_while_another_process_chooses_and_then_spares_its_choice(
     holder.tell("hold 1", "unlock")
     prune.join(10)
     assert deleted == [2] and published(model_dir) == [1, 3]
+
+
+def test_the_baseline_an_evaluation_scores_is_held_until_it_is_done(model_dir):
+    """evaluate reads its baseline through ``held_baseline``: a prune meanwhile spares it."""
+    with registry.held_baseline(model_dir, "2026-11-02T00:00:00+00:00", "run-evaluating") as baseline:
+        assert baseline["version"] == 2 and registry.held(model_dir) == {2}
+        assert registry.prune(model_dir, 1, set()) == [1]
+    assert registry.held(model_dir) == set()
+    assert registry.prune(model_dir, 1, set()) == [2]
