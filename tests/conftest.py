@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -13,6 +14,7 @@ import signal
 import threading
 import time
 import types
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -70,6 +72,23 @@ def make_spec(root: str, **sections) -> dict:
         else:
             spec[key] = value
     return spec
+
+
+@contextlib.contextmanager
+def dags_folder(folder, specs: list[dict], what: str) -> Iterator[None]:
+    """Airflow's DAGs folder is ``folder`` (a path) meanwhile, holding one DAG file that builds a DAG of each spec
+    (``what``: the file's docstring)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "pipelines.py").write_text(
+        f'"""{what}"""\nfrom tfdist.operators import build_dag\n\n'
+        f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n"
+    )
+    saved = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
 
 
 @pytest.fixture(scope="session", autouse=True)

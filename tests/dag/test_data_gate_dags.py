@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import collecting_logger, make_spec, plan_for, run
+from tests.conftest import collecting_logger, dags_folder, make_spec, plan_for, run
 from tfdist.contract import EXIT_REFUSED, RunLayout, read_json, registry, run_path
 from tfdist.contract.data_gate import DATA_VALIDATION
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
@@ -67,15 +67,8 @@ def pipelines(tmp_path_factory):
     root, dags = str(tmp_path_factory.mktemp("data_gate")), tmp_path_factory.mktemp("data_gate_dags")
     specs = [gate_spec(root, "data_gate"), gate_spec(root, "data_gate_warn")]
     specs[1]["data"] = {**specs[1]["data"], "checks": {"mode": "warn"}}
-    (dags / "data_gate.py").write_text(
-        '"""Airflow DAGs of the data gate tests."""\n'
-        "from tfdist.operators import build_dag\n\n"
-        f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n"
-    )
-    saved = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
-    yield root
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
+    with dags_folder(dags, specs, "Airflow DAGs of the data gate tests."):
+        yield root
 
 
 def partition(root: str, day: dt.date, how: str | None) -> None:

@@ -14,7 +14,7 @@ import types
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import make_spec, task_instance
+from tests.conftest import dags_folder, make_spec, task_instance
 from tfdist.contract import registry
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import airflow_dags_test
@@ -39,21 +39,12 @@ def test_the_first_task_refuses_a_future_interval_before_writing_anything(tmp_pa
 
 @pytest.mark.e2e
 def test_airflow_runs_a_future_logical_date_and_its_first_task_fails_without_retry(tmp_path):
-    root, dags = tmp_path / "artifacts", tmp_path / "dags"
-    dags.mkdir()
+    root = tmp_path / "artifacts"
     spec = make_spec(str(root), name=DAG_ID, export={"model_name": DAG_ID})
-    (dags / "future.py").write_text(
-        f'"""The Airflow DAG of the future interval test."""\nfrom tfdist.operators import build_dag\n\n'
-        f"dag = build_dag({spec!r})\n"
-    )
-    saved = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
-    try:
+    with dags_folder(tmp_path / "dags", [spec], "The Airflow DAG of the future interval test."):
         future = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=365)
         outcome = airflow_dags_test(DAG_ID, future, str(tmp_path / "dags-test.log"), echo=False)
         states = task_states(outcome.run_id)
-    finally:
-        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
     log = open(outcome.log_path).read()
     assert outcome.state == "failed", log[-4000:]
     assert (states["prepare_data"], states["train"]) == ("failed", "upstream_failed"), states

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from sklearn import metrics
 
+from tests.conftest import dags_folder
 from tfdist.contract import RunLayout, read_json, registry, run_path
 from tfdist.operators.demo import airflow_dags_test, example_table, write_table_partitions
 
@@ -124,23 +125,15 @@ def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame, dict]]:
         table = table.sample(n=p["rows"], random_state=0) if p["rows"] else table
         held_out[name] = table.sample(frac=0.2, random_state=1)
         write_table_partitions(os.path.join(root, "raw", name), table.drop(held_out[name].index), DAY, 1, "t.csv")
-        dag = f"dag = build_dag({spec(name, root)!r})\n"
-        (dags / f"{name}.py").write_text(
-            f'"""The Airflow DAG of a tabular test."""\nfrom tfdist.operators import build_dag\n\n{dag}'
-        )
-    saved = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
     logs = tmp_path_factory.mktemp("tabular_logs")
     found = {}
-    try:
+    with dags_folder(dags, [spec(name, root) for name in PIPELINES], "The Airflow DAGs of the tabular tests."):
         for name in PIPELINES:
             outcome = airflow_dags_test(f"{name}_tabular", DAY + dt.timedelta(days=1), str(logs / f"{name}.log"))
             assert outcome.state == "success", open(outcome.log_path).read()[-5000:]
             (version,) = registry.versions(os.path.join(root, "models", name))
             blessing = read_json(RunLayout(run_path(root, f"{name}_tabular", outcome.run_id)).blessing_file)
             found[name] = (version, held_out[name], blessing)
-    finally:
-        os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
     return found
 
 

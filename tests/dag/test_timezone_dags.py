@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.conftest import make_spec
+from tests.conftest import dags_folder, make_spec
 from tfdist.contract import RunLayout, read_json, run_path
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 
@@ -28,15 +28,8 @@ def pipelines(tmp_path_factory):
         make_spec(root, name=f"tz_{city}", timezone=zone, export={"model_name": f"tz_{city}"})
         for city, zone in (("tokyo", "Asia/Tokyo"), ("new_york", "America/New_York"))
     ]
-    (dags / "timezones.py").write_text(
-        '"""Airflow DAGs of the time zone tests."""\n'
-        "from tfdist.operators import build_dag\n\n"
-        f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n"
-    )
-    saved = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
-    yield root
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
+    with dags_folder(dags, specs, "Airflow DAGs of the time zone tests."):
+        yield root
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import make_spec
+from tests.conftest import dags_folder, make_spec
 from tfdist.contract import RunLayout, read_json, registry, run_path
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 
@@ -31,14 +31,8 @@ def pipeline(tmp_path_factory):
         validation={"thresholds": {"accuracy": {"lower": 0.5}}},
         export={"model_name": DAG_ID},
     )
-    (dags / "warm.py").write_text(
-        '"""The Airflow DAG of the warm start test."""\n'
-        f"from tfdist.operators import build_dag\n\ndag = build_dag({spec!r})\n"
-    )
-    saved = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
-    yield root
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = saved
+    with dags_folder(dags, [spec], "The Airflow DAG of the warm start test."):
+        yield root
 
 
 ASSET_EVENTS = """
