@@ -237,7 +237,10 @@ class Reader:
 @contextlib.contextmanager
 def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
     """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
-    deletes it meanwhile."""
+    deletes it meanwhile. Without a model directory there is none (and none is made)."""
+    if not os.path.isdir(model_dir):
+        yield None
+        return
     with locked(model_dir):
         baseline = baseline_for(model_dir, interval_end, run_id)
         reader = Reader(model_dir, baseline["version"], run_id) if baseline else None

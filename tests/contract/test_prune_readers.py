@@ -107,3 +107,7 @@ def test_the_baseline_an_evaluation_scores_is_held_until_it_is_done(model_dir):
         assert registry.prune(model_dir, 1, set()) == [1]
     assert registry.held(model_dir) == set()
     assert registry.prune(model_dir, 1, set()) == [2]
+    nothing_yet = os.path.join(os.path.dirname(model_dir), "unpublished")
+    with registry.held_baseline(nothing_yet, "2026-11-02T00:00:00+00:00", "run-evaluating") as baseline:
+        assert baseline is None
+    assert not os.path.exists(nothing_yet)  # a run that publishes nothing leaves no model directory
