@@ -444,6 +444,11 @@ Metric = Literal["accuracy", "top_5_accuracy", "auc", "pr_auc", "log_loss", "cal
 class _ModelBase(_Section):
     optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
     """Keras optimizer."""
+    embedding_optimizer: Literal["lazy_adam", "adagrad", "sgd"] | None = None
+    """The optimizer of the tables of weights by id (embeddings, wide_deep's linear weights and crosses), which then
+    updates only the rows a step looked up, their slots included: 'lazy_adam' (Adam's moments of a row move only
+    when the row is looked up), 'adagrad', 'sgd'; same learning rate as 'optimizer'. Default: 'optimizer' trains them
+    too, and Keras's Adam, AdamW and RMSprop then update every row their slots have moved, each step."""
     learning_rate: Annotated[float, Field(gt=0, le=10)] = 1e-3
     """Optimizer learning rate."""
     loss: Literal["sparse_categorical_crossentropy", "binary_crossentropy", "mse", "huber"] | None = None
@@ -560,6 +565,16 @@ class WarmStartSpec(_Section):
     random weights, naming them; 'fail' refuses the run (no retry)."""
 
 
+class ParameterServerSpec(_Section):
+    """How the tables of weights by id are spread over the parameter servers."""
+
+    shard_min_bytes: Annotated[int, Field(ge=1 << 16)] = 1 << 22
+    """A table of more float32 bytes than this is split by rows into shards (ShardedVariable), one or more per ps task,
+    each at least this big; its optimizer slots are split alike, on the same tasks."""
+    max_shards: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """The most shards of one table; default: 'training.num_ps'."""
+
+
 class TrainingSpec(_Section):
     backend: Literal["tf", "mpi"] = "tf"
     """'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."""
@@ -575,6 +590,12 @@ class TrainingSpec(_Section):
     """Parameter-server tasks (strategy 'parameter_server' only)."""
     mpi: MPISpec | None = None
     """Horovod settings (backend 'mpi' only; defaults apply when omitted)."""
+    parameter_server: ParameterServerSpec | None = None
+    """How tables are sharded over the ps tasks (strategy 'parameter_server' only; defaults apply when omitted)."""
+    sparse_gradients: Literal["gather", "dense", "auto"] = "auto"
+    """With all-reduce (multi_worker_mirrored, Horovod), a table's gradient of the rows a step looked up: 'gather'
+    all-gathers the rows, 'dense' makes it a whole table and all-reduces it, 'auto' chooses per table by its rows
+    and the rows a step looks up."""
     gpus_per_worker: Annotated[int, Field(ge=0, le=16)] = 0
     """GPUs each worker uses (given with CUDA_VISIBLE_DEVICES locally, with Horovod one per rank; on
     Kubernetes nvidia.com/gpu limits)."""
@@ -668,11 +689,17 @@ class TrainingSpec(_Section):
                 f"training.num_ps: parameter servers need strategy 'parameter_server', got "
                 f"{self.num_ps} with 'multi_worker_mirrored'"
             )
+        if self.parameter_server is not None and self.strategy != "parameter_server":
+            raise ValueError("training.parameter_server: table sharding needs strategy 'parameter_server'")
         return self
 
     @property
     def mpi_settings(self) -> MPISpec:
         return self.mpi or MPISpec()
+
+    @property
+    def parameter_server_settings(self) -> ParameterServerSpec:
+        return self.parameter_server or ParameterServerSpec()
 
     @property
     def elastic(self) -> bool:

@@ -38,6 +38,7 @@ ON_KUBERNETES = {
     },
 }
 ON_HOROVOD = {"training.backend": "mpi", "training.mpi": {"controller": "mpi"}}
+ON_PARAMETER_SERVERS = {"training.strategy": "parameter_server", "training.num_ps": 2, "training.parameter_server": {}}
 PARTITIONED = {"schedule": {"assets": ["s3://lake/raw/digits"], "partitions": "day"}}
 CNN = {"model": {"family": "cnn", "image_shape": [8, 8, 1]}}
 
@@ -473,9 +474,11 @@ def test_what_the_model_reads_and_the_schema_does_not_describe(change):
 
 
 def with_path(path: str) -> dict:
-    """BASE where the field at ``path`` exists: Horovod settings for 'training.mpi', the family holding a
-    'model' field."""
+    """BASE where the field at ``path`` exists: Horovod settings for 'training.mpi', parameter servers for
+    'training.parameter_server', the family holding a 'model' field."""
     spec = changed(BASE, ON_HOROVOD) if path.startswith("training.mpi.") else BASE
+    if path.startswith("training.parameter_server."):
+        spec = changed(spec, ON_PARAMETER_SERVERS)
     if path.startswith("model."):
         family = next(
             m for m in ("mlp", "wide_deep", "cnn", "custom") if path.removeprefix("model.") in family_fields(m)
