@@ -15,7 +15,7 @@ import math
 import os
 import sys
 
-from bench.handwritten import examples_per_sec, input_fn, loop_parser
+from bench.handwritten import examples_per_sec, input_fn, loop_parser, tabular_parse
 from tests.conftest import DAY, collecting_logger, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract import MANIFEST, read_json
@@ -144,21 +144,7 @@ def main() -> None:
         if f.get("vocabulary")
     }
     global_batch = 64
-    kinds = {
-        "numeric": lambda f: tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32),
-        "categorical": lambda f: tf.io.FixedLenFeature([1], tf.string),
-        "categorical_list": lambda f: tf.io.RaggedFeature(tf.string),
-    }
-    label = manifest["label"]["name"]
-    schema = {f["name"]: kinds[f["kind"]](f) for f in manifest["features"]} | {
-        label: tf.io.FixedLenFeature([1], tf.int64)
-    }
-
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, schema)
-        labels = tf.cast(parsed.pop(label), tf.float32)
-        return {k: v.to_tensor("") if isinstance(v, tf.RaggedTensor) else v for k, v in parsed.items()}, labels
-
+    parse = tabular_parse(tf, manifest)
     files = [os.path.join(args.data, s["file"]) for s in manifest["train"]["shards"]]
 
     dataset = input_fn(tf, files, parse, global_batch)

@@ -7,6 +7,7 @@ pools sized to it (TensorFlow's default gives every process every core: oversubs
     python -m bench.handwritten mirrored ...   one process per worker, TF_CONFIG cluster (MultiWorkerMirroredStrategy)
     python -m bench.handwritten ps ...         chief + ps + workers from TF_CONFIG (ParameterServerStrategy)
     python -m bench.handwritten horovod ...    one rank per process under horovodrun
+    python -m bench.handwritten sharded_ps ... the same cluster: bench/ctr.py's model with sharded tables, by hand
 
 The local processes are the TF cluster's workers (or Horovod's local ranks); with more processes than cores
 (the parameter-server cluster) none is pinned. The chief prints ``examples/s <rate>`` counted after the first
@@ -15,7 +16,9 @@ call."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import time
 
@@ -50,6 +53,44 @@ def input_fn(tf, files: list[str], parse, global_batch: int):
     return dataset
 
 
+def tabular_parse(tf, manifest: dict):
+    """A hand-written parser of prepare_data's tabular shards: numeric features float32 [batch, n], categorical
+    strings [batch, 1], lists [batch, None] padded with "", the label float32 [batch, 1]."""
+    kinds = {
+        "numeric": lambda f: tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32),
+        "categorical": lambda f: tf.io.FixedLenFeature([1], tf.string),
+        "categorical_list": lambda f: tf.io.RaggedFeature(tf.string),
+    }
+    label = manifest["label"]["name"]
+    schema = {f["name"]: kinds[f["kind"]](f) for f in manifest["features"]} | {
+        label: tf.io.FixedLenFeature([1], tf.int64)
+    }
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, schema)
+        labels = tf.cast(parsed.pop(label), tf.float32)
+        return {k: v.to_tensor("") if isinstance(v, tf.RaggedTensor) else v for k, v in parsed.items()}, labels
+
+    return parse
+
+
+def ps_cluster(tf, partitioner=None):
+    """In a parameter-server cluster from TF_CONFIG: a ps or worker task serves until it is stopped (None); the chief
+    gets (the strategy, its coordinator)."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type in ("ps", "worker"):
+        tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=resolver.task_type,
+            task_index=resolver.task_id,
+            protocol="grpc",
+            start=True,
+        ).join()
+        return None
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+
 def examples_per_sec(call, args: argparse.Namespace, global_batch: int, wait) -> float:
     """Examples/s of ``call()`` (``args.steps_per_call`` steps) repeated for ``args.steps`` steps, at least twice,
     the first call (tracing) not counted; ``wait(result)`` returns when a call's work is done."""
@@ -80,9 +121,120 @@ def pin_to_own_cores(mode: str) -> int:
     return share
 
 
+class LazyAdam:
+    """Adam on the rows a step looked up only: per shard of a table, its moments colocated with it, the update
+    computed on the shard's ps task and scattered into the shard, the moments and the rows."""
+
+    def __init__(self, tf, strategy, shards: list, learning_rate: float, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self.tf, self.shards = tf, shards
+        self.learning_rate, self.beta_1, self.beta_2, self.epsilon = learning_rate, beta_1, beta_2, epsilon
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.moments = []
+        for shard in shards:
+            with strategy.extended.colocate_vars_with(shard):
+                zeros = tf.zeros(shard.shape)
+                self.moments.append((tf.Variable(zeros, trainable=False), tf.Variable(zeros, trainable=False)))
+
+    def apply(self, gradients: list) -> None:
+        """One step of the shards' gradients (IndexedSlices, an id repeated in a batch summed)."""
+        tf = self.tf
+        t = tf.cast(self.iterations.assign_add(1), tf.float32)
+        rate = self.learning_rate * tf.sqrt(1 - self.beta_2**t) / (1 - self.beta_1**t)
+        for gradient, shard, (m, v) in zip(gradients, self.shards, self.moments, strict=True):
+            with tf.device(shard.device):
+                ids, position = tf.unique(gradient.indices)
+                rows = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(ids)[0])
+                m_rows = self.beta_1 * m.sparse_read(ids) + (1 - self.beta_1) * rows
+                v_rows = self.beta_2 * v.sparse_read(ids) + (1 - self.beta_2) * tf.square(rows)
+                m.scatter_update(tf.IndexedSlices(m_rows, ids))
+                v.scatter_update(tf.IndexedSlices(v_rows, ids))
+                shard.scatter_sub(tf.IndexedSlices(rate * m_rows / (tf.sqrt(v_rows) + self.epsilon), ids))
+
+
+def sharded_ps(args: argparse.Namespace, keras, tf) -> None:
+    """An mlp over tabular data with large hashed tables (bench/ctr.py), written by hand for a parameter-server
+    cluster without tfdist's training code: each table a tf.Variable that MinSizePartitioner (the spec's
+    training.parameter_server) shards over the ps tasks, created shard by shard there, looked up by hashed id; lazy
+    Adam on the tables, Keras's Adam on the dense tower."""
+    from tfdist.contract import read_json
+    from tfdist.spec import ParameterServerSpec, load_spec
+
+    spec = load_spec(read_json(args.spec))
+    t, m = spec.training, spec.model
+    sharding = t.parameter_server or ParameterServerSpec()
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=sharding.shard_min_bytes, max_shards=sharding.max_shards or t.num_ps
+    )
+    cluster = ps_cluster(tf, partitioner)
+    if cluster is None:
+        return
+    strategy, coordinator = cluster
+    manifest = read_json(os.path.join(args.data, MANIFEST))
+    numeric = [f["name"] for f in manifest["features"] if f["kind"] == "numeric"]
+    categorical = [f for f in manifest["features"] if f["kind"] == "categorical"]
+    mean = tf.constant([x for name in numeric for x in manifest["stats"][name]["mean"]])
+    std = tf.sqrt(tf.constant([x for name in numeric for x in manifest["stats"][name]["variance"]]))
+    hashing = {f["name"]: keras.layers.Hashing(f["hash_buckets"]) for f in categorical}
+
+    def uniform(shape, partition_shape=None, partition_offset=None):
+        return tf.random.uniform(partition_shape or shape, -0.05, 0.05)
+
+    with strategy.scope():
+        tables = {
+            f["name"]: tf.Variable(functools.partial(uniform, shape), shape=shape, dtype=tf.float32)
+            for f in categorical
+            if (shape := (f["ids"], f["embedding_dim"]))
+        }
+        layers = [
+            layer
+            for units in m.hidden_units
+            for layer in (keras.layers.Dense(units, activation=m.activation), keras.layers.Dropout(m.dropout))
+        ]
+        tower = keras.Sequential([*layers, keras.layers.Dense(1, activation="sigmoid")])
+        tower.build((None, len(numeric) + sum(f["embedding_dim"] for f in categorical)))
+        optimizer = keras.optimizers.Adam(m.learning_rate)
+        optimizer.build(tower.trainable_variables)
+        shards = [shard for table in tables.values() for shard in getattr(table, "variables", [table])]
+        lazy_adam = LazyAdam(tf, strategy, shards, m.learning_rate)
+    loss_fn = keras.losses.BinaryCrossentropy(reduction=None)
+    files = [os.path.join(args.data, s["file"]) for s in manifest["train"]["shards"]]
+    dataset = input_fn(tf, files, tabular_parse(tf, manifest), t.global_batch_size)
+    iterator = iter(coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(dataset)))
+
+    def step(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            parts = [(tf.concat([features[name] for name in numeric], axis=1) - mean) / std]
+            parts += [
+                tf.nn.embedding_lookup(table, hashing[name](features[name])[:, 0]) for name, table in tables.items()
+            ]
+            probability = tower(tf.concat(parts, axis=1), training=True)
+            loss = tf.nn.compute_average_loss(loss_fn(labels, probability), global_batch_size=t.global_batch_size)
+        dense, sparse = tape.gradient(loss, (tower.trainable_variables, shards))
+        optimizer.apply_gradients(zip(dense, tower.trainable_variables, strict=True))
+        lazy_adam.apply(sparse)
+        return loss
+
+    @tf.function
+    def train_steps(iterator):
+        loss = tf.constant(0.0)
+        for _ in tf.range(args.steps_per_call):
+            loss = strategy.run(step, args=(next(iterator),))
+        return loss
+
+    def call():
+        return coordinator.schedule(train_steps, args=(iterator,))
+
+    for _ in range(t.num_workers):  # every worker traces its steps before the timing (as the train stage's first call)
+        call()
+    coordinator.join()
+    rate = examples_per_sec(call, args, t.global_batch_size, wait=lambda _: coordinator.join())
+    print(f"examples/s {rate:.1f}", flush=True)
+
+
 def main() -> None:
     parser = loop_parser(__doc__)
-    parser.add_argument("mode", choices=["single", "mirrored", "ps", "horovod"])
+    parser.add_argument("mode", choices=["single", "mirrored", "ps", "horovod", "sharded_ps"])
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     cores = pin_to_own_cores(args.mode)  # before TensorFlow starts its threads, which inherit the cores
@@ -92,6 +244,8 @@ def main() -> None:
     if cores:
         tf.config.threading.set_intra_op_parallelism_threads(cores)
         tf.config.threading.set_inter_op_parallelism_threads(min(2, cores))
+    if args.mode == "sharded_ps":
+        return sharded_ps(args, keras, tf)
 
     from tfdist.trainer import data
     from tfdist.trainer.models import build_model, build_optimizer
@@ -117,18 +271,10 @@ def main() -> None:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         is_chief = not strategy.cluster_resolver.task_id
     elif args.mode == "ps":
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        if resolver.task_type in ("ps", "worker"):
-            tf.distribute.Server(
-                resolver.cluster_spec(),
-                job_name=resolver.task_type,
-                task_index=resolver.task_id,
-                protocol="grpc",
-                start=True,
-            ).join()
+        cluster = ps_cluster(tf)
+        if cluster is None:
             return
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        strategy, coordinator = cluster
     else:
         strategy = tf.distribute.get_strategy()
 

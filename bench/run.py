@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import categorical, follow, parse, serving, warm_start
+from bench import categorical, ctr, follow, parse, serving, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -72,6 +72,14 @@ class Budget:
     """... each figure the best of this many runs."""
     serving_calls: int
     """Serving latency (bench/serving.py): calls of each model per batch size."""
+    ctr_examples: int
+    """The CTR workload (bench/ctr.py): raw rows, ``ctr_epochs`` epochs of them per run,"""
+    ctr_epochs: int
+    ctr_tables: tuple[int, ...]
+    """... its table sizes (rows of its large tables; the step-time scaling and the Keras optimizer's contrast need
+    two),"""
+    ctr_modes: tuple[str, ...]
+    """... and its distribution modes (the goal's comparison needs one with parameter servers and one all-reduce)."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -93,6 +101,10 @@ BUDGETS = {
         summary_epochs=5,
         summary_best_of=1,
         serving_calls=40,
+        ctr_examples=6_000,
+        ctr_epochs=2,
+        ctr_tables=(1_000,),
+        ctr_modes=("parameter_server",),
     ),
     "full": Budget(
         repetitions=3,
@@ -109,6 +121,10 @@ BUDGETS = {
         summary_epochs=250,
         summary_best_of=3,
         serving_calls=2000,
+        ctr_examples=200_000,
+        ctr_epochs=2,
+        ctr_tables=(10_000, 1_000_000, 4_000_000),
+        ctr_modes=tuple(ctr.MODES),
     ),
 }
 
@@ -428,6 +444,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
         *follow.rows(results["follow"], ratio_row),
         *warm_start.rows(results["warm_start"], ratio_row),
         *categorical.rows(results["categorical"], ratio_row),
+        *ctr.rows(results["ctr"], ratio_row),
         *serving.rows(results["serving"], ratio_row),
     ]
 
@@ -496,6 +513,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
         *follow.absolutes(results["follow"]),
         *warm_start.absolutes(results["warm_start"]),
         *categorical.absolutes(results["categorical"]),
+        *ctr.absolutes(results["ctr"]),
         *serving.absolutes(results["serving"]),
     ]
 
@@ -579,6 +597,8 @@ def main() -> None:
         results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
         print("the tax of categorical features", flush=True)
         results["categorical"] = categorical.measure(os.path.join(work, "categorical"), budget)
+        print("the CTR workload: large embedding tables by mode", flush=True)
+        results["ctr"] = ctr.measure(os.path.join(work, "ctr"), budget)
         print("serving latency", flush=True)
         results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
         if budget.airflow_run:
