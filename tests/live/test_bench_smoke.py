@@ -39,11 +39,15 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
         "embedding sync mirrored, 2 workers, 200,000-row table",
         "embedding sync horovod, 2 workers, 1,000-row table",
         "categorical features: train stage / hand-written",
+        "CTR plugin tax, parameter_server",
         "serving latency, one raw row",
         *(["follow 8 pods / 2 pods: API requests per minute"] if os.geteuid() == 0 else []),
     ):
         assert any(f.startswith(expected) for f in figures), (expected, figures)
     assert all(row["median"] > 0 for row in report["rows"])
+    ctr = dict(report["absolute"])["CTR parameter_server, 1,000-row tables"]  # every process's memory, the bytes
+    assert all(f"{member} " in ctr for member in ("chief-0", "ps-0", "ps-1", "worker-0", "worker-1")), ctr
+    assert "nan" not in ctr, ctr
     assert (out / "latest.md").read_text().count("|") > 20
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "none" in dict(report["absolute"])["TensorFlow modules imported by parsing the DAG files"]
