@@ -227,14 +227,15 @@ class Workload:
         examples = read_json(os.path.join(some.layout.data_dir, MANIFEST))["train"]["examples"]
         self.steps = budget.ctr_epochs * (examples // GLOBAL_BATCH)
 
-    def plan(self, name: str, rows: int, training: dict, optimizer: str | None = SPARSE_OPTIMIZER):
-        plan = plan_for(self.work, name, DAY, **sections(rows, self.budget.ctr_epochs, training, optimizer))
+    def plan(self, name: str, rows: int, training: dict, optimizer: str | None = SPARSE_OPTIMIZER, epochs: int = 0):
+        epochs = epochs or self.budget.ctr_epochs
+        plan = plan_for(self.work, name, DAY, **sections(rows, epochs, training, optimizer))
         os.symlink(self.prepared[rows].layout.data_dir, plan.layout.data_dir)
         return plan
 
-    def ours(self, name: str, rows: int, training: dict, optimizer: str | None = SPARSE_OPTIMIZER) -> dict:
+    def ours(self, name: str, rows: int, training: dict, optimizer: str | None = SPARSE_OPTIMIZER, epochs: int = 0):
         """The train stage's examples/s, loopback bytes per step and each training process's peak RSS (MB)."""
-        plan = self.plan(name, rows, training, optimizer)
+        plan = self.plan(name, rows, training, optimizer, epochs)
         lines: list[tuple[float, str]] = []
         logger, _ = collecting_logger(name, lambda line: lines.append((time.monotonic(), line)))
         with Watch(TRAIN_MODULE) as watch:
@@ -269,8 +270,8 @@ class Workload:
 
 def measure(work: str, budget) -> dict:
     """Per repetition, in alternating order: every mode at every table size, the hand-written script at the largest,
-    the Keras optimizer at the smallest and the largest (parameter_server; with two table sizes or more); then
-    Horovod's bytes over TCP once per table size."""
+    the Keras optimizer at the smallest and the largest (parameter_server, one epoch: its dense update of a large
+    table is slow; with two table sizes or more); then Horovod's bytes over TCP once per table size."""
     logging.getLogger("tfdist.test").propagate = False
     skipped = {mode: why for mode in budget.ctr_modes if (why := refused(mode))}
     modes = [mode for mode in budget.ctr_modes if mode not in skipped]
@@ -289,7 +290,7 @@ def measure(work: str, budget) -> dict:
         cases.append(
             (
                 f"keras/{rows}",
-                lambda r, rows=rows: w.ours(f"ctr-keras-{rows}-r{r}", rows, MODES["parameter_server"], None),
+                lambda r, rows=rows: w.ours(f"ctr-keras-{rows}-r{r}", rows, MODES["parameter_server"], None, 1),
             )
         )
     samples: dict[str, list] = {name: [] for name, _ in cases}
