@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import types
 from collections.abc import Iterator
 from typing import ClassVar
@@ -149,8 +150,16 @@ class SparseOptimizer(tf.Module):
             for slot, start in self.slots_start.items():
                 shards = []
                 for piece in pieces(table):
-                    with strategy.extended.colocate_vars_with(piece):
-                        shards.append(tf.Variable(tf.fill(piece.shape, start), trainable=False, name=f"{name}_{slot}"))
+                    with strategy.extended.colocate_vars_with(piece):  # made there, by a callable
+                        shards.append(
+                            tf.Variable(
+                                functools.partial(tf.fill, piece.shape, start),
+                                shape=piece.shape,
+                                dtype=tf.float32,
+                                trainable=False,
+                                name=f"{name}_{slot}",
+                            )
+                        )
                 split = hasattr(table, "variables")
                 self.slots[name][slot] = tf.__internal__.distribute.ShardedVariable(shards) if split else shards[0]
             for i, piece in enumerate(pieces(table)):

@@ -156,7 +156,8 @@ def slots_of(layer, optimizers: dict[str, Any]) -> list:
 
 
 def whole(variable) -> np.ndarray:
-    """A variable's value; a split table's shards joined."""
+    """A variable's value; a split table's shards joined (on the chief: the rows matched by token are carried
+    there)."""
     if hasattr(variable, "variables"):
         return np.concatenate([piece.numpy() for piece in variable.variables])
     return variable.numpy()
@@ -170,6 +171,23 @@ def assign_whole(variable, value: np.ndarray) -> None:
     start = 0
     for piece in variable.variables:
         piece.assign(value[start : start + piece.shape[0]])
+        start += piece.shape[0]
+
+
+def restore_shards(tf, variable, prefix: str, key: str) -> None:
+    """A split table's rows from the checkpoint at ``prefix`` (``key``): each shard's slice read and assigned on its
+    own ps task, never whole on the chief."""
+    rows, width = variable.shape
+    start = 0
+    for piece in variable.variables:
+        with tf.device(piece.device):
+            value = tf.raw_ops.RestoreV2(
+                prefix=prefix,
+                tensor_names=[key],
+                shape_and_slices=[f"{rows} {width} {start},{piece.shape[0]}:-"],
+                dtypes=[piece.dtype],
+            )[0]
+            piece.assign(value)
         start += piece.shape[0]
 
 
@@ -279,8 +297,13 @@ class ParentRestore:
         for path in ours:  # the parent's step counter is not restored
             variable = objects[path]
             if path == path_of[id(variable)] and (path.startswith("model/") or with_optimizer):
-                value = reader.get_tensor(stored[path][0])
-                assign_whole(variable, rows[path].carried(whole(variable), value) if path in rows else value)
+                key = stored[path][0]
+                if path in rows:
+                    assign_whole(variable, rows[path].carried(whole(variable), reader.get_tensor(key)))
+                elif hasattr(variable, "variables"):
+                    restore_shards(tf, variable, prefix, key)
+                else:
+                    variable.assign(reader.get_tensor(key))
         optimizers["optimizer"].learning_rate.assign(learning_rate)
         restored = "model and optimizer" if with_optimizer else "model (another optimizer)"
         return self.record(model, restored=restored, vocabularies=vocabularies)
