@@ -1304,6 +1304,11 @@ class Spec(_Section):
                 f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
                 f"optimizer's slots), over half of its memory {memory}; lower vocabulary.max_tokens, hash_buckets "
                 f"or embedding_dim, or give the {role} pods more memory (kubernetes.roles.{role}.memory)"
+                + (
+                    ""
+                    if role == "ps"
+                    else ", or split the tables over parameter servers (training.strategy parameter_server)"
+                )
             )
         return self
 

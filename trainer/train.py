@@ -808,13 +808,17 @@ def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
     tables = table_bytes(spec, manifest)
     if not tables:
         return
-    each = max(sum(tables.values()) // t.num_ps, max(tables.values())) if role == "ps" else sum(tables.values())
+    each = sum(tables.values()) // t.num_ps if role == "ps" else sum(tables.values())  # split or round-robin
     sharing = processes_on_this_host(config)
     needed = each * sharing
     available, source = memory_limit()
     if needed > available // 2:
         largest = sorted(tables.items(), key=lambda item: -item[1])
-        fix = f"give the {role}s more memory" + (" or add parameter servers (training.num_ps)" if role == "ps" else "")
+        fix = f"give the {role}s more memory, or " + (
+            "add parameter servers (training.num_ps)"
+            if role == "ps"
+            else "split the tables over parameter servers (training.strategy parameter_server)"
+        )
         here = f" ({sharing} such processes on this host: {needed / 2**20:,.0f} MiB)" if sharing > 1 else ""
         fail(
             f"the tables of the categorical features need {each / 2**20:,.0f} MiB in this {role} process with the "
