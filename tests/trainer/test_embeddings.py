@@ -52,3 +52,27 @@ def test_a_step_changes_only_the_rows_it_looked_up_as_the_keras_optimizer_change
     np.testing.assert_allclose(after["table"][later], theirs.numpy()[later], rtol=1e-6, atol=1e-7)
     if name == "lazy_adam":  # where Keras's Adam moved rows not looked up, by their moments
         assert not np.allclose(theirs.numpy()[looked_up], before["table"][looked_up])
+
+
+@pytest.mark.parametrize(
+    ("choice", "dense_tables"),
+    [("gather", []), ("dense", [20, 1000]), ("auto", [20])],  # auto: tables of at most half the global batch's rows
+)
+def test_sparse_gradients_chooses_which_tables_gradients_are_made_dense(tmp_path, choice, dense_tables):
+    import tensorflow as tf
+
+    from tests.conftest import make_spec
+    from tfdist.spec import load_spec
+    from tfdist.trainer.train import dense_rows, densified
+
+    training = load_spec(make_spec(str(tmp_path), training={"sparse_gradients": choice, "global_batch_size": 64}))
+    tables = [tf.Variable(tf.zeros([rows, WIDTH])) for rows in (20, 1000)]
+    gradients = [lookup_gradient(tf, table, [1, 2, 2]) for table in tables]
+    synced = densified(tf, gradients, tables, dense_rows(training.training))
+    assert [
+        t.shape[0] for t, g in zip(tables, synced, strict=True) if not isinstance(g, tf.IndexedSlices)
+    ] == dense_tables
+    for table, gradient in zip(tables, synced, strict=True):
+        np.testing.assert_array_equal(
+            tf.convert_to_tensor(gradient), tf.convert_to_tensor(lookup_gradient(tf, table, [1, 2, 2]))
+        )
