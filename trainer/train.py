@@ -493,11 +493,27 @@ class TrainingRun:
                 f"{self.start_step} of {self.total_steps} ({self.steps_per_epoch} steps/epoch, global batch "
                 f"{self.global_batch}, {sync.workers} workers, cores {cores})"
             )
+            self.say_split_tables()
             os.makedirs(self.args.heartbeats, exist_ok=True)
             if sync.is_chief:
                 self.summaries = scalar_writer(self.tf, self.args.tensorboard)
             self.started = self.stepped = self.last_report = time.monotonic()
             self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
+
+    def say_split_tables(self) -> None:
+        """Log the tables split over the ps tasks: their shards and the tasks holding them."""
+        from tfdist.trainer.embeddings import tables
+
+        split = {name: table.variables for name, table in tables(self.model).items() if hasattr(table, "variables")}
+        if split:
+            say(
+                f"{self.sync.name}: tables split over the ps tasks: "
+                + "; ".join(
+                    f"{name} {len(shards)} shards on ps "
+                    + ",".join(str(self.tf.DeviceSpec.from_string(shard.device).task) for shard in shards)
+                    for name, shards in split.items()
+                )
+            )
 
     @property
     def variables(self) -> list:

@@ -1,10 +1,12 @@
 """A table too large for one parameter server: a 2-million-row × 32 table (256 MB of float32, 768 MB with lazy Adam's
-slots) trains split over 2 ps tasks, none of the processes ever holding it whole; its checkpoint restores into 3 ps
-tasks; evaluate and export restore it whole in one process, and the published SavedModel serves raw rows."""
+slots) trains split over 2 ps tasks, none of the processes ever holding it whole; its checkpoint warm-starts a run
+with 3 ps tasks, with a split vocabulary table whose tokens changed matched by token; evaluate and export restore
+the tables whole in one process, and the published SavedModel serves raw rows."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -22,7 +24,12 @@ pytestmark = pytest.mark.e2e
 
 ROWS, WIDTH = 2_000_000, 32
 TABLE_MB = ROWS * WIDTH * 4 / 2**20
-FEATURES = [dict(f, hash_buckets=ROWS, embedding_dim=WIDTH) if f["name"] == "device" else f for f in tabular.FEATURES]
+SPLIT = {  # device: 2M hashed ids; country: a vocabulary of some 500 tokens, 128 wide (256 kB: split at 64 kB)
+    "device": {"hash_buckets": ROWS, "embedding_dim": WIDTH},
+    "country": {"vocabulary": {"max_tokens": 1000, "oov_buckets": 2}, "embedding_dim": 128},
+}
+FEATURES = [dict(f, **SPLIT.get(f["name"], {})) for f in tabular.FEATURES]
+COUNTRIES = [f"c{i}" for i in range(700)]
 SERVE = """
 import json, sys
 import tensorflow as tf
@@ -34,19 +41,20 @@ print(json.dumps(out["probability"].numpy().ravel().tolist()))
 """
 
 
-def sections(num_ps: int, warm_start: str = "none") -> dict:
+def sections(num_ps: int, table: str, warm_start: str = "none") -> dict:
     training = {"strategy": "parameter_server", "num_ps": num_ps, "num_workers": 2, "epochs": 1}
+    training["parameter_server"] = {"shard_min_bytes": 2**16}
     return {
-        "data": tabular.data_section("binary", FEATURES),
+        "data": tabular.data_section("binary", FEATURES, table),
         "model": {**MLP, "embedding_optimizer": "lazy_adam"},
         "training": {**training, "warm_start": warm_start, "checkpoint_every_steps": 20, "summary_every_steps": 20},
         "validation": tabular.VALIDATION["binary"],
     }
 
 
-def trained_with_peaks(plan) -> dict[str, float]:
-    """Run the train stage; each process's peak resident memory (MiB), sampled while it runs."""
-    logger, _ = collecting_logger("train")
+def trained_with_peaks(plan) -> tuple[dict[str, float], list[str]]:
+    """Run the train stage: each process's peak resident memory (MiB), sampled while it runs, and the log."""
+    logger, lines = collecting_logger("train")
     launcher, peaks, done = LocalLauncher(plan), {}, threading.Event()
 
     def sample() -> None:
@@ -67,11 +75,16 @@ def trained_with_peaks(plan) -> dict[str, float]:
     finally:
         done.set()
         sampler.join()
-    return peaks
+    return peaks, lines.lines
 
 
-def assert_split(peaks: dict[str, float], num_ps: int) -> None:
-    """Each ps held its share of the table and its two slots; the chief and the workers none of it."""
+def assert_split(trained: tuple[dict[str, float], list[str]], num_ps: int) -> None:
+    """Both tables were split, over every ps task; each ps held its share of the large table and its two slots, the
+    chief and the workers none of it."""
+    peaks, lines = trained
+    every, log = ",".join(str(i) for i in range(num_ps)), "".join(lines)
+    assert f"device_embedding {num_ps} shards on ps {every}" in log, [line for line in lines if "split" in line]
+    assert re.search(r"country_embedding [23] shards on ps", log)
     servers = [peaks[f"ps-{i}"] for i in range(num_ps)]
     assert min(servers) > 3 * TABLE_MB / num_ps, peaks
     for other in ("chief-0", "worker-0", "worker-1"):
@@ -86,16 +99,18 @@ def published(plan) -> dict:
 
 def test_a_2m_row_table_trains_split_over_parameter_servers_and_warm_starts_into_more(tmp_path):
     root = str(tmp_path)
-    plan = plan_for(root, "two_ps", DAY, **sections(num_ps=2))
-    tabular.prepare(plan, 3000)
+    plan = plan_for(root, "two_ps", DAY, **sections(num_ps=2, table="parent"))
+    tabular.prepare(plan, 3000, countries=COUNTRIES[:600])
     assert_split(trained_with_peaks(plan), 2)
     parent = published(plan)
 
-    child = plan_for(root, "three_ps", DAY, **sections(num_ps=3, warm_start="baseline"))
-    tabular.prepare(child, 3000)
+    child = plan_for(root, "three_ps", DAY, **sections(num_ps=3, table="child", warm_start="baseline"))
+    tabular.prepare(child, 3000, countries=COUNTRIES[100:])
     assert_split(trained_with_peaks(child), 3)
     record = read_json(child.layout.warm_start_file)
     assert record["parent"]["version"] == parent["version"] and record["restored"] == "model and optimizer", record
+    countries = record["vocabularies"]["country"]
+    assert countries["carried"] > 100 and countries["new"] > 0 and countries["dropped"] > 0, countries
 
     version = published(child)
     served = subprocess.run(
