@@ -155,40 +155,32 @@ def slots_of(layer, optimizers: dict[str, Any]) -> list:
     return [v for v in optimizer.variables if slot.fullmatch(v.path)]
 
 
-def whole(variable) -> np.ndarray:
-    """A variable's value; a split table's shards joined (on the chief: the rows matched by token are carried
-    there)."""
-    if hasattr(variable, "variables"):
-        return np.concatenate([piece.numpy() for piece in variable.variables])
-    return variable.numpy()
-
-
-def assign_whole(variable, value: np.ndarray) -> None:
-    """Assign ``value`` to a variable; to a split table, each shard its rows."""
-    if not hasattr(variable, "variables"):
-        variable.assign(value)
-        return
-    start = 0
+def restore_shards(tf, variable, prefix: str, key: str, parent_rows: int, match: TokenRows | None) -> None:
+    """A split table's rows from the checkpoint at ``prefix`` (``key``, ``parent_rows`` rows), each shard's read
+    and written on its own ps task, never whole anywhere: its own rows, or with ``match`` the rows matched by token,
+    gathered from the parent's table a shard's worth of rows at a time."""
+    width, start = variable.shape[1], 0
     for piece in variable.variables:
-        piece.assign(value[start : start + piece.shape[0]])
-        start += piece.shape[0]
-
-
-def restore_shards(tf, variable, prefix: str, key: str) -> None:
-    """A split table's rows from the checkpoint at ``prefix`` (``key``): each shard's slice read and assigned on its
-    own ps task, never whole on the chief."""
-    rows, width = variable.shape
-    start = 0
-    for piece in variable.variables:
+        rows = piece.shape[0]
+        if match is None:
+            ours, parents = np.arange(rows), np.arange(start, start + rows)
+        else:
+            mine = (match.ours >= start) & (match.ours < start + rows)
+            ours, parents = match.ours[mine] - start, match.parents[mine]
         with tf.device(piece.device):
-            value = tf.raw_ops.RestoreV2(
-                prefix=prefix,
-                tensor_names=[key],
-                shape_and_slices=[f"{rows} {width} {start},{piece.shape[0]}:-"],
-                dtypes=[piece.dtype],
-            )[0]
-            piece.assign(value)
-        start += piece.shape[0]
+            for first in range(0, parent_rows, rows):
+                chunk = (parents >= first) & (parents < first + rows)
+                if not chunk.any():
+                    continue
+                count = min(rows, parent_rows - first)
+                value = tf.raw_ops.RestoreV2(
+                    prefix=prefix,
+                    tensor_names=[key],
+                    shape_and_slices=[f"{parent_rows} {width} {first},{count}:-"],
+                    dtypes=[piece.dtype],
+                )[0]
+                piece.scatter_update(tf.IndexedSlices(tf.gather(value, parents[chunk] - first), ours[chunk]))
+        start += rows
 
 
 def readable(path: str, model) -> str:
@@ -297,11 +289,11 @@ class ParentRestore:
         for path in ours:  # the parent's step counter is not restored
             variable = objects[path]
             if path == path_of[id(variable)] and (path.startswith("model/") or with_optimizer):
-                key = stored[path][0]
-                if path in rows:
-                    assign_whole(variable, rows[path].carried(whole(variable), reader.get_tensor(key)))
-                elif hasattr(variable, "variables"):
-                    restore_shards(tf, variable, prefix, key)
+                key, shape = stored[path]
+                if hasattr(variable, "variables"):
+                    restore_shards(tf, variable, prefix, key, shape[0], rows.get(path))
+                elif path in rows:
+                    variable.assign(rows[path].carried(variable.numpy(), reader.get_tensor(key)))
                 else:
                     variable.assign(reader.get_tensor(key))
         optimizers["optimizer"].learning_rate.assign(learning_rate)

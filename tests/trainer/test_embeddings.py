@@ -76,3 +76,23 @@ def test_sparse_gradients_chooses_which_tables_gradients_are_made_dense(tmp_path
         np.testing.assert_array_equal(
             tf.convert_to_tensor(gradient), tf.convert_to_tensor(lookup_gradient(tf, table, [1, 2, 2]))
         )
+
+
+@pytest.mark.parametrize("by_token", [False, True])
+def test_a_split_tables_rows_are_restored_shard_by_shard_as_they_would_be_whole(tmp_path, by_token):
+    import tensorflow as tf
+
+    from tfdist.trainer.warm_start import TokenRows, restore_shards
+
+    rng = np.random.default_rng(1)
+    parent_tokens, tokens = [f"t{i}" for i in range(30)], [f"t{i}" for i in range(10, 45)]
+    parent = rng.normal(size=(2 + len(parent_tokens), WIDTH)).astype("float32")
+    ours = rng.normal(size=(2 + len(tokens) if by_token else len(parent), WIDTH)).astype("float32")
+    prefix = tf.train.Checkpoint(table=tf.Variable(parent)).write(str(tmp_path / "parent"))
+    split = tf.__internal__.distribute.ShardedVariable(
+        [tf.Variable(ours[:13]), tf.Variable(ours[13:26]), tf.Variable(ours[26:])]
+    )
+    match = TokenRows.between(tokens, 2, parent_tokens, 2) if by_token else None
+    restore_shards(tf, split, prefix, "table/.ATTRIBUTES/VARIABLE_VALUE", len(parent), match)
+    expected = match.carried(ours, parent) if match else parent
+    np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in split.variables]), expected)
