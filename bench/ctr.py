@@ -378,7 +378,8 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
                 (
                     f"CTR {mode}, {size:,}-row tables",
                     f"{figures['examples_per_sec']:,.0f} examples/s, {figures['step_ms']:.1f} ms per step, "
-                    f"{figures['bytes_per_step'] / 2**10:,.0f} KiB sent per step; peak RSS (MB) {rss}",
+                    f"{figures['bytes_per_step'] / 2**10:,.0f} KiB sent per step"
+                    f"{' (MPI over TCP)' if mode == 'horovod' else ''}; peak RSS (MB) {rss}",
                 )
             )
     largest, smallest = max(tables), min(tables)
