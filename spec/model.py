@@ -189,11 +189,6 @@ def embedding_dim(feature: Categorical, ids: int) -> int:
     return 0 if ids <= ONE_HOT_MAX_IDS else min(64, round(1.6 * ids**0.56))
 
 
-def embedding_bytes(features: list[Categorical]) -> int:
-    """The most bytes the features' embedding tables can take in training (weights and optimizer slots)."""
-    return sum(f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE for f in features)
-
-
 def memory_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity ('8Gi', '512M') in bytes."""
     units = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -1270,7 +1265,7 @@ class Spec(_Section):
         k = self.kubernetes
         role = "ps" if self.training.strategy == "parameter_server" else "worker"
         memory = k and k.for_role(role).memory
-        needed = embedding_bytes(self.data.categorical_features) // max(1, self.training.num_ps)
+        needed = self.tables_per_pod
         if memory and needed > memory_bytes(memory) // 2:
             raise ValueError(
                 f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
@@ -1278,6 +1273,31 @@ class Spec(_Section):
                 f"or embedding_dim, or give the {role} pods more memory (kubernetes.roles.{role}.memory)"
             )
         return self
+
+    @property
+    def table_bytes(self) -> dict[str, int]:
+        """The most bytes each table of weights by id can take in training (with the optimizer's slots), by what it
+        serves: a categorical feature (its embedding, and wide_deep's weight per id and output) or a cross ('a × b').
+        An upper bound: trainer/models.py ``table_bytes`` counts the prepared data's ids."""
+        label = self.data.label
+        width = len(label.class_names or range(MAX_CLASSES)) if label.task == "multiclass" else 1
+        wide = width if isinstance(self.model, WideDeepModel) else 0
+        found = {
+            f.name: f.max_ids * (max(1, embedding_dim(f, f.max_ids)) + wide) * EMBEDDING_BYTES_PER_VALUE
+            for f in self.data.categorical_features
+        }
+        for cross in self.model.crosses if isinstance(self.model, WideDeepModel) else ():
+            found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
+        return found
+
+    @property
+    def tables_per_pod(self) -> int:
+        """The most bytes of tables one training pod holds: every table on a worker (all-reduce); on a parameter
+        server its even share of them, at least the largest (as trainer/train.py ``refuse_tables_over_memory``)."""
+        tables = self.table_bytes
+        if self.training.strategy != "parameter_server" or not tables:
+            return sum(tables.values())
+        return max(-(-sum(tables.values()) // self.training.num_ps), max(tables.values()))
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:
