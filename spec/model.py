@@ -623,7 +623,8 @@ class TrainingSpec(_Section):
     Kubernetes the launcher restarts the Job with the pods left, in every mode."""
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
-    (with Horovod, each may be followed by the worker's return)."""
+    (with Horovod, each may be followed by the worker's return). With 'parameter_server' (local launcher), also
+    how many times a killed worker is restarted in place, elastic or not."""
     warm_start: Annotated[WarmStartSpec, AuthorOnly("which model a run continues from is the author's")] = Field(
         default_factory=WarmStartSpec
     )
@@ -813,7 +814,7 @@ class PodSettings(_Section):
     cpu: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
     """CPU request and limit, e.g. '4' or '500m'; also the worker's thread count when whole."""
     memory: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
-    """Memory request and limit, e.g. '8Gi'."""
+    """Memory request and limit, e.g. '8Gi'; default for ps pods: twice their share of the tables plus 1 GiB."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node labels the pods must run on."""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)

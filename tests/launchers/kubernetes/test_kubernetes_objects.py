@@ -338,3 +338,35 @@ def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
 
     assert import_string("tfdist.operators.launchers.kubernetes.StageTrigger") is StageTrigger
     assert import_string(StageTrigger({}).serialize()[0]) is StageTrigger
+
+
+def test_ps_pods_without_a_memory_are_sized_by_their_tables():
+    """A TFJob's PS pods get, as request and limit, twice a ps task's share of the tables (at least the largest)
+    plus 1 GiB; a memory given is kept, one too small for the tables refused naming the field."""
+    user = {"name": "user", "kind": "categorical", "hash_buckets": 100_000, "embedding_dim": 16}
+    pods = {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4"}
+
+    def ps_resources(roles: dict) -> dict:
+        spec = load_spec(
+            make_spec(
+                "/mnt/tfdist",
+                data={"features": [{"name": "pixel", "shape": [64]}, user]},
+                model={"family": "wide_deep"},
+                training=MODES["parameter_server"],
+                kubernetes={**KUBERNETES, "pods": pods, "roles": roles},
+            )
+        )
+        start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+        plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+        (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
+        replicas = tfjob["spec"]["tfReplicaSpecs"]
+        assert "memory" not in replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        return replicas["PS"]["template"]["spec"]["containers"][0]["resources"]
+
+    table = 100_000 * (16 + 10) * 12  # ids × (embedding + wide_deep's weight per class) × (weight, Adam's 2 slots)
+    sized = f"{-(-(2 * table + 2**30) // 2**20)}Mi"  # the whole table on each ps: it is the largest
+    assert sized == "1084Mi"
+    assert ps_resources({}) == {"requests": {"cpu": "4", "memory": sized}, "limits": {"cpu": "4", "memory": sized}}
+    assert ps_resources({"ps": {"memory": "2Gi"}})["limits"]["memory"] == "2Gi"
+    with pytest.raises(SpecError, match=r"kubernetes\.roles\.ps\.memory"):
+        ps_resources({"ps": {"memory": "48Mi"}})
