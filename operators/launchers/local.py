@@ -99,9 +99,7 @@ class LocalLauncher(Launcher):
         try:
             for p in processes:
                 self._start(p, lines, log)
-            self._wait(
-                stage, {p.name: p for p in processes}, lines, tails, log, restarts if restarts is not None else []
-            )
+            self._wait(stage, {p.name: p for p in processes}, lines, tails, log, [] if restarts is None else restarts)
             self._terminate()  # servers, once everything else is done
             for t in self._pumps:
                 t.join()
