@@ -192,9 +192,10 @@ class LocalLauncher(Launcher):
     def _restarted_in_place(
         self, stage: StagePlan, p: Process, code: int | None, lines: queue.Queue, log: StageLog, restarts: list[dict]
     ) -> bool:
-        """Whether ``p``, which ended with ``code``, was a parameter-server worker killed by a signal and is started
-        again (``StagePlan.worker_restarts``), the restart logged and added to ``restarts``."""
-        if p.role != "worker" or code is None or code >= 0 or len(restarts) >= stage.worker_restarts:
+        """Whether ``p``, which ended with ``code``, was a parameter-server worker killed by a signal (not by ``stop``)
+        and is started again (``StagePlan.worker_restarts``), the restart logged and added to ``restarts``."""
+        lost = p.role == "worker" and code is not None and code < 0 and not self._stop_requested.is_set()
+        if not lost or len(restarts) >= stage.worker_restarts:
             return False
         why = f"{p.name} was killed by signal {-code}"
         restarts.append(
