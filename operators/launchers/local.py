@@ -194,8 +194,9 @@ class LocalLauncher(Launcher):
     ) -> bool:
         """Whether ``p``, which ended with ``code``, was a parameter-server worker killed by a signal (not by ``stop``)
         and is started again (``StagePlan.worker_restarts``), the restart logged and added to ``restarts``."""
-        lost = p.role == "worker" and code is not None and code < 0 and not self._stop_requested.is_set()
-        if not lost or len(restarts) >= stage.worker_restarts:
+        if p.role != "worker" or code is None or code >= 0:
+            return False
+        if self._stop_requested.is_set() or len(restarts) >= stage.worker_restarts:
             return False
         why = f"{p.name} was killed by signal {-code}"
         restarts.append(
