@@ -81,7 +81,8 @@ MAX_HASH_BUCKETS = 1 << 26
 MAX_VALUE_BYTES = 4096
 MAX_CLASSES = 10000
 """Most classes of a multiclass label, named in the spec or learned from the data."""
-EMBEDDING_BYTES_PER_VALUE = 12
+FLOAT32_BYTES = 4
+EMBEDDING_BYTES_PER_VALUE = 3 * FLOAT32_BYTES
 """Bytes an embedding value costs in training: the float32 weight and an optimizer's two slots (Adam)."""
 
 
@@ -564,10 +565,14 @@ class ParameterServerSpec(_Section):
     """How the tables of weights by id are spread over the parameter servers."""
 
     shard_min_bytes: Annotated[int, Field(ge=1 << 16)] = 1 << 22
-    """A table of more float32 bytes than this is split by rows into shards (ShardedVariable), one or more per ps task,
-    each at least this big; its optimizer slots are split alike, on the same tasks."""
+    """A table of at least twice this many bytes of float32 weights is split by rows into shards (a ShardedVariable)
+    of at least this many bytes, spread over the ps tasks; its optimizer slots are split alike, on the same tasks."""
     max_shards: Annotated[int, Field(ge=1, le=1024)] | None = None
     """The most shards of one table; default: 'training.num_ps'."""
+
+    def shards(self, table_bytes: int, num_ps: int) -> int:
+        """How many shards a table of ``table_bytes`` bytes of weights is split into."""
+        return max(1, min(self.max_shards or num_ps, table_bytes // self.shard_min_bytes))
 
 
 class TrainingSpec(_Section):
@@ -1261,6 +1266,29 @@ class Spec(_Section):
         return self
 
     @model_validator(mode="after")
+    def _split_tables_train_sparsely(self) -> Spec:
+        """A table split over parameter servers is trained by a sparse optimizer (the Keras optimizers' slots of its
+        shards could not be restored into another number of shards)."""
+        t = self.training
+        if t.strategy != "parameter_server" or self.model.embedding_optimizer:
+            return self
+        settings = t.parameter_server_settings
+        split = [
+            f"{f.name} ({bound / 2**20:,.0f} MiB)"
+            for f in self.data.categorical_features
+            for bound in [f.max_ids * max(1, embedding_dim(f, f.max_ids)) * FLOAT32_BYTES]
+            if settings.shards(bound, t.num_ps) > 1
+        ]
+        if split:
+            raise ValueError(
+                f"model.embedding_optimizer: the tables of {', '.join(split)} may be split over the parameter servers "
+                f"(training.parameter_server.shard_min_bytes {settings.shard_min_bytes:,}); split tables train with a "
+                "sparse optimizer: set model.embedding_optimizer to lazy_adam, adagrad or sgd, or raise "
+                "shard_min_bytes"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _embeddings_fit(self) -> Spec:
         """The embedding tables fit the memory the train pods are given (on parameter servers: shared by them)."""
         k = self.kubernetes
@@ -1272,6 +1300,11 @@ class Spec(_Section):
                 f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
                 f"optimizer's slots), over half of its memory {memory}; lower vocabulary.max_tokens, hash_buckets "
                 f"or embedding_dim, or give the {role} pods more memory (kubernetes.roles.{role}.memory)"
+                + (
+                    ""
+                    if role == "ps"
+                    else ", or split the tables over parameter servers (training.strategy parameter_server)"
+                )
             )
         return self
 

@@ -169,6 +169,15 @@ def build_optimizer(spec: Spec, scale: float = 1):
     return getattr(keras.optimizers, OPTIMIZERS[m.optimizer])(learning_rate=m.learning_rate * scale)
 
 
+def build_embedding_optimizer(spec: Spec, scale: float = 1):
+    """The spec's sparse optimizer of the tables (``model.embedding_optimizer``), its learning rate the model's
+    multiplied by ``scale``; None without one."""
+    from tfdist.trainer.embeddings import SPARSE_OPTIMIZERS
+
+    m = spec.model
+    return m.embedding_optimizer and SPARSE_OPTIMIZERS[m.embedding_optimizer](m.learning_rate * scale)
+
+
 def restore_model(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, checkpoint_path: str):
     """(the spec's model with the checkpoint's weights, the checkpoint's training step); fails if the
     checkpoint lacks any of the model's weights."""

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.trainer.data import MISSING_INT64
+from tfdist.trainer.embeddings import TableLayer
 
 OOV_TOKEN = "\x00tfdist-oov"
 """StringLookup's name for its out-of-vocabulary ids: Keras's default '[UNK]' could be a value of the data, and a
@@ -70,7 +71,7 @@ class Ids(keras.layers.Layer):
         return ids if values is None else tf.where(values == "", -1, ids)
 
 
-class EmbeddingTable(keras.layers.Layer):
+class EmbeddingTable(TableLayer):
     """A table of ``rows`` × ``width`` weights looked up by id (``tf.nn.embedding_lookup`` on the variable itself:
     only the rows looked up are read, and the gradient is an IndexedSlices of them); a list's rows combined."""
 
@@ -79,12 +80,10 @@ class EmbeddingTable(keras.layers.Layer):
         self.rows, self.width, self.combiner, self.initializer = rows, width, combiner, initializer
 
     def build(self, input_shape):
-        self.embeddings = self.add_weight(
-            shape=(self.rows, self.width), initializer=self.initializer, name="embeddings"
-        )
+        self.make_table(self.rows, self.width, self.initializer)
 
     def call(self, ids):
-        table = self.embeddings.value
+        table = self.table
         if self.combiner is None:
             return tf.nn.embedding_lookup(table, ids)
         present = ids >= 0  # gather the ids present only: padding adds no rows to the sparse gradient
@@ -113,7 +112,7 @@ class OneHot(keras.layers.Layer):
         return total / tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, hot.dtype), axis=1, keepdims=True), 1.0)
 
 
-class HashedCross(keras.layers.Layer):
+class HashedCross(TableLayer):
     """A cross of categorical features in the linear part: every combination of the features' values in a row
     (a list contributes each of its values) hashed into ``buckets``, a weight row per bucket, summed."""
 
@@ -122,12 +121,12 @@ class HashedCross(keras.layers.Layer):
         self.buckets, self.width = buckets, width
 
     def build(self, input_shape):
-        self.embeddings = self.add_weight(shape=(self.buckets, self.width), initializer="zeros", name="embeddings")
+        self.make_table(self.buckets, self.width, "zeros")
 
     def call(self, values):
         columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
         crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
-        rows = tf.nn.embedding_lookup(self.embeddings.value, crossed.values)  # one gather: one plain sparse gradient
+        rows = tf.nn.embedding_lookup(self.table, crossed.values)  # one gather: one plain sparse gradient
         return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
 
 

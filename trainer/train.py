@@ -55,7 +55,7 @@ from tfdist.contract import (
     write_json_atomic,
 )
 from tfdist.trainer import data
-from tfdist.trainer.models import IntegrityError, build_model, build_optimizer, table_bytes
+from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer, table_bytes
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
 from tfdist.trainer.train_metrics import TaskSums
@@ -70,11 +70,18 @@ HOROVOD_FAILED = re.compile(r"Horovod has been shut down|gloo/transport|\{\{node
 """A TensorFlow error of a Horovod collective (a peer lost: Gloo's read error, or Horovod shut down after it)."""
 
 
-def densified(tf, gradients: list, variables: list, max_rows: int, static_only: bool = False) -> list:
+def dense_rows(training: TrainingSpec) -> float:
+    """The most rows of a table whose gradient an all-reduce mode makes dense (``training.sparse_gradients``): every
+    table ('dense'), none ('gather'), or ('auto') those of at most half the global batch's rows, where all-gathering
+    the rows looked up (at least the global batch of them) moves more than a ring all-reduce of the whole table (twice
+    its rows)."""
+    return {"dense": float("inf"), "gather": 0, "auto": training.global_batch_size // 2}[training.sparse_gradients]
+
+
+def densified(tf, gradients: list, variables: list, max_rows: float, static_only: bool = False) -> list:
     """The gradients with those of tables of at most ``max_rows`` rows (IndexedSlices, from embedding lookups) made
-    dense: a sparse gradient is all-gathered, every replica's looked-up rows (at least the global batch of them),
-    where a ring all-reduce of the dense table moves twice its rows. With ``static_only``, also those whose number
-    of rows is known only at run time (lists, crosses)."""
+    dense (``dense_rows``). With ``static_only``, also those whose number of rows is known only at run time (lists,
+    crosses)."""
     return [
         tf.convert_to_tensor(g)
         if isinstance(g, tf.IndexedSlices) and (v.shape[0] <= max_rows or (static_only and g.values.shape[0] is None))
@@ -96,7 +103,7 @@ class Mirrored:
 
     def __init__(self, tf, training: TrainingSpec):
         self.tf = tf
-        self.dense_rows = training.global_batch_size // 2
+        self.dense_rows = dense_rows(training)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         resolver = self.strategy.cluster_resolver
         self.name = f"{resolver.task_type or 'worker'}-{resolver.task_id or 0}"
@@ -106,11 +113,15 @@ class Mirrored:
     def scope(self):
         return self.strategy.scope()
 
-    def start(self, model, optimizer) -> None:
-        """Called once the checkpoint, if any, is restored."""
+    def start(self, variables: list) -> None:
+        """Called once the checkpoint, if any, is restored, with every variable of the model and its optimizers."""
 
     def sync_gradients(self, gradients: list, variables: list) -> list:
         return densified(self.tf, gradients, variables, self.dense_rows, static_only=True)  # the optimizer reduces
+
+    def summed(self, gradients: list) -> list:
+        """Synced gradients summed over the replicas, for a sparse optimizer (a Keras optimizer sums them itself)."""
+        return self.tf.distribute.get_replica_context().all_reduce("sum", gradients) if gradients else gradients
 
     def _chunk(self, replica_step, size: int):
         """tf.function running ``steps`` steps from ``iterator``: the sum of their step vectors (``size`` values)
@@ -144,15 +155,29 @@ class ParameterServer(Mirrored):
 
     every_worker_saves = False
 
-    def __init__(self, tf, resolver):
+    def __init__(self, tf, training: TrainingSpec, resolver):
+        from tfdist.trainer.embeddings import TablePartitioner
+
         self.tf = tf
-        self.strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        self.partitioner = TablePartitioner(training.parameter_server_settings, training.num_ps)
+        self.strategy = tf.distribute.experimental.ParameterServerStrategy(
+            resolver, variable_partitioner=self.partitioner
+        )
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.name, self.is_chief = "chief-0", True
         self.workers = len(resolver.cluster_spec().as_dict()["worker"])
         self.steps_per_call = STEPS_PER_CALL * self.workers  # each worker's closure runs STEPS_PER_CALL steps
 
+    @contextlib.contextmanager
+    def scope(self):
+        """The strategy's scope, in which tables over ``training.parameter_server.shard_min_bytes`` are split."""
+        with self.strategy.scope(), self.partitioner.building():
+            yield
+
     def sync_gradients(self, gradients: list, variables: list) -> list:
+        return gradients
+
+    def summed(self, gradients: list) -> list:
         return gradients
 
     def step_runner(self, replica_step, size: int, dataset_fn):
@@ -188,7 +213,7 @@ class Horovod:
         if gpus:
             tf.config.set_visible_devices(gpus[self.local_index(hvd) % len(gpus)], "GPU")
         self.tf, self.hvd = tf, hvd
-        self.dense_rows = training.global_batch_size // 2
+        self.dense_rows = dense_rows(training)
         # autograph would convert Horovod's Python wrappers at every trace: 1.2 s instead of 0.2 s
         self.grouped_allreduce = tf.autograph.experimental.do_not_convert(hvd.grouped_allreduce)
         mpi = training.mpi_settings
@@ -208,8 +233,8 @@ class Horovod:
     def scope(self):
         return contextlib.nullcontext()
 
-    def start(self, model, optimizer) -> None:
-        for i, variable in enumerate([*model.variables, *optimizer.variables]):
+    def start(self, variables: list) -> None:
+        for i, variable in enumerate(variables):
             variable.assign(self.hvd.broadcast(self.tf.convert_to_tensor(variable), root_rank=0, name=f"init_{i}"))
 
     def sync_gradients(self, gradients: list, variables: list) -> list:
@@ -225,6 +250,9 @@ class Horovod:
         summed = dict(zip(dense, self.grouped_allreduce([gradients[i] for i in dense], op=hvd.Sum), strict=True))
         summed.update(zip(sparse, self.grouped_allreduce(as_int64, op=hvd.Sum), strict=True))
         return [summed[i] for i in range(len(gradients))]
+
+    def summed(self, gradients: list) -> list:
+        return gradients  # by sync_gradients
 
     def step_runner(self, replica_step, size: int, dataset_fn):
         tf, hvd = self.tf, self.hvd
@@ -247,7 +275,7 @@ class ElasticHorovod(Horovod):
     def local_index(hvd) -> int:
         return elastic_slot()
 
-    def start(self, model, optimizer) -> None:
+    def start(self, variables: list) -> None:
         """Nothing: a collective outside the elastic loop would meet a joining rank's state sync; the state's
         first sync broadcasts rank 0's variables."""
 
@@ -348,6 +376,7 @@ def steady_rate(step: int, now: float, warm: tuple[float, int] | None, global_ba
 
 
 def weights_digest(model) -> str:
+    """A digest of the model's Keras weights (a table split over parameter servers is not read onto the chief)."""
     h = hashlib.sha256()
     for weight in model.weights:
         h.update(weight.numpy().tobytes())
@@ -392,7 +421,7 @@ def gradient_sync(tf, training: TrainingSpec, elastic: bool):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if resolver.task_type in ("ps", "worker"):
             return serve(tf, resolver)
-        return ParameterServer(tf, resolver)
+        return ParameterServer(tf, training, resolver)
     return Mirrored(tf, training)
 
 
@@ -409,6 +438,8 @@ class TrainingRun:
     def __init__(self, tf, sync, spec: Spec, args: TrainArgs, manifest: dict[str, Any]) -> None:
         import keras
 
+        from tfdist.trainer.embeddings import tables, trained_weights
+
         self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
         self.manifest = manifest
         self.global_batch = self.training.global_batch_size
@@ -418,10 +449,16 @@ class TrainingRun:
         with sync.scope():
             self.model = build_model(spec, manifest, args.data)
             self.optimizer = build_optimizer(spec, scale=sync.learning_rate_scale)
-            self.optimizer.build(self.model.trainable_variables)
+            self.table_optimizer = build_embedding_optimizer(spec, scale=sync.learning_rate_scale)
+            self.dense, self.table_pieces = trained_weights(self.model, sparse=bool(self.table_optimizer))
+            self.optimizer.build(self.dense)
+            self.optimizers = {"optimizer": self.optimizer}  # by their part of the checkpoint
+            if self.table_optimizer:
+                self.table_optimizer.build(tables(self.model))
+                self.optimizers["embedding_optimizer"] = self.table_optimizer
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
             self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_counter)
+            self.checkpoint = tf.train.Checkpoint(model=self.model, step=self.step_counter, **self.optimizers)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
         self.task = TaskSums(manifest["label"], spec.loss)
@@ -462,6 +499,14 @@ class TrainingRun:
             self.started = self.stepped = self.last_report = time.monotonic()
             self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
 
+    @property
+    def variables(self) -> list:
+        """Every variable of the model and its optimizers."""
+        from tfdist.trainer.embeddings import split_tables
+
+        table_optimizer = self.table_optimizer.variables if self.table_optimizer else []
+        return [*self.model.variables, *split_tables(self.model), *self.optimizer.variables, *table_optimizer]
+
     def restore(self) -> None:
         """The latest checkpoint's weights, optimizer state and step, if there is one (one that does not restore
         refuses the stage); then the sync's start."""
@@ -484,7 +529,7 @@ class TrainingRun:
                 )
         else:
             self.start_from_parent()
-        self.sync.start(self.model, self.optimizer)
+        self.sync.start(self.variables)
         self.start_step = int(self.step_counter.numpy())
 
     def start_from_parent(self) -> None:
@@ -492,7 +537,7 @@ class TrainingRun:
         parent = self.holds.enter_context(
             ParentRestore(self.spec, self.args.run, self.args.model_dir, self.args.warm_start_record)
         )
-        record = parent.restore(self.tf, self.model, self.optimizer, self.manifest, self.args.data)
+        record = parent.restore(self.tf, self.model, self.optimizers, self.manifest, self.args.data)
         if self.sync.is_chief:
             write_json_atomic(self.args.warm_start_record, record)
             parent = record["parent"]
@@ -539,14 +584,18 @@ class TrainingRun:
         step vector [loss, the task's metric sums] (``TaskSums``)."""
         tf, model, optimizer, sync, task = self.tf, self.model, self.optimizer, self.sync, self.task
 
+        dense, pieces, table_optimizer = self.dense, self.table_pieces, self.table_optimizer
+
         def step(features_labels):
             features, labels = features_labels
-            variables = model.trainable_variables
+            variables = [*dense, *pieces]
             with tf.GradientTape() as tape:
                 outputs = model(features, training=True)
                 loss = tf.nn.compute_average_loss(task.losses(tf, labels, outputs), global_batch_size=batch)
             gradients = sync.sync_gradients(tape.gradient(loss, variables), variables)
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            optimizer.apply_gradients(zip(gradients[: len(dense)], dense, strict=True))
+            if table_optimizer:
+                table_optimizer.apply(sync.summed(gradients[len(dense) :]), pieces)
             return tf.concat([loss[None], task.sums(tf, labels, outputs)], 0)
 
         return step
@@ -569,7 +618,7 @@ class TrainingRun:
         without_autotune = self.tf.data.Options()
         without_autotune.autotune.enabled = False
         state = self.sync.state(
-            [*self.model.variables, *self.optimizer.variables],
+            self.variables,
             **new_progress(self.start_step, self.task.size),
             world_size=self.sync.workers,
         )
@@ -759,13 +808,17 @@ def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
     tables = table_bytes(spec, manifest)
     if not tables:
         return
-    each = max(sum(tables.values()) // t.num_ps, max(tables.values())) if role == "ps" else sum(tables.values())
+    each = sum(tables.values()) // t.num_ps if role == "ps" else sum(tables.values())  # split or round-robin
     sharing = processes_on_this_host(config)
     needed = each * sharing
     available, source = memory_limit()
     if needed > available // 2:
         largest = sorted(tables.items(), key=lambda item: -item[1])
-        fix = f"give the {role}s more memory" + (" or add parameter servers (training.num_ps)" if role == "ps" else "")
+        fix = f"give the {role}s more memory, or " + (
+            "add parameter servers (training.num_ps)"
+            if role == "ps"
+            else "split the tables over parameter servers (training.strategy parameter_server)"
+        )
         here = f" ({sharing} such processes on this host: {needed / 2**20:,.0f} MiB)" if sharing > 1 else ""
         fail(
             f"the tables of the categorical features need {each / 2**20:,.0f} MiB in this {role} process with the "

@@ -144,6 +144,53 @@ class TokenRows:
         return out
 
 
+def slots_of(layer, optimizers: dict[str, Any]) -> list:
+    """The optimizer slots of a table layer's weights: the sparse optimizer's, else the Keras optimizer's (found by
+    the weights' path)."""
+    sparse = optimizers.get("embedding_optimizer")
+    if sparse:
+        return list(sparse.slots[layer.name].values())
+    optimizer, table = optimizers["optimizer"], layer.embeddings
+    slot = re.compile(rf"{re.escape(optimizer.name)}/{re.escape(table.path.replace('/', '_'))}_[a-z_]+")
+    return [v for v in optimizer.variables if slot.fullmatch(v.path)]
+
+
+def whole(variable) -> np.ndarray:
+    """A variable's value; a split table's shards joined (on the chief: the rows matched by token are carried
+    there)."""
+    if hasattr(variable, "variables"):
+        return np.concatenate([piece.numpy() for piece in variable.variables])
+    return variable.numpy()
+
+
+def assign_whole(variable, value: np.ndarray) -> None:
+    """Assign ``value`` to a variable; to a split table, each shard its rows."""
+    if not hasattr(variable, "variables"):
+        variable.assign(value)
+        return
+    start = 0
+    for piece in variable.variables:
+        piece.assign(value[start : start + piece.shape[0]])
+        start += piece.shape[0]
+
+
+def restore_shards(tf, variable, prefix: str, key: str) -> None:
+    """A split table's rows from the checkpoint at ``prefix`` (``key``): each shard's slice read and assigned on its
+    own ps task, never whole on the chief."""
+    rows, width = variable.shape
+    start = 0
+    for piece in variable.variables:
+        with tf.device(piece.device):
+            value = tf.raw_ops.RestoreV2(
+                prefix=prefix,
+                tensor_names=[key],
+                shape_and_slices=[f"{rows} {width} {start},{piece.shape[0]}:-"],
+                dtypes=[piece.dtype],
+            )[0]
+            piece.assign(value)
+        start += piece.shape[0]
+
+
 def readable(path: str, model) -> str:
     """``model/_operations/4/_kernel`` as ``dense_1/kernel (model/_operations/4/_kernel)``."""
     found = re.fullmatch(r"model/_operations/(\d+)/_?(\w+)", path)
@@ -218,21 +265,22 @@ class ParentRestore:
         if self.reader:
             self.reader.release()
 
-    def restore(self, tf, model, optimizer, manifest: dict[str, Any], data_dir: str) -> dict[str, Any]:
-        """Restore the parent into ``model`` (and ``optimizer`` where it is the same, keeping this run's learning
-        rate), the rows of tables by token (the vocabularies of ``manifest``, in ``data_dir``, and the parent's); the
-        record of what was done. A mismatch starts cold, or refuses the stage with ``on_mismatch: fail``."""
+    def restore(self, tf, model, optimizers: dict[str, Any], manifest: dict[str, Any], data_dir: str) -> dict[str, Any]:
+        """Restore the parent into ``model`` (and ``optimizers``, by their part of the checkpoint: 'optimizer' and
+        'embedding_optimizer', where they are the same, keeping this run's learning rate), the rows of tables by token
+        (the vocabularies of ``manifest``, in ``data_dir``, and the parent's); the record of what was done. A mismatch
+        starts cold, or refuses the stage with ``on_mismatch: fail``."""
         if self.cold_start or self.parent is None:
             return self.record(model)
         prefix = registry.warm_start_checkpoint(self.parent["path"])
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        checkpoint = tf.train.Checkpoint(model=model, **optimizers)
         with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
             written = stored_variables(tf, checkpoint.write(os.path.join(scratch, "ckpt")))
         objects = live_objects(tf, checkpoint)
         ours = {path: shape for path, (_, shape) in written.items()}
         stored = stored_variables(tf, prefix)
         parent = {path: shape for path, (_, shape) in stored.items()}
-        rows, vocabularies = self.token_rows(objects, optimizer, parent, manifest, data_dir, self.parent["path"])
+        rows, vocabularies = self.token_rows(objects, optimizers, parent, manifest, data_dir, self.parent["path"])
         mismatched = differences(ours, parent, "model", model, frozenset(rows))
         if mismatched:
             reason = (
@@ -243,22 +291,27 @@ class ParentRestore:
                 fail(f"refusing to start cold (training.warm_start.on_mismatch is fail): {reason}", EXIT_REFUSED)
             self.cold_start = reason
             return self.record(model, mismatched)
-        with_optimizer = not differences(ours, parent, "optimizer", by_token=frozenset(rows))
-        learning_rate = optimizer.learning_rate.numpy()
+        with_optimizer = not any(differences(ours, parent, part, by_token=frozenset(rows)) for part in optimizers)
+        learning_rate = optimizers["optimizer"].learning_rate.numpy()
         reader, path_of = tf.train.load_checkpoint(prefix), first_paths(objects)
         for path in ours:  # the parent's step counter is not restored
             variable = objects[path]
             if path == path_of[id(variable)] and (path.startswith("model/") or with_optimizer):
-                value = reader.get_tensor(stored[path][0])
-                variable.assign(rows[path].carried(variable.numpy(), value) if path in rows else value)
-        optimizer.learning_rate.assign(learning_rate)
+                key = stored[path][0]
+                if path in rows:
+                    assign_whole(variable, rows[path].carried(whole(variable), reader.get_tensor(key)))
+                elif hasattr(variable, "variables"):
+                    restore_shards(tf, variable, prefix, key)
+                else:
+                    variable.assign(reader.get_tensor(key))
+        optimizers["optimizer"].learning_rate.assign(learning_rate)
         restored = "model and optimizer" if with_optimizer else "model (another optimizer)"
         return self.record(model, restored=restored, vocabularies=vocabularies)
 
     @staticmethod
     def token_rows(
         objects: dict[str, Any],
-        optimizer,
+        optimizers: dict[str, Any],
         parent: dict[str, tuple],
         manifest: dict[str, Any],
         data_dir: str,
@@ -274,21 +327,19 @@ class ParentRestore:
         rows: dict[str, TokenRows] = {}
         counts = {}
         for f in (f for f in manifest["features"] if f.get("vocabulary")):
-            tables = [layers[n].embeddings for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
+            tables = [layers[n] for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
             kept = os.path.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json")
-            if not tables or path_of[id(tables[0])] not in parent or not os.path.exists(kept):
+            if not tables or path_of[id(tables[0].embeddings)] not in parent or not os.path.exists(kept):
                 continue
             parent_tokens = read_json(kept)
             match = TokenRows.between(
                 read_vocabulary(data_dir, f),
                 f["oov_buckets"],
                 parent_tokens,
-                parent[path_of[id(tables[0])]][0] - len(parent_tokens),
+                parent[path_of[id(tables[0].embeddings)]][0] - len(parent_tokens),
             )
-            for table in tables:
-                slot = re.compile(rf"{re.escape(optimizer.name)}/{re.escape(table.path.replace('/', '_'))}_[a-z_]+")
-                slots = [v for v in optimizer.variables if slot.fullmatch(v.path)]
-                rows |= {path_of[id(v)]: match for v in (table, *slots)}
+            for layer in tables:
+                rows |= {path_of[id(v)]: match for v in (layer.embeddings, *slots_of(layer, optimizers))}
             counts[f["name"]] = match.counts
         return rows, counts
 

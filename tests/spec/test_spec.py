@@ -238,6 +238,24 @@ def test_distribution_mode_combinations(tmp_path, training, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
+def test_tables_split_over_parameter_servers_need_a_sparse_optimizer(tmp_path):
+    users = {"name": "user", "kind": "categorical", "hash_buckets": 2_000_000, "embedding_dim": 32}
+    data = {"features": [{"name": "pixel", "shape": [64]}, users]}
+    ps = {"strategy": "parameter_server", "num_ps": 2}
+    found = problems(make_spec(str(tmp_path), data=data, training=ps))
+    assert found == [
+        "model.embedding_optimizer: the tables of user (244 MiB) may be split over the parameter servers "
+        "(training.parameter_server.shard_min_bytes 4,194,304); split tables train with a sparse optimizer: set "
+        "model.embedding_optimizer to lazy_adam, adagrad or sgd, or raise shard_min_bytes"
+    ]
+    sparse = load_spec(make_spec(str(tmp_path), data=data, training=ps, model={"embedding_optimizer": "lazy_adam"}))
+    assert sparse.training.parameter_server_settings.shards(2_000_000 * 32 * 4, 2) == 2
+    unsplit = {**ps, "parameter_server": {"shard_min_bytes": 2**28}}
+    load_spec(make_spec(str(tmp_path), data=data, training=unsplit))
+    found = problems(make_spec(str(tmp_path), training={"parameter_server": {"max_shards": 4}}))
+    assert found == ["training.parameter_server: table sharding needs strategy 'parameter_server'"]
+
+
 def test_valid_distribution_modes(tmp_path):
     ps = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1})).training
     assert ps.replicas == 1 and ps.data_readers == 2

@@ -102,6 +102,7 @@ def test_tables_too_large_for_the_memory_are_refused_before_training(tmp_path):
     assert "the tables of the categorical features need 49,152 MiB in this worker process" in message
     assert "(device 49,152 MiB, country 0 MiB)" in message
     assert "Lower vocabulary.max_tokens, hash_buckets or embedding_dim of data.features device, country" in message
+    assert "or split the tables over parameter servers (training.strategy parameter_server)" in message
     assert not os.path.exists(plan.layout.checkpoint_dir)
 
 

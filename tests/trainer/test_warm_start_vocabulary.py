@@ -79,7 +79,7 @@ def restored_in_process(plan, parent_plan):
     before = {table: rows_of(model, optimizer, table) for table in TABLES}
     record_file = os.path.join(plan.layout.run_dir, "in_process", "warm_start.json")
     with ParentRestore(plan.spec, plan.layout.run_file, plan.model_dir, record_file) as parent:
-        record = parent.restore(tf, model, optimizer, manifest, plan.layout.data_dir)
+        record = parent.restore(tf, model, {"optimizer": optimizer}, manifest, plan.layout.data_dir)
     published = os.path.join(plan.model_dir, str(version_of(parent_plan)))
     theirs = model_and_optimizer(parent_plan, registry.warm_start_checkpoint(published))
     return record, (model, optimizer), before, theirs[:2]

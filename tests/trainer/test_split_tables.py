@@ -1,0 +1,105 @@
+"""A table too large for one parameter server: a 2-million-row × 32 table (256 MB of float32, 768 MB with lazy Adam's
+slots) trains split over 2 ps tasks, none of the processes ever holding it whole; its checkpoint restores into 3 ps
+tasks; evaluate and export restore it whole in one process, and the published SavedModel serves raw rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import DAY, collecting_logger, plan_for, run
+from tests.trainer import prepared_tables as tabular
+from tests.trainer.test_tabular_training import MLP
+from tfdist.contract import read_json
+from tfdist.operators.launchers.local import LocalLauncher
+
+pytestmark = pytest.mark.e2e
+
+ROWS, WIDTH = 2_000_000, 32
+TABLE_MB = ROWS * WIDTH * 4 / 2**20
+FEATURES = [dict(f, hash_buckets=ROWS, embedding_dim=WIDTH) if f["name"] == "device" else f for f in tabular.FEATURES]
+SERVE = """
+import json, sys
+import tensorflow as tf
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+rows = {"age": [31.0, float("nan")], "scores": [[0.1, 1.0], [2.0, -1.0]], "country": ["de", "atlantis"],
+        "device": ["ios", "fridge"], "store": [101, 999], "recent": [["item1", "item2"], ["", ""]]}
+out = serve(**{k: tf.constant(v, tf.int64 if k == "store" else None) for k, v in rows.items()})
+print(json.dumps(out["probability"].numpy().ravel().tolist()))
+"""
+
+
+def sections(num_ps: int, warm_start: str = "none") -> dict:
+    training = {"strategy": "parameter_server", "num_ps": num_ps, "num_workers": 2, "epochs": 1}
+    return {
+        "data": tabular.data_section("binary", FEATURES),
+        "model": {**MLP, "embedding_optimizer": "lazy_adam"},
+        "training": {**training, "warm_start": warm_start, "checkpoint_every_steps": 20, "summary_every_steps": 20},
+        "validation": tabular.VALIDATION["binary"],
+    }
+
+
+def trained_with_peaks(plan) -> dict[str, float]:
+    """Run the train stage; each process's peak resident memory (MiB), sampled while it runs."""
+    logger, _ = collecting_logger("train")
+    launcher, peaks, done = LocalLauncher(plan), {}, threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for name, proc in list(launcher.processes.items()):
+                try:
+                    with open(f"/proc/{proc.pid}/status") as f:
+                        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+                    peaks[name] = max(peaks.get(name, 0), kb / 1024)
+                except (OSError, StopIteration):
+                    pass
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        launcher.run(plan.stage("train"), logger)
+    finally:
+        done.set()
+        sampler.join()
+    return peaks
+
+
+def assert_split(peaks: dict[str, float], num_ps: int) -> None:
+    """Each ps held its share of the table and its two slots; the chief and the workers none of it."""
+    servers = [peaks[f"ps-{i}"] for i in range(num_ps)]
+    assert min(servers) > 3 * TABLE_MB / num_ps, peaks
+    for other in ("chief-0", "worker-0", "worker-1"):
+        assert peaks[other] < min(servers) - TABLE_MB / num_ps, peaks
+
+
+def published(plan) -> dict:
+    run(plan, "evaluate")
+    run(plan, "export")
+    return read_json(plan.layout.result("export"))
+
+
+def test_a_2m_row_table_trains_split_over_parameter_servers_and_warm_starts_into_more(tmp_path):
+    root = str(tmp_path)
+    plan = plan_for(root, "two_ps", DAY, **sections(num_ps=2))
+    tabular.prepare(plan, 3000)
+    assert_split(trained_with_peaks(plan), 2)
+    parent = published(plan)
+
+    child = plan_for(root, "three_ps", DAY, **sections(num_ps=3, warm_start="baseline"))
+    tabular.prepare(child, 3000)
+    assert_split(trained_with_peaks(child), 3)
+    record = read_json(child.layout.warm_start_file)
+    assert record["parent"]["version"] == parent["version"] and record["restored"] == "model and optimizer", record
+
+    version = published(child)
+    served = subprocess.run(
+        [sys.executable, "-c", SERVE, version["path"]], capture_output=True, text=True, check=True, timeout=300
+    )
+    probabilities = json.loads(served.stdout.splitlines()[-1])
+    assert len(probabilities) == 2 and all(0 < p < 1 for p in probabilities), probabilities
