@@ -1310,16 +1310,17 @@ class Spec(_Section):
 
     @property
     def table_bytes(self) -> dict[str, int]:
-        """The most bytes each table of weights by id can take in training (with the optimizer's slots), by what it
-        serves: a categorical feature (its embedding, and wide_deep's weight per id and output) or a cross ('a × b').
-        An upper bound: trainer/models.py ``table_bytes`` counts the prepared data's ids."""
+        """The most bytes each table of weights by id can take in training (with the optimizer's slots): each
+        categorical feature's embedding ('user') and, with wide_deep, its weight per id and output ('user (wide)'),
+        each cross's ('a × b'). An upper bound: trainer/models.py ``table_bytes`` counts the prepared data's ids."""
         label = self.data.label
         width = len(label.class_names or range(MAX_CLASSES)) if label.task == "multiclass" else 1
-        wide = width if isinstance(self.model, WideDeepModel) else 0
-        found = {
-            f.name: f.max_ids * (max(1, embedding_dim(f, f.max_ids)) + wide) * EMBEDDING_BYTES_PER_VALUE
-            for f in self.data.categorical_features
-        }
+        wide = isinstance(self.model, WideDeepModel)
+        found = {}
+        for f in self.data.categorical_features:
+            found[f.name] = f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE
+            if wide:
+                found[f"{f.name} (wide)"] = f.max_ids * width * EMBEDDING_BYTES_PER_VALUE
         for cross in self.model.crosses if isinstance(self.model, WideDeepModel) else ():
             found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
         return found
@@ -1327,11 +1328,16 @@ class Spec(_Section):
     @property
     def tables_per_pod(self) -> int:
         """The most bytes of tables one training pod holds: every table on a worker (all-reduce); on a parameter
-        server its even share of them, at least the largest (as trainer/train.py ``refuse_tables_over_memory``)."""
+        server its even share of them, at least the largest piece (a table, or a shard of a split one) placed whole."""
         tables = self.table_bytes
-        if self.training.strategy != "parameter_server" or not tables:
+        t = self.training
+        if t.strategy != "parameter_server" or not tables:
             return sum(tables.values())
-        return max(-(-sum(tables.values()) // self.training.num_ps), max(tables.values()))
+        per_weight = EMBEDDING_BYTES_PER_VALUE // FLOAT32_BYTES  # a table's bytes per byte of its weights
+        pieces = [
+            -(-size // t.parameter_server_settings.shards(size // per_weight, t.num_ps)) for size in tables.values()
+        ]
+        return max(-(-sum(tables.values()) // t.num_ps), *pieces)
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:
