@@ -190,11 +190,6 @@ def embedding_dim(feature: Categorical, ids: int) -> int:
     return 0 if ids <= ONE_HOT_MAX_IDS else min(64, round(1.6 * ids**0.56))
 
 
-def embedding_bytes(features: list[Categorical]) -> int:
-    """The most bytes the features' embedding tables can take in training (weights and optimizer slots)."""
-    return sum(f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE for f in features)
-
-
 def memory_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity ('8Gi', '512M') in bytes."""
     units = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -633,7 +628,8 @@ class TrainingSpec(_Section):
     Kubernetes the launcher restarts the Job with the pods left, in every mode."""
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
-    (with Horovod, each may be followed by the worker's return)."""
+    (with Horovod, each may be followed by the worker's return). With 'parameter_server' (local launcher), also
+    how many times a killed worker is restarted in place, elastic or not."""
     warm_start: Annotated[WarmStartSpec, AuthorOnly("which model a run continues from is the author's")] = Field(
         default_factory=WarmStartSpec
     )
@@ -823,7 +819,7 @@ class PodSettings(_Section):
     cpu: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
     """CPU request and limit, e.g. '4' or '500m'; also the worker's thread count when whole."""
     memory: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
-    """Memory request and limit, e.g. '8Gi'."""
+    """Memory request and limit, e.g. '8Gi'; default for ps pods: twice their share of the tables plus 1 GiB."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node labels the pods must run on."""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
@@ -1298,7 +1294,7 @@ class Spec(_Section):
         k = self.kubernetes
         role = "ps" if self.training.strategy == "parameter_server" else "worker"
         memory = k and k.for_role(role).memory
-        needed = embedding_bytes(self.data.categorical_features) // max(1, self.training.num_ps)
+        needed = self.tables_per_pod
         if memory and needed > memory_bytes(memory) // 2:
             raise ValueError(
                 f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
@@ -1311,6 +1307,37 @@ class Spec(_Section):
                 )
             )
         return self
+
+    @property
+    def table_bytes(self) -> dict[str, int]:
+        """The most bytes each table of weights by id can take in training (with the optimizer's slots): each
+        categorical feature's embedding ('user') and, with wide_deep, its weight per id and output ('user (wide)'),
+        each cross's ('a × b'). An upper bound: trainer/models.py ``table_bytes`` counts the prepared data's ids."""
+        label = self.data.label
+        width = len(label.class_names or range(MAX_CLASSES)) if label.task == "multiclass" else 1
+        wide = isinstance(self.model, WideDeepModel)
+        found = {}
+        for f in self.data.categorical_features:
+            found[f.name] = f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE
+            if wide:
+                found[f"{f.name} (wide)"] = f.max_ids * width * EMBEDDING_BYTES_PER_VALUE
+        for cross in self.model.crosses if isinstance(self.model, WideDeepModel) else ():
+            found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
+        return found
+
+    @property
+    def tables_per_pod(self) -> int:
+        """The most bytes of tables one training pod holds: every table on a worker (all-reduce); on a parameter
+        server its even share of them, at least the largest piece (a table, or a shard of a split one) placed whole."""
+        tables = self.table_bytes
+        t = self.training
+        if t.strategy != "parameter_server" or not tables:
+            return sum(tables.values())
+        per_weight = EMBEDDING_BYTES_PER_VALUE // FLOAT32_BYTES  # a table's bytes per byte of its weights
+        pieces = [
+            -(-size // t.parameter_server_settings.shards(size // per_weight, t.num_ps)) for size in tables.values()
+        ]
+        return max(-(-sum(tables.values()) // t.num_ps), *pieces)
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:
