@@ -82,8 +82,10 @@ MAX_VALUE_BYTES = 4096
 MAX_CLASSES = 10000
 """Most classes of a multiclass label, named in the spec or learned from the data."""
 FLOAT32_BYTES = 4
-EMBEDDING_BYTES_PER_VALUE = 3 * FLOAT32_BYTES
-"""Bytes an embedding value costs in training: the float32 weight and an optimizer's two slots (Adam)."""
+COPIES_IN_TRAINING = 3
+"""Copies of a table in training: its weights and an optimizer's two slots (Adam)."""
+EMBEDDING_BYTES_PER_VALUE = COPIES_IN_TRAINING * FLOAT32_BYTES
+"""Bytes an embedding value costs in training."""
 
 
 class NumericFeature(_Section):
@@ -1274,10 +1276,9 @@ class Spec(_Section):
             return self
         settings = t.parameter_server_settings
         split = [
-            f"{f.name} ({bound / 2**20:,.0f} MiB)"
-            for f in self.data.categorical_features
-            for bound in [f.max_ids * max(1, embedding_dim(f, f.max_ids)) * FLOAT32_BYTES]
-            if settings.shards(bound, t.num_ps) > 1
+            f"{name} ({size // COPIES_IN_TRAINING / 2**20:,.0f} MiB)"
+            for name, size in self.table_bytes.items()
+            if settings.shards(size // COPIES_IN_TRAINING, t.num_ps) > 1
         ]
         if split:
             raise ValueError(
@@ -1329,14 +1330,11 @@ class Spec(_Section):
     def tables_per_pod(self) -> int:
         """The most bytes of tables one training pod holds: every table on a worker (all-reduce); on a parameter
         server its even share of them, at least the largest piece (a table, or a shard of a split one) placed whole."""
-        tables = self.table_bytes
-        t = self.training
+        tables, t = self.table_bytes, self.training
         if t.strategy != "parameter_server" or not tables:
             return sum(tables.values())
-        per_weight = EMBEDDING_BYTES_PER_VALUE // FLOAT32_BYTES  # a table's bytes per byte of its weights
-        pieces = [
-            -(-size // t.parameter_server_settings.shards(size // per_weight, t.num_ps)) for size in tables.values()
-        ]
+        shards = t.parameter_server_settings.shards
+        pieces = [-(-size // shards(size // COPIES_IN_TRAINING, t.num_ps)) for size in tables.values()]
         return max(-(-sum(tables.values()) // t.num_ps), *pieces)
 
     @model_validator(mode="after")
