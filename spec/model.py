@@ -82,8 +82,10 @@ MAX_VALUE_BYTES = 4096
 MAX_CLASSES = 10000
 """Most classes of a multiclass label, named in the spec or learned from the data."""
 FLOAT32_BYTES = 4
-EMBEDDING_BYTES_PER_VALUE = 3 * FLOAT32_BYTES
-"""Bytes an embedding value costs in training: the float32 weight and an optimizer's two slots (Adam)."""
+COPIES_IN_TRAINING = 3
+"""Copies of a table in training: its weights and an optimizer's two slots (Adam)."""
+EMBEDDING_BYTES_PER_VALUE = COPIES_IN_TRAINING * FLOAT32_BYTES
+"""Bytes an embedding value costs in training."""
 
 
 class NumericFeature(_Section):
@@ -188,11 +190,6 @@ def embedding_dim(feature: Categorical, ids: int) -> int:
     if feature.embedding_dim:
         return feature.embedding_dim
     return 0 if ids <= ONE_HOT_MAX_IDS else min(64, round(1.6 * ids**0.56))
-
-
-def embedding_bytes(features: list[Categorical]) -> int:
-    """The most bytes the features' embedding tables can take in training (weights and optimizer slots)."""
-    return sum(f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE for f in features)
 
 
 def memory_bytes(quantity: str) -> int:
@@ -633,7 +630,8 @@ class TrainingSpec(_Section):
     Kubernetes the launcher restarts the Job with the pods left, in every mode."""
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Elastic training: how many losses one try of the train task may continue after before it fails
-    (with Horovod, each may be followed by the worker's return)."""
+    (with Horovod, each may be followed by the worker's return). With 'parameter_server' (local launcher), also
+    how many times a killed worker is restarted in place, elastic or not."""
     warm_start: Annotated[WarmStartSpec, AuthorOnly("which model a run continues from is the author's")] = Field(
         default_factory=WarmStartSpec
     )
@@ -823,7 +821,7 @@ class PodSettings(_Section):
     cpu: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
     """CPU request and limit, e.g. '4' or '500m'; also the worker's thread count when whole."""
     memory: Annotated[str, Field(pattern=QUANTITY_PATTERN)] | None = None
-    """Memory request and limit, e.g. '8Gi'."""
+    """Memory request and limit, e.g. '8Gi'; default for ps pods: twice their share of the tables plus 1 GiB."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node labels the pods must run on."""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
@@ -1278,10 +1276,9 @@ class Spec(_Section):
             return self
         settings = t.parameter_server_settings
         split = [
-            f"{f.name} ({bound / 2**20:,.0f} MiB)"
-            for f in self.data.categorical_features
-            for bound in [f.max_ids * max(1, embedding_dim(f, f.max_ids)) * FLOAT32_BYTES]
-            if settings.shards(bound, t.num_ps) > 1
+            f"{name} ({size // COPIES_IN_TRAINING / 2**20:,.0f} MiB)"
+            for name, size in self.table_bytes.items()
+            if settings.shards(size // COPIES_IN_TRAINING, t.num_ps) > 1
         ]
         if split:
             raise ValueError(
@@ -1298,7 +1295,7 @@ class Spec(_Section):
         k = self.kubernetes
         role = "ps" if self.training.strategy == "parameter_server" else "worker"
         memory = k and k.for_role(role).memory
-        needed = embedding_bytes(self.data.categorical_features) // max(1, self.training.num_ps)
+        needed = self.tables_per_pod
         if memory and needed > memory_bytes(memory) // 2:
             raise ValueError(
                 f"data.features: the embedding tables need up to {needed / 2**20:,.0f} MiB per {role} pod (with the "
@@ -1311,6 +1308,34 @@ class Spec(_Section):
                 )
             )
         return self
+
+    @property
+    def table_bytes(self) -> dict[str, int]:
+        """The most bytes each table of weights by id can take in training (with the optimizer's slots): each
+        categorical feature's embedding ('user') and, with wide_deep, its weight per id and output ('user (wide)'),
+        each cross's ('a × b'). An upper bound: trainer/models.py ``table_bytes`` counts the prepared data's ids."""
+        label = self.data.label
+        width = len(label.class_names or range(MAX_CLASSES)) if label.task == "multiclass" else 1
+        wide = isinstance(self.model, WideDeepModel)
+        found = {}
+        for f in self.data.categorical_features:
+            found[f.name] = f.max_ids * max(1, embedding_dim(f, f.max_ids)) * EMBEDDING_BYTES_PER_VALUE
+            if wide:
+                found[f"{f.name} (wide)"] = f.max_ids * width * EMBEDDING_BYTES_PER_VALUE
+        for cross in self.model.crosses if isinstance(self.model, WideDeepModel) else ():
+            found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
+        return found
+
+    @property
+    def tables_per_pod(self) -> int:
+        """The most bytes of tables one training pod holds: every table on a worker (all-reduce); on a parameter
+        server its even share of them, at least the largest piece (a table, or a shard of a split one) placed whole."""
+        tables, t = self.table_bytes, self.training
+        if t.strategy != "parameter_server" or not tables:
+            return sum(tables.values())
+        shards = t.parameter_server_settings.shards
+        pieces = [-(-size // shards(size // COPIES_IN_TRAINING, t.num_ps)) for size in tables.values()]
+        return max(-(-sum(tables.values()) // t.num_ps), *pieces)
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:

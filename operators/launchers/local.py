@@ -36,12 +36,18 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def furthest_step(stage: StagePlan) -> int:
+    """The furthest step any training process of the stage has beaten."""
+    return max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0)
+
+
 class LocalLauncher(Launcher):
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         super().__init__(plan, try_number)
         self.processes: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
+        self._pumps: list[threading.Thread] = []
 
     def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
@@ -71,51 +77,52 @@ class LocalLauncher(Launcher):
 
     def measure_loss(self, stage: StagePlan) -> dict:
         return {
-            "lost_at_step": max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0),
+            "lost_at_step": furthest_step(stage),
             "resumed_at_step": checkpoint_step(stage.checkpoint_dir),
             "stopped_at": time.time(),
         }
 
     def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict:
-        self.run_processes(stage, local_processes(stage), log, restarts[-1] if restarts else None)
+        self.run_processes(stage, local_processes(stage), log, restarts)
         return read_json(stage.result_file)
 
     def run_processes(
-        self, stage: StagePlan, processes: list[Process], log: StageLog, recovering: dict | None = None
+        self, stage: StagePlan, processes: list[Process], log: StageLog, restarts: list[dict] | None = None
     ) -> None:
-        """Start the stage's processes and wait for them; ``recovering``: the elastic restart this run follows."""
+        """Start the stage's processes and wait for them; ``restarts``: the restarts of this run of the stage so far
+        (the last one, if elastic, is the one this start follows), where a worker restarted in place is added."""
         lines: queue.Queue = queue.Queue()
         tails: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         with self._lock:
             self.processes = {}
+        self._pumps = []
         try:
             for p in processes:
-                log.info("starting %s: %s", p.name, " ".join(p.argv))
-                with self._lock:
-                    self.processes[p.name] = subprocess.Popen(
-                        p.argv,
-                        env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        preexec_fn=_die_with_parent,
-                    )
-            pumps = [
-                threading.Thread(
-                    target=self._pump, args=(p.name, self.processes[p.name], p.rank_tagged, lines), daemon=True
-                )
-                for p in processes
-            ]
-            for t in pumps:
-                t.start()
-            self._wait(stage, {p.name: p.role for p in processes}, lines, tails, log, recovering)
+                self._start(p, lines, log)
+            self._wait(stage, {p.name: p for p in processes}, lines, tails, log, [] if restarts is None else restarts)
             self._terminate()  # servers, once everything else is done
-            for t in pumps:
+            for t in self._pumps:
                 t.join()
             self._relay(lines, tails, log)
         finally:
             self._terminate()
+
+    def _start(self, p: Process, lines: queue.Queue, log: StageLog) -> None:
+        """Start process ``p`` and a thread pumping its output lines into ``lines``."""
+        log.info("starting %s: %s", p.name, " ".join(p.argv))
+        with self._lock:
+            proc = self.processes[p.name] = subprocess.Popen(
+                p.argv,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        pump = threading.Thread(target=self._pump, args=(p.name, proc, p.rank_tagged, lines), daemon=True)
+        pump.start()
+        self._pumps.append(pump)
 
     @staticmethod
     def _pump(name: str, proc: subprocess.Popen, rank_tagged: bool, lines: queue.Queue) -> None:
@@ -139,13 +146,15 @@ class LocalLauncher(Launcher):
     def _wait(
         self,
         stage: StagePlan,
-        roles: dict[str, str],
+        processes: dict[str, Process],
         lines: queue.Queue,
         tails: dict,
         log: StageLog,
-        recovering: dict | None,
+        restarts: list[dict],
     ) -> None:
         started = time.time()
+        roles = {name: p.role for name, p in processes.items()}
+        recovering = restarts[-1] if restarts else None
         while True:
             self._relay(lines, tails, log, timeout=0.2)
             if self._stop_requested.is_set():
@@ -170,28 +179,84 @@ class LocalLauncher(Launcher):
                 for name, code in codes.items()
                 if code not in (None, 0) or (code == 0 and roles[name] in stage.servers)
             ]
-            if failed:
-                killed = tuple(name for name in failed if (codes[name] or 0) < 0)
-                name, stopped = (killed or failed)[0], self._stopped(stage)
-                if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
-                    name, pid = stopped
-                    self._terminate()
-                    self._relay(lines, tails, log)
-                    raise StageFailed(
-                        name,
-                        None,
-                        failed_first(tails, name),
-                        how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
-                        detail=f"{failed[0]} then exited with code {codes[failed[0]]}",
-                        lost=(name,),
-                    )
-                self._terminate()
-                time.sleep(0.2)  # let the pump threads deliver the last lines
-                self._relay(lines, tails, log)
-                code = codes[name] if codes[name] else None
-                raise StageFailed(name, code, failed_first(tails, name), lost=killed)
+            lost = [
+                name
+                for name in failed
+                if not self._restarted_in_place(stage, processes[name], codes[name], lines, log, restarts)
+            ]
+            if lost:
+                self._fail(stage, roles, lost, codes, lines, tails, log)
             if all(codes[name] == 0 for name, role in roles.items() if role not in stage.servers):
                 return
+
+    def _restarted_in_place(
+        self, stage: StagePlan, p: Process, code: int | None, lines: queue.Queue, log: StageLog, restarts: list[dict]
+    ) -> bool:
+        """Whether ``p``, which ended with ``code``, was a parameter-server worker killed by a signal (not by ``stop``)
+        and is started again (``StagePlan.worker_restarts``), the restart logged and added to ``restarts``."""
+        if p.role != "worker" or code is None or code >= 0:
+            return False
+        if self._stop_requested.is_set() or len(restarts) >= stage.worker_restarts:
+            return False
+        why = f"{p.name} was killed by signal {-code}"
+        restarts.append(
+            {
+                "restart": len(restarts) + 1,
+                "lost": [p.name],
+                "why": why,
+                "in_place": True,
+                "lost_at_step": furthest_step(stage),
+                "restarted_at": time.time(),
+            }
+        )
+        log.warning(
+            "%s: %s; restarting it in place (restart %d of %d, training.max_restarts): the chief's coordinator runs "
+            "its closures on the other workers meanwhile and takes it back once it serves",
+            stage.task_id,
+            why,
+            len(restarts),
+            stage.worker_restarts,
+        )
+        self._start(p, lines, log)
+        return True
+
+    def _fail(
+        self,
+        stage: StagePlan,
+        roles: dict[str, str],
+        failed: list[str],
+        codes: dict[str, int | None],
+        lines: queue.Queue,
+        tails: dict,
+        log: StageLog,
+    ) -> None:
+        """Stop every process and raise StageFailed naming the one of ``failed`` that caused the failure (a
+        parameter server's: where training resumes, its variables being lost)."""
+        killed = tuple(name for name in failed if (codes[name] or 0) < 0)
+        name, stopped = (killed or failed)[0], self._stopped(stage)
+        if stopped:  # its peers gave up on it (TF's coordination service): the stopped one is the cause
+            name, pid = stopped
+            self._terminate()
+            self._relay(lines, tails, log)
+            raise StageFailed(
+                name,
+                None,
+                failed_first(tails, name),
+                how=f"was stopped (process {pid}: SIGSTOP, or a debugger)",
+                detail=f"{failed[0]} then exited with code {codes[failed[0]]}",
+                lost=(name,),
+            )
+        self._terminate()
+        time.sleep(0.2)  # let the pump threads deliver the last lines
+        self._relay(lines, tails, log)
+        code = codes[name] if codes[name] else None
+        detail = None
+        if roles[name] == "ps":
+            detail = (
+                "the variables it held are lost: training resumes from the latest checkpoint "
+                f"(step {checkpoint_step(stage.checkpoint_dir)}), on the task's retry or an elastic restart"
+            )
+        raise StageFailed(name, code, failed_first(tails, name), detail=detail, lost=killed)
 
     @staticmethod
     def _note_recovery(stage: StagePlan, started: float, change: dict, log: StageLog) -> None:

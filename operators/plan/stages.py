@@ -91,7 +91,7 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
     k8s: KubernetesSpec | None = spec.kubernetes
     if k8s is None:
         return None
-    pods: dict[str, PodResources] = {role: _pod_resources(k8s, role) for role in ROLES}
+    pods: dict[str, PodResources] = {role: _pod_resources(spec, k8s, role) for role in ROLES}
     return KubernetesPlacement(
         connection_id=k8s.connection_id,
         namespace=k8s.namespace,
@@ -112,12 +112,26 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
     )
 
 
-def _pod_resources(k8s: KubernetesSpec, role: str) -> PodResources:
+PS_RUNTIME_BYTES = 1 << 30
+"""What a ps pod is given besides its tables: TensorFlow's runtime (an idle ps task's resident memory, measured with
+TF 2.21 on CPU: 0.75 GiB; the pod's entrypoint process: 0.05 GiB) and headroom."""
+
+
+def ps_memory(spec: Spec) -> str:
+    """The memory (request and limit) of a ps pod whose spec gives none: twice the most bytes of tables a ps holds
+    (``Spec.tables_per_pod``: the tables may take at most half of a pod's memory, as the spec and the trainer demand
+    of a memory given) plus PS_RUNTIME_BYTES, in MiB."""
+    return f"{-(-(2 * spec.tables_per_pod + PS_RUNTIME_BYTES) // 2**20)}Mi"
+
+
+def _pod_resources(spec: Spec, k8s: KubernetesSpec, role: str) -> PodResources:
+    """What the pods of ``role`` get: the spec's settings; a ps pod without a memory, sized by its tables."""
     pods = k8s.for_role(role)
+    sized = role == "ps" and spec.training.num_ps and not pods.memory
     return PodResources(
         image=pods.image or "",
         cpu=pods.cpu,
-        memory=pods.memory,
+        memory=ps_memory(spec) if sized else pods.memory,
         node_selector=MappingProxyType(dict(pods.node_selector)),
         tolerations=tuple(pods.tolerations),
         affinity=pods.affinity,
@@ -146,6 +160,10 @@ class StagePlan:
     hang_timeout_seconds: int | None = None
     """Training: the stage fails when no training process has made progress for this long."""
     elastic: Elastic | None = None
+    worker_restarts: int = 0
+    """Parameter server: how many times (``training.max_restarts``, shared with elastic restarts) a lost worker
+    process is restarted in place, with its TF_CONFIG and address, while the chief's coordinator runs the lost
+    closures on the other workers and takes the worker back once it serves again (TF's ClusterCoordinator)."""
     cpus_per_process: int | None = None
     """Threads of each training process (``training.cpus_per_worker``); None: this machine's cores shared evenly."""
     kubernetes: KubernetesPlacement | None = None
@@ -201,5 +219,5 @@ def train_stage(spec: Spec, args: TrainArgs, placement: KubernetesPlacement | No
         return replace(train, sync="horovod", slots=mpi.slots_per_worker, horovod=horovod)
     if t.strategy == "parameter_server":
         others = (Member("chief", 0), *(Member("ps", i) for i in range(t.num_ps)))
-        return replace(train, members=others + workers, servers=("ps", "worker"))
+        return replace(train, members=others + workers, servers=("ps", "worker"), worker_restarts=t.max_restarts)
     return train

@@ -542,9 +542,10 @@ def test_an_oom_killed_pod_and_an_unpullable_image_are_named_with_their_reason(c
 
 
 def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tmp_path):
-    """operator 'auto' finds the TFJob CRD through API discovery and runs MultiWorkerMirrored as a TFJob, warm-started
-    from the baseline version on the artifact volume; 'kubeflow' on a cluster without it is refused (no retry),
-    before anything is created."""
+    """operator 'auto' finds the TFJob CRD through API discovery and runs a parameter-server cluster of 2 ps and 2
+    workers as a TFJob, warm-started from the baseline version on the artifact volume, its ps pods sized by their
+    tables (none here: the runtime's 1 GiB, within which they serve to the end); 'kubeflow' on a cluster without it
+    is refused (no retry), before anything is created."""
     kubeflow = StandInCluster(str(tmp_path / "kubeflow"), crds=("tfjobs",)).start()
     os.environ["AIRFLOW_CONN_K8S_KUBEFLOW"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}}
@@ -560,21 +561,31 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
     for task_id in ("train", "evaluate", "export"):
         run(parent, task_id)
     try:
+        cluster = {"strategy": "parameter_server", "num_ps": 2, "num_workers": 2}
         plan = prepared_plan(
             digits_root,
             "k8s_tfjob",
-            training={"epochs": 1, "launcher": "kubernetes", "warm_start": "baseline"},
+            training={"epochs": 1, "launcher": "kubernetes", "warm_start": "baseline", **cluster},
             kubernetes={**KUBERNETES, "connection_id": "k8s_kubeflow"},
             **published,
         )
         result, lines = launch(plan, "train")
         name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
         assert kubeflow.created == [("TFJob", name)] and result["workers"] == 2
+        resources = {
+            pod["metadata"]["name"].removeprefix(f"{name}-"): pod["spec"]["containers"][0]["resources"]
+            for change, key, pod in ((c[1], c[2], json.loads(c[3])) for c in kubeflow.history)
+            if change == "ADDED" and key[0] == "Pod"
+        }
+        sized = {"cpu": "1", "memory": "1024Mi"}
+        assert resources == {
+            **{f"ps-{i}": {"requests": sized, "limits": sized} for i in range(2)},
+            **{pod: {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}} for pod in ("chief-0", "worker-0", "worker-1")},
+        }, resources
         version = read_json(parent.layout.result("export"))["version"]
         assert result["warm_start"]["parent_version"] == version  # through the chief's termination message
-        assert "[worker-0] worker-0: warm start from version" in "\n".join(lines)
-        # worker-1's last lines may come after worker-0 ended the TFJob (cleanPodPolicy Running deletes its pod)
-        assert "worker-0" in weights(lines) and len(set(weights(lines).values())) == 1
+        assert "[chief-0] chief-0: warm start from version" in "\n".join(lines)
+        assert "chief-0" in weights(lines) and result["final_step"] == steps_of(plan, 1)
         wait_for(lambda: not kubeflow.objects, 30, "the TFJob, its pods and Services to be deleted")
     finally:
         kubeflow.close()

@@ -338,3 +338,44 @@ def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
 
     assert import_string("tfdist.operators.launchers.kubernetes.StageTrigger") is StageTrigger
     assert import_string(StageTrigger({}).serialize()[0]) is StageTrigger
+
+
+def test_ps_pods_without_a_memory_are_sized_by_their_tables():
+    """A TFJob's PS pods get, as request and limit, twice a ps task's share of the tables (at least the largest piece
+    it holds whole) plus 1 GiB; a memory given is kept, one too small for the tables refused naming the field."""
+    user = {"name": "user", "kind": "categorical", "hash_buckets": 100_000, "embedding_dim": 16}
+    item = {"name": "item", "kind": "categorical", "hash_buckets": 2_000_000, "embedding_dim": 8}
+    pods = {"image": "registry.example.com/tfdist-worker:2.21", "cpu": "4"}
+
+    def ps_resources(features: list[dict], roles: dict) -> dict:
+        spec = load_spec(
+            make_spec(
+                "/mnt/tfdist",
+                data={"features": [{"name": "pixel", "shape": [64]}, *features]},
+                model={"family": "wide_deep", "embedding_optimizer": "lazy_adam"},
+                training=MODES["parameter_server"],  # 2 ps
+                kubernetes={**KUBERNETES, "pods": pods, "roles": roles},
+            )
+        )
+        start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+        plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+        (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
+        replicas = tfjob["spec"]["tfReplicaSpecs"]
+        assert "memory" not in replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        return replicas["PS"]["template"]["spec"]["containers"][0]["resources"]
+
+    def sized(share: int) -> dict:
+        memory = f"{-(-(2 * share + 2**30) // 2**20)}Mi"
+        return {"requests": {"cpu": "4", "memory": memory}, "limits": {"cpu": "4", "memory": memory}}
+
+    def table(ids: int, width: int) -> int:
+        return ids * width * 12  # the float32 weight and Adam's 2 slots
+
+    # ids × 16 (6.4 MB of weights, under twice shard_min_bytes: one piece) and wide_deep's ids × 10 classes
+    assert ps_resources([user], {}) == sized(table(100_000, 16)) == sized(19_200_000)
+    # item's tables are split in 2 (a shard on each ps): an even share is the most a ps holds, under item's wide table
+    tables = table(100_000, 16) + table(100_000, 10) + table(2_000_000, 8) + table(2_000_000, 10)
+    assert ps_resources([user, item], {}) == sized(tables // 2) == sized(231_600_000)
+    assert ps_resources([user], {"ps": {"memory": "2Gi"}})["limits"]["memory"] == "2Gi"
+    with pytest.raises(SpecError, match=r"kubernetes\.roles\.ps\.memory"):
+        ps_resources([user], {"ps": {"memory": "32Mi"}})
