@@ -434,7 +434,10 @@ def goal_bandwidth(ps: dict, all_reduce: dict, goal: float = 1.5) -> str:
             return f"{names}: holds here and on any network"
         return f"{names}: holds here and on links faster than {gbit(-bytes_gain / -time_gap)}"
     if bytes_gain <= 0:
-        return f"{names}: on no network (it is slower here and sends no fewer bytes per step)"
+        return (
+            f"{names}: on no network (slower here, and its {b_p / 2**10:,.0f} KiB per step are over 1/{goal} of "
+            f"{b_a / 2**10:,.0f})"
+        )
     return f"{names}: on links slower than {gbit(bytes_gain / time_gap)}"
 
 
