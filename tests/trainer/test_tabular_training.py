@@ -1,6 +1,7 @@
 """Binary and regression tasks with numeric (some missing), string, int64, hashed and list categorical features,
 trained for real in every mode through the local launcher: MultiWorkerMirrored, parameter server, Horovod (fixed
-and elastic). The data: tests/trainer/prepared_tables.py, rows with a planted signal prepared by prepare_data."""
+and elastic), the tables by the Keras optimizer or a sparse one (``model.embedding_optimizer``). The data:
+tests/trainer/prepared_tables.py, rows with a planted signal prepared by prepare_data."""
 
 from __future__ import annotations
 
@@ -53,13 +54,13 @@ def tabular_plan(root: str, run_id: str, task: str, training: dict, model: dict,
 @pytest.mark.parametrize(
     ("mode", "task", "model"),
     [
-        ("mirrored", "binary", WIDE_DEEP),
+        ("mirrored", "binary", {**WIDE_DEEP, "embedding_optimizer": "lazy_adam"}),
         ("mirrored", "regression", MLP),
         ("parameter server", "binary", MLP),
-        ("parameter server", "regression", WIDE_DEEP),
-        ("horovod", "binary", MLP),
+        ("parameter server", "regression", {**WIDE_DEEP, "embedding_optimizer": "adagrad"}),
+        ("horovod", "binary", {**MLP, "embedding_optimizer": "lazy_adam"}),
         ("horovod", "regression", WIDE_DEEP),
-        ("horovod elastic", "binary", WIDE_DEEP),
+        ("horovod elastic", "binary", {**WIDE_DEEP, "embedding_optimizer": "lazy_adam"}),
     ],
 )
 def test_each_mode_trains_binary_and_regression_tasks_on_categorical_features(tmp_path, mode, task, model):
