@@ -88,6 +88,17 @@ class DagTestOutcome:
     (their worker processes excluded)."""
 
 
+_MIGRATED: set[tuple[str, str]] = set()
+
+
+def _migrate_once(airflow: str) -> None:
+    """``airflow db migrate``, once per process for each Airflow home and database."""
+    database = (os.environ.get("AIRFLOW_HOME", ""), os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", ""))
+    if database not in _MIGRATED:
+        subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _MIGRATED.add(database)
+
+
 def _sample_peak_rss(pid: int, peak: list[float]) -> None:
     import psutil
 
@@ -107,11 +118,11 @@ def airflow_dags_test(
     wrapper: tuple[str, ...] = (),
     skip: str | None = None,
 ) -> DagTestOutcome:
-    """``airflow db migrate`` then ``airflow dags test`` (with the run conf ``conf``, started through the
-    argv ``wrapper`` if given, the tasks whose ids match the regex ``skip`` marked successful without running):
-    one real DAG run; its whole output goes to ``log_path``."""
+    """``airflow db migrate`` (once per database) then ``airflow dags test`` (with the run conf ``conf``, started
+    through the argv ``wrapper`` if given, the tasks whose ids match the regex ``skip`` marked successful without
+    running): one real DAG run; its whole output goes to ``log_path``."""
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    subprocess.run([airflow, "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _migrate_once(airflow)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     run_id = state = None
     argv = [

@@ -22,6 +22,7 @@ from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.plan import RunContext, StagePlan, build_plan, version_base
 from tfdist.spec import load_spec
+from tfdist.trainer.runtime import inter_op_threads
 
 UTC = dt.UTC
 CTX = RunContext(
@@ -246,6 +247,23 @@ def test_training_processes_get_their_own_cores_only_when_they_share_the_machine
     assert cores(backend="mpi") == ["0,1;2,3"]  # one mpirun: a block per local rank
     assert cores(cpus_per_worker=1) == ["", ""]  # the user sized the workers: not pinned
     assert cores(strategy="parameter_server", num_ps=2) == [""] * 5  # more processes than cores
+
+
+def test_every_process_of_a_parameter_server_cluster_keeps_two_inter_op_threads(tmp_path, monkeypatch):
+    """A ps task runs every worker's updates at once and a worker waits on ps reads between its ops: each gets two
+    inter-op threads though its share of the cores is one; other clusters' processes get at most their share."""
+    monkeypatch.setattr(processes_module, "available_cores", lambda: [0, 1])
+
+    def inter_op(**training):
+        spec = load_spec(make_spec(str(tmp_path), training=training))
+        threads = []
+        for process in local_processes(build_plan(spec, CTX).stage("train")):
+            monkeypatch.setenv("TF_CONFIG", process.env["TF_CONFIG"])
+            threads.append((int(process.env["TFDIST_THREADS"]), inter_op_threads(int(process.env["TFDIST_THREADS"]))))
+        return threads
+
+    assert inter_op(strategy="parameter_server", num_ps=2) == [(1, 2)] * 5  # chief, 2 ps, 2 workers on 2 cores
+    assert inter_op(num_workers=2) == [(1, 1)] * 2  # multi-worker mirrored, a core each
 
 
 def at(text: str) -> dt.datetime:

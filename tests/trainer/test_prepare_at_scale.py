@@ -240,6 +240,7 @@ def partitions(root: str, fmt: str, parts: int = 3) -> list[str]:
     return paths
 
 
+@pytest.mark.e2e  # real worker processes, 15-40 s: in make test, not in the fast set
 def test_every_format_and_any_number_of_writers_give_the_same_shards(tmp_path):
     """The digits rows as three files in each format: the shards (by sha256), the train moments, class counts
     and data statistics (as bytes) are the same for CSV with 1 and 3 writer processes and for JSON lines

@@ -52,6 +52,7 @@ def test_two_workers_train_with_checkpoints(digits_root):
     assert read_json(plan.layout.result("train")) == result
 
 
+@pytest.mark.e2e  # real worker processes, 15-40 s: in make test, not in the fast set
 def test_on_kill_stops_every_worker(digits_root):
     """The operator's on_kill (what Airflow calls when the task is stopped) ends all worker processes of the
     run while they train: the stage ends as stopped (not failed), each worker by the launcher's signals."""
