@@ -72,8 +72,8 @@ class Ids(keras.layers.Layer):
 
 
 class EmbeddingTable(TableLayer):
-    """A table of ``rows`` × ``width`` weights looked up by id (``tf.nn.embedding_lookup`` on the variable itself:
-    only the rows looked up are read, and the gradient is an IndexedSlices of them); a list's rows combined."""
+    """A table of ``rows`` × ``width`` weights looked up by id (``TableLayer.lookup``: only the rows looked up are
+    read, and the gradient is an IndexedSlices of them); a list's rows combined."""
 
     def __init__(self, rows: int, width: int, combiner: str | None = None, initializer: str = "uniform", **kwargs):
         super().__init__(**kwargs)
@@ -83,11 +83,10 @@ class EmbeddingTable(TableLayer):
         self.make_table(self.rows, self.width, self.initializer)
 
     def call(self, ids):
-        table = self.table
         if self.combiner is None:
-            return tf.nn.embedding_lookup(table, ids)
+            return self.lookup(ids)
         present = ids >= 0  # gather the ids present only: padding adds no rows to the sparse gradient
-        rows = tf.nn.embedding_lookup(table, tf.boolean_mask(ids, present))
+        rows = self.lookup(tf.boolean_mask(ids, present))
         sums = tf.math.unsorted_segment_sum(rows, tf.where(present)[:, 0], tf.shape(ids)[0])
         if self.combiner == "sum":
             return sums
@@ -126,7 +125,7 @@ class HashedCross(TableLayer):
     def call(self, values):
         columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
         crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
-        rows = tf.nn.embedding_lookup(self.table, crossed.values)  # one gather: one plain sparse gradient
+        rows = self.lookup(crossed.values)  # one gather: one plain sparse gradient
         return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
 
 

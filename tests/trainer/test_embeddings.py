@@ -96,3 +96,34 @@ def test_a_split_tables_rows_are_restored_shard_by_shard_as_they_would_be_whole(
     restore_shards(tf, split, prefix, "table/.ATTRIBUTES/VARIABLE_VALUE", len(parent), match)
     expected = match.carried(ours, parent) if match else parent
     np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in split.variables]), expected)
+
+
+@pytest.mark.parametrize("combiner", [None, "mean"])
+def test_a_replicated_table_is_read_only_at_the_rows_looked_up(combiner):
+    """Under a mirrored strategy (MultiWorkerMirrored's variables), a lookup reads this replica's copy at the ids,
+    never the whole table, and its gradient stays an IndexedSlices of those rows."""
+    import tensorflow as tf
+
+    from tfdist.trainer.preprocessing import EmbeddingTable
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        layer = EmbeddingTable(ROWS, WIDTH, combiner)
+        layer.build(None)
+    ids = tf.constant([[3, 7], [900, -1]] if combiner else [3, 7, 900])
+
+    @tf.function
+    def step(ids):
+        def replica_step(ids):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(layer(ids))
+            return tape.gradient(loss, layer.table)
+
+        return strategy.run(replica_step, args=(ids,))
+
+    graph = step.get_concrete_function(ids).graph
+    reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+    assert not [op for op in reads if op.outputs[0].shape.as_list() == [ROWS, WIDTH]], "the whole table was read"
+    assert "ResourceGather" in {op.type for op in graph.get_operations()}
+    gradient = step(ids)
+    assert isinstance(gradient, tf.IndexedSlices) and sorted(set(gradient.indices.numpy())) == [3, 7, 900]
