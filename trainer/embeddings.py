@@ -97,14 +97,19 @@ class TableLayer(keras.layers.Layer):
         return variable_of(self.embeddings)
 
     def lookup(self, ids):
-        """The rows of ``ids``, reading only those: from each shard of a split table, from this replica's copy of
-        a replicated one (TensorFlow 2.21's ``embedding_lookup`` reads a ``MirroredVariable`` whole first, as it
-        is no resource variable: every step copied each table, 6.8× slower at 4 M rows, docs/performance.md)."""
+        """The rows of ``ids``, reading only those (from each shard of a split table)."""
         table = self.table
-        if isinstance(table, tf.distribute.DistributedValues):
-            copies = tf.distribute.get_strategy().experimental_local_results(table)
-            table = next((copy for copy in copies if copy.device == table.device), copies[0])
-        return tf.nn.embedding_lookup(table, ids)
+        return tf.nn.embedding_lookup(local_copy(table, table.device), ids)
+
+
+def local_copy(variable, device: str):
+    """A replicated variable's copy on ``device``, else the variable itself. Reading the copy reads only the rows
+    asked for: TensorFlow 2.21's ``tf.gather`` and ``embedding_lookup`` read a ``MirroredVariable`` whole first (it
+    is no resource variable), which made each step copy every table and its slots (docs/performance.md)."""
+    if not isinstance(variable, tf.distribute.DistributedValues):
+        return variable
+    copies = tf.distribute.get_strategy().experimental_local_results(variable)
+    return next((copy for copy in copies if copy.device == device), copies[0])
 
 
 def split_tables(model) -> list:
@@ -187,9 +192,15 @@ class SparseOptimizer(tf.Module):
         def update_all(strategy, gradients):
             strategy.extended.update(self.iterations, lambda i: i.assign_add(1), args=())
             for gradient, piece in zip(gradients, variables, strict=True):
-                strategy.extended.update(piece, self.update, args=(gradient, *self._slots_of.by_piece[piece.ref()]))
+                strategy.extended.update(
+                    piece, self._update_copy, args=(gradient, *self._slots_of.by_piece[piece.ref()])
+                )
 
         tf.distribute.get_replica_context().merge_call(update_all, args=(gradients,))
+
+    def _update_copy(self, variable, gradient, *slots):
+        """``update`` of one copy of a piece (each replica's, when replicated), with the slots' copies beside it."""
+        return self.update(variable, gradient, *(local_copy(slot, variable.device) for slot in slots))
 
     def update(self, variable, gradient, *slots):
         """Update the rows of ``variable`` (and of its ``slots``) that ``gradient`` touches."""

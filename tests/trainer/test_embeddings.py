@@ -98,32 +98,41 @@ def test_a_split_tables_rows_are_restored_shard_by_shard_as_they_would_be_whole(
     np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in split.variables]), expected)
 
 
-@pytest.mark.parametrize("combiner", [None, "mean"])
-def test_a_replicated_table_is_read_only_at_the_rows_looked_up(combiner):
-    """Under a mirrored strategy (MultiWorkerMirrored's variables), a lookup reads this replica's copy at the ids,
-    never the whole table, and its gradient stays an IndexedSlices of those rows."""
+@pytest.mark.parametrize(("combiner", "name"), [(None, "lazy_adam"), ("mean", "adagrad")])
+def test_a_replicated_table_and_its_slots_are_read_only_at_the_rows_a_step_looks_up(combiner, name):
+    """Under a mirrored strategy (MultiWorkerMirrored's variables), a lookup reads this replica's copy at the ids and
+    the sparse optimizer reads its slots' copies at those rows, never a whole table or slot; the gradient stays an
+    IndexedSlices of those rows, and the update leaves every other row as it was."""
     import tensorflow as tf
 
+    from tfdist.trainer.embeddings import SPARSE_OPTIMIZERS
     from tfdist.trainer.preprocessing import EmbeddingTable
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
         layer = EmbeddingTable(ROWS, WIDTH, combiner)
         layer.build(None)
+        optimizer = SPARSE_OPTIMIZERS[name](0.05)
+        optimizer.build({"table": layer.table})
     ids = tf.constant([[3, 7], [900, -1]] if combiner else [3, 7, 900])
+    start = layer.table.numpy()
 
     @tf.function
     def step(ids):
         def replica_step(ids):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(layer(ids))
-            return tape.gradient(loss, layer.table)
+            gradient = tape.gradient(loss, layer.table)
+            optimizer.apply([gradient], [layer.table])
+            return gradient
 
         return strategy.run(replica_step, args=(ids,))
 
     graph = step.get_concrete_function(ids).graph
     reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
-    assert not [op for op in reads if op.outputs[0].shape.as_list() == [ROWS, WIDTH]], "the whole table was read"
+    assert not [op.name for op in reads if op.outputs[0].shape.as_list() == [ROWS, WIDTH]], "a whole table was read"
     assert "ResourceGather" in {op.type for op in graph.get_operations()}
     gradient = step(ids)
     assert isinstance(gradient, tf.IndexedSlices) and sorted(set(gradient.indices.numpy())) == [3, 7, 900]
+    changed = np.flatnonzero((layer.table.numpy() != start).any(axis=1))
+    assert changed.tolist() == [3, 7, 900], changed
