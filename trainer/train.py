@@ -368,16 +368,6 @@ def serve(tf, resolver) -> None:
     server.join()
 
 
-def drawn_seed(tf):
-    """A shuffle seed drawn where the dataset starts (op seeds 0 and 0: the kernel seeds itself). A parameter-server
-    cluster runs one traced dataset function on every worker (input pipeline 0 of 1), so a seed fixed in it, or
-    derived from the run's global seed, gave every worker the same batches in the same order."""
-    int64 = tf.int64
-    return tf.raw_ops.RandomUniformInt(
-        shape=tf.constant([], tf.int32), minval=tf.constant(0, int64), maxval=tf.constant(2**62, int64), seed=0, seed2=0
-    )
-
-
 def steady_rate(step: int, now: float, warm: tuple[float, int] | None, global_batch: int) -> float | None:
     """Examples/s since the first step call (tracing excluded); None before a second call."""
     if warm is None or step == warm[1] or now <= warm[0]:
@@ -594,20 +584,13 @@ class TrainingRun:
         return self.managers[directory]
 
     def dataset(self, reader: int, readers: int, per_replica_batch, first_step: int):
-        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``.
-        With parameter servers every worker reads all shards, in an order of its own (``drawn_seed``), so a
-        resumed run starts a new order instead."""
-        own_order = isinstance(self.sync, ParameterServer)
+        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``."""
         return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
             self.tf.data.TFRecordDataset(self.files[reader::readers])
-            .shuffle(
-                4096,
-                seed=drawn_seed(self.tf) if own_order else self.training.seed + reader,
-                reshuffle_each_iteration=True,
-            )
+            .shuffle(4096, seed=self.training.seed + reader, reshuffle_each_iteration=True)
             .repeat()
             .batch(per_replica_batch(self.global_batch), drop_remainder=True)
-            .skip(0 if own_order else first_step)
+            .skip(first_step // (readers if isinstance(self.sync, ParameterServer) else 1))
             .map(self.parse, num_parallel_calls=data.READ_PARALLELISM)
             .prefetch(2)
         )
