@@ -98,17 +98,18 @@ class TableLayer(keras.layers.Layer):
 
     def lookup(self, ids):
         """The rows of ``ids``, reading only those (from each shard of a split table)."""
-        table = self.table
-        return tf.nn.embedding_lookup(local_copy(table, table.device), ids)
+        return tf.nn.embedding_lookup(local_copy(self.table), ids)
 
 
-def local_copy(variable, device: str):
-    """A replicated variable's copy on ``device``, else the variable itself. Reading the copy reads only the rows
-    asked for: TensorFlow 2.21's ``tf.gather`` and ``embedding_lookup`` read a ``MirroredVariable`` whole first (it
-    is no resource variable), which made each step copy every table and its slots (docs/performance.md)."""
+def local_copy(variable, device: str | None = None):
+    """A replicated variable's copy on ``device`` (by default this replica's), else the variable itself. Reading the
+    copy reads only the rows asked for: TensorFlow 2.21's ``tf.gather`` and ``embedding_lookup`` read a
+    ``MirroredVariable`` whole first (it is no resource variable), which made each step copy every table and its
+    slots (docs/performance.md)."""
     if not isinstance(variable, tf.distribute.DistributedValues):
         return variable
     copies = tf.distribute.get_strategy().experimental_local_results(variable)
+    device = device or variable.device
     return next((copy for copy in copies if copy.device == device), copies[0])
 
 
