@@ -78,8 +78,12 @@ def inter_op_threads(threads: int) -> int:
     """Inter-op threads for a budget of ``threads``: up to 2, and 2 in a parameter-server cluster, whose ps tasks
     run every worker's updates at once and whose workers wait on ps reads between their own ops (one thread each
     trained 7% slower: CTR bench, 5 processes on 2 cores, docs/performance.md)."""
-    in_ps_cluster = "ps" in json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    return 2 if in_ps_cluster else min(2, threads)
+    return 2 if "ps" in tf_config().get("cluster", {}) else min(2, threads)
+
+
+def tf_config() -> dict:
+    """This process's TF_CONFIG (its TF cluster and task, from the launcher); empty outside a TF cluster."""
+    return json.loads(os.environ.get("TF_CONFIG", "{}"))
 
 
 def say(message: str) -> None:

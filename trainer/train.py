@@ -56,7 +56,7 @@ from tfdist.contract import (
 )
 from tfdist.trainer import data
 from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer, table_bytes
-from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say
+from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say, tf_config
 from tfdist.trainer.summaries import scalar_writer
 from tfdist.trainer.train_metrics import TaskSums
 from tfdist.trainer.warm_start import ParentRestore
@@ -815,7 +815,7 @@ def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
     ps its share, at least the largest table) take over half of the memory this process has, naming the features
     and the fix."""
     t = spec.training
-    config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    config = tf_config()
     role = "worker"
     if t.strategy == "parameter_server":
         role = config.get("task", {}).get("type")
