@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,5 +42,16 @@ def write_hosts(cluster: StandInCluster) -> None:
             for ns, address, names in records:
                 qualified = [f"{n}.{ns}{suffix}" for n in names for suffix in (".svc.cluster.local", ".svc", "")]
                 lines.append(" ".join([address, *qualified, *(names if ns == pod.namespace else [])]))
-            with open(pod.hosts_path, "w") as f:
-                f.write("\n".join(lines) + "\n")
+            overwrite(pod.hosts_path, "\n".join(lines) + "\n")
+
+
+def overwrite(path: str, text: str) -> None:
+    """Replace a bind-mounted file's text in place without ever showing a reader an empty file (a truncate then a
+    write would, and a resolver reading then fails the lookup): one write from the start, padded with blanks to the
+    old length. A read racing that one write may still see old and new bytes mixed; real cluster DNS has no file."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
+    finally:
+        os.close(fd)

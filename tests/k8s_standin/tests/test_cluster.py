@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 
 import psutil
@@ -19,7 +20,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
-from tests.k8s_standin import StandInCluster, image_reference, kubelet, memory_bytes, timing
+from tests.k8s_standin import StandInCluster, dns, image_reference, kubelet, memory_bytes, timing
 from tests.k8s_standin.tests import clients
 from tests.k8s_standin.tests.clients import (
     NS,
@@ -93,6 +94,28 @@ def test_quantities_and_image_references():
     assert image_reference("tfdist-worker:test") == "docker.io/library/tfdist-worker:test"
     assert image_reference("ghcr.io/org/img") == "ghcr.io/org/img:latest"
     assert image_reference("localhost:5000/img@sha256:ab") == "localhost:5000/img@sha256:ab"
+
+
+def test_a_hosts_file_rewritten_in_place_never_reads_empty(tmp_path):
+    """A pod's resolver reading its hosts file while the kubelet rewrites it (shorter, then longer) always finds
+    the record it needs: the file is never seen truncated."""
+    path = str(tmp_path / "hosts")
+    texts = ["10.0.0.2 ps-0.ml.svc\n" + "10.0.0.3 worker-0.ml.svc\n" * 40, "10.0.0.2 ps-0.ml.svc\n"]
+    dns.overwrite(path, texts[0])
+    done = threading.Event()
+
+    def rewrite() -> None:
+        for i in range(20000):
+            dns.overwrite(path, texts[i % 2])
+        done.set()
+
+    threading.Thread(target=rewrite, daemon=True).start()
+    reads = 0
+    while not done.is_set():
+        with open(path) as f:
+            assert "ps-0.ml.svc" in f.read()
+        reads += 1
+    assert reads > 100
 
 
 def test_termination_messages_follow_the_policy(cluster, tmp_path):
