@@ -151,19 +151,24 @@ def plan_for(root: str, run_id: str, day: dt.date = DAY, **sections):
 
 
 _PREPARED: dict[str, str] = {}
+"""The data directories this test process prepared, by their input and data section."""
 
 
-def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
-    """``plan_for``, with the run's data prepared: by the prepare stage the first time this test process needs
-    that input (the day's partition and the data section), afterwards linked to that run's data (the train,
-    evaluate and export stages only read it)."""
-    plan = plan_for(root, run_id, day, **sections)
-    key = json.dumps([plan.stage("prepare_data").args.source, plan.spec.data.model_dump(mode="json")])
+def prepare_once(plan, input_key: str) -> None:
+    """Run the plan's prepare_data stage; or, when this test process prepared the same input (``input_key``) with
+    the same data section before, link the run's data to what that made (later stages only read it)."""
+    key = json.dumps([input_key, plan.spec.data.model_dump(mode="json")])
     if key in _PREPARED:
         os.symlink(_PREPARED[key], plan.layout.data_dir)
     else:
         run(plan, "prepare_data")
         _PREPARED[key] = plan.layout.data_dir
+
+
+def prepared_plan(root: str, run_id: str, day: dt.date = DAY, **sections):
+    """``plan_for``, with the run's data prepared once per day's partition and data section (``prepare_once``)."""
+    plan = plan_for(root, run_id, day, **sections)
+    prepare_once(plan, json.dumps(plan.stage("prepare_data").args.source))
     return plan
 
 

@@ -4,12 +4,13 @@ prepared by the prepare_data stage."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
 import numpy as np
 
-from tests.conftest import run
+from tests.conftest import prepare_once
 from tfdist.contract import read_json
 
 COUNTRIES = ["de", "fr", "us", "uk", "jp", "br", "in", "es", "it", "nl", "se", "pl"]
@@ -91,7 +92,8 @@ def labels(task: str, data: dict) -> list:
 
 def prepare(plan, n: int = 3000, seed: int = 0, **row_options) -> dict:
     """Write ``n`` rows of the plan's task as the JSON lines file of the day its source names, then prepare them
-    with the prepare_data stage; the manifest. A day's file is written once: other rows there are refused."""
+    with the prepare_data stage once per rows and data section (``prepare_once``); the manifest. A day's file is
+    written once: other rows there are refused."""
     task, label = plan.spec.data.label.task, plan.spec.data.label.name
     data = rows(n, seed, **row_options)
     data["label"] = labels(task, data)
@@ -108,5 +110,5 @@ def prepare(plan, n: int = 3000, seed: int = 0, **row_options) -> dict:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(content)
-    run(plan, "prepare_data")
+    prepare_once(plan, hashlib.sha256(content.encode()).hexdigest())
     return read_json(plan.layout.manifest_file)
