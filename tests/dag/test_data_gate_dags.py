@@ -55,9 +55,14 @@ BREAKAGES = {
 
 
 def gate_spec(root: str, name: str) -> dict:
-    """A pipeline of the data gate tests: its model is the same for every name, published without thresholds."""
+    """A pipeline of the data gate tests: its model is the same for every name, published without thresholds, trained
+    by one process (the gate is before training)."""
     spec = make_spec(
-        root, name=name, training={"epochs": 2}, validation={"thresholds": {}}, export={"model_name": "data_gate"}
+        root,
+        name=name,
+        training={"epochs": 2, "num_workers": 1},
+        validation={"thresholds": {}},
+        export={"model_name": "data_gate"},
     )
     spec["validation"]["allow_unvalidated"] = True
     return spec
