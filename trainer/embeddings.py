@@ -192,19 +192,26 @@ class SparseOptimizer(tf.Module):
 
         def update_all(strategy, gradients):
             strategy.extended.update(self.iterations, lambda i: i.assign_add(1), args=())
+            rate = self.step_rate()
             for gradient, piece in zip(gradients, variables, strict=True):
                 strategy.extended.update(
-                    piece, self._update_copy, args=(gradient, *self._slots_of.by_piece[piece.ref()])
+                    piece, self._update_copy, args=(gradient, rate, *self._slots_of.by_piece[piece.ref()])
                 )
 
         tf.distribute.get_replica_context().merge_call(update_all, args=(gradients,))
 
-    def _update_copy(self, variable, gradient, *slots):
-        """``update`` of one copy of a piece (each replica's, when replicated), with the slots' copies beside it."""
-        return self.update(variable, gradient, *(local_copy(slot, variable.device) for slot in slots))
+    def step_rate(self):
+        """This step's learning rate: computed once for every piece (on parameter servers, each piece's task would
+        otherwise read the step count from the task holding it and compute the rate again); here a constant."""
+        return self.learning_rate
 
-    def update(self, variable, gradient, *slots):
-        """Update the rows of ``variable`` (and of its ``slots``) that ``gradient`` touches."""
+    def _update_copy(self, variable, gradient, rate, *slots):
+        """``update`` of one copy of a piece (each replica's, when replicated), with the slots' copies beside it."""
+        return self.update(variable, gradient, rate, *(local_copy(slot, variable.device) for slot in slots))
+
+    def update(self, variable, gradient, rate, *slots):
+        """Update the rows of ``variable`` (and of its ``slots``) that ``gradient`` touches, at learning rate
+        ``rate``."""
         raise NotImplementedError
 
 
@@ -214,12 +221,15 @@ class LazyAdam(SparseOptimizer):
     slots_start: ClassVar[dict[str, float]] = {"m": 0.0, "v": 0.0}
     beta_1, beta_2, epsilon = 0.9, 0.999, 1e-7
 
-    def update(self, variable, gradient, m, v):
-        g = touched(gradient)
+    def step_rate(self):
+        """The learning rate with Adam's bias corrections at this step."""
         step = tf.cast(self.iterations, tf.float32)
+        return self.learning_rate * tf.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
+
+    def update(self, variable, gradient, rate, m, v):
+        g = touched(gradient)
         m_rows = self.beta_1 * tf.gather(m, g.indices) + (1 - self.beta_1) * g.values
         v_rows = self.beta_2 * tf.gather(v, g.indices) + (1 - self.beta_2) * tf.square(g.values)
-        rate = self.learning_rate * tf.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step)
         return tf.group(
             m.scatter_update(tf.IndexedSlices(m_rows, g.indices)),
             v.scatter_update(tf.IndexedSlices(v_rows, g.indices)),
@@ -233,23 +243,21 @@ class Adagrad(SparseOptimizer):
     slots_start: ClassVar[dict[str, float]] = {"accumulator": 0.1}
     epsilon = 1e-7
 
-    def update(self, variable, gradient, accumulator):
+    def update(self, variable, gradient, rate, accumulator):
         g = touched(gradient)
         sums = tf.gather(accumulator, g.indices) + tf.square(g.values)
         return tf.group(
             accumulator.scatter_update(tf.IndexedSlices(sums, g.indices)),
-            variable.scatter_sub(
-                tf.IndexedSlices(self.learning_rate * g.values / tf.sqrt(sums + self.epsilon), g.indices)
-            ),
+            variable.scatter_sub(tf.IndexedSlices(rate * g.values / tf.sqrt(sums + self.epsilon), g.indices)),
         )
 
 
 class SGD(SparseOptimizer):
     """Plain gradient descent on the touched rows."""
 
-    def update(self, variable, gradient):
+    def update(self, variable, gradient, rate):
         g = touched(gradient)
-        return variable.scatter_sub(tf.IndexedSlices(self.learning_rate * g.values, g.indices))
+        return variable.scatter_sub(tf.IndexedSlices(rate * g.values, g.indices))
 
 
 SPARSE_OPTIMIZERS = {"lazy_adam": LazyAdam, "adagrad": Adagrad, "sgd": SGD}
