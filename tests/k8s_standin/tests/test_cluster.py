@@ -105,9 +105,11 @@ def test_a_hosts_file_rewritten_in_place_never_reads_empty(tmp_path):
     done = threading.Event()
 
     def rewrite() -> None:
-        for i in range(20000):
-            dns.overwrite(path, texts[i % 2])
-        done.set()
+        try:
+            for i in range(20000):
+                dns.overwrite(path, texts[i % 2])
+        finally:
+            done.set()  # a failed rewrite ends the reads too, not the test's time
 
     threading.Thread(target=rewrite, daemon=True).start()
     reads = 0
