@@ -127,7 +127,7 @@ def airflow(tmp_path_factory):
                 "start_date": str(last_day + dt.timedelta(days=1)),
                 "data": {**EXAMPLE["data"], "source": f"{drift}/{{date}}/*.csv"},
                 "export": {"model_name": "digits_drift"},
-                "training": {**EXAMPLE["training"], "epochs": 2},
+                "training": {**EXAMPLE["training"], "epochs": 2, "num_workers": 1},
                 "validation": {"thresholds": {}, "allow_unvalidated": True},
             }
         )
@@ -170,7 +170,7 @@ def airflow(tmp_path_factory):
                 },
                 "data": {**EXAMPLE["data"], "source": f"{root}/raw/landed/{{date}}/*.csv"},
                 "export": {"model_name": "digits_on_assets"},
-                "training": {**EXAMPLE["training"], "epochs": 2},
+                "training": {**EXAMPLE["training"], "epochs": 2, "num_workers": 1},
                 "validation": {"thresholds": {}, "allow_unvalidated": True},
             }
         )
@@ -182,7 +182,7 @@ def airflow(tmp_path_factory):
                 root,
                 name="digits_approval",
                 start_date=str(last_day + dt.timedelta(days=1)),
-                training={"epochs": 2},
+                training={"epochs": 2, "num_workers": 1},
                 overridable=["training.epochs"],
                 validation={"thresholds": {"accuracy": {"lower": 0.5}}},
                 export={
@@ -198,7 +198,7 @@ def airflow(tmp_path_factory):
                 root,
                 name="digits_approval_timeout",
                 start_date=str(last_day + dt.timedelta(days=1)),
-                training={"epochs": 2},
+                training={"epochs": 2, "num_workers": 1},
                 validation={"thresholds": {"accuracy": {"lower": 0.5}}},
                 export={"model_name": "digits_approval_timeout", "approval": {"timeout_minutes": 1}},
             )

@@ -1,0 +1,23 @@
+"""A stage's process start: TensorFlow and Keras import without Keras's optional scikit-learn and matplotlib
+imports (both installed here, as in many teams' images), which stay importable afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBE = """
+import json, sys
+from tfdist.trainer.runtime import KERAS_OPTIONAL_IMPORTS, import_tensorflow
+tf = import_tensorflow()
+during = sorted(name for name in KERAS_OPTIONAL_IMPORTS if name in sys.modules)
+import sklearn.base, matplotlib
+shape = tf.keras.layers.Dense(2)(tf.ones([1, 3])).shape.as_list()
+print(json.dumps({"during": during, "after": [sklearn.base.__name__, matplotlib.__name__], "keras": shape}))
+"""
+
+
+def test_keras_optional_imports_are_skipped_and_importable_afterwards():
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == {"during": [], "after": ["sklearn.base", "matplotlib"], "keras": [1, 2]}
