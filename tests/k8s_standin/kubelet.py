@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -108,8 +107,7 @@ class ProcessKubelet:
             except subprocess.TimeoutExpired:
                 container.kill_all(pod)
                 proc.wait()
-        if pod.sync and pod.sync is not threading.current_thread():
-            pod.sync.join(timing.GRACE_SECONDS + 5)
+        pod.wait_for_sync()
 
     def release(self, pod: Pod) -> None:
         """Tear down the pod's network namespace and cgroup (killing what is left in it)."""

@@ -10,6 +10,7 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
+from tests.k8s_standin import timing
 from tests.k8s_standin.common import (
     IMAGE_USER,
     LOG_MESSAGE_LINES,
@@ -129,13 +130,21 @@ class Pod:
         self.cluster.event(
             self.obj, "Scheduled", f"Successfully assigned {self.namespace}/{self.obj['metadata']['name']} to {NODE}"
         )
-        self.sync = threading.Thread(target=self.cluster.kubelet.sync, args=(self,), daemon=True)
-        self.sync.start()
+        with self.lock:  # started before anyone sees it: a stop joins it at once
+            self.sync = threading.Thread(target=self.cluster.kubelet.sync, args=(self,), daemon=True)
+            self.sync.start()
 
     def stop(self) -> None:
         """Stop the pod as its kubelet does (a container not started yet never starts); returns once the kubelet
         is done with it."""
         self.cluster.kubelet.stop(self)
+
+    def wait_for_sync(self) -> None:
+        """Wait (bounded) until the kubelet's sync of this pod, if started, has ended; not from that sync itself."""
+        with self.lock:
+            sync = self.sync
+        if sync and sync is not threading.current_thread():
+            sync.join(timing.GRACE_SECONDS + 5)
 
     def release(self) -> None:
         """Free what the kubelet gave the pod (network namespace, cgroup)."""

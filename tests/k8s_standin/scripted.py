@@ -14,13 +14,11 @@ the grace period's length (a stopped script ends at once, whatever it does with 
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tests.k8s_standin import timing
 from tests.k8s_standin.common import now
 from tests.k8s_standin.images import pull
 from tests.k8s_standin.volumes import mount
@@ -119,8 +117,7 @@ class ScriptedKubelet:
         """The script ends at its next step (a container not started yet never starts); returns once it did."""
         with pod.lock:
             pod.stopping.set()
-        if pod.sync and pod.sync is not threading.current_thread():
-            pod.sync.join(timing.GRACE_SECONDS + 5)
+        pod.wait_for_sync()
 
     def release(self, pod: Pod) -> None:
         pass
