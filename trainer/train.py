@@ -138,8 +138,7 @@ class Mirrored:
 
         return chunk
 
-    @staticmethod
-    def _from_context(dataset_fn):
+    def _from_context(self, dataset_fn):
         return lambda ctx: dataset_fn(ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.get_per_replica_batch_size)
 
     def step_runner(self, replica_step, size: int, dataset_fn):
@@ -179,6 +178,11 @@ class ParameterServer(Mirrored):
 
     def summed(self, gradients: list) -> list:
         return gradients
+
+    def _from_context(self, dataset_fn):
+        """Each worker reads its own shards: TF's input context makes every worker's pipeline 0 of 1."""
+        worker_index = self.tf.distribute.coordinator.experimental_get_current_worker_index
+        return lambda ctx: dataset_fn(worker_index(), self.workers, ctx.get_per_replica_batch_size)
 
     def step_runner(self, replica_step, size: int, dataset_fn):
         iterator = iter(
@@ -366,6 +370,18 @@ def serve(tf, resolver) -> None:
     )
     say(f"{resolver.task_type}-{resolver.task_id}: serving at {server.target}")
     server.join()
+
+
+def shard_records(tf, files: list[str], reader, readers: int, seed: int):
+    """The records of reader ``reader`` of ``readers`` (an int, or a parameter-server worker's index tensor): every
+    ``readers``-th shard from the ``reader``-th, endless, shuffled (a tensor seed fails under a global seed)."""
+    return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
+        tf.data.Dataset.from_tensor_slices(files)
+        .shard(readers, reader)
+        .flat_map(tf.data.TFRecordDataset)
+        .shuffle(4096, seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+    )
 
 
 def steady_rate(step: int, now: float, warm: tuple[float, int] | None, global_batch: int) -> float | None:
@@ -583,12 +599,11 @@ class TrainingRun:
             )
         return self.managers[directory]
 
-    def dataset(self, reader: int, readers: int, per_replica_batch, first_step: int):
-        """The dataset of reader ``reader`` of ``readers``: its own shards, endless, batched, from ``first_step``."""
-        return (  # shards are read one after another: parallel reads cost a worker's only core ~10%
-            self.tf.data.TFRecordDataset(self.files[reader::readers])
-            .shuffle(4096, seed=self.training.seed + reader, reshuffle_each_iteration=True)
-            .repeat()
+    def dataset(self, reader, readers: int, per_replica_batch, first_step: int):
+        """The dataset of reader ``reader`` of ``readers``: its own records (``shard_records``), batched, from
+        ``first_step``."""
+        return (
+            shard_records(self.tf, self.files, reader, readers, self.training.seed)
             .batch(per_replica_batch(self.global_batch), drop_remainder=True)
             .skip(first_step // (readers if isinstance(self.sync, ParameterServer) else 1))
             .map(self.parse, num_parallel_calls=data.READ_PARALLELISM)
