@@ -8,7 +8,8 @@ reaches the worker runtime only through this package and the spec model (``tfdis
 - ``launch``: exit codes, environment names, a member's TF_CONFIG, the mpirun argv and its rank tags, the pod
   entrypoint's argv and the result it hands back;
 - ``progress``: heartbeats, the progress record, the training curve, the latest checkpoint's step;
-- ``records``: JSON records written atomically, directories published whole, checksums;
+- ``storage``: artifacts at a local path or in an object store (s3://, gs://), written whole;
+- ``records``: JSON records written atomically, checksums;
 - ``registry``: the published versions of a model; ``gate``: the gate's rules; ``data_gate``: the data
   gate's checks; ``approval``: the human approval before publishing; ``stopping``: how processes are stopped.
 
@@ -66,7 +67,6 @@ from tfdist.contract.progress import (
 )
 from tfdist.contract.records import (
     digest_json,
-    publish_dir,
     read_json,
     read_json_if_exists,
     sha256_file,
@@ -124,7 +124,6 @@ __all__ = [
     "mpirun_argv",
     "pod_argv",
     "printable",
-    "publish_dir",
     "rank_tag",
     "read_curve",
     "read_json",

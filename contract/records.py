@@ -1,33 +1,29 @@
-"""Run-scoped files: the spec, JSON records, atomic directory publishing, checksums."""
+"""Run-scoped records: JSON written whole, checksums; at a local path or in an object store (``storage``)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from typing import Any
+
+from tfdist.contract import storage
 
 
 def read_json(path: str) -> Any:
-    with open(path) as f:
+    with storage.open_file(path) as f:
         return json.load(f)
 
 
 def read_json_if_exists(path: str) -> Any:
     """The JSON file's content, None where there is no file."""
-    return read_json(path) if os.path.exists(path) else None
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        return None
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    storage.write_bytes(path, json.dumps(payload, indent=2, sort_keys=True).encode())
 
 
 def digest_json(payload: Any) -> str:
@@ -36,22 +32,7 @@ def digest_json(payload: Any) -> str:
 
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with storage.open_file(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def publish_dir(final: str) -> Iterator[str]:
-    """Yield a temp directory beside ``final``; on success rename it into place, else remove it.
-
-    A crash midway leaves only a hidden ``.tmp-*`` directory, never a half-written ``final``."""
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{os.path.basename(final)}-")
-    try:
-        yield tmp
-        os.rename(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tfdist.contract import last_beats, read_json, record_run
+from tests.object_store import S3Server
+from tfdist.contract import last_beats, read_json, record_run, storage
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import RunContext, build_plan
@@ -105,6 +106,16 @@ def airflow_home(tmp_path_factory) -> str:
         }
     )
     return home
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """One S3-protocol server per test process; this process reaches it as the Airflow side does (credentials
+    set from a connection), a worker through ``s3.env`` (its ambient identity)."""
+    server = S3Server().start()
+    storage.configure("s3", server.options)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -33,11 +33,11 @@ from tfdist.contract import (
     ExportArgs,
     approval,
     digest_json,
-    publish_dir,
     read_json,
     read_json_if_exists,
     registry,
     sha256_file,
+    storage,
     write_json_atomic,
 )
 from tfdist.trainer import data, metrics
@@ -264,7 +264,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         model, _ = restore_checked(tf, spec, manifest, args.data, blessing["checkpoint"])
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
-    with publish_dir(out) as tmp:
+    with storage.staged(out, last=(registry.METADATA,)) as tmp:
         module = serving_module(tf, model, manifest)
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
         served = serving_check(tf, spec, model, tmp, args.data, manifest)

@@ -36,10 +36,11 @@ from tfdist.contract import (
     THREADS_ENV,
     PrepareArgs,
     digest_json,
-    publish_dir,
     read_json,
+    read_json_if_exists,
     registry,
     sha256_file,
+    storage,
     write_json_atomic,
 )
 from tfdist.spec import CategoricalListFeature, NumericFeature
@@ -366,19 +367,19 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
 def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bool:
     """Whether the output directory already holds data prepared from this input (then its result is written);
     refuse one holding anything else."""
-    manifest_path = os.path.join(args.out, MANIFEST)
-    if os.path.exists(manifest_path):
-        if read_json(manifest_path)["input_fingerprint"] == fingerprint:
+    manifest = read_json_if_exists(storage.join(args.out, MANIFEST))
+    if manifest:
+        if manifest["input_fingerprint"] == fingerprint:
             if pods:
                 pods.publish_plan({"reuse": True})
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
-            write_result(args.result, args.out, read_json(manifest_path))
+            write_result(args.result, args.out, manifest)
             return True
         fail(
             f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
             EXIT_REFUSED,
         )
-    if os.path.exists(args.out):
+    if not storage.is_object_store(args.out) and os.path.exists(args.out):  # in a store: a crashed upload's
         fail(f"{args.out} exists without a manifest; move it away to prepare this run's data again", EXIT_REFUSED)
     return False
 
@@ -630,7 +631,7 @@ def main() -> None:
     fingerprint, inputs = input_fingerprint(files, data_spec, min(processes, usable_cores()))
     if reuse_prepared(args, pods, fingerprint):
         return
-    with publish_dir(args.out) as tmp:
+    with storage.staged(args.out, last=(MANIFEST,)) as tmp:
         runs = shares(readers.pieces(files, data_spec.format), processes)
         done, parts_dir = write_parts(runs, data_spec, pods, tmp)
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import

@@ -8,17 +8,15 @@ import itertools
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, worker_command, write_json_atomic
+from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, storage, worker_command, write_json_atomic
 from tfdist.spec import DataSpec, load_spec
 from tfdist.trainer import readers
 
@@ -201,13 +199,20 @@ def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
 
 
 def prepare(
-    root: str, name: str, fmt: str, sources: list[str], env: dict | None = None, **data_fields
+    root: str,
+    name: str,
+    fmt: str,
+    sources: list[str],
+    env: dict | None = None,
+    run_root: str | None = None,
+    **data_fields,
 ) -> tuple[subprocess.CompletedProcess, str]:
-    """Run the prepare stage as the launcher does (its own process); (the process, its output directory)."""
+    """Run the prepare stage as the launcher does (its own process), its run directory under ``run_root`` (a path
+    or a bucket's URL; default: ``root``); (the process, its output directory)."""
     spec = load_spec(make_spec(root, data={"source": "unused", **data_spec(fmt, num_shards=3, **data_fields)}))
-    out = os.path.join(root, name, "data")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
+    run_dir = storage.join(run_root or root, name)
+    out = storage.join(run_dir, "data")
+    write_json_atomic(spec_file := storage.join(run_dir, "spec.json"), spec.to_json_dict())
     argv = [
         *worker_command(sys.executable, "prepare"),
         "--spec",
@@ -215,7 +220,7 @@ def prepare(
         "--out",
         out,
         "--result",
-        os.path.join(root, name, "result.json"),
+        storage.join(run_dir, "result.json"),
     ]
     for source in sources:
         argv += ["--source", source]
@@ -281,64 +286,26 @@ def test_bad_data_in_a_writer_process_and_an_empty_partition_publish_nothing(tmp
     assert not os.path.exists(out)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_server(tmp_path):
-    """moto's S3 server (the S3 REST protocol over HTTP) as its own process on 127.0.0.1; the environment a
-    client needs (endpoint and credentials from the standard variables, as boto and s3fs read them)."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "tfdist-test",
-        "AWS_SECRET_ACCESS_KEY": "tfdist-test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
-            time.sleep(0.2)
-    yield env
-    server.terminate()
-    server.wait(10)
-
-
-def test_an_s3_source_is_read_from_an_s3_server_as_from_local_files(tmp_path, s3_server):
-    import boto3
-
+def test_an_s3_source_is_prepared_into_an_s3_artifact_root_as_local_files_are(tmp_path, s3):
+    """Read from a bucket and written to another (the worker's identity from its environment), the shards and
+    the manifest are the local run's."""
     root = str(tmp_path)
     paths = partitions(root, "csv")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=s3_server["AWS_ENDPOINT_URL"],
-        aws_access_key_id="tfdist-test",
-        aws_secret_access_key="tfdist-test",
-        region_name="us-east-1",
-    )
-    s3.create_bucket(Bucket="logs")
+    logs = s3.new_bucket()
     for path in paths:
-        s3.upload_file(path, "logs", f"digits/2026-11-20/{os.path.basename(path)}")
-    remote, out = prepare(root, "s3", "csv", ["s3://logs/digits/2026-11-20/*.csv"], env=s3_server, prepare_processes=2)
+        s3.client().upload_file(path, logs, f"digits/2026-11-20/{os.path.basename(path)}")
+    sources = [f"s3://{logs}/digits/2026-11-20/*.csv"]
+    remote, out = prepare(
+        root, "s3", "csv", sources, env=s3.env, prepare_processes=2, run_root=f"s3://{s3.new_bucket()}"
+    )
     assert remote.returncode == 0, remote.stderr
     local, local_out = prepare(root, "local", "csv", paths)
     assert local.returncode == 0, local.stderr
-    assert shards_of(out) == shards_of(local_out)
-    assert [i["path"] for i in read_json(os.path.join(out, MANIFEST))["inputs"]] == [
-        f"s3://logs/digits/2026-11-20/part-{k}.csv" for k in range(3)
+    assert out.startswith("s3://") and shards_of(out) == shards_of(local_out)
+    assert [i["path"] for i in read_json(storage.join(out, MANIFEST))["inputs"]] == [
+        f"s3://{logs}/digits/2026-11-20/part-{k}.csv" for k in range(3)
     ]
+    assert storage.names(out) == sorted(os.listdir(local_out))
 
 
 def test_an_http_source_is_read_as_the_local_file(tmp_path):

@@ -1,0 +1,171 @@
+"""Artifacts at a local path or in an object store (``s3://bucket/prefix``, ``gs://bucket/prefix``), through fsspec.
+Every read and write of an artifact goes through here, so one layout serves both.
+
+- A local path is written atomically by a rename; an object by its single upload (a reader sees the whole old
+  object or the whole new one). A tree of objects has no atomic rename: ``upload_tree`` uploads its completion
+  marker last, and readers take a tree as there only once its marker is (docs/object-storage.md).
+- Credentials never travel in a URL: a worker uses its ambient identity (the standard environment, an instance
+  role, a Kubernetes service account); the Airflow side sets this process's from an Airflow connection
+  (``configure``).
+- Listings are never cached: a reader waiting for another process's object must see it appear."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+OBJECT_STORES = ("s3", "gs")
+"""The object stores an artifact root may be in: their URL schemes."""
+
+_options: dict[str, dict[str, Any]] = {}
+
+
+def scheme(url: str) -> str | None:
+    """The URL's scheme (``s3``, ``gs``), None for a local path."""
+    return url.split("://", 1)[0] if "://" in url else None
+
+
+def is_object_store(url: str) -> bool:
+    return scheme(url) is not None
+
+
+def configure(protocol: str, options: dict[str, Any]) -> None:
+    """The storage options (fsspec's: credentials, an endpoint) this process uses for ``protocol`` from now on."""
+    _options[protocol] = dict(options)
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec file system holding ``url``, and the path on it."""
+    import fsspec
+
+    protocol = scheme(url)
+    if protocol is None:
+        return fsspec.filesystem("file", auto_mkdir=True), url
+    fs = fsspec.filesystem(protocol, use_listings_cache=False, **_options.get(protocol, {}))
+    return fs, fs._strip_protocol(url)
+
+
+def join(url: str, *parts: str) -> str:
+    """``url`` and the relative ``parts`` joined by '/' (a scheme's '//' kept)."""
+    return posixpath.join(url, *parts)
+
+
+def parent(url: str) -> str:
+    return posixpath.dirname(url.rstrip("/"))
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return bool(fs.exists(path))
+
+
+def names(url: str) -> list[str]:
+    """The names directly under ``url`` (files and folders), sorted; none where there is nothing."""
+    fs, path = filesystem(url)
+    try:
+        found = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted({posixpath.basename(p.rstrip("/")) for p in found} - {""})
+
+
+def open_file(url: str, mode: str = "r") -> IO[Any]:
+    """``url`` opened for reading (a missing one: FileNotFoundError); for writing, use ``write_bytes``."""
+    fs, path = filesystem(url)
+    opened: IO[Any] = fs.open(path, mode)
+    return opened
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = filesystem(url)
+    data: bytes = fs.cat_file(path)
+    return data
+
+
+def write_bytes(url: str, data: bytes) -> None:
+    """Write ``url`` whole or not at all: a local file by a rename beside it, an object by one upload."""
+    fs, path = filesystem(url)
+    if is_object_store(url):
+        fs.pipe_file(path, data)
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def remove(url: str) -> None:
+    """Delete the file or object ``url``, if there is one."""
+    fs, path = filesystem(url)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(path)
+
+
+def remove_tree(url: str) -> None:
+    """Delete everything under ``url``, if anything."""
+    fs, path = filesystem(url)
+    if not is_object_store(url):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(path, recursive=True)
+
+
+def files_under(local_dir: str) -> list[str]:
+    """The relative paths of the files under ``local_dir``, sorted."""
+    return sorted(
+        os.path.relpath(os.path.join(folder, name), local_dir)
+        for folder, _, files in os.walk(local_dir)
+        for name in files
+    )
+
+
+def upload_tree(local_dir: str, url: str, last: tuple[str, ...] = ()) -> None:
+    """Copy the files under ``local_dir`` to ``url`` (many at once), the relative paths in ``last`` after all
+    the others, in their order: a reader that waits for the last one finds the rest there."""
+    fs, path = filesystem(url)
+    relative = files_under(local_dir)
+    first = [r for r in relative if r not in last]
+    for batch in (first, *([r] for r in last if r in relative)):
+        if batch:
+            fs.put([os.path.join(local_dir, r) for r in batch], [posixpath.join(path, r) for r in batch])
+
+
+def download_tree(url: str, local_dir: str) -> None:
+    """Copy every file under ``url`` into ``local_dir`` (many at once)."""
+    fs, path = filesystem(url)
+    remote = [p for p in fs.find(path) if not p.endswith("/")]
+    local = [os.path.join(local_dir, posixpath.relpath(p, path)) for p in remote]
+    for folder in {os.path.dirname(p) for p in local}:
+        os.makedirs(folder, exist_ok=True)
+    if remote:
+        fs.get(remote, local)
+
+
+@contextlib.contextmanager
+def staged(url: str, last: tuple[str, ...]) -> Iterator[str]:
+    """A local directory to write ``url``'s tree into, published on success: a local ``url`` renamed into place
+    whole, an object store's uploaded with ``last`` after everything else (what a crashed upload left there
+    deleted first). ``url`` must not be published already. On failure nothing is published. Either way the local
+    directory is removed."""
+    local = not is_object_store(url)
+    if local:
+        os.makedirs(parent(url) or ".", exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent(url) if local else None, prefix=f".tmp-{posixpath.basename(url)}-")
+    try:
+        yield tmp
+        if local:
+            os.rename(tmp, url)
+        elif exists(join(url, last[-1])):
+            raise FileExistsError(f"{url} is published already")
+        else:
+            remove_tree(url)
+            upload_tree(tmp, url, last)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

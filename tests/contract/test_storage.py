@@ -1,0 +1,96 @@
+"""The artifact store: the same calls on a local path and on a real S3-protocol server (moto's, over HTTP)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from tfdist.contract import read_json, read_json_if_exists, sha256_file, storage, write_json_atomic
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "artifacts")
+    return f"s3://{request.getfixturevalue('s3').new_bucket()}/artifacts"
+
+
+def test_records_are_read_back_and_listed_as_written(root):
+    record = storage.join(root, "run", "train", "result.json")
+    assert read_json_if_exists(record) is None and not storage.exists(record)
+    write_json_atomic(record, {"step": 1})
+    write_json_atomic(record, {"step": 2})
+    assert read_json(record) == {"step": 2} and storage.exists(record)
+    storage.write_bytes(storage.join(root, "run", "data", "a.bin"), b"\x00" * 3)
+    assert storage.names(storage.join(root, "run")) == ["data", "train"]
+    assert storage.names(storage.join(root, "nothing")) == []
+    assert sha256_file(storage.join(root, "run", "data", "a.bin")) == (
+        "709e80c88487a2411e1ee4dfb9f22a861492d20c4765150c0c794abd70f8147c"
+    )
+    storage.remove(record)
+    storage.remove(record)
+    assert storage.names(storage.join(root, "run", "train")) == []
+    storage.remove_tree(storage.join(root, "run"))
+    assert not storage.exists(storage.join(root, "run", "data", "a.bin"))
+
+
+def local_tree(tmp_path, files: int) -> str:
+    tree = tmp_path / "tree"
+    for k in range(files):
+        (tree / f"part-{k % 3}").mkdir(parents=True, exist_ok=True)
+        (tree / f"part-{k % 3}" / f"{k:03d}.bin").write_bytes(os.urandom(2048))
+    (tree / "manifest.json").write_text("{}")
+    return str(tree)
+
+
+def test_a_tree_round_trips_through_the_store(root, tmp_path):
+    tree = local_tree(tmp_path, 12)
+    url = storage.join(root, "data")
+    storage.upload_tree(tree, url, last=("manifest.json",))
+    storage.download_tree(url, str(tmp_path / "back"))
+    assert storage.files_under(str(tmp_path / "back")) == storage.files_under(tree)
+    for name in storage.files_under(tree):
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "tree" / name).read_bytes()
+
+
+def test_a_reader_that_sees_the_marker_sees_the_whole_tree(s3, tmp_path):
+    tree = local_tree(tmp_path, 60)
+    url = f"s3://{s3.new_bucket()}/data"
+    snapshots: list[set[str]] = []
+    done = threading.Event()
+
+    def watch():
+        fs, path = storage.filesystem(url)
+        while not done.is_set():
+            snapshots.append({os.path.relpath(p, path) for p in fs.find(path)})
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        storage.upload_tree(tree, url, last=("manifest.json",))
+    finally:
+        done.set()
+        watcher.join()
+    everything = set(storage.files_under(tree))
+    assert any(0 < len(s) < len(everything) for s in snapshots), "the reader never saw the upload under way"
+    assert all(s == everything for s in snapshots if "manifest.json" in s)
+
+
+def test_a_staged_tree_is_published_whole_or_not_at_all(root, tmp_path):
+    url = storage.join(root, "data")
+    with pytest.raises(RuntimeError), storage.staged(url, last=("manifest.json",)) as tmp:
+        open(os.path.join(tmp, "shard-0"), "wb").close()
+        raise RuntimeError("the writer failed")
+    assert not storage.exists(storage.join(url, "shard-0"))
+    if storage.is_object_store(root):  # a crashed upload's objects, without the marker
+        storage.write_bytes(storage.join(url, "shard-9"), b"left over")
+    with storage.staged(url, last=("manifest.json",)) as tmp:
+        open(os.path.join(tmp, "shard-0"), "wb").close()
+        write_json_atomic(os.path.join(tmp, "manifest.json"), {"shards": 1})
+    assert storage.names(url) == ["manifest.json", "shard-0"]
+    with pytest.raises(FileExistsError if storage.is_object_store(root) else OSError):
+        with storage.staged(url, last=("manifest.json",)) as tmp:
+            write_json_atomic(os.path.join(tmp, "manifest.json"), {"shards": 2})
+    assert read_json(storage.join(url, "manifest.json")) == {"shards": 1}
