@@ -32,6 +32,10 @@ HOROVOD_SHARED_CORES_ENV = {"HOROVOD_CYCLE_TIME": "0.1", "OMPI_MCA_mpi_yield_whe
 background thread cycles every 0.1 ms instead of 1 ms, and an OpenMPI rank waiting in a collective yields its
 core instead of spinning on it (2 ranks on 2 cores: 17,400 -> 30,000 examples/s). mpirun's
 ``--mca mpi_yield_when_idle 0`` in training.mpi.extra_args turns the yield off."""
+SCRATCH_ENV = "TFDIST_SCRATCH"
+"""Environment of a stage's process: the local directory it copies an object store's artifacts into to read them
+(shards, checkpoints) and writes TensorFlow's files in before they are uploaded; shared by the processes of one
+host (the local launcher's stage, a pod)."""
 SPEC_ENV, RUN_ENV = "TFDIST_SPEC", "TFDIST_RUN"
 """Environment of a pod: the run's effective spec and run record (JSON), recorded by the pod itself."""
 TF_PORT, RENDEZVOUS_PORT = 2222, 2223

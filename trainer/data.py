@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file
-from tfdist.trainer import readers
+from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file, storage
+from tfdist.trainer import readers, scratch
 from tfdist.trainer.runtime import fail
 
 if TYPE_CHECKING:
@@ -184,32 +184,39 @@ def parse_fn(tf, manifest: dict[str, Any]):
     return parse
 
 
-def verified_manifest(data_dir: str, *splits: str) -> dict[str, Any]:
-    """The data manifest, once every shard of ``splits`` and every vocabulary file is as prepare_data wrote it:
-    present, of its size (shards), of its sha256 (streamed, after the size: a cut shard costs no hashing).
+def verified_manifest(data_dir: str, *splits: str) -> tuple[dict[str, Any], str]:
+    """(The data manifest, the local directory holding its files) once every shard of ``splits`` and every
+    vocabulary file is as prepare_data wrote it: present, of its size (shards), of its sha256 (streamed, after the
+    size: a cut shard costs no hashing). An object store's are checked in their local copy (``scratch.fetch``),
+    the manifest's too.
     Otherwise refuse (EXIT_REFUSED), naming the file, the check and the fix, before anything reads the data."""
-    manifest_path = os.path.join(data_dir, MANIFEST)
-    if not os.path.exists(manifest_path):
+    manifest_path = storage.join(data_dir, MANIFEST)
+    try:
+        manifest = read_json(os.path.join(scratch.fetch(data_dir, [MANIFEST]), MANIFEST))
+    except FileNotFoundError:
         _refuse(manifest_path, "missing", "the file does not exist")
-    manifest = read_json(manifest_path)
     if manifest.get("version") != MANIFEST_VERSION:
         _refuse(manifest_path, "version", f"version {manifest.get('version')}, this trainer reads {MANIFEST_VERSION}")
     files = [(s["file"], s["bytes"], s["sha256"]) for split in splits for s in manifest[split]["shards"]]
     files += [
         (f["vocabulary"]["file"], None, f["vocabulary"]["sha256"]) for f in manifest["features"] if f.get("vocabulary")
     ]
+    try:
+        local = scratch.fetch(data_dir, [name for name, _, _ in files])
+    except FileNotFoundError as missing:
+        _refuse(str(missing), "missing", "the file does not exist")
     for name, size, sha256 in files:
-        path = os.path.join(data_dir, name)
+        path, shown = os.path.join(local, name), storage.join(data_dir, name)
         if not os.path.exists(path):
-            _refuse(path, "missing", "the file does not exist")
+            _refuse(shown, "missing", "the file does not exist")
         if size is not None and os.path.getsize(path) != size:
-            _refuse(path, "size", f"{os.path.getsize(path)} bytes, the manifest says {size}")
+            _refuse(shown, "size", f"{os.path.getsize(path)} bytes, the manifest says {size}")
         if sha256_file(path) != sha256:
-            _refuse(path, "sha256", "its content is not what prepare_data wrote")
-    return manifest
+            _refuse(shown, "sha256", "its content is not what prepare_data wrote")
+    return manifest, local
 
 
-def _refuse(path: str, check: str, detail: str) -> None:
+def _refuse(path: str, check: str, detail: str) -> NoReturn:
     fail(
         f"data check '{check}' failed for {path}: {detail}. The run's data changed after prepare_data wrote it: "
         "clear this run's prepare_data task (and the tasks after it) to prepare the data again",

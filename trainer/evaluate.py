@@ -12,6 +12,7 @@ Exit code 0 with a decision either way; EXIT_REFUSED when a candidate fails an i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -28,6 +29,7 @@ from tfdist.contract import (
     read_json,
     registry,
     sha256_file,
+    storage,
     write_json_atomic,
 )
 from tfdist.trainer import data, metrics
@@ -270,8 +272,9 @@ def blessing_record(
 def main() -> None:
     args = EvaluateArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
-    manifest = data.verified_manifest(args.data, "eval")
-    if not os.path.exists(args.train_result):
+    manifest, local_data = data.verified_manifest(args.data, "eval")
+    args = dataclasses.replace(args, data=local_data)
+    if not storage.exists(args.train_result):
         fail(f"no training result at {args.train_result}: run the train task first")
     train_result = read_json(args.train_result)
     tf = import_tensorflow()

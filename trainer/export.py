@@ -257,18 +257,17 @@ def main() -> None:
 
 
 def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int, origin: dict) -> None:
-    manifest_path = os.path.join(args.data, MANIFEST)
-    manifest = data.verified_manifest(args.data, "eval")
+    manifest, data_dir = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
     try:
-        model, _ = restore_checked(tf, spec, manifest, args.data, blessing["checkpoint"])
+        model, _ = restore_checked(tf, spec, manifest, data_dir, blessing["checkpoint"])
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
     with storage.staged(out, last=(registry.METADATA,)) as tmp:
         module = serving_module(tf, model, manifest)
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
-        served = serving_check(tf, spec, model, tmp, args.data, manifest)
-        copy_vocabularies(args.data, manifest, tmp)
+        served = serving_check(tf, spec, model, tmp, data_dir, manifest)
+        copy_vocabularies(data_dir, manifest, tmp)
         write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
         keep_checkpoint(blessing["checkpoint"], registry.warm_start_checkpoint(tmp))
         write_json_atomic(
@@ -280,7 +279,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
                 "data_interval_start": run["data_interval_start"],
                 "data_interval_end": run["data_interval_end"],
                 "spec_sha256": digest_json(spec.to_json_dict()),
-                "data_manifest_sha256": sha256_file(manifest_path),
+                "data_manifest_sha256": sha256_file(os.path.join(data_dir, MANIFEST)),
                 "input_fingerprint": manifest["input_fingerprint"],
                 "metrics": blessing["metrics"],
                 "gate": blessing["gate"],

@@ -25,6 +25,7 @@ checkpoints into the run's checkpoint directory; a restarted run resumes from th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -878,7 +879,8 @@ def processes_on_this_host(config: dict[str, Any]) -> int:
 def main() -> None:
     args = TrainArgs.parse()
     spec = load_spec(args.spec)
-    manifest = data.verified_manifest(args.data, "train")
+    manifest, local_data = data.verified_manifest(args.data, "train")
+    args = dataclasses.replace(args, data=local_data)
     refuse_tables_over_memory(spec, manifest)
     elastic = elastic_run(spec.training)
     if elastic:

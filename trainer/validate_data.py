@@ -81,7 +81,7 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) ->
 def main() -> None:
     args = ValidateDataArgs.parse()
     spec, run = load_spec(args.spec), read_json(args.run)
-    now = data.verified_manifest(args.data)["statistics"]
+    now = data.verified_manifest(args.data)[0]["statistics"]
     record = decision_record(args, spec, run, now)
     write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
     write_json_atomic(

@@ -270,7 +270,7 @@ def test_a_vocabulary_file_changed_after_prepare_is_refused_before_use(tmp_path,
         root, "run", tabular.data_spec("csv"), tabular.partitions(root, "csv", tabular.table(600))
     )
     assert done.returncode == 0, done.stderr
-    assert data.verified_manifest(out, "train", "eval")["version"] == 4
+    assert data.verified_manifest(out, "train", "eval")[0]["version"] == 4
     path = os.path.join(out, "vocabularies", "city.json")
     open(path, "a").write(" ")
     with pytest.raises(SystemExit) as refused_exit:

@@ -1,0 +1,45 @@
+"""A run's prepared data in an object store (a real S3-protocol server): each stage checks the copy it reads."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.trainer import tabular
+from tfdist.contract import EXIT_REFUSED, MANIFEST, SCRATCH_ENV, storage
+from tfdist.trainer import data
+
+
+def test_data_in_a_bucket_is_checked_in_its_local_copy_and_a_changed_object_refused(tmp_path, s3, capsys, monkeypatch):
+    root = str(tmp_path)
+    done, out = tabular.prepare(
+        root, "run", tabular.data_spec("csv"), tabular.partitions(root, "csv", tabular.table(600))
+    )
+    assert done.returncode == 0, done.stderr
+    url = f"s3://{s3.new_bucket()}/pipeline/runs/run/data"
+    storage.upload_tree(out, url, last=(MANIFEST,))
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "scratch"))
+
+    manifest, local = data.verified_manifest(url, "train")
+    assert local.startswith(str(tmp_path / "scratch")) and manifest == data.verified_manifest(out)[0]
+    train = [s["file"] for s in manifest["train"]["shards"]]
+    vocabularies = [f["vocabulary"]["file"] for f in manifest["features"] if f.get("vocabulary")]
+    assert sorted(storage.files_under(local)) == sorted([MANIFEST, *train, *vocabularies])
+    for name in storage.files_under(local):
+        assert open(os.path.join(local, name), "rb").read() == open(os.path.join(out, name), "rb").read()
+
+    shard = storage.join(url, train[0])
+    storage.write_bytes(shard, storage.read_bytes(shard)[:-1] + b"\x00")
+    with pytest.raises(SystemExit) as refused:
+        data.verified_manifest(url, "train")
+    assert refused.value.code == EXIT_REFUSED
+    assert f"data check 'sha256' failed for {shard}" in capsys.readouterr().err
+    storage.remove(vocabulary := storage.join(url, vocabularies[0]))
+    with pytest.raises(SystemExit):
+        data.verified_manifest(url, "eval")
+    assert f"data check 'missing' failed for {vocabulary}" in capsys.readouterr().err
+    storage.remove(storage.join(url, MANIFEST))
+    with pytest.raises(SystemExit):
+        data.verified_manifest(url, "eval")
+    assert f"data check 'missing' failed for {storage.join(url, MANIFEST)}" in capsys.readouterr().err
