@@ -55,6 +55,7 @@ from tfdist.contract.layout import (
     runs_root,
 )
 from tfdist.contract.progress import (
+    CHECKPOINT_STATE,
     Beat,
     TrainProgress,
     append_curve_point,
@@ -86,6 +87,7 @@ from tfdist.contract.stages import (
 
 __all__ = [
     "BLESSING",
+    "CHECKPOINT_STATE",
     "CONTROL_CHARACTERS",
     "CORES_ENV",
     "EXIT_HUNG",

@@ -10,7 +10,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tfdist.contract.records import read_json, write_json_atomic
+from tfdist.contract import storage
+from tfdist.contract.records import read_json, read_json_if_exists, write_json_atomic
+
+CHECKPOINT_STATE = "checkpoint"
+"""In a checkpoint directory: TensorFlow's state file, naming the latest checkpoint and the ones kept (relative to
+the directory: CheckpointManager writes relative paths)."""
 
 
 class Beat(NamedTuple):
@@ -110,9 +115,7 @@ def append_curve_point(path: str, point: dict[str, Any]) -> None:
     """Append one point of the training curve (``curve.jsonl``): ``{step, loss, <train metric names>,
     examples_per_sec, learning_rate}``, the values the chief writes to TensorBoard at the first step call at or past
     every ``training.summary_every_steps`` steps and at the last. One short line, written whole."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(point) + "\n")
+    storage.append_bytes(path, (json.dumps(point) + "\n").encode())
 
 
 def read_curve(path: str) -> list[dict[str, Any]]:
@@ -120,7 +123,7 @@ def read_curve(path: str) -> list[dict[str, Any]]:
     line cut short by a crash is skipped."""
     points: dict[int, dict[str, Any]] = {}
     try:
-        with open(path) as f:
+        with storage.open_file(path) as f:
             for line in f:
                 try:
                     point = json.loads(line)
@@ -136,9 +139,9 @@ def warm_start_summary(path: str) -> dict[str, Any] | None:
     """What the train stage's result (the task's XCom) and the runs page keep of its warm-start record at ``path``
     (``RunLayout.warm_start_file``, written by the chief as training starts); None before, or for a run that
     started before tfdist recorded it."""
-    if not os.path.exists(path):
+    record = read_json_if_exists(path)
+    if record is None:
         return None
-    record = read_json(path)
     parent = record["parent"] or {}
     return {
         "parent_version": parent.get("version"),
@@ -152,8 +155,8 @@ def checkpoint_step(checkpoint_dir: str) -> int:
     """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
     file), 0 when there is none."""
     try:
-        with open(os.path.join(checkpoint_dir, "checkpoint")) as f:
-            found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.MULTILINE)
+        state = storage.read_bytes(storage.join(checkpoint_dir, CHECKPOINT_STATE)).decode()
+        found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', state, re.MULTILINE)
     except FileNotFoundError:
         return 0
     return int(found.group(1)) if found else 0

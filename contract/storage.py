@@ -100,6 +100,21 @@ def write_bytes(url: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def append_bytes(url: str, data: bytes) -> None:
+    """Add ``data`` at the end of ``url`` (made if missing). An object has no append: it is written again whole,
+    so keep such files small and their writer single."""
+    if is_object_store(url):
+        try:
+            earlier = read_bytes(url)
+        except FileNotFoundError:
+            earlier = b""
+        write_bytes(url, earlier + data)
+        return
+    os.makedirs(os.path.dirname(url) or ".", exist_ok=True)
+    with open(url, "ab") as f:
+        f.write(data)
+
+
 def remove(url: str) -> None:
     """Delete the file or object ``url``, if there is one."""
     fs, path = filesystem(url)
@@ -135,6 +150,11 @@ def upload_tree(local_dir: str, url: str, last: tuple[str, ...] = ()) -> None:
     for batch in (first, *([r] for r in last if r in relative)):
         if batch:
             fs.put([os.path.join(local_dir, r) for r in batch], [posixpath.join(path, r) for r in batch])
+
+
+def upload_file(local_file: str, url: str) -> None:
+    fs, path = filesystem(url)
+    fs.put_file(local_file, path)
 
 
 def download_tree(url: str, local_dir: str) -> None:

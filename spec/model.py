@@ -10,6 +10,7 @@ import difflib
 import functools
 import math
 import os
+import re
 import string
 import urllib.parse
 from typing import Annotated, Any, Literal, get_args
@@ -17,6 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
+from tfdist.contract.layout import CONTROL_CHARACTERS
+from tfdist.contract.storage import OBJECT_STORES
 from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
 from tfdist.spec.tasks import DEFAULT_METRICS, LOSSES, METRICS, Direction, Task, direction
@@ -31,7 +34,7 @@ RESERVED_MPI_ARGS = ("-np", "-n", "-c", "--np", "-H", "--host", "-hostfile", "--
 
 def default_artifact_root() -> str:
     """'$TFDIST_ARTIFACT_ROOT', else '~/tfdist'."""
-    return _local_path(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
+    return _artifact_location(os.environ.get("TFDIST_ARTIFACT_ROOT", "~/tfdist"))
 
 
 MAX_EPOCHS = 1000
@@ -66,13 +69,40 @@ def _keys(section: type[BaseModel]) -> tuple[str, ...]:
 
 
 def _local_path(value: str) -> str:
-    """Expand '~' and '$VARS'; only absolute local paths are supported so far."""
-    if "://" in value:
-        raise ValueError(f"only local paths are supported so far, got {value!r}")
+    """Expand '~' and '$VARS'; an absolute local path."""
     expanded = os.path.expanduser(os.path.expandvars(value))
     if not os.path.isabs(expanded):
         raise ValueError(f"must be an absolute path (after expanding ~ and $VARS), got {value!r}")
     return os.path.normpath(expanded)
+
+
+BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+"""A bucket's name as S3 and GCS take it (GCS also takes '_')."""
+
+
+def _artifact_location(value: str) -> str:
+    """An absolute local path (``_local_path``) or an object store's ``<scheme>://<bucket>[/<prefix>]``, its
+    trailing '/' dropped; credentials never in it."""
+    if "://" not in value:
+        return _local_path(value)
+    scheme, rest = value.split("://", 1)
+    bucket, _, prefix = rest.rstrip("/").partition("/")
+    if scheme not in OBJECT_STORES:
+        raise ValueError(
+            f"{value!r}: the object stores taken are {', '.join(s + '://' for s in OBJECT_STORES)}; "
+            "or give a local path"
+        )
+    if "@" in bucket or ":" in bucket:
+        raise ValueError(
+            f"{value!r} holds credentials or a port: credentials never go in the spec; the Airflow side takes them "
+            "from the connection named in [tfdist] config, the workers from their own identity (docs/object-storage.md)"
+        )
+    if not BUCKET.fullmatch(bucket):
+        raise ValueError(f"{value!r}: {bucket!r} is no bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
+    parts = prefix.split("/") if prefix else []
+    if any(part in ("", ".", "..") or CONTROL_CHARACTERS.search(part) for part in parts):
+        raise ValueError(f"{value!r}: the prefix has an empty, '.' or '..' part or a control character")
+    return f"{scheme}://{rest.rstrip('/')}"
 
 
 MAX_VOCABULARY = 1 << 20
@@ -938,7 +968,7 @@ class ExportSpec(_Section):
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)]
     """Versions are published under '<export root>/<model_name>/'."""
     root: str | None = None
-    """Default: '<artifact_root>/models'."""
+    """Where the published versions live, a local path or a bucket's URL; default: '<artifact_root>/models'."""
     keep_versions: Annotated[int, Field(ge=1)] | None = None
     """Keep the newest N versions (and always the baseline); default: keep all."""
     approval: Approval | None = None
@@ -952,8 +982,8 @@ class ExportSpec(_Section):
 
     @field_validator("root")
     @classmethod
-    def _local_root(cls, value: str | None) -> str | None:
-        return None if value is None else _local_path(value)
+    def _root(cls, value: str | None) -> str | None:
+        return None if value is None else _artifact_location(value)
 
 
 @functools.cache
@@ -1082,7 +1112,8 @@ class Spec(_Section):
     """Fields a run may override (trigger form, '--conf', backfill '--dag-run-conf'), as dotted
     paths, e.g. 'training.epochs'; they become the DAG's typed Params."""
     artifact_root: str = Field(default_factory=default_artifact_root)
-    """Where every run's artifacts live (a local path; on Kubernetes, the artifact volume's mount path)."""
+    """Where every run's artifacts live: a local path (on Kubernetes, the artifact volume's mount path) or an
+    object store's 's3://bucket/prefix' or 'gs://bucket/prefix' (no volume; docs/object-storage.md)."""
     data: DataSpec
     """The input: where it is, its format, features and label, and the data gate."""
     model: ModelSpec
@@ -1102,8 +1133,8 @@ class Spec(_Section):
 
     @field_validator("artifact_root")
     @classmethod
-    def _local_artifact_root(cls, value: str) -> str:
-        return _local_path(value)
+    def _artifact_root(cls, value: str) -> str:
+        return _artifact_location(value)
 
     @field_validator("timezone")
     @classmethod
@@ -1339,15 +1370,19 @@ class Spec(_Section):
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:
-        """Pods see only the artifact volume: the input and the export root must be below the artifact root."""
+        """Pods see only the artifact volume (none with an artifact root in an object store): a local input or
+        export root must be below a local artifact root; a URL is read from wherever the pods are."""
         if self.kubernetes is None:
             return self
-        local = (
-            [("data.source", self.data.source.replace("{artifact_root}", self.artifact_root))]
-            if "://" not in self.data.source
-            else []
-        )  # a URL is read from wherever the pods are
-        for field, path in (*local, ("export.root", self.export_root)):
+        source = self.data.source.replace("{artifact_root}", self.artifact_root)
+        for field, path in (("data.source", source), ("export.root", self.export_root)):
+            if "://" in path:
+                continue
+            if "://" in self.artifact_root:
+                raise ValueError(
+                    f"{field}: pods on Kubernetes have no artifact volume with the artifact root in an object "
+                    f"store ({self.artifact_root}); give a URL (e.g. '{{artifact_root}}/...')"
+                )
             if os.path.commonpath([self.artifact_root, os.path.normpath(path)]) != self.artifact_root:
                 raise ValueError(
                     f"{field}: pods on Kubernetes see only the artifact volume mounted at "

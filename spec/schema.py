@@ -10,7 +10,7 @@ discriminated union), the refinements say:
 
 - each field's docstring, as its ``description``;
 - ``start_date``: an ISO date or date and time; ``data.source``: only the known ``{placeholders}``;
-  ``artifact_root`` and ``export.root``: local absolute paths (``~`` and ``$VARS`` allowed);
+  ``artifact_root`` and ``export.root``: local absolute paths (``~`` and ``$VARS`` allowed) or a bucket's URL;
   ``training.mpi.extra_args``: none the launcher sets; ``schedule.assets``: URIs with a scheme, once each;
 - the short forms the model reads: ``warm_start: baseline``, ``approval: true``;
 - ``overridable``: the fields a run may override; ``validation``'s metric names: those a model can report;
@@ -34,7 +34,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tfdist.contract.storage import OBJECT_STORES
 from tfdist.spec.model import (
+    BUCKET,
     PARTITION_PERIODS,
     RESERVED_MPI_ARGS,
     SOURCE_PERIODS,
@@ -56,7 +58,9 @@ ISO_DATETIME = (
     r"([Tt ]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d([.,]\d+)?)?([Zz]|[+-]([01]\d|2[0-3]):?[0-5]\d)?)?$"
 )
 """A date, or a date and time (UTC unless it gives an offset), as the model reads them from a string."""
-LOCAL_PATH = r"^(?!.*://)[~$/]"
+ARTIFACT_LOCATION = (
+    rf"^(?:[~$/](?!.*://)|(?:{'|'.join(OBJECT_STORES)})://{BUCKET.pattern}(?:/(?!\.\.?(?:/|$))[^/]+)*/?$)"
+)
 """Absolute once '~' and '$VARS' are expanded, and no URL (the model expands them to check)."""
 ASSET_SCHEME = r"^[A-Za-z][A-Za-z0-9+.-]*:/*[^/]"
 """A scheme and a location."""
@@ -112,7 +116,7 @@ def _refine_values(schema: JsonSchema) -> None:
     props["start_date"] = {**{k: v for k, v in props["start_date"].items() if k != "format"}, "pattern": ISO_DATETIME}
     for owner, field in ((props, "artifact_root"), (defs["ExportSpec"]["properties"], "root")):
         target = owner[field]["anyOf"][0] if "anyOf" in owner[field] else owner[field]
-        target["pattern"] = LOCAL_PATH
+        target["pattern"] = ARTIFACT_LOCATION
     defs["DataSpec"]["properties"]["source"]["pattern"] = _placeholder_pattern()
     args = defs["MPISpec"]["properties"]["extra_args"]["items"]
     args["not"] = {"pattern": _reserved_mpi_args()}

@@ -22,6 +22,7 @@ import numpy as np
 
 from tfdist.contract import (
     BLESSING,
+    CHECKPOINT_STATE,
     EXIT_REFUSED,
     MANIFEST,
     EvaluateArgs,
@@ -32,7 +33,7 @@ from tfdist.contract import (
     storage,
     write_json_atomic,
 )
-from tfdist.trainer import data, metrics
+from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer
@@ -138,7 +139,8 @@ def scored_candidates(
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
     candidates = [train_result["checkpoint"]]
     if spec.validation.checkpoint.mode == "best":
-        candidates = list(tf.train.get_checkpoint_state(args.checkpoints).all_model_checkpoint_paths)
+        state = storage.read_bytes(storage.join(args.checkpoints, CHECKPOINT_STATE)).decode()
+        candidates = [storage.join(args.checkpoints, name) for name in scratch.kept_checkpoints(state)]
     scored = []
     for path in candidates:
         try:
@@ -284,7 +286,10 @@ def main() -> None:
         os.path.join(args.out, "metrics.json"), {"metrics": blessing["metrics"], "per_class": blessing["per_class"]}
     )
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
-    scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
+    uploads = scratch.Uploader() if storage.is_object_store(args.tensorboard) else None
+    scalar_writer(tf, args.tensorboard, uploads)(blessing["step"], blessing["metrics"])
+    if uploads:
+        uploads.close()
     write_json_atomic(
         args.result,
         {k: blessing[k] for k in RESULT_FIELDS}

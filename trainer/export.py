@@ -40,7 +40,7 @@ from tfdist.contract import (
     storage,
     write_json_atomic,
 )
-from tfdist.trainer import data, metrics
+from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.data import MISSING_INT64
 from tfdist.trainer.evaluate import score, serving_predict
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
@@ -206,7 +206,7 @@ def keep_checkpoint(checkpoint: str, prefix: str) -> None:
 
 def lineage(args: ExportArgs) -> dict:
     """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
-    record = read_json(args.warm_start_record) if os.path.exists(args.warm_start_record) else {}
+    record = read_json_if_exists(args.warm_start_record) or {}
     parent = record.get("parent")
     return {
         "parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
@@ -269,7 +269,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         served = serving_check(tf, spec, model, tmp, data_dir, manifest)
         copy_vocabularies(data_dir, manifest, tmp)
         write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
-        keep_checkpoint(blessing["checkpoint"], registry.warm_start_checkpoint(tmp))
+        keep_checkpoint(scratch.local_checkpoint(blessing["checkpoint"]), registry.warm_start_checkpoint(tmp))
         write_json_atomic(
             registry.metadata_file(tmp),
             {

@@ -14,6 +14,7 @@ from typing import Any
 
 from tfdist.spec import CNNModel, CustomModel, MLPModel, Spec, WideDeepModel
 from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
+from tfdist.trainer import scratch
 
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "rmsprop": "RMSprop"}
 OUTPUT = {"multiclass": "probabilities", "binary": "probability", "regression": "prediction"}
@@ -196,9 +197,10 @@ class IntegrityError(Exception):
 
 
 def restore_checked(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, path: str):
-    """``restore_model``, or IntegrityError('restores')."""
+    """``restore_model`` from the checkpoint ``path`` (in an object store: its local copy), or
+    IntegrityError('restores')."""
     try:
-        return restore_model(tf, spec, manifest, data_dir, path)
+        return restore_model(tf, spec, manifest, data_dir, scratch.local_checkpoint(path))
     except Exception as exc:
         raise IntegrityError(
             "restores", path, f"does not restore into the spec's model: {type(exc).__name__}: {exc}"

@@ -4,11 +4,21 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 
 from __future__ import annotations
 
+import functools
 import os
+import posixpath
+import queue
+import re
+import shutil
 import tempfile
+import threading
+import time
 import uuid
+from collections.abc import Callable
 
 from tfdist.contract import SCRATCH_ENV, storage
+from tfdist.contract.progress import CHECKPOINT_STATE
+from tfdist.trainer.runtime import say
 
 
 def scratch_dir() -> str:
@@ -46,3 +56,123 @@ def fetch(url_dir: str, names: list[str]) -> str:
     for _, final, part in parts:
         os.replace(part, final)
     return local
+
+
+UPLOAD_PATIENCE = 600.0
+"""Seconds an upload retries a store it cannot reach (with backoff) before the stage fails."""
+
+
+def retried(job: Callable[[], None], what: str, patience: float = UPLOAD_PATIENCE) -> None:
+    """Run ``job`` until it succeeds, waiting 0.5 s, 1 s, ... up to 15 s between tries, for ``patience`` seconds;
+    then raise its last error. A missing local file or a refused permission is not retried."""
+    deadline, wait = time.monotonic() + patience, 0.5
+    while True:
+        try:
+            return job()
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:
+            if time.monotonic() + wait > deadline:
+                raise
+            say(f"{what}: {type(exc).__name__}: {exc}; trying again in {wait:.1f}s")
+            time.sleep(wait)
+            wait = min(wait * 2, 15.0)
+
+
+class Uploader:
+    """Uploads to the store in order, on a thread of its own: the training thread never waits for the store. Each
+    job is ``retried``; after one fails for good the rest are skipped and ``close`` raises."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[tuple[Callable[[], None], str] | None] = queue.Queue()
+        self.failure: str | None = None
+        self.thread = threading.Thread(target=self._run, name="tfdist-uploads", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Callable[[], None], what: str) -> None:
+        self.jobs.put((job, what))
+
+    def _run(self) -> None:
+        while (item := self.jobs.get()) is not None:
+            job, what = item
+            if self.failure is None:
+                try:
+                    retried(job, what)
+                except Exception as exc:
+                    self.failure = f"{what} failed: {type(exc).__name__}: {exc}"
+
+    def check(self) -> None:
+        """Raise if an upload failed for good."""
+        if self.failure:
+            raise OSError(self.failure)
+
+    def close(self) -> None:
+        """Wait for every upload submitted; raise if one failed."""
+        self.jobs.put(None)
+        self.thread.join()
+        self.check()
+
+
+def kept_checkpoints(state: str) -> list[str]:
+    """The checkpoint names (``ckpt-<step>``) TensorFlow's state file keeps, the latest last."""
+    kept = re.findall(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
+    latest = re.search(r'^model_checkpoint_path: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
+    return [*[k for k in kept if not latest or k != latest[1]], *([latest[1]] if latest else [])]
+
+
+def fetch_checkpoints(url_dir: str) -> str:
+    """The local directory of the checkpoints in ``url_dir``: itself if local, else its scratch copy made anew
+    (whatever an earlier try left there removed) with the state file and every checkpoint it keeps."""
+    local = local_path(url_dir)
+    if local == url_dir:
+        return local
+    shutil.rmtree(local, ignore_errors=True)
+    os.makedirs(local)
+    try:
+        state = storage.read_bytes(storage.join(url_dir, CHECKPOINT_STATE)).decode()
+    except FileNotFoundError:
+        return local
+    fs, path = storage.filesystem(url_dir)
+    files = [posixpath.basename(p) for name in kept_checkpoints(state) for p in fs.glob(f"{path}/{name}.*")]
+    fetch(url_dir, files)
+    with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
+        f.write(state)
+    return local
+
+
+@functools.cache
+def local_checkpoint(prefix: str) -> str:
+    """The local prefix of the checkpoint ``prefix`` (``<dir>/ckpt-<step>``): itself if local, else its files
+    fetched into the scratch (once per process: a checkpoint's files never change)."""
+    if not storage.is_object_store(prefix):
+        return prefix
+    url_dir, name = posixpath.split(prefix)
+    fs, path = storage.filesystem(url_dir)
+    return os.path.join(fetch(url_dir, [posixpath.basename(p) for p in fs.glob(f"{path}/{name}.*")]), name)
+
+
+def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Callable[[], None]:
+    """The upload of the checkpoint just saved at local ``prefix``: its files, then the state file (a reader
+    restores only what the state names: never a partial checkpoint), then the deletion of the checkpoints the state
+    no longer keeps. Its files are linked aside now, so the saver may delete them meanwhile."""
+    snapshot = tempfile.mkdtemp(dir=local_dir, prefix=".uploading-")
+    for name in os.listdir(local_dir):
+        if name.startswith(os.path.basename(prefix) + "."):
+            os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
+    shutil.copyfile(os.path.join(local_dir, CHECKPOINT_STATE), os.path.join(snapshot, CHECKPOINT_STATE))
+
+    def upload() -> None:
+        storage.upload_tree(snapshot, url_dir, last=(CHECKPOINT_STATE,))
+        with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
+            kept = set(kept_checkpoints(f.read()))
+        for name in storage.names(url_dir):
+            if name != CHECKPOINT_STATE and name.split(".", 1)[0] not in kept:
+                storage.remove(storage.join(url_dir, name))
+        shutil.rmtree(snapshot)
+
+    return upload
+
+
+def tree_upload(local_dir: str, url: str) -> Callable[[], None]:
+    """The upload of the files under ``local_dir`` as they are when the job runs (a growing event file: whole)."""
+    return lambda: storage.upload_tree(local_dir, url)

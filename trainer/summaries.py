@@ -13,16 +13,22 @@ import socket
 import time
 from collections.abc import Callable
 
+from tfdist.trainer import scratch
 
-def scalar_writer(tf, logdir: str) -> Callable[[int, dict[str, float | None]], None]:
+
+def scalar_writer(
+    tf, logdir: str, uploads: scratch.Uploader | None = None
+) -> Callable[[int, dict[str, float | None]], None]:
     """``write(step, {tag: value})``: the values as scalar summaries at ``step`` in an event file under
-    ``logdir``, flushed at once (TensorBoard shows a running training); a None value is left out."""
+    ``logdir``, flushed at once (TensorBoard shows a running training); a None value is left out. An object
+    store's ``logdir`` is written in the scratch, and ``uploads`` uploads it after each write."""
     from tensorflow.core.framework import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
     from tensorflow.core.util import event_pb2
 
-    os.makedirs(logdir, exist_ok=True)
+    local = scratch.local_path(logdir)
+    os.makedirs(local, exist_ok=True)
     name = f"events.out.tfevents.{time.time():.0f}.{socket.gethostname()}.{os.getpid()}.v2"
-    records = tf.io.TFRecordWriter(os.path.join(logdir, name))
+    records = tf.io.TFRecordWriter(os.path.join(local, name))
     records.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
     scalar = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     shape = tensor_shape_pb2.TensorShapeProto()
@@ -41,5 +47,7 @@ def scalar_writer(tf, logdir: str) -> Callable[[int, dict[str, float | None]], N
         )
         records.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
         records.flush()
+        if uploads:
+            uploads.submit(scratch.tree_upload(local, logdir), f"the upload of the summaries to {logdir}")
 
     return write

@@ -52,10 +52,11 @@ from tfdist.contract import (
     append_curve_point,
     beat,
     sha256_file,
+    storage,
     warm_start_summary,
     write_json_atomic,
 )
-from tfdist.trainer import data
+from tfdist.trainer import data, scratch
 from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer, table_bytes
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say, tf_config
 from tfdist.trainer.summaries import scalar_writer
@@ -491,6 +492,10 @@ class TrainingRun:
         self.started = self.stepped = self.last_report = float("nan")
         self.learning_rate = float("nan")  # the optimizer's, set by run() once restored
         self.holds = contextlib.ExitStack()  # the warm start's parent, held until training ends
+        # an object store's checkpoints, heartbeats and summaries are written locally (scratch), the chief's uploaded
+        self.checkpoint_dir = scratch.local_path(args.checkpoints)
+        self.heartbeats = scratch.local_path(args.heartbeats)
+        self.uploads = scratch.Uploader() if storage.is_object_store(args.checkpoints) else None
 
     def run(self) -> None:
         """Restore; unless a finished run's result is there, train to the last step and write the result. The warm
@@ -501,7 +506,7 @@ class TrainingRun:
             # costs most of a summary's time (0.5 ms of 0.7 under MultiWorkerMirrored)
             self.learning_rate = float(self.optimizer.learning_rate.numpy())
             sync = self.sync
-            if self.start_step >= self.total_steps and os.path.exists(self.args.result):
+            if self.start_step >= self.total_steps and storage.exists(self.args.result):
                 say(f"{sync.name}: already trained to step {self.start_step} ({self.latest}); nothing to do")
                 return
             cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
@@ -511,9 +516,9 @@ class TrainingRun:
                 f"{self.global_batch}, {sync.workers} workers, cores {cores})"
             )
             self.say_split_tables()
-            os.makedirs(self.args.heartbeats, exist_ok=True)
+            os.makedirs(self.heartbeats, exist_ok=True)
             if sync.is_chief:
-                self.summaries = scalar_writer(self.tf, self.args.tensorboard)
+                self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
             self.started = self.stepped = self.last_report = time.monotonic()
             self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
 
@@ -543,7 +548,7 @@ class TrainingRun:
     def restore(self) -> None:
         """The latest checkpoint's weights, optimizer state and step, if there is one (one that does not restore
         refuses the stage); then the sync's start."""
-        self.latest = self.tf.train.latest_checkpoint(self.args.checkpoints)
+        self.latest = self.tf.train.latest_checkpoint(scratch.fetch_checkpoints(self.args.checkpoints))
         if self.latest:
             try:
                 self.checkpoint.restore(self.latest).assert_existing_objects_matched()
@@ -591,7 +596,7 @@ class TrainingRun:
         sync = self.sync
         if not (sync.is_chief or sync.every_worker_saves):
             return None
-        directory = self.args.checkpoints if sync.is_chief else None
+        directory = self.checkpoint_dir if sync.is_chief else None
         if directory not in self.managers:
             self.managers[directory] = self.tf.train.CheckpointManager(
                 self.checkpoint,
@@ -701,7 +706,7 @@ class TrainingRun:
             sums = run_steps(steps)
             self.stepped = time.monotonic()
             p.step = step = step + steps
-            beat(self.args.heartbeats, sync.name, step)
+            beat(self.heartbeats, sync.name, step)
             if self.warm is None:
                 self.warm = (time.monotonic(), step)
                 say(f"{sync.name}: first {steps} steps done in {self.warm[0] - self.started:.2f}s (tracing included)")
@@ -726,6 +731,10 @@ class TrainingRun:
             saver.save(checkpoint_number=step)
             if self.sync.is_chief:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
+                if self.uploads:
+                    self.uploads.check()
+                    job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints, saver.latest_checkpoint)
+                    self.uploads.submit(job, f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}")
 
     def summarize(self, step: int) -> None:
         """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the
@@ -735,7 +744,7 @@ class TrainingRun:
             return
         point = {"step": step, **window.means(), "learning_rate": self.learning_rate}
         if self.summaries is None:
-            self.summaries = scalar_writer(self.tf, self.args.tensorboard)
+            self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
         append_curve_point(self.args.curve, point)
 
@@ -783,10 +792,12 @@ class TrainingRun:
             if saver:
                 shutil.rmtree(saver.directory, ignore_errors=True)
             return
+        if self.uploads:
+            self.uploads.close()  # the result names the last checkpoint: it is in the store first
         write_json_atomic(
             args.result,
             {
-                "checkpoint": saver.latest_checkpoint,
+                "checkpoint": storage.join(args.checkpoints, os.path.basename(saver.latest_checkpoint)),
                 "checkpoint_dir": args.checkpoints,
                 "final_step": p.step,
                 "resumed_from_step": self.start_step,
