@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.contract.records import read_json, write_json_atomic
+from tfdist.contract.records import read_json_if_exists, write_json_atomic
 
 RUN_KEY_READABLE = 64
 """At most this many characters of a run id stay readable in its run key."""
@@ -100,8 +100,9 @@ class RunMismatch(ValueError):
 def record_run(layout: RunLayout, spec: dict[str, Any], run: dict[str, Any]) -> None:
     """Write the run's record (identity, window, overrides) and effective spec once; refuse a run directory
     that was made from another spec. Safe to call from every process of a stage at once."""
-    if os.path.exists(layout.spec_file):
-        if read_json(layout.spec_file) != spec:
+    recorded = read_json_if_exists(layout.spec_file)
+    if recorded is not None:
+        if recorded != spec:
             raise RunMismatch(
                 f"{layout.run_dir} was produced from a different spec (see {layout.spec_file}); "
                 "use a new run, or move that directory away to redo this run"

@@ -19,9 +19,6 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
-OBJECT_STORES = ("s3", "gs")
-"""The object stores an artifact root may be in: their URL schemes."""
-
 _options: dict[str, dict[str, Any]] = {}
 
 
@@ -48,6 +45,15 @@ def filesystem(url: str) -> tuple[Any, str]:
         return fsspec.filesystem("file", auto_mkdir=True), url
     fs = fsspec.filesystem(protocol, use_listings_cache=False, **_options.get(protocol, {}))
     return fs, fs._strip_protocol(url)
+
+
+def mirror_path(url: str, scratch: str) -> str:
+    """Where a host keeps its local copy of ``url`` under its ``scratch`` directory: ``url`` itself if local, else
+    ``<scratch>/<scheme>/<bucket>/<key>``."""
+    protocol = scheme(url)
+    if protocol is None:
+        return url
+    return os.path.join(scratch, protocol, url.split("://", 1)[1].strip("/"))
 
 
 def join(url: str, *parts: str) -> str:

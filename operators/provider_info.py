@@ -15,7 +15,7 @@ EXTRA_LINKS = [f"{__package__}.links.{link}" for link in ("TrainingRunLink", "Pu
 """Every extra link of the operators, as import paths (``airflow providers links`` lists them)."""
 TRIGGER_MODULES = [f"{__package__}.launchers.kubernetes.trigger"]
 """The trigger a stage on Kubernetes defers to (``StageTrigger``)."""
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "tfdist": {
         "description": "tfdist, distributed TensorFlow training: settings of the Airflow side for every pipeline.",
         "options": {
@@ -29,7 +29,19 @@ CONFIG = {
                 "type": "string",
                 "example": "http://tensorboard.example.com:6006",
                 "default": "",
-            }
+            },
+            "aws_conn_id": {
+                "description": (
+                    "The Airflow connection (Amazon Web Services) the Airflow side reads and writes an s3:// "
+                    "artifact or export root with; the local launcher hands its credentials to the stage's processes "
+                    "in their environment. Without keys in it: the identity the Amazon provider finds (instance "
+                    "role, IRSA)."
+                ),
+                "version_added": "0.3.0",
+                "type": "string",
+                "example": "aws_default",
+                "default": "aws_default",
+            },
         },
     }
 }

@@ -18,8 +18,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from tfdist.contract.layout import CONTROL_CHARACTERS
-from tfdist.contract.storage import OBJECT_STORES
 from tfdist.spec.errors import SpecError, validated
 from tfdist.spec.overrides import AuthorOnly, field_value, override_refusal, with_values
 from tfdist.spec.tasks import DEFAULT_METRICS, LOSSES, METRICS, Direction, Task, direction
@@ -76,6 +74,8 @@ def _local_path(value: str) -> str:
     return os.path.normpath(expanded)
 
 
+OBJECT_STORES = ("s3", "gs")
+"""The object stores an artifact or export root may be in: their URL schemes."""
 BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 """A bucket's name as S3 and GCS take it (GCS also takes '_')."""
 
@@ -100,7 +100,7 @@ def _artifact_location(value: str) -> str:
     if not BUCKET.fullmatch(bucket):
         raise ValueError(f"{value!r}: {bucket!r} is no bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
     parts = prefix.split("/") if prefix else []
-    if any(part in ("", ".", "..") or CONTROL_CHARACTERS.search(part) for part in parts):
+    if any(part in ("", ".", "..") or not part.isprintable() for part in parts):
         raise ValueError(f"{value!r}: the prefix has an empty, '.' or '..' part or a control character")
     return f"{scheme}://{rest.rstrip('/')}"
 

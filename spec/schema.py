@@ -34,9 +34,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tfdist.contract.storage import OBJECT_STORES
 from tfdist.spec.model import (
     BUCKET,
+    OBJECT_STORES,
     PARTITION_PERIODS,
     RESERVED_MPI_ARGS,
     SOURCE_PERIODS,

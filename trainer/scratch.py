@@ -27,11 +27,8 @@ def scratch_dir() -> str:
 
 
 def local_path(url: str) -> str:
-    """Where ``url``'s local copy lives: itself for a local path, else ``<scratch>/<scheme>/<bucket>/<key>``."""
-    scheme = storage.scheme(url)
-    if scheme is None:
-        return url
-    return os.path.join(scratch_dir(), scheme, url.split("://", 1)[1].strip("/"))
+    """Where this host keeps ``url``'s local copy (``storage.mirror_path``)."""
+    return storage.mirror_path(url, scratch_dir())
 
 
 def fetch(url_dir: str, names: list[str]) -> str:

@@ -7,23 +7,28 @@ import contextlib
 import ctypes
 import os
 import queue
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
 import psutil
 
 from tfdist.contract import (
+    SCRATCH_ENV,
     checkpoint_step,
     last_beats,
     longest_silent,
     read_json,
     split_rank_tags,
     stalled,
+    storage,
     worker_command,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
+from tfdist.operators.artifact_store import connect
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, StagePlan
@@ -36,11 +41,6 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def furthest_step(stage: StagePlan) -> int:
-    """The furthest step any training process of the stage has beaten."""
-    return max((b.step for b in last_beats(stage.heartbeat_dir).values()), default=0)
-
-
 class LocalLauncher(Launcher):
     def __init__(self, plan: Plan, try_number: int = 1) -> None:
         super().__init__(plan, try_number)
@@ -48,6 +48,9 @@ class LocalLauncher(Launcher):
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._pumps: list[threading.Thread] = []
+        # the local copies of an object store's artifacts and the heartbeats, shared by the stage's processes
+        self.scratch = tempfile.mkdtemp(prefix="tfdist-scratch-")
+        self.store_env = {**connect(plan.spec.artifact_root), **connect(plan.spec.export_root)}
 
     def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
@@ -69,7 +72,18 @@ class LocalLauncher(Launcher):
 
     def run(self, stage: StagePlan, log: StageLog) -> dict:
         self.stop_leftovers(stage, log)
-        return super().run(stage, log)
+        try:
+            return super().run(stage, log)
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def heartbeats(self, stage: StagePlan) -> str:
+        """Where the stage's processes beat: its heartbeat directory, or with an object store its scratch copy."""
+        return storage.mirror_path(stage.heartbeat_dir, self.scratch)
+
+    def furthest_step(self, stage: StagePlan) -> int:
+        """The furthest step any training process of the stage has beaten."""
+        return max((b.step for b in last_beats(self.heartbeats(stage)).values()), default=0)
 
     def restart_policy(self, stage: StagePlan) -> Elastic | None:
         """Elastic Horovod restarts within horovodrun's elastic mode, not by the launcher (launchers.processes)."""
@@ -77,7 +91,7 @@ class LocalLauncher(Launcher):
 
     def measure_loss(self, stage: StagePlan) -> dict:
         return {
-            "lost_at_step": furthest_step(stage),
+            "lost_at_step": self.furthest_step(stage),
             "resumed_at_step": checkpoint_step(stage.checkpoint_dir),
             "stopped_at": time.time(),
         }
@@ -113,7 +127,7 @@ class LocalLauncher(Launcher):
         with self._lock:
             proc = self.processes[p.name] = subprocess.Popen(
                 p.argv,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                env={**os.environ, **self.store_env, SCRATCH_ENV: self.scratch, "PYTHONUNBUFFERED": "1", **p.env},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -205,7 +219,7 @@ class LocalLauncher(Launcher):
                 "lost": [p.name],
                 "why": why,
                 "in_place": True,
-                "lost_at_step": furthest_step(stage),
+                "lost_at_step": self.furthest_step(stage),
                 "restarted_at": time.time(),
             }
         )
@@ -258,10 +272,9 @@ class LocalLauncher(Launcher):
             )
         raise StageFailed(name, code, failed_first(tails, name), detail=detail, lost=killed)
 
-    @staticmethod
-    def _note_recovery(stage: StagePlan, started: float, change: dict, log: StageLog) -> None:
+    def _note_recovery(self, stage: StagePlan, started: float, change: dict, log: StageLog) -> None:
         """Once the restarted cluster has stepped: how long after the lost one was stopped, and from which step."""
-        beats = [b for b in last_beats(stage.heartbeat_dir).values() if b.time >= started]
+        beats = [b for b in last_beats(self.heartbeats(stage)).values() if b.time >= started]
         if beats:
             first = min(beats, key=lambda b: b.time)
             change["seconds_to_recover"] = round(first.time - change["stopped_at"], 2)
@@ -277,7 +290,7 @@ class LocalLauncher(Launcher):
         process (by its member name where it beats, else its stage process) or the longest silent member."""
         if not stage.hang_timeout_seconds:
             return None
-        beats = stalled(stage.heartbeat_dir, started, stage.hang_timeout_seconds)
+        beats = stalled(self.heartbeats(stage), started, stage.hang_timeout_seconds)
         if beats is None:
             return None
         if stopped := self._stopped(stage):
@@ -287,7 +300,7 @@ class LocalLauncher(Launcher):
     def _stopped(self, stage: StagePlan) -> tuple[str, int] | None:
         """(name, pid) of a stopped process of the stage: by its heartbeat member name (``rank-1`` under
         horovodrun), else by the stage process it belongs to."""
-        members = {b.pid: member for member, b in last_beats(stage.heartbeat_dir).items()}
+        members = {b.pid: member for member, b in last_beats(self.heartbeats(stage)).items()}
         for name, proc in self.processes.items():
             with contextlib.suppress(psutil.NoSuchProcess):
                 for pid in (proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))):
