@@ -1,5 +1,7 @@
-"""The published versions of a model: ``<model dir>/<integer version>/`` each with ``metadata.json``; the
-withdrawn ones, moved aside whole to ``<model dir>/.withdrawn/<version>/`` with ``withdrawn.json``."""
+"""The published versions of a model: ``<model dir>/<integer version>/`` each with ``metadata.json`` (uploaded
+last to an object store: a version is there once it is); the withdrawn ones hold ``withdrawn.json``, and on a
+local file system are moved aside whole to ``<model dir>/.withdrawn/<version>/``. ``serving.config`` names the
+live version for TF Serving (docs/object-storage.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,15 @@ import datetime as dt
 import fcntl
 import json
 import os
+import posixpath
 import shutil
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from tfdist.contract import storage
 from tfdist.contract.layout import CONTROL_CHARACTERS
-from tfdist.contract.records import read_json, write_json_atomic
+from tfdist.contract.records import read_json_if_exists, write_json_atomic
 
 METADATA = "metadata.json"
 """In each version's directory: what was published, from which run, data and checkpoint, and why."""
@@ -34,11 +38,16 @@ def vocabulary_dir(version_path: str) -> str:
 
 
 WITHDRAWN_DIR = ".withdrawn"
-"""In a model's directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
+"""In a local model directory: the withdrawn versions, ``.withdrawn/<version>/``. TF Serving takes only numeric
 subdirectory names for versions, so it never reads this one, and its "latest" policy serves the newest version
-left; one ``os.rename`` within the model directory moves a version here (or back) whole."""
+left; one ``os.rename`` within the model directory moves a version here (or back) whole. An object store has no
+rename: a withdrawn version stays in place with its ``withdrawn.json``."""
 WITHDRAWN = "withdrawn.json"
 """In a withdrawn version's directory: who withdrew it, when and why."""
+SERVING_CONFIG = "serving.config"
+"""In a model's directory: TF Serving's model config (``--model_config_file``) naming the live version alone
+(``model_version_policy { specific }``), rewritten whole after every publish, withdrawal and restore: TF Serving
+reading it never loads a version still being uploaded, nor a withdrawn one."""
 WARM_START_CHECKPOINT = os.path.join("checkpoint", "ckpt")
 """In each version's directory: the training checkpoint it was exported from (model and optimizer), which a later
 run's warm start restores: it never depends on another run's working directory."""
@@ -90,26 +99,38 @@ class UnknownVersion(RegistryError):
 def _versions_in(parent: str) -> list[dict[str, Any]]:
     """The metadata (plus ``path``) of each ``<parent>/<integer>/`` with ``metadata.json``, oldest first."""
     found = []
-    for name in os.listdir(parent) if os.path.isdir(parent) else []:
-        metadata_path = metadata_file(os.path.join(parent, name))
-        if is_version_name(name) and os.path.exists(metadata_path):
-            found.append({**read_json(metadata_path), "path": os.path.join(parent, name)})
+    for name in storage.names(parent):
+        path = storage.join(parent, name)
+        if is_version_name(name) and (metadata := read_json_if_exists(metadata_file(path))) is not None:
+            found.append({**metadata, "path": path})
     return sorted(found, key=lambda m: m["version"])
 
 
 def versions(model_dir: str) -> list[dict[str, Any]]:
     """Every published version's metadata (plus its ``path``), oldest first; withdrawn ones are not listed."""
-    return _versions_in(model_dir)
+    found = _versions_in(model_dir)
+    if not storage.is_object_store(model_dir):
+        return found
+    return [m for m in found if not storage.exists(storage.join(m["path"], WITHDRAWN))]
 
 
 def withdrawn(model_dir: str) -> list[dict[str, Any]]:
     """Every withdrawn version's metadata (plus its ``path`` and ``withdrawn``: who, when, why), oldest first."""
-    found = _versions_in(os.path.join(model_dir, WITHDRAWN_DIR))
-    return [{**m, "withdrawn": read_json(os.path.join(m["path"], WITHDRAWN))} for m in found]
+    aside = storage.is_object_store(model_dir)
+    found = _versions_in(model_dir if aside else os.path.join(model_dir, WITHDRAWN_DIR))
+    records = [(m, read_json_if_exists(storage.join(m["path"], WITHDRAWN))) for m in found]
+    return [{**m, "withdrawn": record} for m, record in records if record is not None]
 
 
 def withdrawn_path(model_dir: str, version: int) -> str:
+    """Where a withdrawn version is: moved aside locally, in place in an object store."""
+    if storage.is_object_store(model_dir):
+        return storage.join(model_dir, str(version))
     return os.path.join(model_dir, WITHDRAWN_DIR, str(version))
+
+
+def is_withdrawn(model_dir: str, version: int) -> bool:
+    return storage.exists(storage.join(withdrawn_path(model_dir, version), WITHDRAWN))
 
 
 def live(model_dir: str) -> int | None:
@@ -120,12 +141,12 @@ def live(model_dir: str) -> int | None:
 
 def _check_withdrawable(model_dir: str, version: int, reason: str) -> str:
     """The version's directory; RegistryError for an empty reason, a withdrawn or an unknown version."""
-    path = os.path.join(model_dir, str(version))
+    path = storage.join(model_dir, str(version))
     if problem := reason_problem(reason):
         raise RegistryError(problem)
-    if os.path.exists(withdrawn_path(model_dir, version)):
+    if is_withdrawn(model_dir, version):
         raise RegistryError(f"version {version} of {model_dir} is already withdrawn")
-    if not os.path.exists(metadata_file(path)):
+    if not storage.exists(metadata_file(path)):
         published = ", ".join(str(m["version"]) for m in versions(model_dir)) or "none"
         raise UnknownVersion(f"{model_dir} has no published version {version} (published: {published})")
     return path
@@ -144,8 +165,9 @@ def reason_problem(reason: str) -> str | None:
 
 
 def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, Any]:
-    """Move ``version`` aside to ``.withdrawn/<version>/`` in one rename, its ``withdrawn.json`` (who, when, why)
-    written inside it first; the record, plus ``live``: the version served now (None: no version is left)."""
+    """Withdraw ``version``: its ``withdrawn.json`` (who, when, why) written inside it, then (locally) the version
+    moved aside to ``.withdrawn/<version>/`` in one rename; TF Serving's config rewritten. The record, plus
+    ``live``: the version served now (None: no version is left)."""
     path = _check_withdrawable(model_dir, version, reason)
     record = {
         "version": version,
@@ -153,28 +175,53 @@ def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, An
         "reason": reason.strip(),
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    write_json_atomic(os.path.join(path, WITHDRAWN), record)
-    os.makedirs(os.path.join(model_dir, WITHDRAWN_DIR), exist_ok=True)
-    try:
-        os.rename(path, withdrawn_path(model_dir, version))
-    except OSError:
-        os.remove(os.path.join(path, WITHDRAWN))  # still published: no record claims otherwise
-        raise
-    return {**record, "live": live(model_dir)}
+    write_json_atomic(storage.join(path, WITHDRAWN), record)
+    if not storage.is_object_store(model_dir):
+        os.makedirs(os.path.join(model_dir, WITHDRAWN_DIR), exist_ok=True)
+        try:
+            os.rename(path, withdrawn_path(model_dir, version))
+        except OSError:
+            os.remove(os.path.join(path, WITHDRAWN))  # still published: no record claims otherwise
+            raise
+    return {**record, "live": write_serving_config(model_dir)}
 
 
 def restore(model_dir: str, version: int) -> dict[str, Any]:
-    """Rename a withdrawn version back into place (refused while a version of that number is published); its
-    withdrawal record, plus ``live``: the version served now."""
-    aside, path = withdrawn_path(model_dir, version), os.path.join(model_dir, str(version))
-    if not os.path.exists(metadata_file(aside)):
+    """Put a withdrawn version back (locally renamed into place; refused while a version of that number is
+    published); TF Serving's config rewritten. Its withdrawal record, plus ``live``: the version served now."""
+    aside, path = withdrawn_path(model_dir, version), storage.join(model_dir, str(version))
+    record = read_json_if_exists(storage.join(aside, WITHDRAWN))
+    if record is None or not storage.exists(metadata_file(aside)):
         raise UnknownVersion(f"version {version} of {model_dir} is not withdrawn")
-    if os.path.exists(path):
-        raise RegistryError(f"{path} exists: a version {version} is published; refusing to replace it")
-    record = read_json(os.path.join(aside, WITHDRAWN))
-    os.rename(aside, path)
-    os.remove(os.path.join(path, WITHDRAWN))
-    return {**record, "live": live(model_dir)}
+    if aside != path:
+        if os.path.exists(path):
+            raise RegistryError(f"{path} exists: a version {version} is published; refusing to replace it")
+        os.rename(aside, path)
+    storage.remove(storage.join(path, WITHDRAWN))
+    return {**record, "live": write_serving_config(model_dir)}
+
+
+def serving_config(model_dir: str, live_version: int | None) -> str:
+    """TF Serving's model config (text format) serving ``live_version`` alone from ``model_dir``."""
+    name = posixpath.basename(model_dir.rstrip("/"))
+    served = f"\n        versions: {live_version}" if live_version is not None else ""
+    return (
+        "model_config_list {\n  config {\n"
+        f'    name: "{name}"\n    base_path: "{model_dir}"\n    model_platform: "tensorflow"\n'
+        f"    model_version_policy {{\n      specific {{{served}\n      }}\n    }}\n"
+        "  }\n}\n"
+    )
+
+
+def write_serving_config(model_dir: str) -> int | None:
+    """Write TF Serving's config for the live version; again while a listing made after the write finds another
+    (a writer racing this one that listed before this one's version was there gets overwritten: the last word is
+    a listing made after every write). The live version."""
+    written = object()
+    while (now := live(model_dir)) != written:
+        storage.write_bytes(storage.join(model_dir, SERVING_CONFIG), serving_config(model_dir, now).encode())
+        written = now
+    return now
 
 
 def warm_start_checkpoint(version_dir: str) -> str:
@@ -209,7 +256,11 @@ def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, An
 
 @contextlib.contextmanager
 def locked(model_dir: str) -> Iterator[None]:
-    """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it."""
+    """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it. An
+    object store's model directory has no lock yet: nothing is pruned there (the plan refuses keep_versions)."""
+    if storage.is_object_store(model_dir):
+        yield
+        return
     os.makedirs(model_dir, exist_ok=True)
     with open(os.path.join(model_dir, LOCK), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -238,6 +289,9 @@ class Reader:
 def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
     """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
     deletes it meanwhile. Without a model directory there is none (and none is made)."""
+    if storage.is_object_store(model_dir):  # no lock yet: an object-store model directory is never pruned (plan)
+        yield baseline_for(model_dir, interval_end, run_id)
+        return
     if not os.path.isdir(model_dir):
         yield None
         return

@@ -106,6 +106,26 @@ def write_bytes(url: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def create(url: str, data: bytes) -> bool:
+    """Write ``url`` only if nothing is there yet, in one step no other writer can interleave with (a local file
+    made exclusively, an object store's conditional write); whether this call made it."""
+    fs, path = filesystem(url)
+    if is_object_store(url):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return True
+
+
 def append_bytes(url: str, data: bytes) -> None:
     """Add ``data`` at the end of ``url`` (made if missing). An object has no append: it is written again whole,
     so keep such files small and their writer single."""

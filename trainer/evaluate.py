@@ -123,7 +123,8 @@ def baseline_metrics(tf, spec: Spec, baseline: dict, data_dir: str, manifest: di
     """The baseline SavedModel's metrics on this run's eval data, through its serving signature."""
     label = manifest["label"]
     columns = class_columns(baseline.get("label"), label)
-    outputs, labels = score(tf, serving_predict(tf, baseline["path"], label["task"], columns), data_dir, manifest)
+    served = serving_predict(tf, scratch.local_tree(baseline["path"]), label["task"], columns)
+    outputs, labels = score(tf, served, data_dir, manifest)
     return metrics.of_task(label, spec.loss, spec.metrics, outputs, labels)[0]
 
 

@@ -15,7 +15,6 @@ numbered from the future is refused, and so is any export while the live version
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import glob
@@ -52,6 +51,11 @@ if TYPE_CHECKING:
 SKEW_TOLERANCE = 1e-4
 """The largest difference allowed between the reloaded SavedModel's outputs and the trained Keras model's on an eval
 example (a regression's prediction: in the target's standard deviations)."""
+
+
+SAVED_MODEL = "saved_model.pb"
+"""A SavedModel's graph: uploaded to an object store after its variables, so a TF Serving polling the model's
+directory with its "latest" policy finds no loadable version before the whole one is there."""
 
 
 def serving_inputs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -157,26 +161,21 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     published, withdrawn nor claimed by another export. The claim, ``.claim-<version>`` naming the run and
     checkpoint, is created exclusively, so that exports running at once get distinct versions; a rerun of the run
     takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
-    os.makedirs(model_dir, exist_ok=True)
     owner = {"run_id": run_id, "source_checkpoint": checkpoint}
     for version in range(base, base + registry.MAX_VERSIONS_PER_INTERVAL):
-        path, claim = os.path.join(model_dir, str(version)), claim_path(model_dir, version)
-        if os.path.exists(registry.withdrawn_path(model_dir, version)):
+        path, claim = storage.join(model_dir, str(version)), claim_path(model_dir, version)
+        if registry.is_withdrawn(model_dir, version):
             continue  # a withdrawn version's number is never published again (restore brings it back)
-        if os.path.exists(path):
+        if storage.exists(registry.metadata_file(path)):
             if _owner(registry.metadata_file(path)) == owner:
                 return version, True
             continue
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
+        if not storage.create(claim, json.dumps(owner).encode()):
             if _owner(claim) == owner:
                 return version, False
             continue
-        with os.fdopen(fd, "w") as f:
-            json.dump(owner, f)
-        if os.path.exists(path):  # published (and its claim removed) after the check above
-            os.remove(claim)
+        if storage.exists(registry.metadata_file(path)):  # published (and its claim removed) after the check above
+            storage.remove(claim)
             continue
         return version, False
     fail(
@@ -185,7 +184,7 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
 
 
 def claim_path(model_dir: str, version: int) -> str:
-    return os.path.join(model_dir, f".claim-{version}")
+    return storage.join(model_dir, f".claim-{version}")
 
 
 def _owner(path: str) -> dict | None:
@@ -229,7 +228,7 @@ def main() -> None:
     if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
         fail(f"refusing to export: {refusal}", EXIT_REFUSED)
     version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
-    out = os.path.join(args.model_dir, str(version))
+    out = storage.join(args.model_dir, str(version))
     origin = lineage(args)
     result = {
         "path": out,
@@ -242,11 +241,11 @@ def main() -> None:
     if done:
         say(f"{out} already holds this run's export; nothing to do")
     else:
-        for stale in glob.glob(os.path.join(args.model_dir, f".tmp-{version}-*")):
-            shutil.rmtree(stale, ignore_errors=True)  # left by an export of this version that was killed
+        for stale in glob.glob(os.path.join(glob.escape(args.model_dir), f".tmp-{version}-*")):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a local export of this version that was killed
         publish(args, spec, run, blessing, out, version, origin)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(claim_path(args.model_dir, version))
+    say(f"TF Serving's {registry.SERVING_CONFIG} serves version {registry.write_serving_config(args.model_dir)}")
+    storage.remove(claim_path(args.model_dir, version))
     write_json_atomic(args.result, result)
     keep = spec.export.keep_versions
     if keep:
@@ -263,7 +262,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         model, _ = restore_checked(tf, spec, manifest, data_dir, blessing["checkpoint"])
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
-    with storage.staged(out, last=(registry.METADATA,)) as tmp:
+    with storage.staged(out, last=(SAVED_MODEL, registry.METADATA)) as tmp:
         module = serving_module(tf, model, manifest)
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
         served = serving_check(tf, spec, model, tmp, data_dir, manifest)

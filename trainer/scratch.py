@@ -55,6 +55,16 @@ def fetch(url_dir: str, names: list[str]) -> str:
     return local
 
 
+def local_tree(url_dir: str) -> str:
+    """The local directory of everything under ``url_dir`` (a published version): itself if local, else its
+    scratch copy, downloaded anew."""
+    local = local_path(url_dir)
+    if local != url_dir:
+        shutil.rmtree(local, ignore_errors=True)
+        storage.download_tree(url_dir, local)
+    return local
+
+
 UPLOAD_PATIENCE = 600.0
 """Seconds an upload retries a store it cannot reach (with backoff) before the stage fails."""
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tfdist.contract import EXIT_REFUSED, ValidateDataArgs, read_json, registry, write_json_atomic
+from tfdist.contract import (
+    EXIT_REFUSED,
+    ValidateDataArgs,
+    read_json,
+    read_json_if_exists,
+    registry,
+    storage,
+    write_json_atomic,
+)
 from tfdist.contract.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
 from tfdist.spec.model import Spec
 from tfdist.trainer import data
@@ -25,16 +33,15 @@ def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[d
     baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
     if baseline is None:
         return None, None, "no baseline: nothing published as of this data interval"
-    path = os.path.join(baseline["path"], registry.DATA_STATISTICS)
+    statistics = read_json_if_exists(storage.join(baseline["path"], registry.DATA_STATISTICS))
     record = {"version": baseline["version"], "run_id": baseline["run_id"], "path": baseline["path"]}
-    if not os.path.exists(path):
+    if statistics is None:
         return (
             record,
             None,
             f"baseline version {baseline['version']} has no {registry.DATA_STATISTICS} (published "
             "by an earlier tfdist)",
         )
-    statistics = read_json(path)
     if statistics.get("bins") != now.get("bins"):
         return record, None, f"baseline version {baseline['version']}'s histograms are binned otherwise"
     return record, statistics, ""
@@ -46,8 +53,8 @@ def baseline_vocabularies(spec: Spec, baseline: dict | None) -> Vocabularies:
     if baseline is None:
         return {}
     directory = registry.vocabulary_dir(baseline["path"])
-    paths = {f.name: os.path.join(directory, f"{f.name}.json") for f in spec.data.categorical_features if f.encoding}
-    return {name: read_json(path) if os.path.exists(path) else None for name, path in paths.items()}
+    paths = {f.name: storage.join(directory, f"{f.name}.json") for f in spec.data.categorical_features if f.encoding}
+    return {name: read_json_if_exists(path) for name, path in paths.items()}
 
 
 def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) -> dict[str, Any]:

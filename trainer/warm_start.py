@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import json
 import os
 import re
 import tempfile
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tfdist.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
+from tfdist.contract import EXIT_REFUSED, read_json, read_json_if_exists, registry, storage
+from tfdist.trainer import scratch
 from tfdist.trainer.runtime import fail
 
 SHOWN_MISMATCHES = 10
@@ -202,23 +203,17 @@ CHOICE = "warm_start_parent.json"
 
 def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> tuple[dict | None, str | None]:
     """(the parent every process of the run starts from, why there is none though one was chosen): ``found`` if this
-    process is the first to record its choice (created whole, once: a link to a complete file), else the version
+    process is the first to record its choice (created whole, once: ``storage.create``), else the version
     recorded, if it is still published."""
-    scratch = f"{choice_file}.{uuid.uuid4().hex}"  # pods may share a pid
-    write_json_atomic(scratch, {"version": found and found["version"]})
-    try:
-        os.link(scratch, choice_file)
+    if storage.create(choice_file, json.dumps({"version": found and found["version"]}).encode()):
         return found, None
-    except FileExistsError:
-        version = read_json(choice_file)["version"]
-        chosen = next((m for m in registry.versions(model_dir) if m["version"] == version), None)
-        gone = version is not None and chosen is None
-        return (
-            chosen,
-            f"baseline version {version}, chosen by this run's first process, is published no more" if gone else None,
-        )
-    finally:
-        os.remove(scratch)
+    version = read_json(choice_file)["version"]
+    chosen = next((m for m in registry.versions(model_dir) if m["version"] == version), None)
+    gone = version is not None and chosen is None
+    return (
+        chosen,
+        f"baseline version {version}, chosen by this run's first process, is published no more" if gone else None,
+    )
 
 
 class ParentRestore:
@@ -237,13 +232,13 @@ class ParentRestore:
             self.parent, gone = agreed_parent(
                 registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
                 model_dir,
-                os.path.join(os.path.dirname(record_file), CHOICE),
+                storage.join(storage.parent(record_file), CHOICE),
             )
-            if self.parent:
+            if self.parent and not storage.is_object_store(model_dir):  # never pruned there (plan)
                 self.reader = registry.Reader(model_dir, self.parent["version"], run["run_id"])
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
-        elif not os.path.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
+        elif not storage.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
             self.cold_start = (
                 f"baseline version {self.parent['version']} keeps no training checkpoint "
                 "(published by an earlier tfdist)"
@@ -264,10 +259,10 @@ class ParentRestore:
         starts cold, or refuses the stage with ``on_mismatch: fail``."""
         if self.cold_start or self.parent is None:
             return self.record(model)
-        prefix = registry.warm_start_checkpoint(self.parent["path"])
+        prefix = scratch.local_checkpoint(registry.warm_start_checkpoint(self.parent["path"]))
         checkpoint = tf.train.Checkpoint(model=model, **optimizers)
-        with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as scratch:
-            written = stored_variables(tf, checkpoint.write(os.path.join(scratch, "ckpt")))
+        with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as ours_dir:
+            written = stored_variables(tf, checkpoint.write(os.path.join(ours_dir, "ckpt")))
         objects = live_objects(tf, checkpoint)
         ours = {path: shape for path, (_, shape) in written.items()}
         stored = stored_variables(tf, prefix)
@@ -320,10 +315,10 @@ class ParentRestore:
         counts = {}
         for f in (f for f in manifest["features"] if f.get("vocabulary")):
             tables = [layers[n] for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
-            kept = os.path.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json")
-            if not tables or path_of[id(tables[0].embeddings)] not in parent or not os.path.exists(kept):
+            kept = storage.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json")
+            parent_tokens = read_json_if_exists(kept)
+            if not tables or path_of[id(tables[0].embeddings)] not in parent or parent_tokens is None:
                 continue
-            parent_tokens = read_json(kept)
             match = TokenRows.between(
                 read_vocabulary(data_dir, f),
                 f["oov_buckets"],

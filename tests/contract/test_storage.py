@@ -94,3 +94,14 @@ def test_a_staged_tree_is_published_whole_or_not_at_all(root, tmp_path):
         with storage.staged(url, last=("manifest.json",)) as tmp:
             write_json_atomic(os.path.join(tmp, "manifest.json"), {"shards": 2})
     assert read_json(storage.join(url, "manifest.json")) == {"shards": 1}
+
+
+def test_only_the_first_of_writers_racing_to_create_an_object_makes_it(root):
+    import concurrent.futures
+
+    url = storage.join(root, "models", ".claim-7")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda k: storage.create(url, f"writer {k}".encode()), range(8)))
+    assert made.count(True) == 1
+    assert storage.read_bytes(url) == f"writer {made.index(True)}".encode()
+    assert not storage.create(url, b"late")

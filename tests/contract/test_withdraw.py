@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.web.test_runs_page_data import DAG, write_run
-from tfdist.contract import read_json, registry, write_json_atomic
+from tfdist.contract import read_json, registry, storage, write_json_atomic
 from tfdist.operators.cli import main
 from tfdist.operators.report import overview
 from tfdist.trainer.export import claim_version
@@ -39,6 +39,14 @@ def tf_serving_latest(model_dir: str) -> int | None:
     """The version TF Serving's default policy serves: the largest all-digit subdirectory name."""
     numbers = [int(name) for name in os.listdir(model_dir) if name.isdigit()]
     return max(numbers, default=None)
+
+
+def served_by_config(model_dir: str) -> int | None:
+    """The one version ``serving.config`` (TF Serving's model config) names, None for none."""
+    config = storage.read_bytes(storage.join(model_dir, registry.SERVING_CONFIG)).decode()
+    assert f'base_path: "{model_dir}"' in config
+    (named,) = re.findall(r"specific \{([^}]*)\}", config)
+    return int(named.split(":")[1]) if named.strip() else None
 
 
 def tree(path: str) -> set[str]:
@@ -70,11 +78,38 @@ def test_a_withdrawn_version_moves_aside_whole_in_one_rename_and_serving_falls_b
     aside = os.path.join(model_dir, registry.WITHDRAWN_DIR, "3")
     assert renames == [(os.path.join(model_dir, "3"), aside)]
     assert tree(aside) == before | {registry.WITHDRAWN} and not os.path.exists(os.path.join(model_dir, "3"))
-    assert sorted(os.listdir(model_dir)) == [registry.WITHDRAWN_DIR, "1", "2"]
-    assert tf_serving_latest(model_dir) == 2 == result["live"]
+    assert sorted(os.listdir(model_dir)) == [registry.WITHDRAWN_DIR, "1", "2", registry.SERVING_CONFIG]
+    assert tf_serving_latest(model_dir) == 2 == result["live"] == served_by_config(model_dir)
     record = read_json(os.path.join(aside, registry.WITHDRAWN))
     assert record == {k: result[k] for k in ("version", "by", "reason", "at")}
     assert (record["version"], record["by"], record["reason"]) == (3, "alice", "labels of 2026-11-03 were shifted")
+
+
+def test_in_a_bucket_a_withdrawal_is_its_record_in_place_and_the_serving_config_follows(s3):
+    """An object store has no rename: the version stays where it is with its withdrawn.json, and TF Serving's config
+    names the live version; a restore deletes the record."""
+    model_dir = f"s3://{s3.new_bucket()}/models/digits"
+    for version in (1, 2, 3):
+        path = storage.join(model_dir, str(version))
+        storage.write_bytes(storage.join(path, "saved_model.pb"), b"")
+        write_json_atomic(
+            registry.metadata_file(path),
+            {"version": version, "run_id": f"run-{version}", "data_interval_end": f"2026-11-0{version}T00:00:00+00:00"},
+        )
+    assert registry.write_serving_config(model_dir) == 3 == served_by_config(model_dir)
+    result = registry.withdraw(model_dir, 3, "shifted labels", by="alice")
+    assert result["live"] == 2 == served_by_config(model_dir) == registry.live(model_dir)
+    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2]
+    assert [(m["version"], m["withdrawn"]["by"]) for m in registry.withdrawn(model_dir)] == [(3, "alice")]
+    assert storage.exists(registry.metadata_file(storage.join(model_dir, "3")))
+    assert claim_version(model_dir, 3, "other-run", "ckpt")[0] == 4  # a withdrawn number is not published again
+    with pytest.raises(registry.RegistryError, match="already withdrawn"):
+        registry.withdraw(model_dir, 3, "again", by="bob")
+    assert registry.restore(model_dir, 3)["live"] == 3 == served_by_config(model_dir)
+    assert registry.withdrawn(model_dir) == [] and len(registry.versions(model_dir)) == 3
+    for version in (1, 2, 3):
+        registry.withdraw(model_dir, version, "all bad", by="alice")
+    assert served_by_config(model_dir) is None
 
 
 def test_a_withdrawn_version_is_no_baseline_but_stays_in_the_lineage(model_dir):
