@@ -806,7 +806,7 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
         "reason": reason["reason"],
         "live": 1,
     }
-    assert sorted(os.listdir(model_dir)) == [".withdrawn", "1"]
+    assert sorted(os.listdir(model_dir)) == [".withdrawn", "1", "serving.config"]  # TF Serving's, naming 1
     assert read_json(os.path.join(model_dir, ".withdrawn", "2", "withdrawn.json"))["by"] == "admin"
     again = airflow.request("POST", path.format(2, "withdraw"), body=reason)
     assert again.status_code == 409 and "already withdrawn" in again.json()["detail"]
@@ -820,7 +820,7 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
     assert (
         restored.status_code == 200
         and restored.json()["live"] == 2
-        and sorted(os.listdir(model_dir)) == [".withdrawn", "1", "2"]
+        and sorted(os.listdir(model_dir)) == [".withdrawn", "1", "2", "serving.config"]
     )
     (asset,) = airflow.api("GET", "/api/v2/assets?uri_pattern=model://digits_withdraw")["assets"]
     events = airflow.api("GET", f"/api/v2/assets/events?asset_id={asset['id']}&order_by=timestamp")["asset_events"]
