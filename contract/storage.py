@@ -178,11 +178,6 @@ def upload_tree(local_dir: str, url: str, last: tuple[str, ...] = ()) -> None:
             fs.put([os.path.join(local_dir, r) for r in batch], [posixpath.join(path, r) for r in batch])
 
 
-def upload_file(local_file: str, url: str) -> None:
-    fs, path = filesystem(url)
-    fs.put_file(local_file, path)
-
-
 def download_tree(url: str, local_dir: str) -> None:
     """Copy every file under ``url`` into ``local_dir`` (many at once)."""
     fs, path = filesystem(url)
