@@ -151,12 +151,19 @@ def warm_start_summary(path: str) -> dict[str, Any] | None:
     }
 
 
+def kept_checkpoints(state: str) -> list[str]:
+    """The checkpoint names (``ckpt-<step>``) TensorFlow's state file keeps, the latest last."""
+    kept = re.findall(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
+    latest = re.search(r'^model_checkpoint_path: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
+    return [*[k for k in kept if not latest or k != latest[1]], *([latest[1]] if latest else [])]
+
+
 def checkpoint_step(checkpoint_dir: str) -> int:
     """The global step of the latest checkpoint (``ckpt-<step>``, named in TensorFlow's ``checkpoint`` state
     file), 0 when there is none."""
     try:
         state = storage.read_bytes(storage.join(checkpoint_dir, CHECKPOINT_STATE)).decode()
-        found = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', state, re.MULTILINE)
     except FileNotFoundError:
         return 0
+    found = re.fullmatch(r"ckpt-(\d+)", (kept_checkpoints(state) or [""])[-1])
     return int(found.group(1)) if found else 0

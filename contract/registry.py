@@ -257,7 +257,7 @@ def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, An
 @contextlib.contextmanager
 def locked(model_dir: str) -> Iterator[None]:
     """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it. An
-    object store's model directory has no lock yet: nothing is pruned there (the plan refuses keep_versions)."""
+    object store's model directory has no lock yet: nothing is pruned there (the spec refuses keep_versions)."""
     if storage.is_object_store(model_dir):
         yield
         return
@@ -289,7 +289,7 @@ class Reader:
 def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
     """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
     deletes it meanwhile. Without a model directory there is none (and none is made)."""
-    if storage.is_object_store(model_dir):  # no lock yet: an object-store model directory is never pruned (plan)
+    if storage.is_object_store(model_dir):  # no lock yet: never pruned there (the spec refuses keep_versions)
         yield baseline_for(model_dir, interval_end, run_id)
         return
     if not os.path.isdir(model_dir):

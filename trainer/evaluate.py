@@ -27,6 +27,7 @@ from tfdist.contract import (
     MANIFEST,
     EvaluateArgs,
     gate,
+    kept_checkpoints,
     read_json,
     registry,
     sha256_file,
@@ -141,7 +142,7 @@ def scored_candidates(
     candidates = [train_result["checkpoint"]]
     if spec.validation.checkpoint.mode == "best":
         state = storage.read_bytes(storage.join(args.checkpoints, CHECKPOINT_STATE)).decode()
-        candidates = [storage.join(args.checkpoints, name) for name in scratch.kept_checkpoints(state)]
+        candidates = [storage.join(args.checkpoints, name) for name in kept_checkpoints(state)]
     scored = []
     for path in candidates:
         try:

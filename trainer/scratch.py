@@ -8,7 +8,6 @@ import functools
 import os
 import posixpath
 import queue
-import re
 import shutil
 import tempfile
 import threading
@@ -16,8 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tfdist.contract import SCRATCH_ENV, storage
-from tfdist.contract.progress import CHECKPOINT_STATE
+from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, kept_checkpoints, storage
 from tfdist.trainer.runtime import say
 
 
@@ -120,11 +118,10 @@ class Uploader:
         self.check()
 
 
-def kept_checkpoints(state: str) -> list[str]:
-    """The checkpoint names (``ckpt-<step>``) TensorFlow's state file keeps, the latest last."""
-    kept = re.findall(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
-    latest = re.search(r'^model_checkpoint_path: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
-    return [*[k for k in kept if not latest or k != latest[1]], *([latest[1]] if latest else [])]
+def checkpoint_files(url_dir: str, name: str) -> list[str]:
+    """The names of checkpoint ``name``'s files in the store's ``url_dir`` (``<name>.index``, ``<name>.data-*``)."""
+    fs, path = storage.filesystem(url_dir)
+    return [posixpath.basename(p) for p in fs.glob(f"{path}/{name}.*")]
 
 
 def fetch_checkpoints(url_dir: str) -> str:
@@ -139,9 +136,7 @@ def fetch_checkpoints(url_dir: str) -> str:
         state = storage.read_bytes(storage.join(url_dir, CHECKPOINT_STATE)).decode()
     except FileNotFoundError:
         return local
-    fs, path = storage.filesystem(url_dir)
-    files = [posixpath.basename(p) for name in kept_checkpoints(state) for p in fs.glob(f"{path}/{name}.*")]
-    fetch(url_dir, files)
+    fetch(url_dir, [file for name in kept_checkpoints(state) for file in checkpoint_files(url_dir, name)])
     with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
         f.write(state)
     return local
@@ -154,8 +149,7 @@ def local_checkpoint(prefix: str) -> str:
     if not storage.is_object_store(prefix):
         return prefix
     url_dir, name = posixpath.split(prefix)
-    fs, path = storage.filesystem(url_dir)
-    return os.path.join(fetch(url_dir, [posixpath.basename(p) for p in fs.glob(f"{path}/{name}.*")]), name)
+    return os.path.join(fetch(url_dir, checkpoint_files(url_dir, name)), name)
 
 
 def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Callable[[], None]:

@@ -234,7 +234,7 @@ class ParentRestore:
                 model_dir,
                 storage.join(storage.parent(record_file), CHOICE),
             )
-            if self.parent and not storage.is_object_store(model_dir):  # never pruned there (plan)
+            if self.parent and not storage.is_object_store(model_dir):  # never pruned there (spec: keep_versions)
                 self.reader = registry.Reader(model_dir, self.parent["version"], run["run_id"])
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
@@ -315,9 +315,10 @@ class ParentRestore:
         counts = {}
         for f in (f for f in manifest["features"] if f.get("vocabulary")):
             tables = [layers[n] for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
-            kept = storage.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json")
-            parent_tokens = read_json_if_exists(kept)
-            if not tables or path_of[id(tables[0].embeddings)] not in parent or parent_tokens is None:
+            if not tables or path_of[id(tables[0].embeddings)] not in parent:
+                continue
+            parent_tokens = read_json_if_exists(storage.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json"))
+            if parent_tokens is None:
                 continue
             match = TokenRows.between(
                 read_vocabulary(data_dir, f),

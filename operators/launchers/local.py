@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 
 import psutil
 
@@ -48,8 +49,9 @@ class LocalLauncher(Launcher):
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._pumps: list[threading.Thread] = []
-        # the local copies of an object store's artifacts and the heartbeats, shared by the stage's processes
-        self.scratch = tempfile.mkdtemp(prefix="tfdist-scratch-")
+        # the local copies of an object store's artifacts and the heartbeats, shared by the stage's processes (which
+        # make what they write in it: nothing for a local root)
+        self.scratch = os.path.join(tempfile.gettempdir(), f"tfdist-scratch-{uuid.uuid4().hex}")
         self.store_env = {**connect(plan.spec.artifact_root), **connect(plan.spec.export_root)}
 
     def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
