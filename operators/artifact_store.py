@@ -5,7 +5,8 @@ their environment, never their argv. Pods use their own identity (a service acco
 
 from __future__ import annotations
 
-import functools
+import threading
+import time
 from typing import Any
 
 from tfdist.contract import storage
@@ -52,11 +53,30 @@ def _s3_credentials(conn_id: str) -> tuple[dict[str, Any], dict[str, str]]:
     return options, {k: v for k, v in env.items() if v}
 
 
-@functools.cache
-def connect(root: str) -> dict[str, str]:
-    """Set this process's credentials for ``root``'s store, once, and check that they reach it; the environment
-    that gives a local worker process the same access (none for a local root). StoreUnreachable names the
-    connection and the fix."""
+RECONNECT_SECONDS = 600
+"""How long a connection's credentials are used before they are read again: a role's session credentials
+expire (an hour by default), and the API server runs for weeks."""
+
+_connected: dict[str, tuple[float, dict[str, str]]] = {}
+_connecting = threading.Lock()
+
+
+def connect(*roots: str) -> dict[str, str]:
+    """Set this process's credentials for the stores of ``roots`` and check that they reach them (at most every
+    RECONNECT_SECONDS); the environment that gives a local worker process the same access (none for local
+    roots). StoreUnreachable names the connection and the fix."""
+    env: dict[str, str] = {}
+    with _connecting:
+        for root in roots:
+            at, root_env = _connected.get(root, (-RECONNECT_SECONDS, {}))
+            if time.monotonic() - at >= RECONNECT_SECONDS:
+                root_env = _connect(root)
+                _connected[root] = (time.monotonic(), root_env)
+            env.update(root_env)
+    return env
+
+
+def _connect(root: str) -> dict[str, str]:
     scheme = storage.scheme(root)
     if scheme is None:
         return {}

@@ -6,7 +6,6 @@ Airflow's default lazy plugins every parse imports them anew, and they cost a qu
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +26,13 @@ else:
 
 def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
     """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
-    from tfdist.contract import RunLayout, read_json_if_exists, runs_root
+    from tfdist.contract import RunLayout, read_json_if_exists, runs_root, storage
     from tfdist.operators.plan import as_datetime
 
-    if not os.path.isdir(artifact_root):
+    if not storage.exists(artifact_root):
         return None
     root = runs_root(artifact_root, pipeline)
-    keys = sorted(os.listdir(root)) if os.path.isdir(root) else []
-    records = (read_json_if_exists(RunLayout(os.path.join(root, key)).run_file) for key in keys)
+    records = (read_json_if_exists(RunLayout(storage.join(root, key)).run_file) for key in storage.names(root))
     return tuple((r["run_id"], as_datetime(r["data_interval_end"])) for r in records if r and "data_interval_end" in r)
 
 
@@ -143,16 +141,20 @@ class RunPlanned(_Operator):
         return {}
 
     def plan(self, context: Any) -> Plan:
-        """The run's plan, with the spec after the run's overrides."""
+        """The run's plan, with the spec after the run's overrides; its artifact and export roots' stores are
+        reached first (through the Airflow connection: artifact_store.connect)."""
+        from tfdist.operators.artifact_store import connect
         from tfdist.operators.plan import build_plan
 
         spec, overrides = self.effective_spec(context)
+        replaced = self.plan_overrides()
+        connect(spec.artifact_root, replaced.get("export_root") or spec.export_root)
         return build_plan(
             spec,
             self.run_context(spec, context),
             run_dir=self.run_dir or None,
             overrides=overrides,
-            **self.plan_overrides(),
+            **replaced,
         )
 
 

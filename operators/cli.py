@@ -21,6 +21,7 @@ import os
 import sys
 
 from tfdist.contract import UnsafePipelineId, printable, registry
+from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.plan import RunContext, build_plan, local_time, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
 from tfdist.spec import Spec, SpecError, default_artifact_root, load_spec
@@ -128,6 +129,7 @@ def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if words[0] not in MODEL_ACTIONS:
         if len(words) != 1:
             parser.error(f"models: expected MODEL_DIR, or {' or '.join(MODEL_ACTIONS)} MODEL_DIR VERSION")
+        connect(words[0])
         return list_models(words[0])
     if len(words) != 3 or not registry.is_version_name(words[2]):
         parser.error(
@@ -136,6 +138,7 @@ def models_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         )
     if words[0] == "withdraw" and args.reason is None:
         parser.error("models withdraw: --reason is required (say why the version is bad)")
+    connect(words[1])
     change_model(words[0], words[1], int(words[2]), args.reason or "", args.by or getpass.getuser())
 
 
@@ -187,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "runs":
             from tfdist.operators.report import format_runs, list_runs
 
-            found = list_runs(args.pipeline_id, [default_artifact_root()])
+            root = default_artifact_root()
+            connect(root)
+            found = list_runs(args.pipeline_id, [root])
             print(json.dumps(found, indent=2) if args.json else format_runs(found))
         elif args.command == "models":
             models_command(models, args)
@@ -195,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             from tfdist.operators.demo import run_demo
 
             return run_demo(default_artifact_root(), os.path.abspath(args.logs))
-    except (SpecError, registry.RegistryError, UnsafePipelineId) as exc:
+    except (SpecError, registry.RegistryError, UnsafePipelineId, StoreUnreachable) as exc:
         print(printable(str(exc)), file=sys.stderr)
         return 2
     return 0

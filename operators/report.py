@@ -21,6 +21,7 @@ from tfdist.contract import (
     registry,
     run_path,
     runs_root,
+    storage,
     warm_start_summary,
 )
 from tfdist.contract.data_gate import DATA_VALIDATION, failure_line
@@ -163,9 +164,7 @@ def _newest_first(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def list_runs(pipeline_id: str, artifact_roots: Iterable[str]) -> list[dict[str, Any]]:
     """One summary per run directory of the pipeline under any of ``artifact_roots``, newest data interval first."""
     runs_dirs = [runs_root(root, pipeline_id) for root in artifact_roots]
-    return _newest_first(
-        run_summary(os.path.join(d, key)) for d in runs_dirs if os.path.isdir(d) for key in sorted(os.listdir(d))
-    )
+    return _newest_first(run_summary(storage.join(d, key)) for d in runs_dirs for key in storage.names(d))
 
 
 VERSION_FIELDS = ("version", "run_id", "data_interval_start", "data_interval_end", "metrics", "gate", "path")

@@ -52,7 +52,7 @@ class LocalLauncher(Launcher):
         # the local copies of an object store's artifacts and the heartbeats, shared by the stage's processes (which
         # make what they write in it: nothing for a local root)
         self.scratch = os.path.join(tempfile.gettempdir(), f"tfdist-scratch-{uuid.uuid4().hex}")
-        self.store_env = {**connect(plan.spec.artifact_root), **connect(plan.spec.export_root)}
+        self.store_env = connect(plan.spec.artifact_root, plan.model_dir)
 
     def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's

@@ -40,6 +40,7 @@ from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
 from tfdist.contract import CONTROL_CHARACTERS, registry, run_path
+from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.dag import EMBEDDED_TAG
 from tfdist.operators.export import model_asset
 from tfdist.operators.plan import pipeline_id
@@ -100,7 +101,18 @@ def _pipeline(pipeline: str, session: Any) -> tuple[Any, list[str], list[str]]:
     dag, tasks = _holding_dag(pipeline, session)
     if not tasks:
         raise HTTPException(404, f"{pipeline!r} is not a tfdist pipeline known to Airflow")
-    return dag, sorted({t.artifact_root for t in tasks}), [t.model_dir for t in tasks if getattr(t, "model_dir", None)]
+    roots = sorted({t.artifact_root for t in tasks})
+    model_dirs = [t.model_dir for t in tasks if getattr(t, "model_dir", None)]
+    reach(*roots, *model_dirs)
+    return dag, roots, model_dirs
+
+
+def reach(*urls: str) -> None:
+    """Connect to the stores of ``urls`` through the Airflow connection; 502 naming it where that fails."""
+    try:
+        connect(*urls)
+    except StoreUnreachable as exc:
+        raise HTTPException(502, str(exc)) from None
 
 
 def requires_pipeline_access(method: ResourceMethod, access_entity: DagAccessEntity | None = None) -> Any:
@@ -229,7 +241,9 @@ class Withdrawal(BaseModel):
 def version_model_dir(pipeline: str, version: int, session: Any) -> str:
     """The pipeline's model directory that holds ``version``, published or withdrawn; 404 if none does."""
     _, roots, declared = _pipeline(pipeline, session)
-    for model_dir in all_model_dirs(list_runs(pipeline, roots), declared):
+    model_dirs = all_model_dirs(list_runs(pipeline, roots), declared)
+    reach(*model_dirs)
+    for model_dir in model_dirs:
         if version in {m["version"] for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]}:
             return model_dir
     raise HTTPException(404, f"no version {version} of {pipeline!r}, published or withdrawn")

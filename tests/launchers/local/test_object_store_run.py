@@ -1,22 +1,22 @@
-"""A run whose artifact root is a bucket on a real S3-protocol server (moto's, over HTTP): the Airflow side reaches
-it through its connection, the stage processes through the credentials the launcher hands them."""
+"""Runs whose artifact root is a bucket on a real S3-protocol server (moto's, over HTTP), on real Airflow: the tasks
+reach it through the Airflow connection, the stage processes through the credentials the launcher hands them."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import DAY, collecting_logger, plan_for
-from tfdist.contract import MANIFEST, read_json, registry, storage
-from tfdist.operators.launchers.local import LocalLauncher
+from tests.conftest import DAY, dags_folder, make_spec
+from tfdist.contract import RunLayout, read_json, registry, run_path, storage
+from tfdist.operators.demo import airflow_dags_test
 
 pytestmark = pytest.mark.e2e
+DAG_ID = "digits_in_a_bucket"
 
 
 @pytest.fixture
@@ -61,38 +61,38 @@ def served_accuracy(copied: str) -> float:
     return json.loads(done.stdout.splitlines()[-1])["accuracy"]
 
 
-def run_stage(plan, task_id: str) -> tuple[LocalLauncher, dict]:
-    logger, _ = collecting_logger(task_id)
-    launcher = LocalLauncher(plan)
-    return launcher, launcher.run(plan.stage(task_id), logger)
-
-
-def test_two_nights_publish_and_warm_start_with_their_artifacts_only_in_the_bucket(bucket_root, tmp_path, monkeypatch):
-    """The first night trains, evaluates and publishes into the bucket; the second warm-starts from that version
-    and is gated against it. The published SavedModel, copied out, scores as the gate said."""
-    monkeypatch.chdir(tmp_path)  # the processes' too: a URL taken for a local path would land here
+def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(bucket_root, tmp_path, monkeypatch):
+    """``airflow dags test``, twice: the first night trains (2 workers), evaluates and publishes into the bucket;
+    the second warm-starts from that version and is gated against it. Nothing lands on the local disk: not under
+    the local artifact root, the working directory or the launcher's scratch. The published SavedModel, copied
+    out, scores as the gate said."""
+    local_root, work, scratch, logs = (tmp_path / name for name in ("artifacts", "work", "tmp", "logs"))
+    for folder in (work, scratch):
+        folder.mkdir()
+    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(local_root))
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.chdir(work)  # the processes' too: a URL taken for a local path would land here
     training = {"checkpoint_every_steps": 20, "keep_checkpoints": 2, "warm_start": {"from": "baseline"}}
-    plan = plan_for(bucket_root, "nightly", DAY - dt.timedelta(days=1), training=training)
-    layout = plan.layout
-    assert layout.run_dir.startswith(bucket_root + "/")
-    run_stage(plan, "prepare_data")
-    run_stage(plan, "validate_data")
-    launcher, trained = run_stage(plan, "train")
-    assert not os.path.exists(launcher.scratch)
+    spec = make_spec(bucket_root, name=DAG_ID, training=training, export={"model_name": DAG_ID})
+    with dags_folder(tmp_path / "dags", [spec], "The Airflow DAG of the object-store run."):
+        first = airflow_dags_test(DAG_ID, DAY, str(logs / "first.log"), echo=False)
+        assert first.state == "success", open(first.log_path).read()[-4000:]
+        second = airflow_dags_test(DAG_ID, DAY + dt.timedelta(days=1), str(logs / "second.log"), echo=False)
+        assert second.state == "success", open(second.log_path).read()[-4000:]
+    assert not local_root.exists() and os.listdir(work) == [] and not list(scratch.glob("tfdist-*"))
+
+    layout = RunLayout(run_path(bucket_root, DAG_ID, first.run_id))
+    trained = read_json(layout.result("train"))
     assert trained["checkpoint"].startswith(layout.checkpoint_dir + "/ckpt-")
     checkpoints = storage.names(layout.checkpoint_dir)
     assert "checkpoint" in checkpoints and len({n.split(".")[0] for n in checkpoints} - {"checkpoint"}) == 2
     assert read_json(layout.progress_file)["step"] == trained["final_step"]
     assert storage.names(layout.tensorboard("train"))
-    _, evaluated = run_stage(plan, "evaluate")
+    evaluated = read_json(layout.result("evaluate"))
     assert evaluated["checkpoint"] == trained["checkpoint"] and evaluated["blessed"]
-    assert read_json(layout.blessing_file)["metrics"]["accuracy"] > 0.8
-    assert read_json(storage.join(layout.data_dir, MANIFEST))["train"]["examples"] > 0
-    _, published = run_stage(plan, "export")
-    version = published["version"]
-    model_dir = plan.stage("export").args.model_dir
-    assert published["path"] == f"{model_dir}/{version}" and registry.live(model_dir) == version
-    assert f"versions: {version}" in storage.read_bytes(storage.join(model_dir, registry.SERVING_CONFIG)).decode()
+    published = read_json(layout.result("export"))
+    version, model_dir = published["version"], storage.join(bucket_root, "models", DAG_ID)
+    assert published["path"] == f"{model_dir}/{version}"
     metadata = read_json(registry.metadata_file(published["path"]))
     assert metadata["serving_eval_metrics"]["accuracy"] == pytest.approx(evaluated["metrics"]["accuracy"], abs=1e-6)
     copied = str(tmp_path / "copied")
@@ -100,10 +100,9 @@ def test_two_nights_publish_and_warm_start_with_their_artifacts_only_in_the_buck
     storage.download_tree(layout.data_dir, os.path.join(copied, "data"))
     assert served_accuracy(copied) == pytest.approx(evaluated["metrics"]["accuracy"], abs=1e-6)
 
-    second = plan_for(bucket_root, "nightly-2", DAY, training=training)
-    for task_id in ("prepare_data", "validate_data", "train", "evaluate"):
-        run_stage(second, task_id)
-    assert read_json(second.layout.warm_start_file)["parent"]["version"] == version
-    assert read_json(second.layout.blessing_file)["baseline"]["version"] == version
-    shutil.rmtree(copied)
-    assert os.listdir(tmp_path) == []
+    night = RunLayout(run_path(bucket_root, DAG_ID, second.run_id))
+    assert read_json(night.warm_start_file)["parent"]["version"] == version
+    assert read_json(night.blessing_file)["baseline"]["version"] == version
+    live = registry.live(model_dir)
+    assert live is not None and live > version
+    assert f"versions: {live}" in storage.read_bytes(storage.join(model_dir, registry.SERVING_CONFIG)).decode()
