@@ -4,6 +4,7 @@ accepted), eventual consistency (S3 has been strongly consistent since 2020), an
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -35,6 +36,12 @@ class S3Server:
     def options(self) -> dict:
         """s3fs's storage options for this server (what the Airflow side sets from a connection)."""
         return {"key": KEY, "secret": KEY, "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
+
+    @property
+    def airflow_connection(self) -> str:
+        """The Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to this server."""
+        extra = {"endpoint_url": self.endpoint, "region_name": "us-east-1"}
+        return json.dumps({"conn_type": "aws", "login": KEY, "password": KEY, "extra": extra})
 
     def start(self) -> S3Server:
         self.process = subprocess.Popen(

@@ -36,6 +36,7 @@ from tfdist.contract import (
     record_run,
     registry,
     run_path,
+    storage,
 )
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.report import format_runs, list_runs, run_summary, started_from
@@ -74,7 +75,7 @@ with DAG("digits_upstream", schedule=None, start_date=datetime.datetime(2026, 1,
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, s3):
     root = str(tmp_path_factory.mktemp("live_artifacts"))
     # daily partitions up to today, so that a run whose interval ends after midnight still finds its day
     last_day = dt.datetime.now(dt.UTC).date()
@@ -205,8 +206,25 @@ def airflow(tmp_path_factory):
         )
     )
     write_embedding_dags(dags, restricted, root)
+    # a pipeline whose artifacts and models are only in a bucket (its test triggers it), reached by the Airflow
+    # side through the connection aws_default
+    bucket_root = f"s3://{s3.new_bucket()}/tfdist"
+    storage.upload_tree(os.path.join(root, "raw", "digits"), storage.join(bucket_root, "raw", "digits"))
+    (dags / "digits_bucket.py").write_text(
+        dag_file(
+            make_spec(
+                bucket_root,
+                name="digits_bucket",
+                start_date=str(last_day + dt.timedelta(days=1)),
+                training={"epochs": 2, "num_workers": 1},
+                validation={"thresholds": {"accuracy": {"lower": 0.5}}},
+                export={"model_name": "digits_bucket"},
+            )
+        )
+    )
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
+    live.env["AIRFLOW_CONN_AWS_DEFAULT"] = s3.airflow_connection
     try:
         live.start(
             [
@@ -224,11 +242,12 @@ def airflow(tmp_path_factory):
                 "digits_on_assets",
                 "digits_approval",
                 "digits_approval_timeout",
+                "digits_bucket",
                 *EMBEDDING_DAGS,
             ]
         )
         live.cli("pools", "set", "training", "2", "one 2-worker training at a time")
-        live.root, live.backfill_root, live.last_day = root, backfill_root, last_day
+        live.root, live.backfill_root, live.bucket_root, live.last_day = root, backfill_root, bucket_root, last_day
         yield live
     finally:
         live.stop()
@@ -828,6 +847,41 @@ def test_an_editor_withdraws_a_version_through_the_plugin_api_and_consumers_get_
         {"withdrawn": 2, "reason": reason["reason"], "by": "admin"},
         {"restored": 2, "by": "admin"},
     ]  # none of the refused one
+
+
+def test_a_run_in_a_bucket_is_on_the_runs_page_behind_auth_and_its_version_is_withdrawn_there(airflow):
+    """The API server reads the run's records and versions from the bucket through the connection: the page's
+    data, its curve and the page itself; a withdrawal through the API marks the version in the bucket."""
+    run_id = airflow.trigger("digits_bucket")
+    run = airflow.wait_for_run("digits_bucket", run_id)
+    assert run["state"] == "success", airflow.task_states("digits_bucket", run_id)
+    assert not os.path.exists(run_path(airflow.root, "digits_bucket", run_id))
+    path = "/tfdist/runs/digits_bucket"
+    assert airflow.request("GET", path, user=None).status_code == 401
+    assert airflow.request("GET", "/tfdist/pipelines/digits_bucket", user=None).status_code == 401
+    (summary,) = airflow.api("GET", path)
+    assert summary["run_id"] == run_id and summary["run_dir"] == run_path(airflow.bucket_root, "digits_bucket", run_id)
+    assert summary["blessed"] is True and summary["export_version"]
+    curve = airflow.api("GET", f"/tfdist/pipelines/digits_bucket/runs/{run_id}/curve")
+    assert curve["points"] == read_curve(RunLayout(summary["run_dir"]).curve_file) != []
+    (listed,) = airflow.api("GET", "/tfdist/pipelines/digits_bucket")["versions"]
+    version = summary["export_version"]
+    assert listed["version"] == version and listed["path"].startswith(airflow.bucket_root)
+
+    with signed_in_page(airflow) as page:
+        page.goto(f"{airflow.url}/plugin/training-runs")
+        frame = page_frame(page)
+        frame.locator("#pipeline-select").select_option("digits_bucket")
+        row = frame.locator("tr.run")
+        row.first.wait_for()
+        assert row.count() == 1 and str(version) in row.first.inner_text()
+        page.screenshot(path=os.path.join(SCREENSHOTS, "runs-page-from-a-bucket.png"))
+
+    withdrawal = f"/tfdist/pipelines/digits_bucket/versions/{version}/withdraw"
+    withdrawn = airflow.request("POST", withdrawal, body={"reason": "trained on a bad day"})
+    assert withdrawn.status_code == 200 and withdrawn.json()["live"] is None, withdrawn.text
+    model_dir = storage.join(airflow.bucket_root, "models", "digits_bucket")
+    assert registry.versions(model_dir) == [] and registry.withdrawn(model_dir)[0]["withdrawn"]["by"] == "admin"
 
 
 def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstream_lands(airflow):

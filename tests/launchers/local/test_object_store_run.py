@@ -22,17 +22,7 @@ DAG_ID = "digits_in_a_bucket"
 @pytest.fixture
 def bucket_root(s3, digits_root, monkeypatch) -> str:
     """A bucket holding the digits partitions under its artifact root; the Airflow connection aws_default to it."""
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AWS_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "aws",
-                "login": s3.env["AWS_ACCESS_KEY_ID"],
-                "password": s3.env["AWS_SECRET_ACCESS_KEY"],
-                "extra": {"endpoint_url": s3.endpoint, "region_name": "us-east-1"},
-            }
-        ),
-    )
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3.airflow_connection)
     root = f"s3://{s3.new_bucket()}/tfdist"
     storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(root, "raw"))
     return root
