@@ -891,8 +891,12 @@ class KubernetesSpec(_Section):
     """Extra labels on every object and pod."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Extra annotations on every object and pod."""
-    artifact_volume: ArtifactVolume
-    """The shared volume holding the artifact root."""
+    artifact_volume: ArtifactVolume | None = None
+    """The shared volume holding a local artifact root; none with an artifact root in an object store."""
+    credentials_secret: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=253)] | None = None
+    """A Secret of the namespace whose keys become every pod's environment (e.g. AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY), for an object store on a cluster without IRSA or Workload Identity; default: the pods
+    reach the store as their service account."""
     operator: Literal["auto", "native", "kubeflow"] = "auto"
     """How the train stage runs: 'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD);
     'kubeflow': a TFJob (TF cluster) or MPIJob (Horovod), refused when that CRD is not installed; 'auto':
@@ -1294,7 +1298,7 @@ class Spec(_Section):
         if self.training.launcher == "kubernetes" and self.kubernetes is None:
             raise ValueError(
                 "kubernetes: required with training.launcher 'kubernetes': at least "
-                "kubernetes: {pods: {image: ...}, artifact_volume: {claim_name: ...}}"
+                "kubernetes: {pods: {image: ...}} (and artifact_volume: {claim_name: ...} with a local artifact root)"
             )
         return self
 
@@ -1370,10 +1374,28 @@ class Spec(_Section):
 
     @model_validator(mode="after")
     def _on_the_volume(self) -> Spec:
-        """Pods see only the artifact volume (none with an artifact root in an object store): a local input or
-        export root must be below a local artifact root; a URL is read from wherever the pods are."""
+        """Pods see only the artifact volume, which a local artifact root needs and one in an object store has
+        not: a local input or export root must be below a local artifact root; a URL is read from wherever the
+        pods are."""
         if self.kubernetes is None:
             return self
+        in_store = "://" in self.artifact_root
+        if in_store and self.kubernetes.artifact_volume is not None:
+            raise ValueError(
+                f"kubernetes.artifact_volume: pods mount no volume with the artifact root in an object store "
+                f"({self.artifact_root}): remove it"
+            )
+        if not in_store and self.kubernetes.artifact_volume is None:
+            raise ValueError(
+                f"kubernetes.artifact_volume: required with a local artifact root ({self.artifact_root}): a "
+                "ReadWriteMany PersistentVolumeClaim every pod mounts there, e.g. {claim_name: tfdist-artifacts}; "
+                "or put the artifact root in an object store (s3://bucket/prefix, gs://bucket/prefix)"
+            )
+        if in_store and (self.data.prepare_processes or 1) > 1:
+            raise ValueError(
+                "data.prepare_processes: prepare_data's pods meet on the artifact volume, and there is none with "
+                f"the artifact root in an object store ({self.artifact_root}): leave it unset (one pod)"
+            )
         source = self.data.source.replace("{artifact_root}", self.artifact_root)
         for field, path in (("data.source", source), ("export.root", self.export_root)):
             if "://" in path:

@@ -1,10 +1,12 @@
-"""A throw-away S3-protocol server for the tests: moto's server mode, its own process on 127.0.0.1 and a free
-port, reached over HTTP by s3fs and boto3 as a real bucket would be. What it does not model: IAM (any key is
-accepted), eventual consistency (S3 has been strongly consistent since 2020), and latency."""
+"""A throw-away S3-protocol server for the tests: moto's server mode, its own process on a free port of every
+address of this machine (pods of the stand-in cluster reach it at the bridge's), reached over HTTP by s3fs and boto3
+as a real bucket would be. What it does not model: IAM (any key is accepted, unless ``authenticated``: then no key
+is), eventual consistency (S3 has been strongly consistent since 2020), and latency."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +19,9 @@ KEY = "tfdist-test"
 
 
 class S3Server:
-    def __init__(self) -> None:
+    def __init__(self, authenticated: bool = False) -> None:
+        """``authenticated``: every request after the first (creating a bucket) is refused, its key unknown."""
+        self.authenticated = authenticated
         (self.port,) = free_ports(1)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -25,8 +29,12 @@ class S3Server:
     @property
     def env(self) -> dict[str, str]:
         """A worker's ambient identity for this server: the standard variables boto and s3fs read."""
+        return self.env_at("127.0.0.1")
+
+    def env_at(self, address: str) -> dict[str, str]:
+        """``env`` for a process that reaches this machine at ``address`` (a pod of the stand-in cluster)."""
         return {
-            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ENDPOINT_URL": f"http://{address}:{self.port}",
             "AWS_ACCESS_KEY_ID": KEY,
             "AWS_SECRET_ACCESS_KEY": KEY,
             "AWS_DEFAULT_REGION": "us-east-1",
@@ -45,9 +53,10 @@ class S3Server:
 
     def start(self) -> S3Server:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "1"} if self.authenticated else {})},
         )
         deadline = time.monotonic() + 30
         while True:

@@ -44,9 +44,11 @@ from tfdist.contract import (
     read_json,
     record_run,
     stalled,
+    storage,
     tf_config,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
+from tfdist.trainer import scratch
 
 PEER_TIMEOUT_SECONDS = 600
 GLOO_TIMEOUT_SECONDS = 600
@@ -60,10 +62,10 @@ HEARTBEAT_SCAN_SECONDS = 2.0
 
 class HangWatch:
     """Every pod of a training stage watches its own processes and the heartbeats of all the stage's members (on
-    the shared artifact volume): the pod whose process is stopped reports it after STOPPED_SECONDS; once no
-    member has stepped for ``timeout`` seconds, a pod reports the member silent longest (the others wait for it
-    in a collective). Beat times are the files' modification times: the nodes' clocks must agree to well
-    within ``timeout``."""
+    the shared artifact volume; with an object-store root, its own members', in its scratch): the pod whose
+    process is stopped reports it after STOPPED_SECONDS; once no member has stepped for ``timeout`` seconds, a pod
+    reports the member silent longest (the others wait for it in a collective). Beat times are the files'
+    modification times: the nodes' clocks must agree to well within ``timeout``."""
 
     def __init__(self, heartbeats: str, timeout: int) -> None:
         self.heartbeats, self.timeout, self.since = heartbeats, timeout, time.time()
@@ -264,12 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     except RunMismatch as exc:
         return _error(str(exc), EXIT_REFUSED)
     index = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
-    watch = HangWatch(args.heartbeats, args.hang_timeout) if args.heartbeats and args.hang_timeout else None
+    # with an object-store root each member beats in its pod's scratch: a pod watches its own members
+    heartbeats = scratch.local_path(args.heartbeats) if args.heartbeats else None
+    watch = HangWatch(heartbeats, args.hang_timeout) if heartbeats and args.hang_timeout else None
     code = run_horovod_ranks(args, index, watch) if args.horovod_slots else run_command(args, index, watch)
     if watch and watch.report:
         with open(args.message, "w") as f:
             f.write(watch.report)
-    if code == 0 and os.path.exists(args.result):
+    if code == 0 and storage.exists(args.result):
         try:
             message = encode_result(read_json(args.result))
         except ValueError as exc:

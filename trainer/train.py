@@ -100,6 +100,8 @@ class Mirrored:
     instance"), so they are made dense (``densified``)."""
 
     every_worker_saves = True
+    io_device: str | None = None
+    """The device that reads and writes checkpoint files (None: each variable's own)."""
     steps_per_call = STEPS_PER_CALL
     learning_rate_scale = 1
 
@@ -155,6 +157,9 @@ class ParameterServer(Mirrored):
     on a ps and is updated there: a sparse gradient pushes only the looked-up rows, and lookups read only them."""
 
     every_worker_saves = False
+    io_device = "/job:chief/replica:0/task:0/device:CPU:0"
+    """The chief reads and writes every checkpoint file: the ps hold the variables, but on Kubernetes with an
+    object-store root they do not see the chief's scratch, where its checkpoints are written before upload."""
 
     def __init__(self, tf, training: TrainingSpec, resolver):
         from tfdist.trainer.embeddings import TablePartitioner
@@ -209,6 +214,7 @@ class Horovod:
     (``densified``)."""
 
     every_worker_saves = False
+    io_device = None
     steps_per_call = STEPS_PER_CALL
 
     def __init__(self, tf, training: TrainingSpec):
@@ -477,6 +483,7 @@ class TrainingRun:
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
             self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.checkpoint = tf.train.Checkpoint(model=self.model, step=self.step_counter, **self.optimizers)
+            self.checkpoint_options = tf.train.CheckpointOptions(experimental_io_device=sync.io_device)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
         self.task = TaskSums(manifest["label"], spec.loss)
@@ -551,7 +558,7 @@ class TrainingRun:
         self.latest = self.tf.train.latest_checkpoint(scratch.fetch_checkpoints(self.args.checkpoints))
         if self.latest:
             try:
-                self.checkpoint.restore(self.latest).assert_existing_objects_matched()
+                self.checkpoint.restore(self.latest, options=self.checkpoint_options).assert_existing_objects_matched()
             except Exception as exc:
                 fail(
                     str(
@@ -728,7 +735,7 @@ class TrainingRun:
         saver = self.manager()
         if saver:
             self.step_counter.assign(step)
-            saver.save(checkpoint_number=step)
+            saver.save(checkpoint_number=step, options=self.checkpoint_options)
             if self.sync.is_chief:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
                 if self.uploads:

@@ -69,9 +69,12 @@ class KubernetesPlacement:
     namespace: str
     pods: Mapping[str, PodResources]
     """Every role's pods (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
-    artifact_claim: str
-    """The PersistentVolumeClaim holding the artifact root, mounted at ``artifact_root`` in every pod."""
+    artifact_claim: str | None
+    """The PersistentVolumeClaim holding the artifact root, mounted at ``artifact_root`` in every pod; None with
+    an artifact root in an object store."""
     artifact_root: str
+    credentials_secret: str | None = None
+    """The Secret whose keys are every pod's environment (an object store's credentials)."""
     image_pull_policy: str = "IfNotPresent"
     image_pull_secrets: tuple[str, ...] = ()
     service_account: str | None = None
@@ -96,8 +99,9 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
         connection_id=k8s.connection_id,
         namespace=k8s.namespace,
         pods=MappingProxyType(pods),
-        artifact_claim=k8s.artifact_volume.claim_name,
+        artifact_claim=k8s.artifact_volume.claim_name if k8s.artifact_volume else None,
         artifact_root=spec.artifact_root,
+        credentials_secret=k8s.credentials_secret,
         image_pull_policy=k8s.image_pull_policy,
         image_pull_secrets=tuple(k8s.image_pull_secrets),
         service_account=k8s.service_account,

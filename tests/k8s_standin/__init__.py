@@ -21,7 +21,8 @@ Service (``<service>.<namespace>.svc``, and ``<hostname>.<service>`` for pods wh
 naming its ready pods (not-ready ones too with ``publishNotReadyAddresses``; never terminated ones). The
 kubelet pulls images from the cluster's registry (``images``: one it lacks leaves the pod Pending in
 ``ErrImagePull``, then ``ImagePullBackOff``), mounts Secret and ConfigMap volumes read-only (their files
-written with the volume's modes, as the kubelet writes them; a pod whose object is missing waits), runs the
+written with the volume's modes, as the kubelet writes them; a pod whose object is missing waits) and an
+emptyDir as a directory of the pod's, sets the variables of a container's ``envFrom`` Secrets, runs the
 container as root or, with ``securityContext.runAsUser``, as that user (in a user namespace mapping the user
 to this machine's root: it has no capabilities, and this machine's root-owned files look like its own, so the
 artifact volume is writable as a volume given with a matching fsGroup would be), and reports the termination
@@ -45,8 +46,8 @@ replaced until it is exceeded).
 
 What it does not model: other image contents (``python`` is this interpreter, with tfdist installed as in
 the worker image) and an image's USER (a container without runAsUser runs as root), volumes other than Secrets,
-ConfigMaps and the artifact volume, updates of a mounted Secret or ConfigMap (its files are written when the
-container starts: ``discover_hosts.sh`` in a running launcher stays as it was), env from them, the
+ConfigMaps, emptyDirs and the artifact volume, updates of a mounted Secret or ConfigMap (its files are written
+when the container starts: ``discover_hosts.sh`` in a running launcher stays as it was), envFrom ConfigMaps, the
 scheduler beyond node selectors, and resources beyond memory limits (every other pod is scheduled at once on
 one node), container restarts (a container runs once whatever its restartPolicy; the training operator
 recreates a failed OnFailure or Always replica instead, with no back-off and no backoffLimit; the Job

@@ -19,7 +19,7 @@ import psutil
 
 from tests.k8s_standin import timing
 from tests.k8s_standin.common import NODE, memory_bytes, now
-from tests.k8s_standin.volumes import Mount, image_files
+from tests.k8s_standin.volumes import Mount, image_files, secret_env
 
 if TYPE_CHECKING:
     from tests.k8s_standin.pods import Pod
@@ -54,9 +54,10 @@ JOIN_CGROUP = 'echo $$ > "$0" && exec "$@"'
 
 
 def environment(pod: Pod) -> dict[str, str]:
-    """The container's environment: its env (values, and fields of the pod the kubelet fills in), HOSTNAME,
-    HOME, and, standing in for the image, this machine's PATH (its ``python`` has tfdist installed)."""
-    env = {"HOSTNAME": pod.hostname, "HOME": pod.user[2]}  # HOME: the runtime's, from the user
+    """The container's environment: its Secrets' variables (envFrom), its env (values, and fields of the pod the
+    kubelet fills in), HOSTNAME, HOME, and, standing in for the image, this machine's PATH (its ``python`` has
+    tfdist installed)."""
+    env = {"HOSTNAME": pod.hostname, "HOME": pod.user[2], **secret_env(pod)}  # HOME: the runtime's, from the user
     meta = pod.obj["metadata"]
     fields = {
         "metadata.name": meta["name"],

@@ -1,5 +1,6 @@
-"""A pod's Secret and ConfigMap volumes, and the worker image's files where they differ from this machine's:
-written per pod, to be bind-mounted into its container (by the process kubelet)."""
+"""A pod's Secret, ConfigMap and emptyDir volumes, its variables from Secrets (``envFrom``), and the worker
+image's files where they differ from this machine's: written per pod, to be bind-mounted into its container (by
+the process kubelet)."""
 
 from __future__ import annotations
 
@@ -45,21 +46,27 @@ def volumes(pod: Pod, write: bool = True) -> list[Mount]:
     item's mode, else the volume's defaultMode, else 0644; owned by root, which a container running as
     another user sees as nobody (its user namespace maps this machine's root to that user, so root's own
     files look like the user's). Written once: later changes of the objects do not reach a running pod.
-    The other volumes (the artifact volume) are this machine's file system at the same path."""
+    An emptyDir is a directory of the pod's, writable by any user. The other volumes (the artifact volume) are
+    this machine's file system at the same path."""
     declared, mounts = {v["name"]: v for v in pod.obj["spec"].get("volumes", [])}, []
+    secret_env(pod)
     for volume_mount in pod.container.get("volumeMounts", []):
         volume = declared[volume_mount["name"]]
+        directory = os.path.join(pod.dir, "volumes", volume_mount["name"])
+        if "emptyDir" in volume:  # the pod's own, writable by any user, gone with the pod's directory
+            os.makedirs(directory, exist_ok=True)
+            os.chmod(directory, 0o777)
+            mounts.append((directory, volume_mount["mountPath"], "rw"))
+            continue
         source = volume.get("secret") or volume.get("configMap")
         if source is None:
             continue
         kind, name = ("Secret", source["secretName"]) if "secret" in volume else ("ConfigMap", source["name"])
-        with pod.cluster.lock:
-            data = copy.deepcopy((pod.cluster.objects.get((kind, pod.namespace, name)) or {}).get("data"))
+        data = _data(pod, kind, name)
         if data is None:
             raise LookupError(
                 f'MountVolume.SetUp failed for volume "{volume_mount["name"]}" : {kind.lower()} "{name}" not found'
             )
-        directory = os.path.join(pod.dir, "volumes", volume_mount["name"])
         if write:
             _write(
                 pod,
@@ -69,6 +76,22 @@ def volumes(pod: Pod, write: bool = True) -> list[Mount]:
             )
         mounts.append((directory, volume_mount["mountPath"], "ro"))
     return mounts
+
+
+def _data(pod: Pod, kind: str, name: str) -> dict | None:
+    with pod.cluster.lock:
+        return copy.deepcopy((pod.cluster.objects.get((kind, pod.namespace, name)) or {}).get("data"))
+
+
+def secret_env(pod: Pod) -> dict[str, str]:
+    """The variables of the container's ``envFrom`` Secrets (LookupError while one is missing: the pod waits)."""
+    env = {}
+    for source in pod.container.get("envFrom", []):
+        name = source["secretRef"]["name"]
+        if (data := _data(pod, "Secret", name)) is None:
+            raise LookupError(f'Error: secret "{name}" not found')
+        env.update({k: base64.b64decode(v).decode() for k, v in data.items()})
+    return env
 
 
 def _write(pod: Pod, directory: str, source: dict, data: dict[str, bytes]) -> None:

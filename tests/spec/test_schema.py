@@ -197,6 +197,12 @@ GOOD = {
     "artifact_root home": {"artifact_root": "~/tfdist"},
     "artifact_root variable": {"artifact_root": "$HOME/tfdist"},
     "artifact_root in s3": {"artifact_root": "s3://ml-artifacts/tfdist/"},
+    "pods without a volume, artifacts in s3": {
+        **ON_KUBERNETES,
+        "kubernetes.artifact_volume": DELETE,
+        "kubernetes.credentials_secret": "store-credentials",
+        "artifact_root": "s3://ml-artifacts/tfdist",
+    },
     "artifact_root in gcs, export root in s3": {
         "artifact_root": "gs://ml_artifacts",
         "export.root": "s3://models/churn",
@@ -372,7 +378,6 @@ BAD = {
     "unknown feature kind": {"data.features": [{"name": "c", "kind": "text"}]},
     "shape on a categorical": {"data.features": [{"name": "c", "kind": "categorical", "shape": [2]}]},
     "no pods": {**ON_KUBERNETES, "kubernetes.pods": DELETE},
-    "no artifact volume": {**ON_KUBERNETES, "kubernetes.artifact_volume": DELETE},
     "no pod image": {**ON_KUBERNETES, "kubernetes.pods": {"cpu": "4"}},
     # a wrong model family
     "family transformer": {"model.family": "transformer"},
@@ -412,6 +417,14 @@ def test_the_schema_rejects_what_the_model_rejects(change):
 
 
 MODEL_ONLY = {
+    "no artifact volume with a local root": {**ON_KUBERNETES, "kubernetes.artifact_volume": DELETE},
+    "an artifact volume with a bucket root": {**ON_KUBERNETES, "artifact_root": "s3://ml-artifacts/tfdist"},
+    "prepare pods with a bucket root": {
+        **ON_KUBERNETES,
+        "kubernetes.artifact_volume": DELETE,
+        "artifact_root": "s3://ml-artifacts/tfdist",
+        "data.prepare_processes": 2,
+    },
     "lower above upper": {"validation.thresholds.accuracy": {"lower": 0.9, "upper": 0.5}},
     "min_workers above num_workers": {"training.min_workers": 3},
     "no elastic size splits the batch": {

@@ -24,6 +24,7 @@ from tfdist.contract import (
     HOROVOD_SHARED_CORES_ENV,
     RENDEZVOUS_PORT,
     RUN_ENV,
+    SCRATCH_ENV,
     SPEC_ENV,
     TERMINATION_LOG,
     TF_PORT,
@@ -112,17 +113,34 @@ def _container(k8s: KubernetesPlacement, role: str, name: str, argv: list[str], 
     pods = k8s.pods[role]
     amounts = {k: v for k, v in (("cpu", pods.cpu), ("memory", pods.memory)) if v}
     resources = {"requests": dict(amounts), "limits": {**amounts, **({"nvidia.com/gpu": gpus} if gpus else {})}}
-    return {
+    container: dict[str, Any] = {
         "name": name,
         "image": pods.image,
         "imagePullPolicy": k8s.image_pull_policy,
         "command": argv,
         "env": [{"name": k, "value": v} for k, v in env.items()],
+        "envFrom": [{"secretRef": {"name": k8s.credentials_secret}}] if k8s.credentials_secret else None,
         "resources": {k: v for k, v in resources.items() if v},
-        "volumeMounts": [{"name": "artifacts", "mountPath": k8s.artifact_root}],
+        "volumeMounts": [{"name": _volume(k8s)["name"], "mountPath": _mount_path(k8s)}],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    return {k: v for k, v in container.items() if v is not None}
+
+
+SCRATCH_MOUNT = "/var/tmp/tfdist-scratch"
+"""Where a pod keeps its local copies of an object store's artifacts (an emptyDir: gone with the pod)."""
+
+
+def _volume(k8s: KubernetesPlacement) -> dict:
+    """The pod's one volume: the artifact volume, or with an object-store root its scratch."""
+    if k8s.artifact_claim:
+        return {"name": "artifacts", "persistentVolumeClaim": {"claimName": k8s.artifact_claim}}
+    return {"name": "scratch", "emptyDir": {}}
+
+
+def _mount_path(k8s: KubernetesPlacement) -> str:
+    return k8s.artifact_root if k8s.artifact_claim else SCRATCH_MOUNT
 
 
 def _pod_template(
@@ -133,7 +151,7 @@ def _pod_template(
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": [{"name": "artifacts", "persistentVolumeClaim": {"claimName": k8s.artifact_claim}}],
+        "volumes": [_volume(k8s)],
         "serviceAccountName": k8s.service_account,
         "priorityClassName": k8s.priority_class,
         "schedulerName": k8s.scheduler_name,
@@ -142,7 +160,9 @@ def _pod_template(
         "tolerations": [dict(t) for t in pods.tolerations] or None,
         "affinity": dict(pods.affinity) if pods.affinity is not None else None,
         # the artifact volume writable by the images' user, where the storage applies fsGroup
-        "securityContext": {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"},
+        "securityContext": {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"}
+        if k8s.artifact_claim
+        else None,
         **extra,
     }
     return {
@@ -160,7 +180,8 @@ def _env(plan: Plan, stage: StagePlan, role: str, per_pod: int = 1, horovod: boo
         SPEC_ENV: json.dumps(plan.spec_record(), sort_keys=True),
         RUN_ENV: json.dumps(plan.run_record(), sort_keys=True),
     }
-    return {"PYTHONUNBUFFERED": "1", **(HOROVOD_SHARED_CORES_ENV if horovod else {}), **threads, **record}
+    scratch = {} if placement(stage).artifact_claim else {SCRATCH_ENV: SCRATCH_MOUNT}
+    return {"PYTHONUNBUFFERED": "1", **(HOROVOD_SHARED_CORES_ENV if horovod else {}), **threads, **scratch, **record}
 
 
 def _metadata(k8s: KubernetesPlacement, name: str, labels: dict, annotations: dict) -> dict:

@@ -6,6 +6,7 @@ What the stand-in does not model is listed in its docstring; needs root."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -19,7 +20,8 @@ import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, wait_for
 from tests.k8s_standin import StandInCluster
-from tfdist.contract import read_json, registry, run_path
+from tests.object_store import S3Server
+from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
 
@@ -31,9 +33,25 @@ MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction,
 }
 
 
+IN_THE_BUCKET = "parameter_server"
+"""The mode whose pipeline keeps its artifacts in a bucket (no artifact volume; credentials from a Secret)."""
+
+
+def store_secret(cluster: StandInCluster, s3: S3Server) -> str:
+    """A Secret holding the pods' credentials for the S3 server, created through the cluster's API; its name."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig))
+    pods_env = s3.env_at(f"{cluster.subnet}.1")  # this machine, seen from the pods' network
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in pods_env.items()}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store-credentials"}, "data": data}
+    return api.create_namespaced_secret("ml", body).metadata.name
+
+
 @pytest.fixture(scope="module")
-def pipelines(tmp_path_factory, digits_root):
-    """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes)."""
+def pipelines(tmp_path_factory, digits_root, s3):
+    """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes); the
+    artifact root of each: IN_THE_BUCKET's in a bucket, the others' on the artifact volume."""
     cluster = StandInCluster(str(tmp_path_factory.mktemp("standin"))).start()
     dags = tmp_path_factory.mktemp("k8s_dags")
     kubernetes = {
@@ -44,11 +62,15 @@ def pipelines(tmp_path_factory, digits_root):
         "startup_timeout_seconds": 60,
         "log_members": "all",
     }
+    bucket_root = f"s3://{s3.new_bucket()}/tfdist"
+    storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(bucket_root, "raw"))
+    in_the_bucket = {**kubernetes, "artifact_volume": None, "credentials_secret": store_secret(cluster, s3)}
+    roots = {mode: bucket_root if mode == IN_THE_BUCKET else digits_root for mode in [*MODES, "evicted"]}
     specs = [
         make_spec(
-            digits_root,
+            roots[mode],
             name=f"k8s_{mode}",
-            kubernetes=kubernetes,
+            kubernetes=in_the_bucket if mode == IN_THE_BUCKET else kubernetes,
             training={"launcher": "kubernetes", "epochs": 3, **training},
             validation={"thresholds": {"accuracy": {"lower": 0.8}}},
             export={"model_name": f"k8s_{mode}"},
@@ -59,16 +81,16 @@ def pipelines(tmp_path_factory, digits_root):
         '"""Airflow DAGs of the Kubernetes tests."""\nfrom tfdist.operators import build_dag\n\n'
         f"for spec in {specs!r}:\n    globals()[spec['name']] = build_dag(spec)\n"
     )
-    saved = {k: os.environ.get(k) for k in ("AIRFLOW__CORE__DAGS_FOLDER", f"AIRFLOW_CONN_{CONNECTION.upper()}")}
-    os.environ.update(
-        {
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            f"AIRFLOW_CONN_{CONNECTION.upper()}": json.dumps(
-                {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}}
-            ),
-        }
-    )
-    yield cluster, digits_root
+    settings = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        f"AIRFLOW_CONN_{CONNECTION.upper()}": json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}}
+        ),
+        "AIRFLOW_CONN_AWS_DEFAULT": s3.airflow_connection,
+    }
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    yield cluster, roots
     cluster.close()
     for key, value in saved.items():
         os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
@@ -76,9 +98,9 @@ def pipelines(tmp_path_factory, digits_root):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_volume(pipelines, mode, tmp_path):
-    cluster, root = pipelines
-    dag_id = f"k8s_{mode}"
-    hidden = ("unshare", "-m", "sh", "-c", 'mount -t tmpfs tfdist-hidden "$0" && exec "$@"', root)
+    cluster, roots = pipelines
+    dag_id, root, local_root = f"k8s_{mode}", roots[mode], roots["horovod"]
+    hidden = ("unshare", "-m", "sh", "-c", 'mount -t tmpfs tfdist-hidden "$0" && exec "$@"', local_root)
     outcome = airflow_dags_test(dag_id, DAY, str(tmp_path / "dags-test.log"), echo=False, wrapper=hidden)
     log = open(outcome.log_path).read()
     assert outcome.state == "success", log[-6000:]
@@ -96,10 +118,13 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     if mode == "horovod":  # 2 pods meeting through pod 0's rendezvous server: every rank ends alike
         found = dict(re.findall(r"\[(rank-\d)\] [\w-]+: done at step \d+; weights sha256 (\w+)", log))
         assert set(found) == {"rank-0", "rank-1"} and len(set(found.values())) == 1, found
-    (published,) = registry.versions(os.path.join(root, "models", dag_id))
+    (published,) = registry.versions(storage.join(root, "models", dag_id))
     assert published["run_id"] == outcome.run_id and published["metrics"]["accuracy"] >= 0.8
     run_dir = run_path(root, dag_id, outcome.run_id)
-    assert read_json(os.path.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods
+    assert read_json(storage.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods
+    if mode == IN_THE_BUCKET:  # the pods had no artifact volume: nothing of the run is on this machine's disk
+        assert not os.path.exists(os.path.join(local_root, dag_id))
+        assert storage.names(RunLayout(run_dir).checkpoint_dir)
     assert not [key for key in cluster.objects if key[2].startswith(f"tfd-k8s-{mode.replace('_', '-')}")]
 
 

@@ -25,9 +25,15 @@ import yaml
 
 from tests.conftest import REPO, make_spec, wait_for
 from tfdist import contract
-from tfdist.contract import read_json, stopping
+from tfdist.contract import SCRATCH_ENV, read_json, stopping
 from tfdist.operators.cli import main as cli
-from tfdist.operators.launchers.kubernetes.objects import NAME_MAX, label_value, object_name, stage_objects
+from tfdist.operators.launchers.kubernetes.objects import (
+    NAME_MAX,
+    SCRATCH_MOUNT,
+    label_value,
+    object_name,
+    stage_objects,
+)
 from tfdist.operators.plan import RunContext, build_plan
 from tfdist.spec import Spec, SpecError, load_spec, override_refusal
 from tfdist.trainer import pod
@@ -103,6 +109,30 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
                     continue
                 for version in ("1.31", kubernetes_validate.latest_version()):
                     kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_from_the_secret():
+    """No artifact volume: every pod (each stage, the TFJob's) has an emptyDir scratch, TFDIST_SCRATCH naming it, the
+    Secret's keys as its environment; the objects pass the schemas in strict mode."""
+    in_the_bucket = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
+    spec = load_spec(make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=in_the_bucket))
+    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+    templates = []
+    for stage in plan.stages:
+        for obj in stage_objects(plan, stage):
+            if obj["kind"] == "Job":
+                kubernetes_validate.validate(obj, "1.31", strict=True)
+                templates.append(obj["spec"]["template"]["spec"])
+    (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
+    assert crd_errors(tfjob) == []
+    templates += [r["template"]["spec"] for r in tfjob["spec"]["tfReplicaSpecs"].values()]
+    for template in templates:
+        (container,) = template["containers"]
+        assert template["volumes"] == [{"name": "scratch", "emptyDir": {}}] and "securityContext" not in template
+        assert container["volumeMounts"] == [{"name": "scratch", "mountPath": SCRATCH_MOUNT}]
+        assert {"name": SCRATCH_ENV, "value": SCRATCH_MOUNT} in container["env"]
+        assert container["envFrom"] == [{"secretRef": {"name": "store-credentials"}}]
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
