@@ -82,19 +82,18 @@ def _connect(root: str) -> dict[str, str]:
         return {}
     if scheme != "s3":
         raise StoreUnreachable(f"{root}: the Airflow side reaches only s3:// roots so far")
-    conn_id = s3_connection_id()
+    conn_id, bucket = s3_connection_id(), root.split("://", 1)[1].split("/", 1)[0]
     try:
         options, env = _s3_credentials(conn_id)
         storage.configure(scheme, options)
-        fs, path = storage.filesystem(root)
-        bucket = path.split("/", 1)[0]
-        if not fs.exists(bucket):
-            raise StoreUnreachable(f"{root}: there is no bucket {bucket!r} (or connection {conn_id!r} may not see it)")
-    except StoreUnreachable:
-        raise
+        fs, _ = storage.filesystem(root)
+        fs.ls(bucket, detail=False)  # raises where the store refuses the credentials (exists() would say False)
+    except FileNotFoundError:
+        missing = f"{root}: there is no bucket {bucket!r} (or the connection {conn_id!r} may not see it)"
+        raise StoreUnreachable(missing) from None
     except Exception as exc:
         raise StoreUnreachable(
             f"cannot reach {root} with the Airflow connection {conn_id!r} ([tfdist] aws_conn_id): "
-            f"{type(exc).__name__}: {exc}. Check the connection's credentials, endpoint and region"
+            f"{type(exc).__name__}: {str(exc).rstrip('.')}. Check the connection's credentials, endpoint and region"
         ) from None
     return env

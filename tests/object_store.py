@@ -5,17 +5,25 @@ is), eventual consistency (S3 has been strongly consistent since 2020), and late
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
 from tfdist.operators.launchers.processes import free_ports
 
 KEY = "tfdist-test"
+
+
+def airflow_connection(endpoint: str) -> str:
+    """An Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to the S3 server at ``endpoint``, with the tests' key."""
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    return json.dumps({"conn_type": "aws", "login": KEY, "password": KEY, "extra": extra})
 
 
 class S3Server:
@@ -48,8 +56,7 @@ class S3Server:
     @property
     def airflow_connection(self) -> str:
         """The Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to this server."""
-        extra = {"endpoint_url": self.endpoint, "region_name": "us-east-1"}
-        return json.dumps({"conn_type": "aws", "login": KEY, "password": KEY, "extra": extra})
+        return airflow_connection(self.endpoint)
 
     def start(self) -> S3Server:
         self.process = subprocess.Popen(
@@ -85,3 +92,68 @@ class S3Server:
         if self.process:
             self.process.terminate()
             self.process.wait(10)
+
+
+class StoreProxy:
+    """A TCP relay on 127.0.0.1 in front of the S3 server, for faults: ``cut`` makes the store unreachable
+    (connections open through it are reset, new ones refused) until ``mend``; ``delay`` seconds pass before each
+    chunk a client sends is relayed (a slow link)."""
+
+    def __init__(self, upstream_port: int, delay: float = 0.0) -> None:
+        (self.port,) = free_ports(1)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.upstream_port, self.delay = upstream_port, delay
+        self.connections: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        self.listener: socket.socket | None = None
+        self.mend()
+
+    def mend(self) -> None:
+        """Accept connections again."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Refuse new connections and reset the open ones."""
+        if self.listener:
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            for sock in self.connections:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self.connections.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self.lock:
+                self.connections |= {client, upstream}
+            threading.Thread(target=self._pump, args=(client, upstream, self.delay), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, 0.0), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, delay: float) -> None:
+        try:
+            while chunk := source.recv(65536):
+                time.sleep(delay)
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            with self.lock:
+                self.connections -= {source, target}
+
+    def close(self) -> None:
+        self.cut()

@@ -753,7 +753,15 @@ class TrainingRun:
         if self.summaries is None:
             self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
-        append_curve_point(self.args.curve, point)
+        self.write_record(lambda: append_curve_point(self.args.curve, point), f"the curve's step {step}")
+
+    def write_record(self, write: Callable[[], None], what: str) -> None:
+        """Write a record of the run's progress: in the uploads' turn with an object store (an unreachable store
+        never holds up a step), else now."""
+        if self.uploads:
+            self.uploads.submit(write, f"the write of {what}")
+        else:
+            write()
 
     def report(self, step: int, loss: float, metrics: dict[str, float | None]) -> None:
         """Log the progress (the chief also writes it to the progress record) every PROGRESS_SECONDS and at the
@@ -764,7 +772,7 @@ class TrainingRun:
         sync, epoch = self.sync, step / self.steps_per_epoch
         rate = steady_rate(step, now, self.warm, self.global_batch)
         if sync.is_chief:
-            TrainProgress(
+            record = TrainProgress(
                 step,
                 self.total_steps,
                 round(epoch, 3),
@@ -776,7 +784,8 @@ class TrainingRun:
                 self.global_batch,
                 round(now - self.started, 1),
                 time.time(),
-            ).write(self.args.progress)
+            )
+            self.write_record(lambda: record.write(self.args.progress), f"the progress at step {step}")
         shown = " ".join(f"{k} {v:.4f}" for k, v in {"loss": loss, **metrics}.items() if v is not None)
         say(
             f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} {shown}"

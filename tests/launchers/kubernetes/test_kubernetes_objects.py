@@ -115,7 +115,9 @@ def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_f
     """No artifact volume: every pod (each stage, the TFJob's) has an emptyDir scratch, TFDIST_SCRATCH naming it, the
     Secret's keys as its environment; the objects pass the schemas in strict mode."""
     in_the_bucket = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
-    spec = load_spec(make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=in_the_bucket))
+    spec = load_spec(
+        make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=in_the_bucket)
+    )
     start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
     plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
     templates = []
