@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench import categorical, ctr, follow, parse, serving, warm_start
+from bench import categorical, ctr, follow, object_store, parse, serving, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -80,6 +80,10 @@ class Budget:
     two),"""
     ctr_modes: tuple[str, ...]
     """... and its distribution modes (the goal's comparison needs one with parameter servers and one all-reduce)."""
+    store_records: int
+    """Object storage (bench/object_store.py): the records of the shards read from the S3 server,"""
+    store_checkpoint_mb: int
+    """... and the size of the checkpoint uploaded."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -105,6 +109,8 @@ BUDGETS = {
         ctr_epochs=2,
         ctr_tables=(1_000,),
         ctr_modes=("parameter_server",),
+        store_records=20_000,
+        store_checkpoint_mb=4,
     ),
     "full": Budget(
         repetitions=3,
@@ -125,6 +131,8 @@ BUDGETS = {
         ctr_epochs=2,
         ctr_tables=(10_000, 1_000_000, 4_000_000),
         ctr_modes=tuple(ctr.MODES),
+        store_records=400_000,
+        store_checkpoint_mb=64,
     ),
 }
 
@@ -446,6 +454,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
         *categorical.rows(results["categorical"], ratio_row),
         *ctr.rows(results["ctr"], ratio_row),
         *serving.rows(results["serving"], ratio_row),
+        *object_store.rows(results["object_store"], ratio_row),
     ]
 
 
@@ -515,6 +524,7 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
         *categorical.absolutes(results["categorical"]),
         *ctr.absolutes(results["ctr"]),
         *serving.absolutes(results["serving"]),
+        *object_store.absolutes(results["object_store"]),
     ]
 
 
@@ -601,6 +611,8 @@ def main() -> None:
         results["ctr"] = ctr.measure(os.path.join(work, "ctr"), budget)
         print("serving latency", flush=True)
         results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
+        print("artifacts in object storage", flush=True)
+        results["object_store"] = object_store.measure(os.path.join(work, "object_store"), budget)
         if budget.airflow_run:
             print("one example DAG run on Airflow", flush=True)
             results["airflow"] = airflow_run(work, budget)
