@@ -74,6 +74,16 @@ def print_plan(spec_path: str, logical_date: dt.datetime | None) -> None:
                 print(f"  [{p.name}] env {key}={value}")
 
 
+def print_runs(pipeline_id: str, as_json: bool) -> None:
+    """The pipeline's runs under the default artifact root, side by side (or their summaries as JSON)."""
+    from tfdist.operators.report import format_runs, list_runs
+
+    root = default_artifact_root()
+    connect(root)
+    found = list_runs(pipeline_id, [root])
+    print(json.dumps(found, indent=2) if as_json else format_runs(found))
+
+
 def say(line: str) -> None:
     """Print one line, its control characters escaped (a withdrawal reason's escape codes never reach the
     terminal)."""
@@ -188,12 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plan":
             print_plan(args.spec, args.logical_date)
         elif args.command == "runs":
-            from tfdist.operators.report import format_runs, list_runs
-
-            root = default_artifact_root()
-            connect(root)
-            found = list_runs(args.pipeline_id, [root])
-            print(json.dumps(found, indent=2) if args.json else format_runs(found))
+            print_runs(args.pipeline_id, args.json)
         elif args.command == "models":
             models_command(models, args)
         else:

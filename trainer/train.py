@@ -101,7 +101,7 @@ class Mirrored:
 
     every_worker_saves = True
     io_device: str | None = None
-    """The device that reads and writes checkpoint files (None: each variable's own)."""
+    """The device that reads and writes checkpoint files in an object store's scratch (None: each variable's own)."""
     steps_per_call = STEPS_PER_CALL
     learning_rate_scale = 1
 
@@ -158,8 +158,9 @@ class ParameterServer(Mirrored):
 
     every_worker_saves = False
     io_device = "/job:chief/replica:0/task:0/device:CPU:0"
-    """The chief reads and writes every checkpoint file: the ps hold the variables, but on Kubernetes with an
-    object-store root they do not see the chief's scratch, where its checkpoints are written before upload."""
+    """With an object store the chief reads and writes every checkpoint file: the ps hold the variables, but on
+    Kubernetes they do not see the chief's scratch, where its checkpoints are written before upload. Its memory
+    then holds the tables while it saves."""
 
     def __init__(self, tf, training: TrainingSpec, resolver):
         from tfdist.trainer.embeddings import TablePartitioner
@@ -483,7 +484,9 @@ class TrainingRun:
             # our own step count: optimizer.iterations loses increments under asynchronous parameter-server training
             self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.checkpoint = tf.train.Checkpoint(model=self.model, step=self.step_counter, **self.optimizers)
-            self.checkpoint_options = tf.train.CheckpointOptions(experimental_io_device=sync.io_device)
+            # with an object store, the checkpoint files are written in this process's scratch, for it to upload
+            io_device = sync.io_device if storage.is_object_store(args.checkpoints) else None
+            self.checkpoint_options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
         self.task = TaskSums(manifest["label"], spec.loss)

@@ -97,9 +97,10 @@ def test_an_export_killed_mid_upload_leaves_no_version_visible_and_its_retry_pub
     for task_id in ("prepare_data", "validate_data", "train", "evaluate"):
         run_stage(plan, task_id)
     model_dir = plan.model_dir
-    slow = StoreProxy(s3.port, delay=0.05)  # slow enough to be caught mid-upload
+    slow = StoreProxy(s3.port, delay=0.3)  # slow enough to be caught mid-upload
     connected_through(slow.endpoint)
     launcher, failed, seen = LocalLauncher(plan), [], []
+    storage.configure("s3", s3.options)  # the export's processes go through the relay, this process's reads not
     exporting = threading.Thread(target=lambda: failed.append(_failure(plan, launcher)))
     exporting.start()
     try:
@@ -116,7 +117,6 @@ def test_an_export_killed_mid_upload_leaves_no_version_visible_and_its_retry_pub
         exporting.join(120)
     finally:
         slow.close()
-        storage.configure("s3", s3.options)
     assert failed == [True] and seen == []
     assert registry.versions(model_dir) == [] and registry.live(model_dir) is None
     assert not storage.exists(storage.join(model_dir, registry.SERVING_CONFIG))
