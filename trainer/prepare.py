@@ -391,6 +391,7 @@ def write_parts(
     or this process's writers' in ``tmp``."""
     if pods:
         pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
+        say(f"shared the input among {pods.count} pods (plan in {pods.dir}); writing this pod's share")
         try:
             first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False, True))
         except readers.BadData as exc:
