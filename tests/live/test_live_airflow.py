@@ -51,6 +51,22 @@ def dag_file(spec: dict) -> str:
     return f'"""Airflow DAG for the tests."""\nfrom tfdist.operators import build_dag\ndag = build_dag({spec!r})\n'
 
 
+def triggered_dag_file(root: str, name: str, last_day: dt.date, approval: dict | None = None, **sections) -> str:
+    """The DAG file of a small pipeline (1 worker, 2 epochs, a gate at accuracy 0.5) its test triggers: it starts
+    tomorrow, so unpausing it schedules nothing; ``approval``: its export's."""
+    return dag_file(
+        make_spec(
+            root,
+            name=name,
+            start_date=str(last_day + dt.timedelta(days=1)),
+            training={"epochs": 2, "num_workers": 1},
+            validation={"thresholds": {"accuracy": {"lower": 0.5}}},
+            export={"model_name": name, **({"approval": approval} if approval else {})},
+            **sections,
+        )
+    )
+
+
 LANDED_ASSET = "file://{root}/raw/landed"
 
 
@@ -177,51 +193,25 @@ def airflow(tmp_path_factory, s3):
         )
     )
     # a human approves or rejects each blessed model before export (see the section "Human approval" below)
+    approvers = {"users": ["editor"], "roles": ["op"]}
     (dags / "digits_approval.py").write_text(
-        dag_file(
-            make_spec(
-                root,
-                name="digits_approval",
-                start_date=str(last_day + dt.timedelta(days=1)),
-                training={"epochs": 2, "num_workers": 1},
-                overridable=["training.epochs"],
-                validation={"thresholds": {"accuracy": {"lower": 0.5}}},
-                export={
-                    "model_name": "digits_approval",
-                    "approval": {"timeout_minutes": 60, "approvers": {"users": ["editor"], "roles": ["op"]}},
-                },
-            )
+        triggered_dag_file(
+            root,
+            "digits_approval",
+            last_day,
+            overridable=["training.epochs"],
+            approval={"timeout_minutes": 60, "approvers": approvers},
         )
     )
     (dags / "digits_approval_timeout.py").write_text(
-        dag_file(
-            make_spec(
-                root,
-                name="digits_approval_timeout",
-                start_date=str(last_day + dt.timedelta(days=1)),
-                training={"epochs": 2, "num_workers": 1},
-                validation={"thresholds": {"accuracy": {"lower": 0.5}}},
-                export={"model_name": "digits_approval_timeout", "approval": {"timeout_minutes": 1}},
-            )
-        )
+        triggered_dag_file(root, "digits_approval_timeout", last_day, approval={"timeout_minutes": 1})
     )
     write_embedding_dags(dags, restricted, root)
     # a pipeline whose artifacts and models are only in a bucket (its test triggers it), reached by the Airflow
     # side through the connection aws_default
     bucket_root = f"s3://{s3.new_bucket()}/tfdist"
     storage.upload_tree(os.path.join(root, "raw", "digits"), storage.join(bucket_root, "raw", "digits"))
-    (dags / "digits_bucket.py").write_text(
-        dag_file(
-            make_spec(
-                bucket_root,
-                name="digits_bucket",
-                start_date=str(last_day + dt.timedelta(days=1)),
-                training={"epochs": 2, "num_workers": 1},
-                validation={"thresholds": {"accuracy": {"lower": 0.5}}},
-                export={"model_name": "digits_bucket"},
-            )
-        )
-    )
+    (dags / "digits_bucket.py").write_text(triggered_dag_file(bucket_root, "digits_bucket", last_day))
 
     live = LiveAirflow(str(tmp_path_factory.mktemp("live_home")), str(dags), str(restricted), root)
     live.env["AIRFLOW_CONN_AWS_DEFAULT"] = s3.airflow_connection
