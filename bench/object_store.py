@@ -153,10 +153,15 @@ def pipeline_seconds(root: str, run_id: str) -> float:
     return time.perf_counter() - started
 
 
-def pipelines(work: str, bucket: str, repetitions: int) -> dict:
+def artifact_roots(work: str, bucket: str) -> dict[str, str]:
+    """A local artifact root and one in the bucket, each holding DAY's digits partition."""
     roots = {"local": os.path.join(work, "local-root"), "bucket": storage.join(bucket, "root")}
     write_digits_partitions(os.path.join(roots["local"], "raw", "digits"), DAY, 1)
     storage.upload_tree(os.path.join(roots["local"], "raw"), storage.join(roots["bucket"], "raw"))
+    return roots
+
+
+def pipelines(roots: dict[str, str], repetitions: int) -> dict:
     seconds: dict[str, list[float]] = {"local": [], "bucket": []}
     for repetition in range(repetitions):
         for where in ("local", "bucket") if repetition % 2 == 0 else ("bucket", "local"):
@@ -182,10 +187,9 @@ def checkpoint_times(work: str, bucket: str, megabytes: int, repetitions: int) -
     return {"megabytes": megabytes, "save_seconds": saves, "upload_seconds": uploads}
 
 
-def training_rates(work: str, bucket: str, repetitions: int) -> dict:
+def training_rates(roots: dict[str, str], repetitions: int) -> dict:
     """Examples/s of the train stage checkpointing every CHECKPOINT_EVERY steps, to a bucket and locally (its data
     prepared where its root is)."""
-    roots = {"local": os.path.join(work, "local-root"), "bucket": storage.join(bucket, "root")}
     rates: dict[str, list[float]] = {"local": [], "bucket": []}
     training = {"epochs": 8, "num_workers": 2, "checkpoint_every_steps": CHECKPOINT_EVERY, "keep_checkpoints": 2}
     for repetition in range(repetitions):
@@ -203,11 +207,12 @@ def measure(work: str, budget) -> dict:
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = server.airflow_connection  # the launcher's connection
         storage.configure("s3", server.options)
         bucket = f"s3://{server.new_bucket()}"
+        roots = artifact_roots(work, bucket)
         return {
             "shard_reads": shard_reads(work, bucket, budget.store_records, budget.repetitions),
-            "pipeline_seconds": pipelines(work, bucket, budget.repetitions),
+            "pipeline_seconds": pipelines(roots, budget.repetitions),
             "checkpoint": checkpoint_times(work, bucket, budget.store_checkpoint_mb, budget.repetitions),
-            "training": training_rates(work, bucket, budget.repetitions),
+            "training": training_rates(roots, budget.repetitions),
         }
     finally:
         os.environ.pop("AIRFLOW_CONN_AWS_DEFAULT", None)
