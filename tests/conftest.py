@@ -223,10 +223,10 @@ FAULT_TRIALS = int(os.environ.get("TFDIST_FAULT_TRIALS", "1"))
 """Trials (seeds) of each fault-injection case: 1 in ``make test``, more in ``make faults``."""
 
 
-def fault_modes(modes, in_make_test: str) -> list[str]:
-    """The modes a fault case runs in: every one under make faults, ``in_make_test`` alone when the suite runs
-    each case once (make test, within its time budget)."""
-    return list(modes) if FAULT_TRIALS > 1 else [in_make_test]
+def fault_modes(modes, run_once: str) -> list[str]:
+    """The modes a fault case runs in: every one under make faults, ``run_once`` alone when the suite runs
+    each case once (make test-extended, within CI's time budget)."""
+    return list(modes) if FAULT_TRIALS > 1 else [run_once]
 
 
 @pytest.fixture

@@ -428,7 +428,7 @@ function columns(data) {
     {key: "data", label: "Data", value: (r) => r.data_decision ?? null, cell: dataCell, class: "data"},
     {key: "gate", label: "Gate and checks", value: gateOrder, cell: gateCell, class: "gate"},
     {key: "version", label: "Version", numeric: true, value: (r) => r.export_version, cell: (r) => r.export_version ?? "—", class: "version"},
-    {key: "duration", label: "Duration", numeric: true, value: (r) => r.duration_seconds, cell: (r) => duration(r.duration_seconds)},
+    {key: "duration", label: "Duration", numeric: true, value: (r) => r.duration_seconds, cell: (r) => duration(r.duration_seconds), class: "duration"},
     {key: "rate", label: "Examples/s", numeric: true, value: (r) => r.train_examples_per_sec, cell: (r) => count(r.train_examples_per_sec)},
     {key: "state", label: "State", value: (r) => r.state, cell: (r) => setStateBadge(el("span"), r.state), class: "state"},
   ];

@@ -22,7 +22,7 @@ from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 FIRST = dt.date(2026, 11, 10)
 AFTER_THE_GATE = "train|evaluate|export"
 """The tasks a day that only checks the gate's decision marks successful without running."""

@@ -14,7 +14,7 @@ from tests.conftest import dags_folder, make_spec
 from tfdist.contract import RunLayout, read_json, run_path
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 LATER_TASKS = "validate_data|train|evaluate|export"
 
 

@@ -16,7 +16,7 @@ from tests.conftest import dags_folder, make_spec
 from tfdist.contract import RunLayout, read_json, registry, run_path
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 FIRST = dt.date(2026, 11, 12)
 DAG_ID = "warm_nightly"
 

@@ -62,6 +62,11 @@ class Store:
         newer = itertools.takewhile(lambda change: change[0] > revision, reversed(self.history))
         return [(type_, json.loads(text)) for _, type_, _, text in reversed(list(newer))]
 
+    def recorded_changes(self) -> list[tuple[int, str, Key, str]]:
+        """A copy of ``history``, taken while the recorder cannot append to it."""
+        with self.lock:
+            return list(self.history)
+
     def _record(self) -> None:
         for key, obj in self.objects.items():
             text = json.dumps(obj, sort_keys=True)

@@ -461,6 +461,7 @@ def test_the_readme_dag_file_is_found_by_the_dag_processor(airflow):
     ]
 
 
+@pytest.mark.extended
 def test_a_killed_worker_is_retried_and_resumes_but_a_refused_gate_is_not_retried(airflow):
     airflow.unpause("digits_retry")
     (run_id,) = airflow.wait_for(lambda: [r["dag_run_id"] for r in airflow.runs("digits_retry")], 60, "its run")
@@ -874,6 +875,7 @@ def test_a_run_in_a_bucket_is_on_the_runs_page_behind_auth_and_its_version_is_wi
     assert registry.versions(model_dir) == [] and registry.withdrawn(model_dir)[0]["withdrawn"]["by"] == "admin"
 
 
+@pytest.mark.extended
 def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstream_lands(airflow):
     """Two days landed upstream, each with its partition's asset event: one pipeline run per day, on its own,
     reading exactly that day, each publishing and announcing its version."""
@@ -951,6 +953,7 @@ def unanswered_approval(airflow) -> str:
     return airflow.trigger("digits_approval_timeout")
 
 
+@pytest.mark.extended
 @pytest.mark.usefixtures("unanswered_approval")
 def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_rejected(airflow):
     """Only the approvers (the user editor and the role op's users) may answer, and not who triggered the run: the
@@ -1007,6 +1010,7 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
         page.screenshot(path=os.path.join(SCREENSHOTS, "training-runs-approval.png"), full_page=True)
 
 
+@pytest.mark.extended
 def test_an_approval_nobody_answers_in_time_rejects_and_publishes_nothing(airflow, unanswered_approval):
     """timeout_minutes: 1, on_timeout left at reject: the scheduler applies the default (Reject) when the minute
     is up; export is skipped and the record says the timeout rejected it."""

@@ -173,7 +173,13 @@ def pip_install(venv: str, *args: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("team_airflow", [None, "oldest"], ids=["constraints", "oldest-airflow-in-range"])
+@pytest.mark.parametrize(
+    "team_airflow",
+    [
+        pytest.param(None, id="constraints"),
+        pytest.param("oldest", id="oldest-airflow-in-range", marks=pytest.mark.extended),
+    ],
+)
 def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(tmp_path, team_airflow):
     """``constraints``: installed with constraints.txt, the tested set; the team's own DAG runs beside tfdist's, and
     the deployment that copies files works. ``oldest-airflow-in-range``: into a team's existing Airflow, the oldest

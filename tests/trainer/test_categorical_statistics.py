@@ -96,6 +96,7 @@ def test_the_distinct_count_past_the_exact_bound_is_within_a_few_percent(distinc
     assert not exact and abs(estimated / truth - 1) < 0.03, (estimated, truth)
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_memory_stays_flat_for_millions_of_distinct_values():
     """The stage's own capacity (65,536 values kept, pruned at twice that): the counter's memory at 1.2 million
     distinct values is what it is at 300,000."""

@@ -14,7 +14,7 @@ from tests.conftest import plan_for, run
 from tfdist.contract import EXIT_REFUSED, read_json
 from tfdist.operators.launchers import StageFailed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended]
 
 
 def flip_a_byte(path: str) -> None:

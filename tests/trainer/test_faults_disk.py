@@ -18,7 +18,7 @@ from tfdist.contract import checkpoint_step, registry, write_json_atomic
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.faults, needs_root("mounting a tmpfs needs root")]
+pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended, needs_root("mounting a tmpfs needs root")]
 SECTIONS = {
     "training": {"num_workers": 1, "epochs": 12, "checkpoint_every_steps": 20},
     "validation": {"thresholds": {"accuracy": {"lower": 0.5}}},

@@ -76,6 +76,7 @@ def concurrent_runs(digits_root):
 
 @pytest.mark.e2e
 @pytest.mark.faults
+@pytest.mark.extended
 def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_distinct_versions(
     concurrent_runs, fault_figures
 ):
@@ -132,6 +133,7 @@ def test_exports_claiming_a_version_at_the_same_moment_get_distinct_ones(tmp_pat
 
 @pytest.mark.e2e
 @pytest.mark.faults
+@pytest.mark.extended
 def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_the_next_publishes_once(
     concurrent_runs, fault_figures
 ):

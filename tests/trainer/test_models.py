@@ -106,6 +106,7 @@ def tabular_vocabulary(data_dir: str, name: str) -> list[str]:
     return read_json(f"{data_dir}/vocabularies/{name}.json")
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_a_list_summed_and_the_outputs_by_task(prepared):
     from tfdist.trainer.models import build_model
 

@@ -60,6 +60,7 @@ def npz_spec(root: str) -> dict:
     ).to_json_dict()
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
     out = str(tmp_path / "run" / "data")
     result = prepare(npz_spec(str(tmp_path)), out, npz_input)
@@ -105,6 +106,7 @@ def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path
     assert np.array_equal(written[np.lexsort(written.T)], given[np.lexsort(given.T)])
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_missing_input_and_columns_fail_clearly(tmp_path, digits_root):
     spec = make_spec(str(tmp_path))
     from tfdist.spec import load_spec

@@ -245,7 +245,8 @@ def partitions(root: str, fmt: str, parts: int = 3) -> list[str]:
     return paths
 
 
-@pytest.mark.e2e  # real worker processes, 15-40 s: in make test, not in the fast set
+@pytest.mark.extended
+@pytest.mark.e2e  # real worker processes, 15-40 s
 def test_every_format_and_any_number_of_writers_give_the_same_shards(tmp_path):
     """The digits rows as three files in each format: the shards (by sha256), the train moments, class counts
     and data statistics (as bytes) are the same for CSV with 1 and 3 writer processes and for JSON lines
@@ -269,6 +270,7 @@ def test_every_format_and_any_number_of_writers_give_the_same_shards(tmp_path):
         assert shards_of(out) == reference, name
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_bad_data_in_a_writer_process_and_an_empty_partition_publish_nothing(tmp_path):
     root = str(tmp_path)
     paths = partitions(root, "csv")
@@ -286,6 +288,7 @@ def test_bad_data_in_a_writer_process_and_an_empty_partition_publish_nothing(tmp
     assert not os.path.exists(out)
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_an_s3_source_is_prepared_into_an_s3_artifact_root_as_local_files_are(tmp_path, s3):
     """Read from a bucket and written to another (the worker's identity from its environment), the shards and
     the manifest are the local run's."""
@@ -308,6 +311,7 @@ def test_an_s3_source_is_prepared_into_an_s3_artifact_root_as_local_files_are(tm
     assert storage.names(out) == sorted(os.listdir(local_out))
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_an_http_source_is_read_as_the_local_file(tmp_path):
     """A partition served over HTTP (this process's http.server; TLS, as https:// adds it, is not exercised)."""
     import functools

@@ -47,6 +47,7 @@ WRITERS = {"one": (1, 1), "two": (2, 1), "three": (3, 1), "pods": (None, 2)}
 """By name: (writer processes, pods)."""
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("task", "against_one"),
     [("multiclass", ["two", "three", "pods"]), ("binary", ["three"]), ("regression", ["pods"])],
@@ -68,6 +69,7 @@ def test_one_two_or_three_writer_processes_and_two_pods_publish_the_same_bytes(t
         assert published(out) == reference, name
 
 
+@pytest.mark.extended
 def test_every_format_publishes_the_same_bytes(tmp_path):
     """The table as CSV (one writer), JSON lines (two), Parquet (three) and TFRecord (two): missing values as each
     format writes them (empty cells, null or absent keys, NaN), a dictionary-encoded Parquet column, int64_list
@@ -220,6 +222,7 @@ def refused(root: str, name: str, spec: dict, source: str) -> str:
     return done.stderr
 
 
+@pytest.mark.extended
 def test_bad_input_found_only_when_the_writers_results_are_merged_is_refused_with_nothing_published(tmp_path):
     root = str(tmp_path)
     columns = tabular.table(900)
@@ -283,6 +286,7 @@ def test_a_vocabulary_file_changed_after_prepare_is_refused_before_use(tmp_path,
     assert f"data check 'missing' failed for {path}" in capsys.readouterr().err
 
 
+@pytest.mark.extended
 def test_value_counts_past_their_capacity_publish_the_same_bytes_whatever_the_writers(tmp_path):
     """252,050 distinct user ids in four files: the counts are pruned as the pieces' are merged (by the first writer
     itself for its own pieces, by the stage for the pieces other writers hand on in files), in input order; the

@@ -16,7 +16,7 @@ from tfdist.contract import read_json, registry
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 GATE = {"thresholds": {"accuracy": {"lower": 0.5}}}
 MODEL = "prune_readers"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tfdist.operators.launchers.processes import free_ports
 
@@ -40,6 +41,7 @@ print(json.dumps(run({SHARDS * RECORDS}).reshape(2, {SHARDS}).tolist()))
 """
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_parameter_server_workers_read_their_own_shards(tmp_path):
     import tensorflow as tf
 

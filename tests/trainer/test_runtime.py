@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import json, sys
 from tfdist.trainer.runtime import KERAS_OPTIONAL_IMPORTS, import_tensorflow
@@ -18,6 +20,7 @@ print(json.dumps({"during": during, "after": [sklearn.base.__name__, matplotlib.
 """
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_keras_optional_imports_are_skipped_and_importable_afterwards():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.splitlines()[-1]) == {"during": [], "after": ["sklearn.base", "matplotlib"], "keras": [1, 2]}

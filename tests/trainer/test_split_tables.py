@@ -20,7 +20,7 @@ from tests.trainer.test_tabular_training import MLP
 from tfdist.contract import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 ROWS, WIDTH = 2_000_000, 32
 TABLE_MB = ROWS * WIDTH * 4 / 2**20

@@ -12,7 +12,7 @@ from tests.conftest import DAY, prepared_plan, run
 from tfdist.contract import EXIT_REFUSED, read_curve, read_json, registry
 from tfdist.operators.launchers import StageFailed
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 WARM = {"warm_start": "baseline", "summary_every_steps": 20, "epochs": 3}
 GATE = {"thresholds": {"accuracy": {"lower": 0.5}}}

@@ -128,6 +128,7 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     assert not [key for key in cluster.objects if key[2].startswith(f"tfd-k8s-{mode.replace('_', '-')}")]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("by", ["its worker", "a user"])
 def test_sigterm_to_the_task_leaves_its_job_running_unless_a_user_ended_the_task(pipelines, by, tmp_path):
     """The real task runner (``airflow dags test`` runs each task in its process, its state in the metadata

@@ -127,6 +127,7 @@ def train_in_background(plan):
     return launcher, lines.lines, finished
 
 
+@pytest.mark.extended
 def test_a_retry_follows_the_running_job_of_the_earlier_try(cluster, digits_root):
     """Try 1 creates the parameter-server Job and keeps its identity in the task's state store, then its
     process 'dies'; try 2 finds the Job by that identity (or by its labels when the store has nothing) and
@@ -171,6 +172,7 @@ def test_a_retry_replaces_a_job_made_from_another_spec_or_not_by_its_task(cluste
     assert_nothing_left(cluster, plan)
 
 
+@pytest.mark.extended
 def test_killing_the_deferred_task_deletes_every_object_and_stops_every_pod(cluster, digits_root):
     """The triggerer cancels the trigger of a task a user killed and calls its on_kill."""
     plan = k8s_plan(digits_root, "k8s_kill", num_workers=2, epochs=200)  # MultiWorkerMirrored
@@ -210,6 +212,7 @@ def lose_pod(core, name: str, loss: str) -> None:
         core.delete_namespaced_pod(name, "ml")
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("loss", LOSSES)
 def test_a_lost_pod_fails_the_stage_named_as_lost_though_it_is_gone(cluster, digits_root, loss):
     """A worker pod evicted or deleted mid-training fails the Job through the pod failure policy; the Job
@@ -237,6 +240,7 @@ ELASTIC = {"horovod": ({"backend": "mpi", "mpi": {"controller": "gloo"}}, "worke
 
 
 @pytest.mark.faults
+@pytest.mark.extended
 @pytest.mark.parametrize("loss", fault_modes(LOSSES, "evicted"))
 @pytest.mark.parametrize("mode", fault_modes(ELASTIC, "horovod"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
@@ -337,6 +341,7 @@ HUNG = {
 
 
 @pytest.mark.faults
+@pytest.mark.extended
 @pytest.mark.parametrize("mode", fault_modes(HUNG, "mirrored"))
 @pytest.mark.parametrize("trial", range(FAULT_TRIALS))
 def test_a_stopped_worker_fails_the_job_naming_it(cluster, digits_root, fault_figures, mode, trial):
@@ -375,6 +380,7 @@ def test_a_stopped_worker_fails_the_job_naming_it(cluster, digits_root, fault_fi
     )
 
 
+@pytest.mark.extended
 def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_from_the_checkpoint(
     cluster, digits_root
 ):
@@ -483,6 +489,7 @@ def test_where_the_api_refuses_watches_the_stage_is_followed_by_listing_and_says
     assert cluster.requests["watch pods"] >= 1 and cluster.requests["list pods"] >= 2
 
 
+@pytest.mark.extended
 def test_a_job_deleted_by_someone_else_fails_the_stage_saying_so(cluster, digits_root):
     """Not by this task (kubectl delete, a namespace's cleanup): the DELETED event ends the follow at once."""
     plan = k8s_plan(digits_root, "k8s_deleted_job", num_workers=2, epochs=200)
@@ -574,7 +581,7 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
         assert kubeflow.created == [("TFJob", name)] and result["workers"] == 2
         resources = {
             pod["metadata"]["name"].removeprefix(f"{name}-"): pod["spec"]["containers"][0]["resources"]
-            for change, key, pod in ((c[1], c[2], json.loads(c[3])) for c in kubeflow.history)
+            for change, key, pod in ((c[1], c[2], json.loads(c[3])) for c in kubeflow.recorded_changes())
             if change == "ADDED" and key[0] == "Pod"
         }
         sized = {"cpu": "1", "memory": "1024Mi"}

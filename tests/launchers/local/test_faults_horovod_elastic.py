@@ -32,7 +32,7 @@ from tfdist.contract import last_beats, read_json
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.trainer.train import STEPS_PER_CALL
 
-pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended]
 
 EVERY = 20  # checkpoint_every_steps: also how often the ranks ask whether a host came back
 EPOCHS = 60  # 1,140 steps

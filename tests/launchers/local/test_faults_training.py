@@ -33,7 +33,7 @@ from tfdist.contract import last_beats, read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 
-pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended]
 
 MODES = {
     "mirrored": ({"epochs": 40}, "worker-1"),

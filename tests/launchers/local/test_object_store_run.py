@@ -15,7 +15,7 @@ from tests.conftest import DAY, dags_folder, make_spec
 from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 DAG_ID = "digits_in_a_bucket"
 
 

@@ -52,6 +52,7 @@ def run_stage(plan, task_id: str, launcher: LocalLauncher | None = None):
     return launcher.run(plan.stage(task_id), logger), lines.lines
 
 
+@pytest.mark.extended
 def test_the_store_unreachable_for_30_s_while_training_delays_the_uploads_not_the_steps(
     s3, bucket_root, connected_through
 ):
@@ -89,6 +90,7 @@ def test_the_store_unreachable_for_30_s_while_training_delays_the_uploads_not_th
     assert time.monotonic() - cut_at >= OUTAGE_SECONDS
 
 
+@pytest.mark.extended
 def test_an_export_killed_mid_upload_leaves_no_version_visible_and_its_retry_publishes_once(
     s3, bucket_root, connected_through
 ):

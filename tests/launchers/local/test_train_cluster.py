@@ -27,6 +27,7 @@ from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.page_urls import page_url
 
 
+@pytest.mark.e2e  # 10-30 s: in make test, not in the fast set
 def test_two_workers_train_with_checkpoints(digits_root):
     plan = plan_for(digits_root, "train_ok")
     run(plan, "prepare_data")
