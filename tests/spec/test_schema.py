@@ -425,6 +425,13 @@ MODEL_ONLY = {
         "artifact_root": "s3://ml-artifacts/tfdist",
         "data.prepare_processes": 2,
     },
+    "an MPIJob with a bucket root": {
+        **ON_KUBERNETES,
+        **ON_HOROVOD,
+        "kubernetes.artifact_volume": DELETE,
+        "kubernetes.operator": "kubeflow",
+        "artifact_root": "s3://ml-artifacts/tfdist",
+    },
     "lower above upper": {"validation.thresholds.accuracy": {"lower": 0.9, "upper": 0.5}},
     "min_workers above num_workers": {"training.min_workers": 3},
     "no elastic size splits the batch": {

@@ -27,6 +27,7 @@ from tests.conftest import REPO, make_spec, wait_for
 from tfdist import contract
 from tfdist.contract import SCRATCH_ENV, read_json, stopping
 from tfdist.operators.cli import main as cli
+from tfdist.operators.launchers.kubernetes.launcher import KubernetesLauncher
 from tfdist.operators.launchers.kubernetes.objects import (
     NAME_MAX,
     SCRATCH_MOUNT,
@@ -135,6 +136,19 @@ def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_f
         assert container["volumeMounts"] == [{"name": "scratch", "mountPath": SCRATCH_MOUNT}]
         assert {"name": SCRATCH_ENV, "value": SCRATCH_MOUNT} in container["env"]
         assert container["envFrom"] == [{"secretRef": {"name": "store-credentials"}}]
+
+
+def test_with_a_bucket_root_horovod_runs_as_native_jobs_though_mpijobs_are_installed():
+    """'auto' never makes it an MPIJob, whose ranks would start over SSH without the pods' credentials, and does
+    not ask the cluster which CRDs it serves; 'kubeflow' is refused, naming the field and the fix."""
+    in_the_bucket = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
+    spec = make_spec("s3://ml-artifacts/tfdist", training=MODES["horovod_gloo"], kubernetes=in_the_bucket)
+    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    plan = build_plan(load_spec(spec), RunContext(spec["name"], RUN_ID, start, start + dt.timedelta(days=1)))
+    launcher = KubernetesLauncher(plan)
+    assert launcher.kubeflow_kind(plan.stage("train")) is None and "cluster" not in vars(launcher)
+    with pytest.raises(SpecError, match=r"kubernetes\.operator: an MPIJob's ranks .* use 'native'"):
+        load_spec({**spec, "kubernetes": {**in_the_bucket, "operator": "kubeflow"}})
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
