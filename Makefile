@@ -60,10 +60,10 @@ lint: setup
 
 # lint first; two test files at a time (pytest-xdist); CI then runs test-extended and the benchmark smoke run (-m bench)
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench and not extended"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not bench and not extended"
 
 test-extended: setup
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "extended and not bench"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "extended and not bench"
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site
@@ -77,7 +77,7 @@ FAULT_TRIALS ?= 5
 faults: setup
 	rm -f $(BENCH_OUT)/faults.jsonl
 	TFDIST_FAULT_TRIALS=$(FAULT_TRIALS) TFDIST_FAULT_FIGURES=$(BENCH_OUT)/faults.jsonl \
-	  $(BIN)/python -m pytest -n 2 --dist loadfile -m faults
+	  $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m faults
 	$(BIN)/python -m bench.faults --figures $(BENCH_OUT)/faults.jsonl --out $(BENCH_OUT)
 
 wheel: setup

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from tests.file_seconds import FILE_SECONDS
 from tests.object_store import S3Server
 from tfdist.contract import last_beats, read_json, record_run, storage
 from tfdist.operators.demo import write_digits_partitions
@@ -31,6 +32,14 @@ DAY = dt.date(2026, 11, 20)
 ROOT_REQUIRED = os.environ.get("TFDIST_REQUIRE_ROOT") == "1"
 """Set by .ci/run, which runs as root: there a test that needs root fails instead of skipping."""
 STANDIN_NEEDS_ROOT = "the stand-in's pods need root (network namespaces)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest test files first (tests/file-seconds.json), each file's tests in their order: pytest-xdist,
+    run with --no-loadscope-reorder, then hands the files out in this order, and the short ones fill in at the end."""
+    with open(FILE_SECONDS) as f:
+        seconds = json.load(f)
+    items.sort(key=lambda item: -seconds.get(os.path.relpath(item.path, REPO), 0))
 
 
 def lacks_root(*tools: str) -> bool:

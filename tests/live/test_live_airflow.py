@@ -288,6 +288,7 @@ def test_unpaused_nightly_dag_is_scheduled_on_its_data_interval_and_publishes(ai
     } in [e["extra"] for e in events if e["source_run_id"] == run_id]
 
 
+@pytest.mark.extended
 def test_rest_trigger_with_overrides_switching_to_horovod(airflow):
     conf = {"training.epochs": 8, "model.learning_rate": 0.003, "training.backend": "mpi"}
     run_id = airflow.trigger("digits_nightly", conf)
@@ -406,6 +407,7 @@ def test_plugin_api_requires_airflow_auth_and_finds_runs_under_the_pipelines_own
     assert airflow.api("GET", "/api/v2/plugins/importErrors")["import_errors"] == []
 
 
+@pytest.mark.extended
 def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(airflow):
     broken = airflow.api("GET", "/api/v2/dags/team_c")
     problem = "training.num_workers: Input should be greater than or equal to 1 (got 0)"

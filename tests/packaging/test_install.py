@@ -28,7 +28,7 @@ from tests.packaging.test_packaging import pinned, pyproject
 from tfdist.contract import registry
 from tfdist.operators.demo import write_digits_partitions
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 NOTIFY = '''"""The team's own operator, in its plugins folder as plugins/operators/notify.py."""
 from airflow.sdk import BaseOperator
@@ -173,13 +173,7 @@ def pip_install(venv: str, *args: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize(
-    "team_airflow",
-    [
-        pytest.param(None, id="constraints"),
-        pytest.param("oldest", id="oldest-airflow-in-range", marks=pytest.mark.extended),
-    ],
-)
+@pytest.mark.parametrize("team_airflow", [None, "oldest"], ids=["constraints", "oldest-airflow-in-range"])
 def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(tmp_path, team_airflow):
     """``constraints``: installed with constraints.txt, the tested set; the team's own DAG runs beside tfdist's, and
     the deployment that copies files works. ``oldest-airflow-in-range``: into a team's existing Airflow, the oldest

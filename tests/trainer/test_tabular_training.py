@@ -51,15 +51,16 @@ def tabular_plan(root: str, run_id: str, task: str, training: dict, model: dict,
     return plan
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("mode", "task", "model"),
     [
         ("mirrored", "binary", {**WIDE_DEEP, "embedding_optimizer": "lazy_adam"}),
-        pytest.param("mirrored", "regression", MLP, marks=pytest.mark.extended),
-        pytest.param("parameter server", "binary", MLP, marks=pytest.mark.extended),
+        ("mirrored", "regression", MLP),
+        ("parameter server", "binary", MLP),
         ("parameter server", "regression", {**WIDE_DEEP, "embedding_optimizer": "adagrad"}),
-        pytest.param("horovod", "binary", {**MLP, "embedding_optimizer": "lazy_adam"}, marks=pytest.mark.extended),
-        pytest.param("horovod", "regression", WIDE_DEEP, marks=pytest.mark.extended),
+        ("horovod", "binary", {**MLP, "embedding_optimizer": "lazy_adam"}),
+        ("horovod", "regression", WIDE_DEEP),
         ("horovod elastic", "binary", {**WIDE_DEEP, "embedding_optimizer": "lazy_adam"}),
     ],
 )

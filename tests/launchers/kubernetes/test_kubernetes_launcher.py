@@ -432,6 +432,7 @@ def test_a_job_failed_by_a_killed_worker_is_replaced_by_the_retry_which_resumes_
     assert_nothing_left(cluster, plan)
 
 
+@pytest.mark.extended
 def test_prepare_data_as_two_pods_writes_the_shards_one_process_writes(cluster, digits_root, tmp_path):
     """data.prepare_processes pods (Indexed Job) each write their share of a three-day window; pod 0 joins the
     parts from the shared volume: the same shards as prepare_data in one local process. A bad row in pod 1's

@@ -1,0 +1,33 @@
+"""The seconds each test file took, from a run's JUnit XML (``pytest --junitxml=FILE``), into FILE_SECONDS:
+``python -m tests.file_seconds FILE...`` (a later file's figure for a test file replaces an earlier one's).
+The conftest hands pytest-xdist the longest files first, so no long file starts last."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+FILE_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file-seconds.json")
+
+
+def seconds_by_file(junit_xml: str) -> dict[str, float]:
+    found: collections.Counter[str] = collections.Counter()
+    for case in ET.parse(junit_xml).iter("testcase"):
+        found[case.get("classname", "").replace(".", "/") + ".py"] += float(case.get("time", 0))
+    return found
+
+
+def main(junit_xmls: list[str]) -> None:
+    merged: dict[str, float] = {}
+    for junit_xml in junit_xmls:
+        merged.update(seconds_by_file(junit_xml))
+    with open(FILE_SECONDS, "w") as f:
+        json.dump({name: round(s) for name, s in sorted(merged.items())}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
