@@ -1,5 +1,5 @@
-"""The seconds each test file took, from a run's JUnit XML (``pytest --junitxml=FILE``), into FILE_SECONDS:
-``python -m tests.file_seconds FILE...`` (a later file's figure for a test file replaces an earlier one's).
+"""The seconds each test file took, from JUnit XML (``pytest --junitxml=FILE``), into FILE_SECONDS:
+``python -m tests.file_seconds FILE...``, summed over the files (make test's run and make test-extended's).
 The conftest hands pytest-xdist the longest files first, so no long file starts last."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 FILE_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file-seconds.json")
 
 
-def seconds_by_file(junit_xml: str) -> dict[str, float]:
+def seconds_by_file(junit_xml: str) -> collections.Counter[str]:
     found: collections.Counter[str] = collections.Counter()
     for case in ET.parse(junit_xml).iter("testcase"):
         found[case.get("classname", "").replace(".", "/") + ".py"] += float(case.get("time", 0))
@@ -21,7 +21,7 @@ def seconds_by_file(junit_xml: str) -> dict[str, float]:
 
 
 def main(junit_xmls: list[str]) -> None:
-    merged: dict[str, float] = {}
+    merged: collections.Counter[str] = collections.Counter()
     for junit_xml in junit_xmls:
         merged.update(seconds_by_file(junit_xml))
     with open(FILE_SECONDS, "w") as f:
