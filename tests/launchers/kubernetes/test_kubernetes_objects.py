@@ -60,13 +60,20 @@ MODES = {
     },
 }
 RUN_ID = "scheduled__2026-11-20T00:00:00+00:00"
+IN_THE_BUCKET = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
+"""The artifact root in an object store: no volume, the store's credentials from a Secret."""
 SCHEMAS = os.path.join(REPO, "tests", "fixtures", "k8s-schemas")
+
+
+def plan_of(spec: Spec):
+    """The plan of RUN_ID, the run of 2026-11-20."""
+    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    return build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
 
 
 def k8s_plan(tmp_path, mode: str):
     spec = load_spec(make_spec("/mnt/tfdist", training=MODES[mode], kubernetes=KUBERNETES))
-    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-    return spec, build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+    return spec, plan_of(spec)
 
 
 def closed(schema: dict) -> dict:
@@ -100,8 +107,7 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
             data={"num_shards": 16},
         )
     )
-    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+    plan = plan_of(spec)
     for stage in plan.stages:
         for kubeflow in (False, True):
             for obj in stage_objects(plan, stage, kubeflow=kubeflow):
@@ -115,12 +121,10 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
 def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_from_the_secret():
     """No artifact volume: every pod (each stage, the TFJob's) has an emptyDir scratch, TFDIST_SCRATCH naming it, the
     Secret's keys as its environment; the objects pass the schemas in strict mode."""
-    in_the_bucket = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
     spec = load_spec(
-        make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=in_the_bucket)
+        make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=IN_THE_BUCKET)
     )
-    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-    plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+    plan = plan_of(spec)
     templates = []
     for stage in plan.stages:
         for obj in stage_objects(plan, stage):
@@ -141,14 +145,12 @@ def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_f
 def test_with_a_bucket_root_horovod_runs_as_native_jobs_though_mpijobs_are_installed():
     """'auto' never makes it an MPIJob, whose ranks would start over SSH without the pods' credentials, and does
     not ask the cluster which CRDs it serves; 'kubeflow' is refused, naming the field and the fix."""
-    in_the_bucket = {**KUBERNETES, "artifact_volume": None, "credentials_secret": "store-credentials"}
-    spec = make_spec("s3://ml-artifacts/tfdist", training=MODES["horovod_gloo"], kubernetes=in_the_bucket)
-    start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-    plan = build_plan(load_spec(spec), RunContext(spec["name"], RUN_ID, start, start + dt.timedelta(days=1)))
+    spec = make_spec("s3://ml-artifacts/tfdist", training=MODES["horovod_gloo"], kubernetes=IN_THE_BUCKET)
+    plan = plan_of(load_spec(spec))
     launcher = KubernetesLauncher(plan)
     assert launcher.kubeflow_kind(plan.stage("train")) is None and "cluster" not in vars(launcher)
     with pytest.raises(SpecError, match=r"kubernetes\.operator: an MPIJob's ranks .* use 'native'"):
-        load_spec({**spec, "kubernetes": {**in_the_bucket, "operator": "kubeflow"}})
+        load_spec({**spec, "kubernetes": {**IN_THE_BUCKET, "operator": "kubeflow"}})
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
@@ -403,8 +405,7 @@ def test_ps_pods_without_a_memory_are_sized_by_their_tables():
                 kubernetes={**KUBERNETES, "pods": pods, "roles": roles},
             )
         )
-        start = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-        plan = build_plan(spec, RunContext(spec.name, RUN_ID, start, start + dt.timedelta(days=1)))
+        plan = plan_of(spec)
         (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
         replicas = tfjob["spec"]["tfReplicaSpecs"]
         assert "memory" not in replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
