@@ -12,6 +12,7 @@ Every read and write of an artifact goes through here, so one layout serves both
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import posixpath
 import shutil
@@ -20,6 +21,10 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 _options: dict[str, dict[str, Any]] = {}
+
+GCS_KEY_ENV = "TFDIST_GCS_KEY"
+"""The environment variable handing a worker process a Google Cloud key that is no file (a service account's JSON,
+an Airflow connection's keyfile_dict); a key file is handed as GOOGLE_APPLICATION_CREDENTIALS."""
 
 
 def scheme(url: str) -> str | None:
@@ -36,6 +41,13 @@ def configure(protocol: str, options: dict[str, Any]) -> None:
     _options[protocol] = dict(options)
 
 
+def _ambient_options(protocol: str) -> dict[str, Any]:
+    """The storage options of a process ``configure`` was not called in: gs://'s key from GCS_KEY_ENV, if set."""
+    if protocol == "gs" and os.environ.get(GCS_KEY_ENV):
+        return {"token": json.loads(os.environ[GCS_KEY_ENV])}
+    return {}
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec file system holding ``url``, and the path on it."""
     import fsspec
@@ -43,7 +55,8 @@ def filesystem(url: str) -> tuple[Any, str]:
     protocol = scheme(url)
     if protocol is None:
         return fsspec.filesystem("file", auto_mkdir=True), url
-    fs = fsspec.filesystem(protocol, use_listings_cache=False, **_options.get(protocol, {}))
+    options = _options[protocol] if protocol in _options else _ambient_options(protocol)
+    fs = fsspec.filesystem(protocol, use_listings_cache=False, **options)
     return fs, fs._strip_protocol(url)
 
 

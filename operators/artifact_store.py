@@ -1,12 +1,15 @@
 """The Airflow side's access to artifacts in an object store: credentials from the Airflow connection named in
-``[tfdist]`` (``aws_conn_id``, default ``aws_default``), read through the Amazon provider's own hook. They are
-set for this process's reads and writes (``storage.configure``) and handed to the local launcher's processes in
-their environment, never their argv. Pods use their own identity (a service account: docs/object-storage.md)."""
+``[tfdist]`` (``aws_conn_id`` for s3://, read through the Amazon provider's own hook; ``gcp_conn_id`` for gs://,
+a Google Cloud connection read by Airflow). They are set for this process's reads and writes
+(``storage.configure``) and handed to the local launcher's processes in their environment, never their argv. Pods
+use their own identity (a service account: docs/object-storage.md)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tfdist.contract import storage
@@ -17,12 +20,17 @@ class StoreUnreachable(RuntimeError):
     """The artifact root's store refused this process's credentials, or cannot be reached."""
 
 
-def s3_connection_id() -> str:
-    """The Airflow connection of s3:// roots: ``[tfdist] aws_conn_id``."""
+CONNECTION_OPTIONS = {"s3": "aws_conn_id", "gs": "gcp_conn_id"}
+"""The ``[tfdist]`` option naming the Airflow connection of each store's roots."""
+
+
+def connection_id(protocol: str) -> str:
+    """The Airflow connection of ``protocol``'s roots (its ``[tfdist]`` option, else the option's default)."""
     from airflow.configuration import conf
 
-    default = CONFIG["tfdist"]["options"]["aws_conn_id"]["default"]
-    return conf.get("tfdist", "aws_conn_id", fallback=default) or default
+    option = CONNECTION_OPTIONS[protocol]
+    default = CONFIG["tfdist"]["options"][option]["default"]
+    return conf.get("tfdist", option, fallback=default) or default
 
 
 def _s3_credentials(conn_id: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -53,6 +61,46 @@ def _s3_credentials(conn_id: str) -> tuple[dict[str, Any], dict[str, str]]:
     return options, {k: v for k, v in env.items() if v}
 
 
+GCS_FIELDS = ("key_path", "keyfile_dict", "project", "scope", "num_retries")
+"""The Google Cloud connection's fields tfdist reads (key_path, keyfile_dict, project) or may ignore."""
+
+
+def _gcs_credentials(conn_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(gcsfs's storage options, the environment handing them to a worker) from the Google Cloud connection: its
+    key file (``key_path``) or key (``keyfile_dict``) and project. Without a key, or without the connection, the
+    identity gcsfs finds (application default credentials: GOOGLE_APPLICATION_CREDENTIALS, Workload Identity, the
+    instance's service account). Other ways of signing in (impersonation, a key in a secret manager) are refused."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        extra = {}
+    fields = {k.removeprefix("extra__google_cloud_platform__"): v for k, v in extra.items() if v not in ("", None)}
+    unread = sorted(set(fields) - set(GCS_FIELDS))
+    if unread:
+        raise StoreUnreachable(
+            f"the Airflow connection {conn_id!r} signs in with {', '.join(unread)}, which tfdist does not read: give "
+            "it a key (key_path or keyfile_dict), or none for the ambient identity"
+        )
+    options: dict[str, Any] = {"project": fields["project"]} if "project" in fields else {}
+    if "key_path" in fields:
+        return {**options, "token": fields["key_path"]}, {"GOOGLE_APPLICATION_CREDENTIALS": fields["key_path"]}
+    if "keyfile_dict" in fields:
+        key = fields["keyfile_dict"]
+        key = json.loads(key) if isinstance(key, str) else key
+        return {**options, "token": key}, {storage.GCS_KEY_ENV: json.dumps(key)}
+    return options, {}
+
+
+CREDENTIALS: dict[str, Callable[[str], tuple[dict[str, Any], dict[str, str]]]] = {
+    "s3": _s3_credentials,
+    "gs": _gcs_credentials,
+}
+"""Each store's (storage options, worker environment) from its Airflow connection."""
+
+
 RECONNECT_SECONDS = 600
 """How long a connection's credentials are used before they are read again: a role's session credentials
 expire (an hour by default), and the API server runs for weeks."""
@@ -80,20 +128,22 @@ def _connect(root: str) -> dict[str, str]:
     scheme = storage.scheme(root)
     if scheme is None:
         return {}
-    if scheme != "s3":
-        raise StoreUnreachable(f"{root}: the Airflow side reaches only s3:// roots so far")
-    conn_id, bucket = s3_connection_id(), root.split("://", 1)[1].split("/", 1)[0]
+    if scheme not in CREDENTIALS:
+        raise StoreUnreachable(f"{root}: the Airflow side reaches s3:// and gs:// roots, not {scheme}://")
+    conn_id, bucket = connection_id(scheme), root.split("://", 1)[1].split("/", 1)[0]
     try:
-        options, env = _s3_credentials(conn_id)
+        options, env = CREDENTIALS[scheme](conn_id)
         storage.configure(scheme, options)
         fs, _ = storage.filesystem(root)
         fs.ls(bucket, detail=False)  # raises where the store refuses the credentials (exists() would say False)
+    except StoreUnreachable:
+        raise
     except FileNotFoundError:
         missing = f"{root}: there is no bucket {bucket!r} (or the connection {conn_id!r} may not see it)"
         raise StoreUnreachable(missing) from None
     except Exception as exc:
         raise StoreUnreachable(
-            f"cannot reach {root} with the Airflow connection {conn_id!r} ([tfdist] aws_conn_id): "
-            f"{type(exc).__name__}: {str(exc).rstrip('.')}. Check the connection's credentials, endpoint and region"
+            f"cannot reach {root} with the Airflow connection {conn_id!r} ([tfdist] {CONNECTION_OPTIONS[scheme]}): "
+            f"{type(exc).__name__}: {str(exc).rstrip('.')}. Check the connection's credentials and settings"
         ) from None
     return env

@@ -42,6 +42,18 @@ CONFIG: dict[str, Any] = {
                 "example": "aws_default",
                 "default": "aws_default",
             },
+            "gcp_conn_id": {
+                "description": (
+                    "The Airflow connection (Google Cloud) the Airflow side reads and writes a gs:// artifact or "
+                    "export root with: its key_path or keyfile_dict, and project. The local launcher hands the key to "
+                    "the stage's processes in their environment. Without a key in it, or without the connection: "
+                    "the application default credentials (Workload Identity, the instance's service account)."
+                ),
+                "version_added": "0.3.0",
+                "type": "string",
+                "example": "google_cloud_default",
+                "default": "google_cloud_default",
+            },
         },
     }
 }

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.file_seconds import FILE_SECONDS
-from tests.object_store import S3Server
+from tests.object_store import GCSServer, S3Server, TokenServer
 from tfdist.contract import last_beats, read_json, record_run, storage
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -125,6 +125,40 @@ def s3() -> Iterator[S3Server]:
     storage.configure("s3", server.options)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def token_server() -> Iterator[TokenServer]:
+    """Google's OAuth endpoint, stood in for: the service account keys of the gs:// tests sign in here."""
+    server = TokenServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def gcs(token_server) -> Iterator[GCSServer]:
+    """One GCS emulator per test process, found by gcsfs here and in every process started after (its variables
+    set in this one's environment); this process signs in as the Airflow side does (a key from a connection)."""
+    server = GCSServer().start()
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    storage.configure("gs", {"token": token_server.service_account_key()})
+    yield server
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    server.stop()
+
+
+STORE_FIXTURES = {"s3": "s3", "gs": "gcs"}
+"""The fixture of each object store's test server, by URL scheme."""
+
+
+def new_bucket_url(request, scheme: str, prefix: str) -> str:
+    """``<scheme>://<a new empty bucket>/<prefix>`` on that store's test server."""
+    return f"{scheme}://{request.getfixturevalue(STORE_FIXTURES[scheme]).new_bucket()}/{prefix}"
 
 
 @pytest.fixture(scope="session")

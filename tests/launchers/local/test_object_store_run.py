@@ -1,5 +1,6 @@
-"""Runs whose artifact root is a bucket on a real S3-protocol server (moto's, over HTTP), on real Airflow: the tasks
-reach it through the Airflow connection, the stage processes through the credentials the launcher hands them."""
+"""Runs whose artifact root is a bucket on a real S3-protocol server (moto's) or a GCS emulator (fake-gcs-server),
+over HTTP, on real Airflow: the tasks reach it through the Airflow connection, the stage processes through the
+credentials the launcher hands them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import sys
 
 import pytest
 
-from tests.conftest import DAY, dags_folder, make_spec
+from tests.conftest import DAY, dags_folder, make_spec, new_bucket_url
+from tests.object_store import gcs_connection
 from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
 
@@ -19,11 +21,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 DAG_ID = "digits_in_a_bucket"
 
 
-@pytest.fixture
-def bucket_root(s3, digits_root, monkeypatch) -> str:
-    """A bucket holding the digits partitions under its artifact root; the Airflow connection aws_default to it."""
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3.airflow_connection)
-    root = f"s3://{s3.new_bucket()}/tfdist"
+@pytest.fixture(params=["s3", "gs"])
+def bucket_root(request, digits_root, monkeypatch) -> str:
+    """A bucket holding the digits partitions under its artifact root; the Airflow connection to it (aws_default
+    with the S3 server's key; google_cloud_default with a service account key)."""
+    if request.param == "s3":
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", request.getfixturevalue("s3").airflow_connection)
+    else:
+        key = request.getfixturevalue("token_server").service_account_key()
+        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", gcs_connection(key=key))
+    root = new_bucket_url(request, request.param, "tfdist")
     storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(root, "raw"))
     return root
 

@@ -1,0 +1,98 @@
+"""The Airflow side's sign-in to a gs:// root, checked before any work: the Google Cloud connection's key
+(keyfile_dict or key_path, signing in at a stand-in of Google's OAuth endpoint) or the ambient identity, against the
+GCS emulator; and the environment that hands the same sign-in to a local stage process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import new_bucket_url
+from tests.object_store import TokenServer, gcs_connection
+from tfdist.contract import storage
+from tfdist.operators.artifact_store import StoreUnreachable, connect
+
+STAGE_READS = "import sys; from tfdist.contract import storage; print(storage.read_bytes(sys.argv[1]).decode())"
+SIGN_IN_VARIABLES = (storage.GCS_KEY_ENV, "GOOGLE_APPLICATION_CREDENTIALS")
+
+
+@pytest.fixture
+def root(gcs, request, monkeypatch) -> str:
+    """A new bucket's root; this process's gs:// sign-in as it was once the test is over."""
+    monkeypatch.setattr(storage, "_options", dict(storage._options))
+    return new_bucket_url(request, "gs", "tfdist")
+
+
+def stage_reads(url: str, env: dict[str, str]) -> str:
+    """What a fresh process with ``env`` as its only sign-in reads at ``url``."""
+    ambient = {k: v for k, v in os.environ.items() if k not in SIGN_IN_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_READS, url], env={**ambient, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("given_as", ["keyfile_dict", "key_path"])
+def test_the_connections_key_signs_in_here_and_in_the_stage_processes(
+    given_as, root, token_server, tmp_path, monkeypatch
+):
+    key = token_server.service_account_key()
+    key_file = tmp_path / "key.json"
+    key_file.write_text(json.dumps(key))
+    connection = gcs_connection(key=key) if given_as == "keyfile_dict" else gcs_connection(key_path=str(key_file))
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", connection)
+    signed_in = token_server.granted
+    env = connect(root)
+    assert token_server.granted > signed_in, "the Airflow side did not sign in with the connection's key"
+    assert env == (
+        {storage.GCS_KEY_ENV: json.dumps(key)}
+        if given_as == "keyfile_dict"
+        else {"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}
+    )
+    note = storage.join(root, "note")
+    storage.write_bytes(note, b"written by the Airflow side")
+    signed_in = token_server.granted
+    assert stage_reads(note, env) == "written by the Airflow side"
+    assert token_server.granted > signed_in, "the stage process did not sign in with the key it was handed"
+
+
+@pytest.mark.e2e  # 33 s: gcsfs retries a refused sign-in six times before it fails
+def test_a_refused_key_fails_naming_the_connection(root, monkeypatch):
+    refusing = TokenServer(refusing=True)
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", gcs_connection(key=refusing.service_account_key()))
+    try:
+        with pytest.raises(StoreUnreachable) as refused:
+            connect(root)
+    finally:
+        refusing.close()
+    assert str(refused.value).startswith(
+        f"cannot reach {root} with the Airflow connection 'google_cloud_default' ([tfdist] gcp_conn_id): "
+    )
+    assert "Invalid Credentials" in str(refused.value)
+
+
+def test_a_sign_in_tfdist_does_not_read_is_refused_by_name(root, monkeypatch):
+    extra = {"project": "tfdist-test", "impersonation_chain": "trainer@tfdist-test.iam.gserviceaccount.com"}
+    monkeypatch.setenv("AIRFLOW_CONN_GCS_TRAINING", json.dumps({"conn_type": "google_cloud_platform", "extra": extra}))
+    monkeypatch.setenv("AIRFLOW__TFDIST__GCP_CONN_ID", "gcs_training")
+    with pytest.raises(StoreUnreachable, match="'gcs_training' signs in with impersonation_chain, which tfdist"):
+        connect(root)
+
+
+def test_without_a_connection_the_ambient_identity_reaches_the_bucket_and_nothing_is_handed_on(root, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    assert connect(root) == {}
+    storage.write_bytes(storage.join(root, "note"), b"anonymous")
+    assert stage_reads(storage.join(root, "note"), {}) == "anonymous"
+
+
+def test_a_missing_bucket_is_named(gcs, monkeypatch):
+    monkeypatch.setattr(storage, "_options", dict(storage._options))
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+    with pytest.raises(StoreUnreachable, match="gs://no-such-bucket/tfdist: there is no bucket 'no-such-bucket'"):
+        connect("gs://no-such-bucket/tfdist")
