@@ -22,6 +22,11 @@ from typing import IO, Any
 
 _options: dict[str, dict[str, Any]] = {}
 
+OPTIONS_FILE_ENV = "TFDIST_STORE_OPTIONS"
+"""The environment variable naming a JSON file of storage options by protocol (``configure``'s), for a process
+``configure`` is not called in: a local stage's processes. Their launcher rewrites the file as the Airflow
+connection's credentials are renewed, and each ``filesystem`` call reads it again."""
+
 GCS_KEY_ENV = "TFDIST_GCS_KEY"
 """The environment variable handing a worker process a Google Cloud key that is no file (a service account's JSON,
 an Airflow connection's keyfile_dict); a key file is handed as GOOGLE_APPLICATION_CREDENTIALS."""
@@ -41,8 +46,20 @@ def configure(protocol: str, options: dict[str, Any]) -> None:
     _options[protocol] = dict(options)
 
 
+def write_options_file(path: str, by_protocol: dict[str, dict[str, Any]]) -> None:
+    """Write storage options by protocol (``configure``'s) to ``path``, OPTIONS_FILE_ENV's file: whole, and readable
+    by this user alone."""
+    write_bytes(path, json.dumps(by_protocol).encode())
+
+
 def _ambient_options(protocol: str) -> dict[str, Any]:
-    """The storage options of a process ``configure`` was not called in: gs://'s key from GCS_KEY_ENV, if set."""
+    """The storage options of a process ``configure`` was not called in: those of OPTIONS_FILE_ENV's file, else
+    gs://'s key from GCS_KEY_ENV, else none (the ambient identity)."""
+    if handed := os.environ.get(OPTIONS_FILE_ENV):
+        with contextlib.suppress(FileNotFoundError), open(handed, "rb") as f:
+            by_protocol: dict[str, dict[str, Any]] = json.load(f)
+            if protocol in by_protocol:
+                return by_protocol[protocol]
     if protocol == "gs" and os.environ.get(GCS_KEY_ENV):
         return {"token": json.loads(os.environ[GCS_KEY_ENV])}
     return {}

@@ -6,6 +6,7 @@ use their own identity (a service account: docs/object-storage.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -73,6 +74,8 @@ def _gcs_credentials(conn_id: str) -> tuple[dict[str, Any], dict[str, str]]:
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
+    if importlib.util.find_spec("gcsfs") is None:
+        raise StoreUnreachable("a gs:// root needs gcsfs on the Airflow side: pip install 'airflow-tfdist[gcs]'")
     try:
         extra = BaseHook.get_connection(conn_id).extra_dejson
     except AirflowNotFoundException:
@@ -105,7 +108,10 @@ RECONNECT_SECONDS = 600
 """How long a connection's credentials are used before they are read again: a role's session credentials
 expire (an hour by default), and the API server runs for weeks."""
 
-_connected: dict[str, tuple[float, dict[str, str]]] = {}
+Access = tuple[dict[str, str], dict[str, dict[str, Any]]]
+"""What reaches some roots: (the environment variables, the storage options by protocol)."""
+
+_connected: dict[str, tuple[float, Access]] = {}
 _connecting = threading.Lock()
 
 
@@ -113,21 +119,65 @@ def connect(*roots: str) -> dict[str, str]:
     """Set this process's credentials for the stores of ``roots`` and check that they reach them (at most every
     RECONNECT_SECONDS); the environment that gives a local worker process the same access (none for local
     roots). StoreUnreachable names the connection and the fix."""
+    return access(*roots)[0]
+
+
+def access(*roots: str) -> Access:
+    """``connect``; the environment and the storage options that give a local worker process the same access."""
     env: dict[str, str] = {}
+    options: dict[str, dict[str, Any]] = {}
     with _connecting:
         for root in roots:
-            at, root_env = _connected.get(root, (-RECONNECT_SECONDS, {}))
+            at, (root_env, root_options) = _connected.get(root, (-RECONNECT_SECONDS, ({}, {})))
             if time.monotonic() - at >= RECONNECT_SECONDS:
-                root_env = _connect(root)
-                _connected[root] = (time.monotonic(), root_env)
+                root_env, root_options = _connect(root)
+                _connected[root] = (time.monotonic(), (root_env, root_options))
             env.update(root_env)
-    return env
+            options.update(root_options)
+    return env, options
 
 
-def _connect(root: str) -> dict[str, str]:
+class HandedOptions:
+    """Hands the storage options of the connection of ``roots`` to local stage processes in a file
+    (``storage.OPTIONS_FILE_ENV``) kept as fresh as the connection: a thread reads it again every RECONNECT_SECONDS
+    and rewrites the file when the credentials changed (an assumed role's last an hour; a training may take
+    longer)."""
+
+    CHECK_SECONDS = 5.0
+
+    def __init__(self, path: str, roots: tuple[str, ...], log: Any) -> None:
+        self.path, self.roots, self.log = path, roots, log
+        self.handed: dict[str, dict[str, Any]] | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._keep_fresh, name="tfdist-handed-options", daemon=True)
+
+    def __enter__(self) -> HandedOptions:
+        self._hand()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _keep_fresh(self) -> None:
+        while not self.done.wait(self.CHECK_SECONDS):
+            try:
+                self._hand()
+            except StoreUnreachable as exc:  # the processes keep what they have, and retry their uploads
+                self.log.warning("could not renew the stage processes' store credentials: %s", exc)
+
+    def _hand(self) -> None:
+        _, options = access(*self.roots)
+        if options != self.handed:
+            storage.write_options_file(self.path, options)
+            self.handed = options
+
+
+def _connect(root: str) -> Access:
     scheme = storage.scheme(root)
     if scheme is None:
-        return {}
+        return {}, {}
     if scheme not in CREDENTIALS:
         raise StoreUnreachable(f"{root}: the Airflow side reaches s3:// and gs:// roots, not {scheme}://")
     conn_id, bucket = connection_id(scheme), root.split("://", 1)[1].split("/", 1)[0]
@@ -146,4 +196,4 @@ def _connect(root: str) -> dict[str, str]:
             f"cannot reach {root} with the Airflow connection {conn_id!r} ([tfdist] {CONNECTION_OPTIONS[scheme]}): "
             f"{type(exc).__name__}: {str(exc).rstrip('.')}. Check the connection's credentials and settings"
         ) from None
-    return env
+    return env, {scheme: options}

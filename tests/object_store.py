@@ -1,8 +1,9 @@
 """Throw-away object stores for the tests, each its own process on a free port, reached over HTTP as a real bucket:
 
 - S3: moto's server mode, on every address of this machine (pods of the stand-in cluster reach it at the bridge's),
-  reached by s3fs and boto3. It does not model IAM (any key is accepted, unless ``authenticated``: then no key
-  is), eventual consistency (S3 has been strongly consistent since 2020), and latency.
+  reached by s3fs and boto3. Any key is accepted, unless the server enforces IAM (``open_requests``): then only its
+  IAM users' keys are, within their policies. It does not model eventual consistency (S3 has been strongly
+  consistent since 2020), nor latency.
 - GCS: fake-gcs-server (Go, the JSON API with its preconditions), on every address too, reached by gcsfs at
   STORAGE_EMULATOR_HOST. It accepts any token: the sign-in is tested against ``TokenServer``, a stand-in for
   Google's OAuth endpoint. It has no hierarchical namespace (gcsfs's probe for one is turned off), and no latency;
@@ -27,16 +28,18 @@ from tfdist.operators.launchers.processes import free_ports
 KEY = "tfdist-test"
 
 
-def airflow_connection(endpoint: str) -> str:
-    """An Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to the S3 server at ``endpoint``, with the tests' key."""
+def airflow_connection(endpoint: str, key: dict | None = None) -> str:
+    """An Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to the S3 server at ``endpoint``, with ``key`` (an
+    access key's fields), else the tests' key."""
     extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
-    return json.dumps({"conn_type": "aws", "login": KEY, "password": KEY, "extra": extra})
+    login, password = (key["AccessKeyId"], key["SecretAccessKey"]) if key else (KEY, KEY)
+    return json.dumps({"conn_type": "aws", "login": login, "password": password, "extra": extra})
 
 
 class S3Server:
-    def __init__(self, authenticated: bool = False) -> None:
-        """``authenticated``: every request after the first (creating a bucket) is refused, its key unknown."""
-        self.authenticated = authenticated
+    def __init__(self, open_requests: int | None = None) -> None:
+        """``open_requests``: how many requests are served before IAM is enforced (None: never)."""
+        self.open_requests = open_requests
         (self.port,) = free_ports(1)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -70,16 +73,25 @@ class S3Server:
             [sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "1"} if self.authenticated else {})},
+            env={
+                **os.environ,
+                **({"INITIAL_NO_AUTH_ACTION_COUNT": str(self.open_requests)} if self.open_requests is not None else {}),
+            },
         )
         wait_for_port(self.port, self.process, "moto's S3 server")
         return self
 
-    def client(self):
+    def client(self, service: str = "s3", key: dict | None = None):
+        """A boto3 client of ``service`` signing with ``key`` (an access key's fields), else the tests' key."""
         import boto3
 
+        key_id, secret = (key["AccessKeyId"], key["SecretAccessKey"]) if key else (KEY, KEY)
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=KEY, aws_secret_access_key=KEY, region_name="us-east-1"
+            service,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+            region_name="us-east-1",
         )
 
     def new_bucket(self) -> str:
@@ -87,6 +99,18 @@ class S3Server:
         name = f"tfdist-{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=name)
         return name
+
+    def new_user_key(self, user: str) -> dict:
+        """The first access key of a new IAM user ``user`` who may do anything with S3 and IAM (3 requests)."""
+        iam = self.client("iam")
+        iam.create_user(UserName=user)
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*"], "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName=user, PolicyName="everything", PolicyDocument=json.dumps(policy))
+        key: dict = iam.create_access_key(UserName=user)["AccessKey"]
+        return key
 
     def stop(self) -> None:
         if self.process:

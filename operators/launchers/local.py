@@ -29,7 +29,7 @@ from tfdist.contract import (
     worker_command,
 )
 from tfdist.contract.stopping import is_stopped, stop_processes
-from tfdist.operators.artifact_store import connect
+from tfdist.operators.artifact_store import HandedOptions, connect
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, StagePlan
@@ -52,7 +52,10 @@ class LocalLauncher(Launcher):
         # the local copies of an object store's artifacts and the heartbeats, shared by the stage's processes (which
         # make what they write in it: nothing for a local root)
         self.scratch = os.path.join(tempfile.gettempdir(), f"tfdist-scratch-{uuid.uuid4().hex}")
-        self.store_env = connect(plan.spec.artifact_root, plan.model_dir)
+        self.store_roots = tuple(r for r in (plan.spec.artifact_root, plan.model_dir) if storage.is_object_store(r))
+        self.store_env = connect(*self.store_roots)
+        if self.store_roots:  # the processes' storage options, renewed from the connection while they run
+            self.store_env[storage.OPTIONS_FILE_ENV] = os.path.join(self.scratch, "store-options.json")
 
     def stop_leftovers(self, stage: StagePlan, log: StageLog) -> None:
         """Stop processes of this stage left by an earlier attempt of the task (same module, same run's
@@ -112,14 +115,22 @@ class LocalLauncher(Launcher):
         with self._lock:
             self.processes = {}
         self._pumps = []
+        handed = (
+            HandedOptions(self.store_env[storage.OPTIONS_FILE_ENV], self.store_roots, log)
+            if self.store_roots
+            else contextlib.nullcontext()
+        )
         try:
-            for p in processes:
-                self._start(p, lines, log)
-            self._wait(stage, {p.name: p for p in processes}, lines, tails, log, [] if restarts is None else restarts)
-            self._terminate()  # servers, once everything else is done
-            for t in self._pumps:
-                t.join()
-            self._relay(lines, tails, log)
+            with handed:
+                for p in processes:
+                    self._start(p, lines, log)
+                self._wait(
+                    stage, {p.name: p for p in processes}, lines, tails, log, [] if restarts is None else restarts
+                )
+                self._terminate()  # servers, once everything else is done
+                for t in self._pumps:
+                    t.join()
+                self._relay(lines, tails, log)
         finally:
             self._terminate()
 

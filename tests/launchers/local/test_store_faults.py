@@ -146,7 +146,7 @@ def _failure(plan, launcher: LocalLauncher) -> bool:
 @pytest.fixture(scope="module")
 def refusing_store():
     """An S3 server that refuses every key (no IAM user has one), with one bucket; its artifact root."""
-    server = S3Server(authenticated=True).start()
+    server = S3Server(open_requests=1).start()
     yield server, f"s3://{server.new_bucket()}/tfdist"
     server.stop()
 

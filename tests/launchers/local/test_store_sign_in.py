@@ -1,6 +1,7 @@
-"""The Airflow side's sign-in to a gs:// root, checked before any work: the Google Cloud connection's key
-(keyfile_dict or key_path, signing in at a stand-in of Google's OAuth endpoint) or the ambient identity, against the
-GCS emulator; and the environment that hands the same sign-in to a local stage process."""
+"""The Airflow side's sign-in to a bucket and what it hands to local stage processes. For gs://, checked before any
+work against the GCS emulator: the Google Cloud connection's key (keyfile_dict or key_path, signing in at a stand-in
+of Google's OAuth endpoint) or the ambient identity. For s3://, against an S3 server enforcing IAM: credentials
+renewed in the connection reach a stage's running processes."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from tests.conftest import new_bucket_url
-from tests.object_store import TokenServer, gcs_connection
+from tests.conftest import collecting_logger, new_bucket_url, plan_for, wait_for
+from tests.object_store import S3Server, TokenServer, airflow_connection, gcs_connection
 from tfdist.contract import storage
-from tfdist.operators.artifact_store import StoreUnreachable, connect
+from tfdist.operators import artifact_store
+from tfdist.operators.artifact_store import HandedOptions, StoreUnreachable, connect
+from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.operators.launchers.processes import Process
 
 STAGE_READS = "import sys; from tfdist.contract import storage; print(storage.read_bytes(sys.argv[1]).decode())"
 SIGN_IN_VARIABLES = (storage.GCS_KEY_ENV, "GOOGLE_APPLICATION_CREDENTIALS")
@@ -96,3 +101,62 @@ def test_a_missing_bucket_is_named(gcs, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
     with pytest.raises(StoreUnreachable, match="gs://no-such-bucket/tfdist: there is no bucket 'no-such-bucket'"):
         connect("gs://no-such-bucket/tfdist")
+
+
+WRITER = """
+import sys, time
+from tfdist.contract import storage
+for k in range(int(sys.argv[2])):
+    refused_since = None
+    while True:  # as a stage's uploads do, a refused write is tried again for a while
+        try:
+            storage.write_bytes(f"{sys.argv[1]}/note-{k:03d}", b"")
+            break
+        except PermissionError:
+            refused_since = refused_since or time.monotonic()
+            if time.monotonic() - refused_since > 20:
+                raise
+            time.sleep(0.5)
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def iam_store():
+    """An S3 server that takes only its IAM users' keys, with a bucket and a user (trainer) who may use it; the
+    server, the bucket's root and the user's first key."""
+    server = S3Server(open_requests=4).start()
+    root = f"s3://{server.new_bucket()}/tfdist"
+    yield server, root, server.new_user_key("trainer")
+    server.stop()
+
+
+@pytest.mark.e2e  # 15-20 s: an S3 server of its own and a stage process writing for 10 s
+def test_a_stage_outlives_the_credentials_it_started_with(iam_store, monkeypatch):
+    """While a stage's process writes to the bucket, the connection's key is replaced and the old one deleted (as an
+    assumed role's session credentials expire): the launcher hands the process the new key, which goes on."""
+    server, root, first = iam_store
+    monkeypatch.setattr(storage, "_options", dict(storage._options))
+    monkeypatch.setattr(artifact_store, "RECONNECT_SECONDS", 1)
+    monkeypatch.setattr(HandedOptions, "CHECK_SECONDS", 0.5)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", airflow_connection(server.endpoint, first))
+    connect(root)
+    plan = plan_for(root, "rotated")
+    notes, count = storage.join(root, "notes"), 60
+
+    def rotate() -> None:
+        wait_for(lambda: len(storage.names(notes)) >= 5, 60, "the first notes")
+        iam = server.client("iam", first)
+        second = iam.create_access_key(UserName="trainer")["AccessKey"]
+        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = airflow_connection(server.endpoint, second)
+        iam.delete_access_key(UserName="trainer", AccessKeyId=first["AccessKeyId"])
+
+    rotating = threading.Thread(target=rotate)
+    rotating.start()
+    writer = Process("writer", "chief", (sys.executable, "-c", WRITER, notes, str(count)))
+    logger, _ = collecting_logger("rotated")
+    try:
+        LocalLauncher(plan).run_processes(plan.stage("prepare_data"), [writer], logger)
+    finally:
+        rotating.join()
+    assert len(storage.names(notes)) == count
