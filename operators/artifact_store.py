@@ -157,8 +157,10 @@ class HandedOptions:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        """Stop renewing, and delete the file: its processes have ended."""
         self.done.set()
         self.thread.join()
+        storage.remove(self.path)
 
     def _keep_fresh(self) -> None:
         while not self.done.wait(self.CHECK_SECONDS):

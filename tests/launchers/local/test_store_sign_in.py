@@ -155,8 +155,10 @@ def test_a_stage_outlives_the_credentials_it_started_with(iam_store, monkeypatch
     rotating.start()
     writer = Process("writer", "chief", (sys.executable, "-c", WRITER, notes, str(count)))
     logger, _ = collecting_logger("rotated")
+    launcher = LocalLauncher(plan)
     try:
-        LocalLauncher(plan).run_processes(plan.stage("prepare_data"), [writer], logger)
+        launcher.run_processes(plan.stage("prepare_data"), [writer], logger)
     finally:
         rotating.join()
     assert len(storage.names(notes)) == count
+    assert not os.path.exists(launcher.store_env[storage.OPTIONS_FILE_ENV]), "the credentials outlived the processes"
