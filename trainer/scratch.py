@@ -4,6 +4,7 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import posixpath
@@ -124,21 +125,35 @@ def checkpoint_files(url_dir: str, name: str) -> list[str]:
     return [posixpath.basename(p) for p in fs.glob(f"{path}/{name}.*")]
 
 
+def _state(path: str) -> str | None:
+    """The checkpoint state file at ``path`` (a URL or a local path), None if there is none."""
+    try:
+        return storage.read_bytes(path).decode()
+    except FileNotFoundError:
+        return None
+
+
 def fetch_checkpoints(url_dir: str) -> str:
-    """The local directory of the checkpoints in ``url_dir``: itself if local, else its scratch copy made anew
-    (whatever an earlier try left there removed) with the state file and every checkpoint it keeps."""
+    """The local directory of the checkpoints in ``url_dir``: itself if local, else its scratch copy, with the
+    state file and every checkpoint it keeps. The processes of a host sharing the scratch fetch one at a time: one
+    finding the store's state there already (a peer fetched it) leaves it; else the copy is made anew (whatever an
+    earlier try left there removed)."""
     local = local_path(url_dir)
     if local == url_dir:
         return local
-    shutil.rmtree(local, ignore_errors=True)
-    os.makedirs(local)
-    try:
-        state = storage.read_bytes(storage.join(url_dir, CHECKPOINT_STATE)).decode()
-    except FileNotFoundError:
-        return local
-    fetch(url_dir, [file for name in kept_checkpoints(state) for file in checkpoint_files(url_dir, name)])
-    with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
-        f.write(state)
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    with open(f"{local}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        state = _state(storage.join(url_dir, CHECKPOINT_STATE))
+        if state == _state(os.path.join(local, CHECKPOINT_STATE)):
+            os.makedirs(local, exist_ok=True)
+            return local
+        shutil.rmtree(local, ignore_errors=True)
+        os.makedirs(local)
+        if state is not None:
+            fetch(url_dir, [file for name in kept_checkpoints(state) for file in checkpoint_files(url_dir, name)])
+            with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
+                f.write(state)
     return local
 
 
