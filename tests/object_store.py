@@ -28,11 +28,15 @@ from tfdist.operators.launchers.processes import free_ports
 KEY = "tfdist-test"
 
 
+def key_pair(key: dict | None) -> tuple[str, str]:
+    """(access key id, secret) of ``key`` (an IAM access key's fields), else the tests' key."""
+    return (key["AccessKeyId"], key["SecretAccessKey"]) if key else (KEY, KEY)
+
+
 def airflow_connection(endpoint: str, key: dict | None = None) -> str:
-    """An Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to the S3 server at ``endpoint``, with ``key`` (an
-    access key's fields), else the tests' key."""
+    """An Airflow connection (``AIRFLOW_CONN_<ID>``'s JSON) to the S3 server at ``endpoint``, with ``key_pair(key)``."""
     extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
-    login, password = (key["AccessKeyId"], key["SecretAccessKey"]) if key else (KEY, KEY)
+    login, password = key_pair(key)
     return json.dumps({"conn_type": "aws", "login": login, "password": password, "extra": extra})
 
 
@@ -82,10 +86,10 @@ class S3Server:
         return self
 
     def client(self, service: str = "s3", key: dict | None = None):
-        """A boto3 client of ``service`` signing with ``key`` (an access key's fields), else the tests' key."""
+        """A boto3 client of ``service`` signing with ``key_pair(key)``."""
         import boto3
 
-        key_id, secret = (key["AccessKeyId"], key["SecretAccessKey"]) if key else (KEY, KEY)
+        key_id, secret = key_pair(key)
         return boto3.client(
             service,
             endpoint_url=self.endpoint,
