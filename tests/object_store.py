@@ -40,21 +40,38 @@ def airflow_connection(endpoint: str, key: dict | None = None) -> str:
     return json.dumps({"conn_type": "aws", "login": login, "password": password, "extra": extra})
 
 
-class S3Server:
-    def __init__(self, open_requests: int | None = None) -> None:
-        """``open_requests``: how many requests are served before IAM is enforced (None: never)."""
-        self.open_requests = open_requests
+class StoreServer:
+    """A store's server process on a free port of this machine (``start``-ed by each kind)."""
+
+    def __init__(self) -> None:
         (self.port,) = free_ports(1)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        """A worker's ambient identity for this server: the standard variables boto and s3fs read."""
+        """What a worker on this machine needs to reach this server (``env_at`` 127.0.0.1)."""
         return self.env_at("127.0.0.1")
 
     def env_at(self, address: str) -> dict[str, str]:
         """``env`` for a process that reaches this machine at ``address`` (a pod of the stand-in cluster)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+class S3Server(StoreServer):
+    def __init__(self, open_requests: int | None = None) -> None:
+        """``open_requests``: how many requests are served before IAM is enforced (None: never)."""
+        super().__init__()
+        self.open_requests = open_requests
+
+    def env_at(self, address: str) -> dict[str, str]:
+        """A worker's ambient identity for this server, reached at ``address``: the standard variables boto and
+        s3fs read."""
         return {
             "AWS_ENDPOINT_URL": f"http://{address}:{self.port}",
             "AWS_ACCESS_KEY_ID": KEY,
@@ -116,11 +133,6 @@ class S3Server:
         key: dict = iam.create_access_key(UserName=user)["AccessKey"]
         return key
 
-    def stop(self) -> None:
-        if self.process:
-            self.process.terminate()
-            self.process.wait(10)
-
 
 def wait_for_port(port: int, process: subprocess.Popen, name: str) -> None:
     """Return once ``port`` accepts connections; RuntimeError if ``process`` (the server) ends or 30 s pass."""
@@ -135,19 +147,9 @@ def wait_for_port(port: int, process: subprocess.Popen, name: str) -> None:
             time.sleep(0.2)
 
 
-class GCSServer:
-    def __init__(self) -> None:
-        (self.port,) = free_ports(1)
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        """Where gcsfs finds this server."""
-        return self.env_at("127.0.0.1")
-
+class GCSServer(StoreServer):
     def env_at(self, address: str) -> dict[str, str]:
-        """``env`` for a process that reaches this machine at ``address`` (a pod of the stand-in cluster)."""
+        """Where gcsfs finds this server, reached at ``address``."""
         return {"STORAGE_EMULATOR_HOST": f"http://{address}:{self.port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
     def start(self) -> GCSServer:
@@ -175,11 +177,6 @@ class GCSServer:
         )
         urllib.request.urlopen(request, timeout=10).close()
         return name
-
-    def stop(self) -> None:
-        if self.process:
-            self.process.terminate()
-            self.process.wait(10)
 
 
 class TokenServer:

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, wait_for
+from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_bucket_url, wait_for
 from tests.k8s_standin import StandInCluster
 from tests.object_store import gcs_connection
 from tfdist.contract import RunLayout, read_json, registry, run_path, storage
@@ -50,7 +50,7 @@ def store_secret(cluster: StandInCluster, scheme: str, pods_env: dict[str, str])
 
 
 @pytest.fixture(scope="module")
-def pipelines(tmp_path_factory, digits_root, s3, gcs, token_server):
+def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
     """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes); the
     artifact root of each: IN_A_BUCKET's in its bucket, the evicted pipeline's on the artifact volume."""
     cluster = StandInCluster(str(tmp_path_factory.mktemp("standin"))).start()
@@ -68,7 +68,7 @@ def pipelines(tmp_path_factory, digits_root, s3, gcs, token_server):
     pods_env = {"s3": s3.env_at(host), "gs": {**gcs.env_at(host), storage.GCS_KEY_ENV: gcs_key}}
     roots, in_a_bucket = {"evicted": digits_root}, {}
     for mode, scheme in IN_A_BUCKET.items():
-        roots[mode] = f"{scheme}://{(s3 if scheme == 's3' else gcs).new_bucket()}/tfdist"
+        roots[mode] = new_bucket_url(request, scheme, "tfdist")
         storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(roots[mode], "raw"))
         secret = store_secret(cluster, scheme, pods_env[scheme])
         in_a_bucket[mode] = {**kubernetes, "artifact_volume": None, "credentials_secret": secret}
