@@ -20,7 +20,7 @@ help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make lint   set up, then run ruff (lint and format check) and mypy (strict for the spec, the contract and the plan)"
 	@echo "make test   set up, lint, then run the test suite (without the extended set)"
-	@echo "make test-extended  set up, then run the extended set: fault drills, scale, the install and mode matrices"
+	@echo "make test-extended  set up, then run the extended set: fault drills, scale, the install and mode matrices, the bench smoke run"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
 	@echo "make docs   set up, then build the docs site (docs/, the spec reference generated from the model) into site/"
@@ -58,12 +58,12 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
 
-# lint first; two test files at a time (pytest-xdist); CI then runs test-extended and the benchmark smoke run (-m bench)
+# lint first; two test files at a time (pytest-xdist); CI then runs test-extended (with the benchmarks' smoke run)
 test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not bench and not extended"
 
 test-extended: setup
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "extended and not bench"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m extended
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site

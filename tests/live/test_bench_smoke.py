@@ -1,5 +1,5 @@
 """``make bench`` still runs end to end on the tiny budget (a smoke test: the figures it prints are not
-checked here; benchmarks are not tests). Not part of ``make test``: ``.ci/run`` runs it after (``-m bench``)."""
+checked here; benchmarks are not tests). In the extended set (``make test-extended``), beside its tests: the figures are not checked."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.bench, pytest.mark.e2e]  # slow: out of the fast set too
+pytestmark = [pytest.mark.bench, pytest.mark.extended, pytest.mark.e2e]  # slow: out of the fast set too
 
 
 def test_make_bench_runs_on_a_tiny_budget(tmp_path):
