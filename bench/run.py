@@ -83,7 +83,9 @@ class Budget:
     store_records: int
     """Object storage (bench/object_store.py): the records of the shards read from the S3 server,"""
     store_checkpoint_mb: int
-    """... and the size of the checkpoint uploaded."""
+    """... the size of the checkpoint uploaded,"""
+    store_epochs: int
+    """... and the epochs of each run of the training throughput with checkpoints uploaded."""
 
 
 PREPARE_FACTORS = (1, 8, 64)
@@ -111,6 +113,7 @@ BUDGETS = {
         ctr_modes=("parameter_server",),
         store_records=20_000,
         store_checkpoint_mb=4,
+        store_epochs=8,
     ),
     "full": Budget(
         repetitions=3,
@@ -133,6 +136,7 @@ BUDGETS = {
         ctr_modes=tuple(ctr.MODES),
         store_records=400_000,
         store_checkpoint_mb=64,
+        store_epochs=80,
     ),
 }
 

@@ -288,10 +288,10 @@ def main() -> None:
         os.path.join(args.out, "metrics.json"), {"metrics": blessing["metrics"], "per_class": blessing["per_class"]}
     )
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
-    uploads = scratch.Uploader() if storage.is_object_store(args.tensorboard) else None
-    scalar_writer(tf, args.tensorboard, uploads)(blessing["step"], blessing["metrics"])
-    if uploads:
-        uploads.close()
+    scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
+    if storage.is_object_store(args.tensorboard):
+        upload = scratch.tree_upload(scratch.local_path(args.tensorboard), args.tensorboard)
+        scratch.retried(upload, f"the upload of the summaries to {args.tensorboard}")
     write_json_atomic(
         args.result,
         {k: blessing[k] for k in RESULT_FIELDS}

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import multiprocessing
+import multiprocessing.queues
 import os
 import posixpath
-import queue
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -68,7 +68,15 @@ UPLOAD_PATIENCE = 600.0
 """Seconds an upload retries a store it cannot reach (with backoff) before the stage fails."""
 
 
-def retried(job: Callable[[], None], what: str, patience: float = UPLOAD_PATIENCE) -> None:
+UPLOAD_NICENESS = 10
+"""The upload process's niceness: on cores the training keeps busy, the uploads take what the training leaves."""
+
+
+Job = Callable[[], None]
+"""An upload: a picklable call (a module-level function, or a partial of one), run in the upload process."""
+
+
+def retried(job: Job, what: str, patience: float = UPLOAD_PATIENCE) -> None:
     """Run ``job`` until it succeeds, waiting 0.5 s, 1 s, ... up to 15 s between tries, for ``patience`` seconds;
     then raise its last error. A missing local file or a refused permission is not retried."""
     deadline, wait = time.monotonic() + patience, 0.5
@@ -86,37 +94,53 @@ def retried(job: Callable[[], None], what: str, patience: float = UPLOAD_PATIENC
 
 
 class Uploader:
-    """Uploads to the store in order, on a thread of its own: the training thread never waits for the store. Each
-    job is ``retried``; after one fails for good the rest are skipped and ``close`` raises."""
+    """Uploads to the store in order, in a process of its own: the training never waits for the store, and the
+    uploads' Python (HTTP, signing, hashing) never takes the training process's GIL. Each job is ``retried``; after
+    one fails for good the rest are skipped and ``close`` raises. The process is a daemon: it ends with the
+    training's, whatever it had left to upload (the checkpoint state is uploaded last: never a partial one)."""
 
     def __init__(self) -> None:
-        self.jobs: queue.Queue[tuple[Callable[[], None], str] | None] = queue.Queue()
+        spawn = multiprocessing.get_context("spawn")  # never fork a process TensorFlow's threads run in
+        self.jobs: multiprocessing.queues.Queue[tuple[Job, str] | None] = spawn.Queue()
+        self.jobs.cancel_join_thread()  # an ending training never waits to hand over jobs nobody will run
+        self.failures: multiprocessing.queues.Queue[str] = spawn.Queue()
+        self.process = spawn.Process(
+            target=_upload, args=(self.jobs, self.failures), name="tfdist-uploads", daemon=True
+        )
+        self.process.start()
         self.failure: str | None = None
-        self.thread = threading.Thread(target=self._run, name="tfdist-uploads", daemon=True)
-        self.thread.start()
 
-    def submit(self, job: Callable[[], None], what: str) -> None:
+    def submit(self, job: Job, what: str) -> None:
         self.jobs.put((job, what))
 
-    def _run(self) -> None:
-        while (item := self.jobs.get()) is not None:
-            job, what = item
-            if self.failure is None:
-                try:
-                    retried(job, what)
-                except Exception as exc:
-                    self.failure = f"{what} failed: {type(exc).__name__}: {exc}"
-
     def check(self) -> None:
-        """Raise if an upload failed for good."""
+        """Raise if an upload failed for good, or the upload process ended before its time."""
+        if self.failure is None and not self.failures.empty():
+            self.failure = self.failures.get()
+        if self.failure is None and self.process.exitcode not in (None, 0):
+            self.failure = f"the upload process ended (exit code {self.process.exitcode})"
         if self.failure:
             raise OSError(self.failure)
 
     def close(self) -> None:
         """Wait for every upload submitted; raise if one failed."""
         self.jobs.put(None)
-        self.thread.join()
+        self.process.join()
         self.check()
+
+
+def _upload(jobs: multiprocessing.queues.Queue, failures: multiprocessing.queues.Queue) -> None:
+    """The upload process: run each job in turn until the None that ends them, skipping all after a failure."""
+    os.nice(UPLOAD_NICENESS)
+    failed = False
+    while (item := jobs.get()) is not None:
+        job, what = item
+        if not failed:
+            try:
+                retried(job, what)
+            except Exception as exc:
+                failed = True
+                failures.put(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def checkpoint_files(url_dir: str, name: str) -> list[str]:
@@ -167,7 +191,7 @@ def local_checkpoint(prefix: str) -> str:
     return os.path.join(fetch(url_dir, checkpoint_files(url_dir, name)), name)
 
 
-def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Callable[[], None]:
+def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Job:
     """The upload of the checkpoint just saved at local ``prefix``: its files, then the state file (a reader
     restores only what the state names: never a partial checkpoint), then the deletion of the checkpoints the state
     no longer keeps. Its files are linked aside now, so the saver may delete them meanwhile."""
@@ -176,19 +200,19 @@ def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Callable[[],
         if name.startswith(os.path.basename(prefix) + "."):
             os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
     shutil.copyfile(os.path.join(local_dir, CHECKPOINT_STATE), os.path.join(snapshot, CHECKPOINT_STATE))
-
-    def upload() -> None:
-        storage.upload_tree(snapshot, url_dir, last=(CHECKPOINT_STATE,))
-        with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
-            kept = set(kept_checkpoints(f.read()))
-        for name in storage.names(url_dir):
-            if name != CHECKPOINT_STATE and name.split(".", 1)[0] not in kept:
-                storage.remove(storage.join(url_dir, name))
-        shutil.rmtree(snapshot)
-
-    return upload
+    return functools.partial(_upload_checkpoint, snapshot, url_dir)
 
 
-def tree_upload(local_dir: str, url: str) -> Callable[[], None]:
+def _upload_checkpoint(snapshot: str, url_dir: str) -> None:
+    storage.upload_tree(snapshot, url_dir, last=(CHECKPOINT_STATE,))
+    with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
+        kept = set(kept_checkpoints(f.read()))
+    for name in storage.names(url_dir):
+        if name != CHECKPOINT_STATE and name.split(".", 1)[0] not in kept:
+            storage.remove(storage.join(url_dir, name))
+    shutil.rmtree(snapshot)
+
+
+def tree_upload(local_dir: str, url: str) -> Job:
     """The upload of the files under ``local_dir`` as they are when the job runs (a growing event file: whole)."""
-    return lambda: storage.upload_tree(local_dir, url)
+    return functools.partial(storage.upload_tree, local_dir, url)

@@ -756,9 +756,9 @@ class TrainingRun:
         if self.summaries is None:
             self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
-        self.write_record(lambda: append_curve_point(self.args.curve, point), f"the curve's step {step}")
+        self.write_record(functools.partial(append_curve_point, self.args.curve, point), f"the curve's step {step}")
 
-    def write_record(self, write: Callable[[], None], what: str) -> None:
+    def write_record(self, write: scratch.Job, what: str) -> None:
         """Write a record of the run's progress: in the uploads' turn with an object store (an unreachable store
         never holds up a step), else now."""
         if self.uploads:
@@ -788,7 +788,7 @@ class TrainingRun:
                 round(now - self.started, 1),
                 time.time(),
             )
-            self.write_record(lambda: record.write(self.args.progress), f"the progress at step {step}")
+            self.write_record(functools.partial(record.write, self.args.progress), f"the progress at step {step}")
         shown = " ".join(f"{k} {v:.4f}" for k, v in {"loss": loss, **metrics}.items() if v is not None)
         say(
             f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} {shown}"

@@ -1,5 +1,5 @@
 """``make bench`` still runs end to end on the tiny budget (a smoke test: the figures it prints are not
-checked here; benchmarks are not tests). In the extended set (``make test-extended``), beside its tests: the figures are not checked."""
+checked here; benchmarks are not tests). In the extended set (``make test-extended``), beside its tests."""
 
 from __future__ import annotations
 

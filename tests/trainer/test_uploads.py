@@ -1,0 +1,61 @@
+"""The trainer's uploads (trainer/scratch.py ``Uploader``): run in order in a process of their own, at a lower
+priority than the training; a failure stops the rest and is raised, as is the upload process's death."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+
+import pytest
+
+from tfdist.trainer import scratch
+
+
+def record(path: str, name: str) -> None:
+    """A job: append which process ran ``name``, and at what niceness."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"name": name, "pid": os.getpid(), "niceness": os.nice(0)}) + "\n")
+
+
+def refuse(path: str) -> None:
+    """A job failing for good at once (a missing local file is not retried)."""
+    raise FileNotFoundError(path)
+
+
+def ran(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
+    log = str(tmp_path / "log")
+    uploads = scratch.Uploader()
+    for name in ("a", "b", "c"):
+        uploads.submit(functools.partial(record, log, name), f"job {name}")
+    uploads.close()
+    jobs = ran(log)
+    assert [job["name"] for job in jobs] == ["a", "b", "c"]
+    assert {job["pid"] for job in jobs} == {uploads.process.pid} != {os.getpid()}
+    assert {job["niceness"] for job in jobs} == {os.nice(0) + scratch.UPLOAD_NICENESS}
+
+
+def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):
+    log = str(tmp_path / "log")
+    uploads = scratch.Uploader()
+    uploads.submit(functools.partial(record, log, "before"), "job before")
+    uploads.submit(functools.partial(refuse, "/nowhere/ckpt-7.index"), "the upload of ckpt-7")
+    uploads.submit(functools.partial(record, log, "after"), "job after")
+    with pytest.raises(OSError, match=r"the upload of ckpt-7 failed: FileNotFoundError: /nowhere/ckpt-7\.index"):
+        uploads.close()
+    assert [job["name"] for job in ran(log)] == ["before"]
+
+
+def test_a_killed_upload_process_is_raised_by_the_next_check():
+    uploads = scratch.Uploader()
+    uploads.check()
+    os.kill(uploads.process.pid, signal.SIGKILL)
+    uploads.process.join()
+    with pytest.raises(OSError, match=r"the upload process ended \(exit code -9\)"):
+        uploads.check()
