@@ -48,6 +48,11 @@ def scalar_writer(
         records.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
         records.flush()
         if uploads:
-            uploads.submit(scratch.tree_upload(local, logdir), f"the upload of the summaries to {logdir}")
+            uploads.submit(*summaries_upload(logdir))
 
     return write
+
+
+def summaries_upload(logdir: str) -> tuple[scratch.Job, str]:
+    """The upload of an object store's ``logdir`` from its scratch copy, and what the logs call it."""
+    return scratch.tree_upload(scratch.local_path(logdir), logdir), f"the upload of the summaries to {logdir}"
