@@ -1399,11 +1399,6 @@ class Spec(_Section):
                 f"they would reach the object store ({self.artifact_root}) without its credentials: use 'native' "
                 "(or 'auto', which runs Horovod as native Jobs with the artifact root in an object store)"
             )
-        if in_store and (self.data.prepare_processes or 1) > 1:
-            raise ValueError(
-                "data.prepare_processes: prepare_data's pods meet on the artifact volume, and there is none with "
-                f"the artifact root in an object store ({self.artifact_root}): leave it unset (one pod)"
-            )
         source = self.data.source.replace("{artifact_root}", self.artifact_root)
         for field, path in (("data.source", source), ("export.root", self.export_root)):
             if "://" in path:

@@ -4,16 +4,16 @@ The input streams through in chunks, so memory does not grow with it, in P write
 default: one per 32 MB of input, up to this process's cores), each reading a contiguous share of the input's
 pieces and writing its rows to its own part of every shard. The parts are joined in order, so the shards
 hold the same bytes whatever P. The writers are processes of this one, or (``--pods P``, on Kubernetes) the
-stage's P pods, which meet in a directory of the shared artifact volume: pod 0 plans the shares, waits for
-the others' parts and publishes. Re-running with the same input (same files, same bytes, same data spec)
-reuses the existing result."""
+stage's P pods, which meet in a directory of the try (on the shared artifact volume, or in the object store
+holding the artifact root): pod 0 plans the shares, waits for the others' parts and publishes. Re-running with
+the same input (same files, same bytes, same data spec) reuses the existing result."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import gc
-import glob
 import hashlib
 import itertools
 import math
@@ -21,8 +21,10 @@ import multiprocessing
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -124,6 +126,7 @@ class PieceResult:
         self.statistics: dict[str, dict] = {}
         self.values = {f.name: statistics.ValueCounts(value_capacity(f)) for f in spec.categorical_features}
         self.values_file: str | None = None
+        """Where the value counts went (``keep_values``): a file's name in the parts directory."""
         self.negative: readers.Negative = None
 
     def add(self, chunk: readers.Chunk, is_eval: np.ndarray, shard: np.ndarray) -> None:
@@ -158,14 +161,14 @@ class PieceResult:
                 "regression target (data.label.task: regression), or an id?"
             )
 
-    def keep_values(self, path: str) -> None:
-        """Move the value counts to ``path`` (an .npz file)."""
+    def keep_values(self, parts_dir: str, name: str) -> None:
+        """Move the value counts to the .npz file ``name`` in the parts directory."""
         arrays: dict[str, Any] = {
             f"{name}.{k}": v for name, counts in self.values.items() for k, v in counts.to_arrays().items()
         }
-        with open(path, "wb") as f:
+        with open(os.path.join(parts_dir, name), "wb") as f:
             np.savez(f, **arrays)
-        self.values, self.values_file = {}, path
+        self.values, self.values_file = {}, name
 
     def to_json(self) -> dict[str, Any]:
         """Exactly, as JSON values (a pod hands its pieces' results to pod 0 this way)."""
@@ -250,7 +253,7 @@ def write_share(share: Share) -> dict[str, Any]:
                 result.add(chunk, is_eval, shard)
             negative = readers.same_negative(negative, result.negative, spec.label.name)
             if folded is None:
-                result.keep_values(os.path.join(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.npz"))
+                result.keep_values(share.parts_dir, f"values-{share.writer:05d}-{k:05d}.npz")
             else:
                 for name, counts in result.values.items():
                     folded[name].merge(counts)
@@ -297,53 +300,79 @@ def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: s
 
 class Pods:
     """The stage's pods on Kubernetes (``--pods``; this one is JOB_COMPLETION_INDEX), meeting in ``directory``
-    on the shared artifact volume (one per task try): pod 0 writes the plan (each pod's share of the input,
-    or that the data is reused), every other pod writes its parts and then its result, pod 0 waits for them."""
-
-    POLL_SECONDS = 0.2
+    (one per task try) on the shared artifact volume or in the object store holding the artifact root: pod 0
+    writes the plan (each pod's share of the input, or that the data is reused), every other pod writes its parts
+    and then its result, pod 0 waits for them. In a store, each pod writes its parts on its own disk and the others
+    upload theirs, which pod 0 downloads beside its own."""
 
     def __init__(self, directory: str, count: int) -> None:
         self.dir, self.count, self.index = directory, count, int(os.environ["JOB_COMPLETION_INDEX"])
-        self.parts_dir, self.plan_path = os.path.join(directory, "parts"), os.path.join(directory, "plan.json")
+        self.in_store = storage.is_object_store(directory)
+        self.poll_seconds = 1.0 if self.in_store else 0.2  # in a store, each look is a request
+        self.shared_parts = None if self.in_store else os.path.join(directory, "parts")
+        self.plan_path = storage.join(directory, "plan.json")
 
     def publish_plan(self, plan: dict) -> None:
         """Pod 0: the plan; earlier tries' directories are removed."""
-        for earlier in glob.glob(os.path.join(os.path.dirname(self.dir), "pods-try-*")):
-            if earlier != self.dir:
-                shutil.rmtree(earlier, ignore_errors=True)
-        os.makedirs(self.parts_dir, exist_ok=True)
+        tries = storage.parent(self.dir)
+        for earlier in storage.names(tries):
+            if earlier.startswith("pods-try-") and storage.join(tries, earlier) != self.dir:
+                storage.remove_tree(storage.join(tries, earlier))
+        if self.shared_parts:
+            os.makedirs(self.shared_parts, exist_ok=True)
         write_json_atomic(self.plan_path, plan)
 
     def wait_plan(self) -> dict:
-        while not os.path.exists(self.plan_path):
-            time.sleep(self.POLL_SECONDS)
+        while not storage.exists(self.plan_path):
+            time.sleep(self.poll_seconds)
         return read_json(self.plan_path)
 
-    def write_result(self, result: dict) -> None:
-        pieces = [p.to_json() for p in result["pieces"]]
-        write_json_atomic(os.path.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
+    @contextlib.contextmanager
+    def own_parts(self) -> Iterator[str]:
+        """Another pod: the directory to write its parts in (in a store, one on its disk, removed afterwards)."""
+        if self.shared_parts:
+            yield self.shared_parts
+            return
+        local = tempfile.mkdtemp(prefix="tfdist-parts-")
+        try:
+            yield local
+        finally:
+            shutil.rmtree(local)
 
-    def wait_results(self, data_spec: DataSpec) -> list[dict]:
-        """Pod 0: every other pod's write_share result, in pod order."""
+    def write_result(self, result: dict, parts_dir: str) -> None:
+        """Another pod: its parts handed over (uploaded, in a store), then its result."""
+        if self.in_store:
+            storage.upload_tree(parts_dir, storage.join(self.dir, "parts"))
+        pieces = [p.to_json() for p in result["pieces"]]
+        write_json_atomic(storage.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
+
+    def wait_results(self, data_spec: DataSpec, parts_dir: str) -> list[dict]:
+        """Pod 0: every other pod's write_share result, in pod order; their parts then in ``parts_dir``, beside
+        its own."""
         results = []
         for k in range(1, self.count):
-            while not os.path.exists(path := os.path.join(self.dir, f"result-{k}.json")):
-                time.sleep(self.POLL_SECONDS)
+            while not storage.exists(path := storage.join(self.dir, f"result-{k}.json")):
+                time.sleep(self.poll_seconds)
             result = read_json(path)
             result["pieces"] = [PieceResult.from_json(data_spec, p) for p in result["pieces"]]
             results.append(result)
+        if self.in_store:
+            storage.download_tree(storage.join(self.dir, "parts"), parts_dir)
         return results
 
 
 def write_share_of_pod(pods: Pods, data_spec: DataSpec) -> None:
     """A pod other than pod 0: once the plan is there, write its share (unless the data is reused)."""
     plan = pods.wait_plan()
-    if "shares" in plan:
-        share = [readers.Piece(**p) for p in plan["shares"][pods.index]]
+    if "shares" not in plan:
+        return
+    share = [readers.Piece(**p) for p in plan["shares"][pods.index]]
+    with pods.own_parts() as parts_dir:
         try:
-            pods.write_result(write_share(Share(pods.index, share, pods.parts_dir, data_spec, False, False)))
+            result = write_share(Share(pods.index, share, parts_dir, data_spec, False, False))
         except readers.BadData as exc:
             refuse(exc)
+        pods.write_result(result, parts_dir)
 
 
 def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) -> dict[str, Any]:
@@ -390,13 +419,15 @@ def write_parts(
     """(every writer's write_share result, the directory of their parts): the pods' (pod 0 writes the first run),
     or this process's writers' in ``tmp``."""
     if pods:
+        parts_dir = pods.shared_parts or os.path.join(tmp, "parts")
         pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
         say(f"shared the input among {pods.count} pods (plan in {pods.dir}); writing this pod's share")
+        os.makedirs(parts_dir, exist_ok=True)
         try:
-            first = write_share(Share(0, runs[0], pods.parts_dir, data_spec, False, True))
+            first = write_share(Share(0, runs[0], parts_dir, data_spec, False, True))
         except readers.BadData as exc:
             refuse(exc)
-        return [first, *pods.wait_results(data_spec)], pods.parts_dir
+        return [first, *pods.wait_results(data_spec, parts_dir)], parts_dir
     os.makedirs(parts_dir := os.path.join(tmp, "parts"))
     return write_all(runs, data_spec, parts_dir), parts_dir
 
@@ -417,9 +448,9 @@ def row_counts(total: PieceResult, files: list[tuple[str, int]], writers: str) -
     return counts
 
 
-def merged_results(done: list[dict], data_spec: DataSpec) -> PieceResult:
+def merged_results(done: list[dict], data_spec: DataSpec, parts_dir: str) -> PieceResult:
     """The writers' pieces' results merged in input order: the value counts the first writer merged itself, then
-    each later piece's, read back from its file."""
+    each later piece's, read back from its file in ``parts_dir``."""
     total = PieceResult(data_spec)
     total.values = next((d["values"] for d in done if d.get("values")), total.values)
     for r in (r for d in done for r in d["pieces"]):
@@ -429,7 +460,7 @@ def merged_results(done: list[dict], data_spec: DataSpec) -> PieceResult:
         total.train = {name: _merged(total.train.get(name), s) for name, s in r.train.items()}
         total.statistics = {name: _merged(total.statistics.get(name), s) for name, s in r.statistics.items()}
         if r.values_file:
-            with np.load(r.values_file) as arrays:
+            with np.load(os.path.join(parts_dir, r.values_file)) as arrays:
                 for name, counts in total.values.items():
                     fields = {k.split(".", 1)[1]: arrays[k] for k in arrays.files if k.startswith(f"{name}.")}
                     counts.merge(statistics.ValueCounts.from_arrays(fields))
@@ -637,13 +668,15 @@ def main() -> None:
         done, parts_dir = write_parts(runs, data_spec, pods, tmp)
         started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
         try:
-            total = merged_results(done, data_spec)
+            total = merged_results(done, data_spec, parts_dir)
         except readers.BadData as exc:
             refuse(exc)
         writers = f"{sum(map(bool, runs))} writer(s) ({'pods' if pods else 'processes'})"
         row_counts(total, files, writers)
         manifest = data_manifest(data_spec, fingerprint, inputs, total, parts_dir, tmp)
-        shutil.rmtree(pods.dir if pods else parts_dir)
+        if pods:
+            storage.remove_tree(pods.dir)
+        shutil.rmtree(parts_dir, ignore_errors=True)  # the pods' were in theirs (on the volume)
         write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
     n = data_spec.num_shards

@@ -419,12 +419,6 @@ def test_the_schema_rejects_what_the_model_rejects(change):
 MODEL_ONLY = {
     "no artifact volume with a local root": {**ON_KUBERNETES, "kubernetes.artifact_volume": DELETE},
     "an artifact volume with a bucket root": {**ON_KUBERNETES, "artifact_root": "s3://ml-artifacts/tfdist"},
-    "prepare pods with a bucket root": {
-        **ON_KUBERNETES,
-        "kubernetes.artifact_volume": DELETE,
-        "artifact_root": "s3://ml-artifacts/tfdist",
-        "data.prepare_processes": 2,
-    },
     "an MPIJob with a bucket root": {
         **ON_KUBERNETES,
         **ON_HOROVOD,

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import worker_command, write_json_atomic
+from tfdist.contract import storage, worker_command, write_json_atomic
 from tfdist.spec import load_spec
 
 CITIES = ["Zürich", "Lyon", "東京", "Washington, D.C.", "Oslo", "Lima", 'a "quoted" one', ""]
@@ -144,19 +144,23 @@ def partitions(root: str, fmt: str, columns: dict[str, list], parts: int = 3) ->
     return os.path.join(folder, f"*.{fmt}")
 
 
-def prepare(root: str, name: str, data: dict, source: str, pods: int = 1):
-    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory); (the
-    process (pod 0's), its output directory)."""
+def prepare(
+    root: str, name: str, data: dict, source: str, pods: int = 1, run_root: str | None = None, env: dict | None = None
+):
+    """Run the prepare stage in its own process (``pods``: as that many pods meeting in a directory of the run),
+    its run directory under ``run_root`` (a path or a bucket's URL; default: ``root``); (the process (pod 0's),
+    its output directory)."""
     validation = {"thresholds": {}, "allow_unvalidated": True}  # any task: only prepare runs
     spec = load_spec(make_spec(root, data={"source": "unused", **data}, validation=validation))
-    out = os.path.join(root, name, "data")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    write_json_atomic(spec_file := os.path.join(root, name, "spec.json"), spec.to_json_dict())
+    run_dir = storage.join(run_root or root, name)
+    out = storage.join(run_dir, "data")
+    write_json_atomic(spec_file := storage.join(run_dir, "spec.json"), spec.to_json_dict())
     argv = [*worker_command(sys.executable, "prepare"), "--spec", spec_file, "--out", out, "--source", source]
-    argv += ["--result", os.path.join(root, name, "result.json")]
+    argv += ["--result", storage.join(run_dir, "result.json")]
+    env = {**os.environ, **(env or {})}
     if pods == 1:
-        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300), out
-    argv += ["--pods", str(pods), "--coordination", os.path.join(root, name, "pods-try-1")]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300, env=env), out
+    argv += ["--pods", str(pods), "--coordination", storage.join(run_dir, "pods-try-1")]
     procs = [
         subprocess.Popen(
             argv,
@@ -164,7 +168,7 @@ def prepare(root: str, name: str, data: dict, source: str, pods: int = 1):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "JOB_COMPLETION_INDEX": str(k)},
+            env={**env, "JOB_COMPLETION_INDEX": str(k)},
         )
         for k in range(pods)
     ]

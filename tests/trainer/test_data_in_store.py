@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.trainer import tabular
-from tfdist.contract import EXIT_REFUSED, MANIFEST, SCRATCH_ENV, storage
+from tfdist.contract import EXIT_REFUSED, MANIFEST, SCRATCH_ENV, read_json, storage
 from tfdist.trainer import data
 
 
@@ -43,3 +43,28 @@ def test_data_in_a_bucket_is_checked_in_its_local_copy_and_a_changed_object_refu
     with pytest.raises(SystemExit):
         data.verified_manifest(url, "eval")
     assert f"data check 'missing' failed for {storage.join(url, MANIFEST)}" in capsys.readouterr().err
+
+
+@pytest.mark.e2e  # 3 prepare processes: in make test, not in the fast set
+def test_two_pods_meeting_in_the_bucket_publish_there_what_one_process_publishes_locally(tmp_path, s3):
+    """prepare_data's pods on Kubernetes with the artifact root in a bucket (no volume): they meet in the run's
+    directory there, and leave nothing of their meeting in the bucket nor on their disks."""
+    root, scratch = str(tmp_path), tmp_path / "pods-disk"
+    scratch.mkdir()
+    source = tabular.partitions(root, "csv", tabular.table(900))
+    spec = tabular.data_spec("csv", num_shards=3)
+    one, local = tabular.prepare(root, "one", spec, source)
+    assert one.returncode == 0, one.stderr
+    bucket = f"s3://{s3.new_bucket()}"
+    pods, out = tabular.prepare(
+        root, "pods", spec, source, pods=2, run_root=bucket, env={**s3.env, "TMPDIR": str(scratch)}
+    )
+    assert pods.returncode == 0, pods.stderr
+    assert "by 2 writer(s) (pods)" in pods.stdout
+    manifests = [read_json(storage.join(o, MANIFEST)) for o in (out, local)]
+    for manifest in manifests:  # it covers prepare_processes' absence
+        manifest.pop("input_fingerprint")
+    assert manifests[0] == manifests[1]  # the shards' sha256s among them
+    assert storage.names(out) == sorted(os.listdir(local))
+    assert storage.names(storage.parent(out)) == ["data", "result.json", "spec.json"]  # no pods-try-1 left
+    assert not os.listdir(scratch)

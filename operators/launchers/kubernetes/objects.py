@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import replace
@@ -33,6 +32,7 @@ from tfdist.contract import (
     digest_json,
     mpirun_argv,
     pod_argv,
+    storage,
 )
 from tfdist.operators.plan import KubernetesPlacement, Plan, StagePlan
 
@@ -203,7 +203,7 @@ def _entrypoint(plan: Plan, stage: StagePlan, command: list[str], **place) -> li
 
 def _job(plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dict, try_number: int) -> dict:
     """The stage's Indexed Job: a Horovod pod per worker (running its ranks), a pod per TF cluster member, or
-    the stage's writers (prepare_data's pods, when several, meet in a directory of the try on the volume)."""
+    the stage's writers (prepare_data's pods, when several, meet in a directory of the try under the run's)."""
     k8s, command = placement(stage), stage.args.command(PYTHON)
     role, count, gpus = "worker", len(stage.members), stage.gpus_per_worker
     if stage.sync == "horovod":  # each pod runs its slots' ranks; pod 0 serves the rendezvous
@@ -216,7 +216,7 @@ def _job(plan: Plan, stage: StagePlan, name: str, labels: dict, annotations: dic
     else:
         role, count, gpus = stage.members[0].role, stage.writers or 1, 0
         env = _env(plan, stage, role)
-        meeting = os.path.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
+        meeting = storage.join(plan.layout.run_dir, stage.task_id, f"pods-try-{try_number}")
         args = stage.args
         if count > 1 and isinstance(args, PrepareArgs):  # several writers: prepare_data's pods
             args = replace(args, pods=count, coordination=meeting)

@@ -35,7 +35,8 @@ MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction,
 
 
 IN_A_BUCKET = {"parameter_server": "s3", "horovod": "gs"}
-"""The store each mode's pipeline keeps its artifacts in (no artifact volume; credentials from a Secret)."""
+"""The store each mode's pipeline keeps its artifacts in (no artifact volume; credentials from a Secret); its
+prepare_data runs as 2 pods meeting there, each writing a day's partition of the window."""
 
 
 def store_secret(cluster: StandInCluster, scheme: str, pods_env: dict[str, str]) -> str:
@@ -77,6 +78,7 @@ def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
             roots[mode],
             name=f"k8s_{mode}",
             kubernetes=in_a_bucket.get(mode, kubernetes),
+            data={"prepare_processes": 2, "window": 2} if mode in IN_A_BUCKET else {},
             training={"launcher": "kubernetes", "epochs": 3, **training},
             validation={"thresholds": {"accuracy": {"lower": 0.8}}},
             export={"model_name": f"k8s_{mode}"},
@@ -115,6 +117,7 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
         name = object_name(dag_id, outcome.run_id, task_id)
         assert ("Job", name) in cluster.created, task_id
     assert log.count("[DAG TEST] running trigger in line") == 5
+    assert re.search(r"\[prepare-0\] read \d+ rows from 2 file\(s\) by 2 writer\(s\) \(pods\)", log)
     assert "[validate-0] no baseline: nothing published as of this data interval" in log  # the data gate's pod
     every_member = {
         "parameter_server": [r"\[chief-0\] .*step \d+", r"\[ps-0\] ps-0: serving", r"\[worker-0\] worker-0: serving"],
