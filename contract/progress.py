@@ -123,15 +123,15 @@ def read_curve(path: str) -> list[dict[str, Any]]:
     line cut short by a crash is skipped."""
     points: dict[int, dict[str, Any]] = {}
     try:
-        with storage.open_file(path) as f:
-            for line in f:
-                try:
-                    point = json.loads(line)
-                except ValueError:
-                    continue
-                points[point["step"]] = point
+        lines = storage.read_bytes(path).decode().splitlines()  # one request: an object rewritten meanwhile is whole
     except FileNotFoundError:
         return []
+    for line in lines:
+        try:
+            point = json.loads(line)
+        except ValueError:
+            continue
+        points[point["step"]] = point
     return [points[step] for step in sorted(points)]
 
 

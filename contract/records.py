@@ -10,8 +10,8 @@ from tfdist.contract import storage
 
 
 def read_json(path: str) -> Any:
-    with storage.open_file(path) as f:
-        return json.load(f)
+    """The JSON file's content, read in one request (an object rewritten meanwhile is read whole, old or new)."""
+    return json.loads(storage.read_bytes(path))
 
 
 def read_json_if_exists(path: str) -> Any:

@@ -12,9 +12,12 @@ import json
 import os
 import posixpath
 import shutil
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from tfdist.contract import storage
 from tfdist.contract.layout import CONTROL_CHARACTERS
@@ -68,13 +71,24 @@ def version_number(interval_end: dt.datetime) -> int:
 
 
 LOCK = ".registry.lock"
-"""In a model's directory: the file locked (``fcntl.flock``, exclusive) while a run chooses its warm-start parent and
-while an export prunes, so that neither sees the other half done, across processes and hosts."""
+"""In a model's directory: the registry's lock, held while a run chooses the version it reads (a warm start's parent,
+the baseline evaluate scores) and while an export prunes, so that neither sees the other half done, across
+processes and hosts. Locally a file locked with ``fcntl.flock`` (exclusive); in an object store a folder of
+numbered tickets (``_StoreLock``)."""
 READERS_DIR = ".readers"
-"""In a model's directory: one marker per training process that holds a version as its warm-start parent,
-``.readers/<random>.json`` (version, run, host, pid), created under ``LOCK`` and ``flock``-ed (shared) by that
-process while it holds it. A prune never deletes a held version; a marker nobody locks is a dead process's, and the
-next prune deletes it."""
+"""In a model's directory: one marker per process that holds a version it reads, ``.readers/<random>.json``
+(version, run, host, pid), created under ``LOCK``. A prune never deletes a held version. Locally the holder
+``flock``-s its marker (shared): one nobody locks is a dead process's. In an object store the marker is a lease
+the holder renews (``until``): one past ``until`` plus CLOCK_SKEW is a dead process's. The next prune deletes a
+dead process's marker."""
+LEASE = dt.timedelta(minutes=2)
+"""In an object store: how long a hold of ``LOCK`` or a reader's marker lasts unless renewed. Another process takes
+it as lapsed only CLOCK_SKEW after (clocks of hosts may disagree by that much), so a dead holder keeps the lock for
+at most LEASE + CLOCK_SKEW."""
+CLAIM_PREFIX = ".claim-"
+"""In a model's directory: ``.claim-<version>``, there while that version is being written or deleted: an export's
+(naming its run and checkpoint, made exclusively) until its version is published, a prune's (``{"pruning": true}``,
+in an object store) until its version is deleted. An export publishes no version number another has claimed."""
 REASON_MAX_CHARS = 2000
 """The longest withdrawal reason (after stripping): a sentence or a link, not a document."""
 
@@ -86,6 +100,10 @@ def is_version_name(name: str) -> bool:
 
 def metadata_file(version_dir: str) -> str:
     return os.path.join(version_dir, METADATA)
+
+
+def claim_path(model_dir: str, version: int) -> str:
+    return storage.join(model_dir, f"{CLAIM_PREFIX}{version}")
 
 
 class RegistryError(ValueError):
@@ -254,45 +272,141 @@ def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, An
     return earlier[-1] if earlier else None
 
 
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _lapsed(record: dict[str, Any]) -> bool:
+    """Whether a lease (``until``) is over by this host's clock, allowing for CLOCK_SKEW."""
+    return _now() > dt.datetime.fromisoformat(record["until"]) + CLOCK_SKEW
+
+
+def _holder() -> dict[str, Any]:
+    return {"host": os.uname().nodename, "pid": os.getpid()}
+
+
+class _StoreLock:
+    """``LOCK`` in an object store, which has no file lock: tickets ``<LOCK>/<n>.json``, each made by a conditional
+    create (of two makers, one wins). The maker of the highest ticket holds the lock until it writes its ticket
+    released or its LEASE is over. To take it: once the highest ticket is released or lapsed, make the next one,
+    and hold it if no higher one appeared meanwhile (a maker that listed before older tickets were deleted may make
+    a lower one: the higher one holds). The holder deletes the tickets below its own, and stops (``check``) once its
+    lease is over: by then another may hold the lock."""
+
+    POLL_SECONDS = 1.0
+
+    def __init__(self, model_dir: str) -> None:
+        self.folder = storage.join(model_dir, LOCK)
+        self.ticket, self.until = 0, _now()
+
+    def _path(self, ticket: int) -> str:
+        return storage.join(self.folder, f"{ticket}.json")
+
+    def _tickets(self) -> list[int]:
+        numbers = [name.removesuffix(".json") for name in storage.names(self.folder)]
+        return sorted(int(n) for n in numbers if is_version_name(n))
+
+    def acquire(self) -> None:
+        told = None
+        while True:
+            tickets = self._tickets()
+            top = tickets[-1] if tickets else 0
+            record = read_json_if_exists(self._path(top)) if top else {"released": True}
+            if record is None or not (record.get("released") or _lapsed(record)):
+                if record and record != told:
+                    print(
+                        f"waiting for {self.folder}, held by {record['holder']} until {record['until']}",
+                        file=sys.stderr,
+                    )
+                    told = record
+                time.sleep(self.POLL_SECONDS)
+                continue
+            mine, until = top + 1, _now() + LEASE
+            made = storage.create(
+                self._path(mine), json.dumps({"holder": _holder(), "until": until.isoformat()}).encode()
+            )
+            if made and (now := self._tickets())[-1] == mine:
+                self.ticket, self.until = mine, until
+                for old in now[:-1]:
+                    storage.remove(self._path(old))
+                return
+
+    def check(self) -> None:
+        """Raise RegistryError once this hold's lease is over."""
+        if _now() > self.until:
+            raise RegistryError(f"{self.folder}: this process's hold lasted past its lease ({LEASE}); stopped")
+
+    def release(self) -> None:
+        record = {"holder": _holder(), "until": self.until.isoformat(), "released": True}
+        storage.write_bytes(self._path(self.ticket), json.dumps(record).encode())
+
+
 @contextlib.contextmanager
-def locked(model_dir: str) -> Iterator[None]:
-    """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it. An
-    object store's model directory has no lock yet: nothing is pruned there (the spec refuses keep_versions)."""
+def locked(model_dir: str) -> Iterator[Callable[[], None]]:
+    """Hold the model directory's LOCK (made, with the directory, if missing); blocks while another holds it.
+    Yields a check to call before each change: in an object store it raises once the hold's lease is over."""
     if storage.is_object_store(model_dir):
-        yield
+        lock = _StoreLock(model_dir)
+        lock.acquire()
+        try:
+            yield lock.check
+        finally:
+            lock.release()
         return
     os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, LOCK), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield  # closing the file releases it
+    with open(os.path.join(model_dir, LOCK), "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        yield lambda: None  # closing the file releases it
 
 
 class Reader:
-    """A version this process holds as its warm-start parent, never pruned until ``release`` or this process's end
-    (the kernel drops a dead process's lock). Make it under ``locked``, in the same hold as the choice."""
+    """A version this process holds as one it reads, never pruned until ``release`` or this process's end (the
+    kernel drops a dead process's lock; a store's lease lapses). Make it under ``locked``, in the same hold as the
+    choice. In an object store a thread renews the lease every LEASE / 4."""
 
     def __init__(self, model_dir: str, version: int, run_id: str):
+        name = f"{uuid.uuid4().hex}.json"
+        self.record = {"version": version, "run_id": run_id, **_holder()}
+        self.path = storage.join(model_dir, READERS_DIR, name)
+        self.released = threading.Event()
+        self.file: IO[str] | None = None
+        self.keeper: threading.Thread | None = None
+        if storage.is_object_store(model_dir):
+            self._renew()
+            self.keeper = threading.Thread(target=self._keep, name="tfdist-registry-lease", daemon=True)
+            self.keeper.start()
+            return
         os.makedirs(os.path.join(model_dir, READERS_DIR), exist_ok=True)
-        self.path = os.path.join(model_dir, READERS_DIR, f"{uuid.uuid4().hex}.json")
         self.file = open(self.path, "x")  # open until release
         fcntl.flock(self.file, fcntl.LOCK_SH)
-        json.dump({"version": version, "run_id": run_id, "host": os.uname().nodename, "pid": os.getpid()}, self.file)
+        json.dump(self.record, self.file)
         self.file.flush()
 
+    def _renew(self) -> None:
+        lease = {**self.record, "until": (_now() + LEASE).isoformat()}
+        storage.write_bytes(self.path, json.dumps(lease).encode())
+
+    def _keep(self) -> None:
+        while not self.released.wait(LEASE.total_seconds() / 4):
+            try:
+                self._renew()
+            except Exception as exc:  # the store unreachable: tried again next time, within the lease
+                print(f"could not renew {self.path} (tried again in {LEASE / 4}): {exc!r}", file=sys.stderr)
+
     def release(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(self.path)
-        self.file.close()
+        self.released.set()
+        if self.keeper:
+            self.keeper.join()  # no renewal after the removal
+        storage.remove(self.path)
+        if self.file:
+            self.file.close()
 
 
 @contextlib.contextmanager
 def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
     """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
     deletes it meanwhile. Without a model directory there is none (and none is made)."""
-    if storage.is_object_store(model_dir):  # no lock yet: never pruned there (the spec refuses keep_versions)
-        yield baseline_for(model_dir, interval_end, run_id)
-        return
-    if not os.path.isdir(model_dir):
+    if not storage.names(model_dir):
         yield None
         return
     with locked(model_dir):
@@ -306,10 +420,23 @@ def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[di
 
 
 def held(model_dir: str) -> set[int]:
-    """The versions live processes hold as their warm-start parent (under ``locked``); dead processes' markers are
-    deleted."""
+    """The versions live processes hold (under ``locked``); dead processes' markers are deleted."""
+    readers = storage.join(model_dir, READERS_DIR)
+    if storage.is_object_store(model_dir):
+        found = set()
+        for name in storage.names(readers):
+            lease = read_json_if_exists(path := storage.join(readers, name))
+            if lease and _lapsed(lease):
+                storage.remove(path)
+            elif lease:
+                found.add(lease["version"])
+        return found
+    return _locked_markers(readers)
+
+
+def _locked_markers(readers: str) -> set[int]:
+    """The versions of the local markers a process locks; the others deleted."""
     found = set()
-    readers = os.path.join(model_dir, READERS_DIR)
     for name in os.listdir(readers) if os.path.isdir(readers) else []:
         with contextlib.suppress(FileNotFoundError), open(os.path.join(readers, name)) as marker:
             try:
@@ -323,12 +450,40 @@ def held(model_dir: str) -> set[int]:
 
 def prune(model_dir: str, keep: int, protect: set[int]) -> list[int]:
     """Delete all but the newest ``keep`` versions (so never the live one), never one in ``protect`` nor one a
-    running training process holds as its warm-start parent (``held``); return the deleted ones."""
-    with locked(model_dir):
+    running process holds (``held``); return the deleted ones. Each is made invisible under ``locked`` (locally
+    renamed aside; in a store, claimed and its metadata.json deleted), then deleted; in a store outside the lock,
+    and what a prune that died midway left is deleted by the next."""
+    in_store = storage.is_object_store(model_dir)
+    with locked(model_dir) as check:
+        left = _unfinished_deletions(model_dir) if in_store else []
         spared = protect | held(model_dir)
         doomed = [v for v in [m["version"] for m in versions(model_dir)][:-keep] if v not in spared]
         for version in doomed:
-            hidden = os.path.join(model_dir, f".deleting-{version}")
-            os.rename(os.path.join(model_dir, str(version)), hidden)  # invisible at once, then removed
-            shutil.rmtree(hidden)
+            check()
+            _hide(model_dir, version)
+    for version in [*left, *doomed] if in_store else []:
+        storage.remove_tree(storage.join(model_dir, str(version)))
+        storage.remove(claim_path(model_dir, version))
     return doomed
+
+
+def _hide(model_dir: str, version: int) -> None:
+    """Make a version invisible to every reader: locally renamed aside at once (and deleted); in a store, claimed
+    for its deletion, then its metadata.json deleted."""
+    if storage.is_object_store(model_dir):
+        storage.write_bytes(claim_path(model_dir, version), json.dumps({"pruning": True}).encode())
+        storage.remove(metadata_file(storage.join(model_dir, str(version))))
+        return
+    hidden = os.path.join(model_dir, f".deleting-{version}")
+    os.rename(os.path.join(model_dir, str(version)), hidden)
+    shutil.rmtree(hidden)
+
+
+def _unfinished_deletions(model_dir: str) -> list[int]:
+    """In a store: the versions a prune claimed and hid but did not finish deleting (it died midway)."""
+    claimed = [n.removeprefix(CLAIM_PREFIX) for n in storage.names(model_dir) if n.startswith(CLAIM_PREFIX)]
+    return [
+        int(v)
+        for v in claimed
+        if is_version_name(v) and (read_json_if_exists(claim_path(model_dir, int(v))) or {}).get("pruning")
+    ]

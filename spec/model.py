@@ -1416,17 +1416,6 @@ class Spec(_Section):
         return self
 
     @model_validator(mode="after")
-    def _pruned_locally(self) -> Spec:
-        """Deleting versions waits on the processes that hold one (warm starts): so far only a local model
-        directory knows them (file locks)."""
-        if self.export.keep_versions and "://" in self.export_root:
-            raise ValueError(
-                f"export.keep_versions: versions in an object store ({self.export_root}) are not deleted by tfdist "
-                "yet; leave keep_versions unset and expire old versions with the bucket's lifecycle rules"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _gated(self) -> Spec:
         v = self.validation
         if not (v.thresholds or v.change_thresholds or v.allow_unvalidated):

@@ -158,12 +158,12 @@ def version_refusal(model_dir: str, base: int, now: dt.datetime) -> str | None:
 
 def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tuple[int, bool]:
     """(version, already published by this run from this checkpoint): the first version from ``base`` neither
-    published, withdrawn nor claimed by another export. The claim, ``.claim-<version>`` naming the run and
-    checkpoint, is created exclusively, so that exports running at once get distinct versions; a rerun of the run
-    takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
+    published, withdrawn nor claimed by another export or a prune. The claim (``registry.claim_path``) naming the
+    run and checkpoint is created exclusively, so that exports running at once get distinct versions; a rerun of
+    the run takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
     owner = {"run_id": run_id, "source_checkpoint": checkpoint}
     for version in range(base, base + registry.MAX_VERSIONS_PER_INTERVAL):
-        path, claim = storage.join(model_dir, str(version)), claim_path(model_dir, version)
+        path, claim = storage.join(model_dir, str(version)), registry.claim_path(model_dir, version)
         if registry.is_withdrawn(model_dir, version):
             continue  # a withdrawn version's number is never published again (restore brings it back)
         if storage.exists(registry.metadata_file(path)):
@@ -181,10 +181,6 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     fail(
         f"{model_dir} already holds {registry.MAX_VERSIONS_PER_INTERVAL} versions for this data interval", EXIT_REFUSED
     )
-
-
-def claim_path(model_dir: str, version: int) -> str:
-    return storage.join(model_dir, f".claim-{version}")
 
 
 def _owner(path: str) -> dict | None:
@@ -245,7 +241,7 @@ def main() -> None:
             shutil.rmtree(stale, ignore_errors=True)  # left by a local export of this version that was killed
         publish(args, spec, run, blessing, out, version, origin)
     say(f"TF Serving's {registry.SERVING_CONFIG} serves version {registry.write_serving_config(args.model_dir)}")
-    storage.remove(claim_path(args.model_dir, version))
+    storage.remove(registry.claim_path(args.model_dir, version))
     write_json_atomic(args.result, result)
     keep = spec.export.keep_versions
     if keep:

@@ -234,7 +234,7 @@ class ParentRestore:
                 model_dir,
                 storage.join(storage.parent(record_file), CHOICE),
             )
-            if self.parent and not storage.is_object_store(model_dir):  # never pruned there (spec: keep_versions)
+            if self.parent:
                 self.reader = registry.Reader(model_dir, self.parent["version"], run["run_id"])
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"

@@ -18,10 +18,11 @@ from tfdist.trainer.export import claim_version
 
 
 def publish(model_dir: str, version: int, parent: int | None = None) -> str:
-    """A published version as export leaves it: a SavedModel's files and metadata.json."""
-    path = os.path.join(model_dir, str(version))
-    os.makedirs(os.path.join(path, "variables"))
-    open(os.path.join(path, "saved_model.pb"), "wb").close()
+    """A published version as export leaves it, at a path or in a bucket: a SavedModel's files and metadata.json
+    (last)."""
+    path = storage.join(model_dir, str(version))
+    for name in ("saved_model.pb", "variables/variables.index"):
+        storage.write_bytes(storage.join(path, name), b"")
     write_json_atomic(
         registry.metadata_file(path),
         {

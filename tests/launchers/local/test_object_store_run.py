@@ -60,7 +60,8 @@ def served_accuracy(copied: str) -> float:
 
 def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(bucket_root, tmp_path, monkeypatch):
     """``airflow dags test``, twice: the first night trains (2 workers), evaluates and publishes into the bucket;
-    the second warm-starts from that version and is gated against it. Nothing lands on the local disk: not under
+    the second warm-starts from that version and is gated against it, which its prune (``keep_versions: 1``) spares.
+    Nothing lands on the local disk: not under
     the local artifact root, the working directory or the launcher's scratch. The published SavedModel, copied
     out, scores as the gate said."""
     local_root, work, scratch, logs = (tmp_path / name for name in ("artifacts", "work", "tmp", "logs"))
@@ -70,7 +71,7 @@ def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(buck
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.chdir(work)  # the processes' too: a URL taken for a local path would land here
     training = {"checkpoint_every_steps": 20, "keep_checkpoints": 2, "warm_start": {"from": "baseline"}}
-    spec = make_spec(bucket_root, name=DAG_ID, training=training, export={"model_name": DAG_ID})
+    spec = make_spec(bucket_root, name=DAG_ID, training=training, export={"model_name": DAG_ID, "keep_versions": 1})
     with dags_folder(tmp_path / "dags", [spec], "The Airflow DAG of the object-store run."):
         first = airflow_dags_test(DAG_ID, DAY, str(logs / "first.log"), echo=False)
         assert first.state == "success", open(first.log_path).read()[-4000:]
@@ -103,3 +104,9 @@ def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(buck
     live = registry.live(model_dir)
     assert live is not None and live > version
     assert f"versions: {live}" in storage.read_bytes(storage.join(model_dir, registry.SERVING_CONFIG)).decode()
+    assert [m["version"] for m in registry.versions(model_dir)] == [
+        version,
+        live,
+    ]  # keep_versions 1 spared the baseline
+    assert not storage.names(storage.join(model_dir, registry.READERS_DIR))  # the warm start's, the gate's: released
+    assert registry.prune(model_dir, 1, set()) == [version] and str(version) not in storage.names(model_dir)
