@@ -161,14 +161,14 @@ class PieceResult:
                 "regression target (data.label.task: regression), or an id?"
             )
 
-    def keep_values(self, parts_dir: str, name: str) -> None:
-        """Move the value counts to the .npz file ``name`` in the parts directory."""
+    def keep_values(self, parts_dir: str, file_name: str) -> None:
+        """Move the value counts to the .npz file ``file_name`` in the parts directory."""
         arrays: dict[str, Any] = {
             f"{name}.{k}": v for name, counts in self.values.items() for k, v in counts.to_arrays().items()
         }
-        with open(os.path.join(parts_dir, name), "wb") as f:
+        with open(os.path.join(parts_dir, file_name), "wb") as f:
             np.savez(f, **arrays)
-        self.values, self.values_file = {}, name
+        self.values, self.values_file = {}, file_name
 
     def to_json(self) -> dict[str, Any]:
         """Exactly, as JSON values (a pod hands its pieces' results to pod 0 this way)."""
@@ -676,7 +676,7 @@ def main() -> None:
         manifest = data_manifest(data_spec, fingerprint, inputs, total, parts_dir, tmp)
         if pods:
             storage.remove_tree(pods.dir)
-        shutil.rmtree(parts_dir, ignore_errors=True)  # the pods' were in theirs (on the volume)
+        shutil.rmtree(parts_dir, ignore_errors=True)  # in tmp (on a volume, the pods' went with pods.dir)
         write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
     n = data_spec.num_shards
