@@ -36,7 +36,17 @@ MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction,
 
 IN_A_BUCKET = {"parameter_server": "s3", "horovod": "gs"}
 """The store each mode's pipeline keeps its artifacts in (no artifact volume; credentials from a Secret); its
-prepare_data runs as 2 pods meeting there, each writing a day's partition of the window."""
+prepare_data runs as 2 pods meeting there, each writing one of the day's two input files."""
+
+
+def upload_in_halves(local_raw: str, url: str) -> None:
+    """The raw partitions uploaded under ``url``, each day's CSV as two objects (``<name>-0.csv``, ``-1.csv``)."""
+    for relative in storage.files_under(local_raw):
+        with open(os.path.join(local_raw, relative)) as f:
+            header, *rows = f.readlines()
+        half, stem = len(rows) // 2, storage.join(url, relative.removesuffix(".csv"))
+        for k, part in enumerate((rows[:half], rows[half:])):
+            storage.write_bytes(f"{stem}-{k}.csv", (header + "".join(part)).encode())
 
 
 def store_secret(cluster: StandInCluster, scheme: str, pods_env: dict[str, str]) -> str:
@@ -70,7 +80,7 @@ def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
     roots, in_a_bucket = {"evicted": digits_root}, {}
     for mode, scheme in IN_A_BUCKET.items():
         roots[mode] = new_bucket_url(request, scheme, "tfdist")
-        storage.upload_tree(os.path.join(digits_root, "raw"), storage.join(roots[mode], "raw"))
+        upload_in_halves(os.path.join(digits_root, "raw"), storage.join(roots[mode], "raw"))
         secret = store_secret(cluster, scheme, pods_env[scheme])
         in_a_bucket[mode] = {**kubernetes, "artifact_volume": None, "credentials_secret": secret}
     specs = [
@@ -78,7 +88,7 @@ def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
             roots[mode],
             name=f"k8s_{mode}",
             kubernetes=in_a_bucket.get(mode, kubernetes),
-            data={"prepare_processes": 2, "window": 2} if mode in IN_A_BUCKET else {},
+            data={"prepare_processes": 2} if mode in IN_A_BUCKET else {},
             training={"launcher": "kubernetes", "epochs": 3, **training},
             validation={"thresholds": {"accuracy": {"lower": 0.8}}},
             export={"model_name": f"k8s_{mode}"},
