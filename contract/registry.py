@@ -298,6 +298,7 @@ class _StoreLock:
     def __init__(self, model_dir: str) -> None:
         self.folder = storage.join(model_dir, LOCK)
         self.ticket, self.until = 0, _now()
+        self.record: dict[str, Any] = {}
 
     def _path(self, ticket: int) -> str:
         return storage.join(self.folder, f"{ticket}.json")
@@ -322,11 +323,10 @@ class _StoreLock:
                 time.sleep(self.POLL_SECONDS)
                 continue
             mine, until = top + 1, _now() + LEASE
-            made = storage.create(
-                self._path(mine), json.dumps({"holder": _holder(), "until": until.isoformat()}).encode()
-            )
+            mine_record = {"holder": _holder(), "until": until.isoformat()}
+            made = storage.create(self._path(mine), json.dumps(mine_record).encode())
             if made and (now := self._tickets())[-1] == mine:
-                self.ticket, self.until = mine, until
+                self.ticket, self.until, self.record = mine, until, mine_record
                 for old in now[:-1]:
                     storage.remove(self._path(old))
                 return
@@ -337,8 +337,7 @@ class _StoreLock:
             raise RegistryError(f"{self.folder}: this process's hold lasted past its lease ({LEASE}); stopped")
 
     def release(self) -> None:
-        record = {"holder": _holder(), "until": self.until.isoformat(), "released": True}
-        storage.write_bytes(self._path(self.ticket), json.dumps(record).encode())
+        write_json_atomic(self._path(self.ticket), {**self.record, "released": True})
 
 
 @contextlib.contextmanager
@@ -384,7 +383,7 @@ class Reader:
 
     def _renew(self) -> None:
         lease = {**self.record, "until": (_now() + LEASE).isoformat()}
-        storage.write_bytes(self.path, json.dumps(lease).encode())
+        write_json_atomic(self.path, lease)
 
     def _keep(self) -> None:
         while not self.released.wait(LEASE.total_seconds() / 4):
@@ -471,7 +470,7 @@ def _hide(model_dir: str, version: int) -> None:
     """Make a version invisible to every reader: locally renamed aside at once (and deleted); in a store, claimed
     for its deletion, then its metadata.json deleted."""
     if storage.is_object_store(model_dir):
-        storage.write_bytes(claim_path(model_dir, version), json.dumps({"pruning": True}).encode())
+        write_json_atomic(claim_path(model_dir, version), {"pruning": True})
         storage.remove(metadata_file(storage.join(model_dir, str(version))))
         return
     hidden = os.path.join(model_dir, f".deleting-{version}")
