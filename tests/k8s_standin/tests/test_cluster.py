@@ -58,7 +58,7 @@ def assert_nothing_left(cluster: StandInCluster) -> None:
 def cluster(tmp_path, request, monkeypatch):
     """A started stand-in (``StandInCluster`` keywords from an indirect parameter; ``cgroups: False`` to do without
     memory cgroups), closed and checked empty after."""
-    if lacks_root("ip"):
+    if lacks_root():
         pytest.skip(STANDIN_NEEDS_ROOT)
     params = dict(getattr(request, "param", {}))
     if not params.pop("cgroups", True):

@@ -26,7 +26,7 @@ from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
 
-pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
+pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT)]
 CONNECTION = "k8s_dag_standin"
 MODES = {  # MultiWorkerMirrored pods run in the launcher tests (kill, eviction, crash and retry, TFJob)
     "parameter_server": {"strategy": "parameter_server", "num_ps": 1, "num_workers": 1},

@@ -44,7 +44,7 @@ from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.launchers.kubernetes.objects import object_name
 from tfdist.operators.launchers.kubernetes.trigger import StageTrigger
 
-pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT, "ip")]
+pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT)]
 CONNECTION = "k8s_standin"
 KUBERNETES = {
     "namespace": "ml",
