@@ -40,9 +40,6 @@ MODES = {
     "horovod": {"backend": "mpi"},
 }
 SYNC_MODES = ("mirrored", "horovod")  # all-reduce modes: bench/collectives.py measures their sync alone
-SPARSE_TABLES = (1_000, 200_000)
-"""Rows of the embedding tables whose sparse and densified sync bench/sparse_sync.py measures (32 wide, 32 lookups
-per replica)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,9 @@ class Budget:
     modes: tuple[str, ...]
     """Distribution modes whose training is measured (the tiny budget leaves out the 4-process parameter-server
     cluster, the most expensive to start)."""
+    sparse_tables: tuple[int, ...]
+    """Rows of the embedding tables whose sparse and densified sync bench/sparse_sync.py measures (32 wide, 32
+    lookups per replica)."""
     airflow_run: bool
     """Measure the Airflow task process's memory in one ``airflow dags test`` run (tests/live/test_demo.py already
     runs that path, so the tiny budget skips it)."""
@@ -99,6 +99,7 @@ BUDGETS = {
         shard_sizes=(2_000, 4_000),
         parse_repetitions=1,
         modes=("mirrored", "horovod"),
+        sparse_tables=(1_000,),
         airflow_run=False,
         prepare_base_mb=0.5,
         follow_pods=(2, 8),
@@ -122,6 +123,7 @@ BUDGETS = {
         shard_sizes=(20_000, 200_000),
         parse_repetitions=7,
         modes=tuple(MODES),
+        sparse_tables=(1_000, 200_000),
         airflow_run=True,
         prepare_base_mb=50,
         follow_pods=(2, 8, 32, 64, 128),
@@ -289,7 +291,7 @@ def throughput_and_startup(work: str, budget: Budget) -> dict:
         cases.append((f"handwritten/{mode}/2", lambda r, anchor=anchor: training.handwritten(anchor, 2)))
         if mode in SYNC_MODES:
             cases.append((f"sync/{mode}/2", lambda r, mode=mode: training.sync_ms(mode)))
-        for rows in SPARSE_TABLES:
+        for rows in budget.sparse_tables:
             for kind in ("sparse", "dense"):
                 cases.append(
                     (
@@ -379,7 +381,7 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 )
             )
     for mode in budget.modes:
-        for table in SPARSE_TABLES:
+        for table in budget.sparse_tables:
             rows.append(
                 ratio_row(
                     f"embedding sync {mode}, 2 workers, {table:,}-row table: step with the sparse gradient / densified",

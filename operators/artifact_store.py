@@ -187,6 +187,8 @@ def _connect(root: str) -> Access:
         options, env = CREDENTIALS[scheme](conn_id)
         storage.configure(scheme, options)
         fs, _ = storage.filesystem(root)
+        if scheme == "gs":  # sign in once here: gcsfs's requests retry a refused sign-in for half a minute
+            fs.credentials.maybe_refresh()
         fs.ls(bucket, detail=False)  # raises where the store refuses the credentials (exists() would say False)
     except StoreUnreachable:
         raise

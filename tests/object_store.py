@@ -182,16 +182,18 @@ class GCSServer(StoreServer):
 class TokenServer:
     """Google's OAuth 2.0 token endpoint, stood in for, in a thread of this process, on every address of this
     machine: a service-account key whose ``token_uri`` is here signs in (google-auth's own JWT-bearer flow) and gets
-    an access token, unless ``refusing`` (a deleted key). ``granted`` counts the tokens given."""
+    an access token, unless ``refusing`` (a deleted key). ``granted`` counts the tokens given, ``refused`` the
+    sign-ins refused."""
 
     def __init__(self, refusing: bool = False) -> None:
-        self.refusing, self.granted = refusing, 0
+        self.refusing, self.granted, self.refused = refusing, 0, 0
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if server.refusing:
+                    server.refused += 1
                     body, status = {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, 400
                 else:
                     server.granted += 1

@@ -149,6 +149,17 @@ def checkpoint_files(url_dir: str, name: str) -> list[str]:
     return [posixpath.basename(p) for p in fs.glob(f"{path}/{name}.*")]
 
 
+def kept_files(url_dir: str, state: str) -> list[str]:
+    """The names of the files of every checkpoint ``state`` keeps in the store's ``url_dir``; FileNotFoundError
+    if one is gone."""
+    files = []
+    for name in kept_checkpoints(state):
+        if f"{name}.index" not in (found := checkpoint_files(url_dir, name)):
+            raise FileNotFoundError(storage.join(url_dir, f"{name}.index"))
+        files += found
+    return files
+
+
 def _state(path: str) -> str | None:
     """The checkpoint state file at ``path`` (a URL or a local path), None if there is none."""
     try:
@@ -161,7 +172,8 @@ def fetch_checkpoints(url_dir: str) -> str:
     """The local directory of the checkpoints in ``url_dir``: itself if local, else its scratch copy, with the
     state file and every checkpoint it keeps. The processes of a host sharing the scratch fetch one at a time: one
     finding the store's state there already (a peer fetched it) leaves it; else the copy is made anew (whatever an
-    earlier try left there removed)."""
+    earlier try left there removed). A checkpoint deleted meanwhile by the chief's next upload (its state no longer
+    keeps it) has the newer state fetched instead."""
     local = local_path(url_dir)
     if local == url_dir:
         return local
@@ -169,15 +181,20 @@ def fetch_checkpoints(url_dir: str) -> str:
     with open(f"{local}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
         state = _state(storage.join(url_dir, CHECKPOINT_STATE))
-        if state == _state(os.path.join(local, CHECKPOINT_STATE)):
-            os.makedirs(local, exist_ok=True)
-            return local
-        shutil.rmtree(local, ignore_errors=True)
-        os.makedirs(local)
-        if state is not None:
-            fetch(url_dir, [file for name in kept_checkpoints(state) for file in checkpoint_files(url_dir, name)])
+        while state != _state(os.path.join(local, CHECKPOINT_STATE)):
+            shutil.rmtree(local, ignore_errors=True)
+            os.makedirs(local)
+            if state is None:
+                break
+            try:
+                fetch(url_dir, kept_files(url_dir, state))
+            except FileNotFoundError:
+                if state == (state := _state(storage.join(url_dir, CHECKPOINT_STATE))):
+                    raise
+                continue
             with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
                 f.write(state)
+        os.makedirs(local, exist_ok=True)
     return local
 
 
@@ -207,9 +224,8 @@ def _upload_checkpoint(snapshot: str, url_dir: str) -> None:
     storage.upload_tree(snapshot, url_dir, last=(CHECKPOINT_STATE,))
     with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
         kept = set(kept_checkpoints(f.read()))
-    for name in storage.names(url_dir):
-        if name != CHECKPOINT_STATE and name.split(".", 1)[0] not in kept:
-            storage.remove(storage.join(url_dir, name))
+    stale = [n for n in storage.names(url_dir) if n != CHECKPOINT_STATE and n.split(".", 1)[0] not in kept]
+    storage.remove_all([storage.join(url_dir, name) for name in stale])
     shutil.rmtree(snapshot)
 
 

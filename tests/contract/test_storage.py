@@ -38,6 +38,17 @@ def test_records_are_read_back_and_listed_as_written(root):
     assert not storage.exists(storage.join(root, "run", "data", "a.bin"))
 
 
+def test_files_are_deleted_together_those_missing_skipped(root):
+    urls = [storage.join(root, "ckpt", f"ckpt-{k}.index") for k in range(3)]
+    for url in urls:
+        storage.write_bytes(url, b"x")
+    storage.remove_all([*urls[:2], storage.join(root, "ckpt", "missing")])
+    assert storage.names(storage.join(root, "ckpt")) == ["ckpt-2.index"]
+    storage.remove_all(urls[:2])  # none of them there any more
+    storage.remove_all([])
+    assert storage.names(storage.join(root, "ckpt")) == ["ckpt-2.index"]
+
+
 def local_tree(tmp_path, files: int) -> str:
     tree = tmp_path / "tree"
     for k in range(files):

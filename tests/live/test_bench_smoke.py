@@ -36,7 +36,7 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
         "data gate seconds",
         "warm start: steps to the cold run's final eval accuracy",
         "throughput with summaries every",
-        "embedding sync mirrored, 2 workers, 200,000-row table",
+        "embedding sync mirrored, 2 workers, 1,000-row table",
         "embedding sync horovod, 2 workers, 1,000-row table",
         "categorical features: train stage / hand-written",
         "CTR plugin tax, parameter_server",

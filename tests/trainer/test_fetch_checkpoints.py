@@ -1,5 +1,6 @@
 """Checkpoints in a bucket fetched at once by the processes of one host, which share its scratch directory (the
-training processes of a local stage all restore before their first step)."""
+training processes of a local stage all restore before their first step), and fetched while the chief's uploads
+delete the checkpoints their newer state no longer keeps (an elastic rank that rejoins late)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from tfdist.contract import storage
+from tfdist.contract import kept_checkpoints, storage
+from tfdist.trainer import scratch
 
-pytestmark = pytest.mark.e2e  # 10 s: six processes
+pytestmark = pytest.mark.e2e  # 20 s: six processes; uploads racing fetches
 FETCHES = """
 import json, os, sys, time
 from tfdist.trainer import scratch
@@ -46,3 +49,64 @@ def test_processes_sharing_a_scratch_fetch_the_same_checkpoints_at_once(s3, tmp_
     assert all(code == 0 for code, _, _ in done), [err[-1500:] for code, _, err in done if code]
     every_file = ["checkpoint", *(f"ckpt-{s}.{part}" for s in (1, 2) for part in ("data-00000-of-00001", "index"))]
     assert [json.loads(out.splitlines()[-1]) for _, out, _ in done] == [every_file] * 6
+
+
+def save(directory, step: int) -> str:
+    """A checkpoint's files and the state keeping it and the one before, as a CheckpointManager (max_to_keep 2)
+    leaves them in ``directory``: its prefix."""
+    for name in os.listdir(directory):
+        if name.startswith(f"ckpt-{step - 2}."):
+            os.remove(directory / name)
+    (directory / f"ckpt-{step}.index").write_bytes(b"index")
+    (directory / f"ckpt-{step}.data-00000-of-00001").write_bytes(os.urandom(256 << 10))
+    kept = [f"ckpt-{s}" for s in (step - 1, step) if s > 0]
+    state = f'model_checkpoint_path: "{kept[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{k}"\n' for k in kept)
+    (directory / "checkpoint").write_text(state)
+    return str(directory / f"ckpt-{step}")
+
+
+def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3, tmp_path, monkeypatch):
+    """A rank that (re)starts late restores while the chief's uploads delete the checkpoints their newer state no
+    longer keeps: each fetch ends with every checkpoint its state keeps."""
+    url = f"s3://{s3.new_bucket()}/run/checkpoints"
+    storage.configure("s3", s3.options)
+    saved = tmp_path / "chief"
+    saved.mkdir()
+    scratch.checkpoint_upload(str(saved), url, save(saved, 1))()
+    uploading = threading.Event()
+    uploading.set()
+
+    def chief() -> None:
+        step = 2
+        while uploading.is_set():
+            scratch.checkpoint_upload(str(saved), url, save(saved, step))()
+            step += 1
+
+    uploads = threading.Thread(target=chief)
+    uploads.start()
+    try:
+        for k in range(20):
+            monkeypatch.setenv("TFDIST_SCRATCH", str(tmp_path / f"scratch-{k}"))
+            local = scratch.fetch_checkpoints(url)
+            kept = kept_checkpoints(open(os.path.join(local, "checkpoint")).read())
+            assert {f"{name}.{part}" for name in kept for part in ("index", "data-00000-of-00001")} <= set(
+                os.listdir(local)
+            ), k
+    finally:
+        uploading.clear()
+        uploads.join()
+
+
+def test_a_kept_checkpoint_already_deleted_is_missing_not_skipped(tmp_path):
+    save(tmp_path, 1)
+    state = open(save(tmp_path, 2).replace("ckpt-2", "checkpoint")).read()
+    assert scratch.kept_files(str(tmp_path), state) == [
+        "ckpt-1.data-00000-of-00001",
+        "ckpt-1.index",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+    ]
+    for name in ("ckpt-1.index", "ckpt-1.data-00000-of-00001"):
+        os.remove(tmp_path / name)
+    with pytest.raises(FileNotFoundError, match=r"ckpt-1\.index"):
+        scratch.kept_files(str(tmp_path), state)
