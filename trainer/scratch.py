@@ -4,12 +4,14 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import functools
 import multiprocessing
 import multiprocessing.queues
 import os
 import posixpath
+import queue
 import shutil
 import tempfile
 import time
@@ -130,17 +132,29 @@ class Uploader:
 
 
 def _upload(jobs: multiprocessing.queues.Queue, failures: multiprocessing.queues.Queue) -> None:
-    """The upload process: run each job in turn until the None that ends them, skipping all after a failure."""
+    """The upload process: run each job in turn until the None that ends them, skipping all after a failure, and
+    a job the same job follows in the queue (a tree's upload uploads the tree as it is when it runs: the later
+    one covers it)."""
     os.nice(UPLOAD_NICENESS)
-    failed = False
-    while (item := jobs.get()) is not None:
-        job, what = item
-        if not failed:
+    failed, waiting = False, collections.deque[tuple[Job, str] | None]()
+    while True:
+        if not waiting:
+            waiting.append(jobs.get())
+        while waiting[-1] is not None:
             try:
-                retried(job, what)
-            except Exception as exc:
-                failed = True
-                failures.put(f"{what} failed: {type(exc).__name__}: {exc}")
+                waiting.append(jobs.get_nowait())
+            except queue.Empty:
+                break
+        if (item := waiting.popleft()) is None:
+            return
+        job, what = item
+        if failed or any(later is not None and later[1] == what for later in waiting):
+            continue
+        try:
+            retried(job, what)
+        except Exception as exc:
+            failed = True
+            failures.put(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def checkpoint_files(url_dir: str, name: str) -> list[str]:

@@ -1,5 +1,6 @@
 """The trainer's uploads (trainer/scratch.py ``Uploader``): run in order in a process of their own, at a lower
-priority than the training; a failure stops the rest and is raised, as is the upload process's death."""
+priority than the training; a job the same job follows in the queue is skipped; a failure stops the rest and is
+raised, as is the upload process's death."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -39,6 +41,25 @@ def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
     assert [job["name"] for job in jobs] == ["a", "b", "c"]
     assert {job["pid"] for job in jobs} == {uploads.process.pid} != {os.getpid()}
     assert {job["niceness"] for job in jobs} == {os.nice(0) + scratch.UPLOAD_NICENESS}
+
+
+def wait(path: str, seconds: float) -> None:
+    """A job that keeps the upload process busy, and says when it started."""
+    record(path, "busy")
+    time.sleep(seconds)
+
+
+def test_a_job_the_same_job_follows_in_the_queue_is_skipped(tmp_path):
+    log = str(tmp_path / "log")
+    uploads = scratch.Uploader()
+    uploads.submit(functools.partial(wait, log, 2.0), "a slow upload")
+    while not os.path.exists(log):  # the rest queue up behind it
+        time.sleep(0.05)
+    for k in range(5):
+        uploads.submit(functools.partial(record, log, f"summaries {k}"), "the upload of the summaries")
+        uploads.submit(functools.partial(record, log, f"ckpt-{k}"), f"the upload of ckpt-{k}")
+    uploads.close()
+    assert [job["name"] for job in ran(log)] == ["busy", *(f"ckpt-{k}" for k in range(4)), "summaries 4", "ckpt-4"]
 
 
 def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):
