@@ -203,8 +203,10 @@ def fetch_checkpoints(url_dir: str) -> str:
             try:
                 fetch(url_dir, kept_files(url_dir, state))
             except FileNotFoundError:
-                if state == (state := _state(storage.join(url_dir, CHECKPOINT_STATE))):
+                newer = _state(storage.join(url_dir, CHECKPOINT_STATE))
+                if newer == state:
                     raise
+                state = newer
                 continue
             with open(os.path.join(local, CHECKPOINT_STATE), "w") as f:
                 f.write(state)
