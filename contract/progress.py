@@ -29,11 +29,8 @@ class Beat(NamedTuple):
 def beat(heartbeat_dir: str, member: str, step: int) -> None:
     """Mark ``member`` (a training process: ``worker-1``, ``rank-3``) as progressing, at global ``step``."""
     path = os.path.join(heartbeat_dir, member)
-    try:
-        with open(path + ".tmp", "w") as f:
-            f.write(f"{os.getpid()} {step}")
-    except OSError as exc:  # raised by the close, which names no file
-        raise OSError(exc.errno, exc.strerror, path + ".tmp") from exc
+    with storage.naming(path + ".tmp"), open(path + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {step}")
     os.replace(path + ".tmp", path)
 
 

@@ -123,6 +123,18 @@ def read_bytes(url: str) -> bytes:
     return data
 
 
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """An OS error writing the local file ``path`` names it: a buffered write's (a full disk at its close) names
+    no file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
+
+
 def write_bytes(url: str, data: bytes) -> None:
     """Write ``url`` whole or not at all: a local file by a rename beside it, an object by one upload."""
     fs, path = filesystem(url)
@@ -131,9 +143,14 @@ def write_bytes(url: str, data: bytes) -> None:
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with naming(tmp), os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
 
 
 def create(url: str, data: bytes) -> bool:
@@ -151,7 +168,7 @@ def create(url: str, data: bytes) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as f:
+    with naming(path), os.fdopen(fd, "wb") as f:
         f.write(data)
     return True
 
@@ -167,7 +184,7 @@ def append_bytes(url: str, data: bytes) -> None:
         write_bytes(url, earlier + data)
         return
     os.makedirs(os.path.dirname(url) or ".", exist_ok=True)
-    with open(url, "ab") as f:
+    with naming(url), open(url, "ab") as f:
         f.write(data)
 
 

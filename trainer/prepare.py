@@ -166,7 +166,8 @@ class PieceResult:
         arrays: dict[str, Any] = {
             f"{name}.{k}": v for name, counts in self.values.items() for k, v in counts.to_arrays().items()
         }
-        with open(os.path.join(parts_dir, file_name), "wb") as f:
+        path = os.path.join(parts_dir, file_name)
+        with storage.naming(path), open(path, "wb") as f:
             np.savez(f, **arrays)
         self.values, self.values_file = {}, file_name
 
@@ -383,7 +384,7 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
         os.replace(parts[0], path)
         return {"file": name, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
     digest, size = hashlib.sha256(), 0
-    with open(path, "wb") as out:
+    with storage.naming(path), open(path, "wb") as out:
         for part in parts:
             with open(part, "rb") as f:
                 while block := f.read(HASH_BLOCK):
@@ -547,7 +548,8 @@ def write_vocabularies(
         content = ("[\n" + ",\n".join(map(encode_basestring, tokens)) + "\n]").encode()  # json.dumps(indent=0), in C
         name = f"{registry.VOCABULARIES}/{f.name}.json"
         os.makedirs(os.path.join(out_dir, registry.VOCABULARIES), exist_ok=True)
-        with open(os.path.join(out_dir, name), "wb") as file:
+        path = os.path.join(out_dir, name)
+        with storage.naming(path), open(path, "wb") as file:
             file.write(content)
         records[f.name] = {"file": name, "size": len(tokens), "sha256": hashlib.sha256(content).hexdigest()}
     return records

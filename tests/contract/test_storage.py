@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -47,6 +48,12 @@ def test_files_are_deleted_together_those_missing_skipped(root):
     storage.remove_all(urls[:2])  # none of them there any more
     storage.remove_all([])
     assert storage.names(storage.join(root, "ckpt")) == ["ckpt-2.index"]
+
+
+def test_a_full_disk_names_the_file_a_buffered_write_could_not_finish():
+    with pytest.raises(OSError) as full:  # /dev/full: every write fails for want of space, at the buffer's flush
+        storage.append_bytes("/dev/full", b"x")
+    assert (full.value.errno, full.value.filename) == (errno.ENOSPC, "/dev/full")
 
 
 def local_tree(tmp_path, files: int) -> str:
