@@ -85,6 +85,8 @@ LEASE = dt.timedelta(minutes=2)
 """In an object store: how long a hold of ``LOCK`` or a reader's marker lasts unless renewed. Another process takes
 it as lapsed only CLOCK_SKEW after (clocks of hosts may disagree by that much), so a dead holder keeps the lock for
 at most LEASE + CLOCK_SKEW."""
+HIDDEN_PREFIX = ".deleting-"
+"""In a local model's directory: ``.deleting-<version>``, a version a prune moved aside to delete."""
 CLAIM_PREFIX = ".claim-"
 """In a model's directory: ``.claim-<version>``, there while that version is being written or deleted: an export's
 (naming its run and checkpoint, made exclusively) until its version is published, a prune's (``{"pruning": true}``,
@@ -450,36 +452,50 @@ def _locked_markers(readers: str) -> set[int]:
 def prune(model_dir: str, keep: int, protect: set[int]) -> list[int]:
     """Delete all but the newest ``keep`` versions (so never the live one), never one in ``protect`` nor one a
     running process holds (``held``); return the deleted ones. Each is made invisible under ``locked`` (locally
-    renamed aside; in a store, claimed and its metadata.json deleted), then deleted; in a store outside the lock,
-    and what a prune that died midway left is deleted by the next."""
-    in_store = storage.is_object_store(model_dir)
+    renamed aside; in a store, claimed and its metadata.json deleted), then deleted outside the lock; what a prune
+    that died midway left is deleted by the next."""
     with locked(model_dir) as check:
-        left = _unfinished_deletions(model_dir) if in_store else []
+        left = _unfinished_deletions(model_dir)
         spared = protect | held(model_dir)
         doomed = [v for v in [m["version"] for m in versions(model_dir)][:-keep] if v not in spared]
         for version in doomed:
             check()
             _hide(model_dir, version)
-    for version in [*left, *doomed] if in_store else []:
-        storage.remove_tree(storage.join(model_dir, str(version)))
-        storage.remove(claim_path(model_dir, version))
+    for version in [*left, *doomed]:
+        _delete_hidden(model_dir, version)
     return doomed
 
 
+def _hidden(model_dir: str, version: int) -> str:
+    """Where a local prune moves a version aside, out of every reader's sight."""
+    return os.path.join(model_dir, f"{HIDDEN_PREFIX}{version}")
+
+
 def _hide(model_dir: str, version: int) -> None:
-    """Make a version invisible to every reader: locally renamed aside at once (and deleted); in a store, claimed
-    for its deletion, then its metadata.json deleted."""
+    """Make a version invisible to every reader: locally renamed aside; in a store, claimed for its deletion, then
+    its metadata.json deleted."""
     if storage.is_object_store(model_dir):
         write_json_atomic(claim_path(model_dir, version), {"pruning": True})
         storage.remove(metadata_file(storage.join(model_dir, str(version))))
         return
-    hidden = os.path.join(model_dir, f".deleting-{version}")
-    os.rename(os.path.join(model_dir, str(version)), hidden)
-    shutil.rmtree(hidden)
+    os.rename(os.path.join(model_dir, str(version)), _hidden(model_dir, version))
+
+
+def _delete_hidden(model_dir: str, version: int) -> None:
+    """Delete a hidden version's files (in a store, then its claim)."""
+    if storage.is_object_store(model_dir):
+        storage.remove_tree(storage.join(model_dir, str(version)))
+        storage.remove(claim_path(model_dir, version))
+        return
+    shutil.rmtree(_hidden(model_dir, version), ignore_errors=True)
 
 
 def _unfinished_deletions(model_dir: str) -> list[int]:
-    """In a store: the versions a prune claimed and hid but did not finish deleting (it died midway)."""
+    """The versions a prune hid but did not finish deleting (it died midway): locally, those renamed aside; in a
+    store, those claimed for pruning."""
+    if not storage.is_object_store(model_dir):
+        aside = [n.removeprefix(HIDDEN_PREFIX) for n in storage.names(model_dir) if n.startswith(HIDDEN_PREFIX)]
+        return [int(v) for v in aside if is_version_name(v)]
     claimed = [n.removeprefix(CLAIM_PREFIX) for n in storage.names(model_dir) if n.startswith(CLAIM_PREFIX)]
     return [
         int(v)

@@ -209,6 +209,16 @@ def test_in_a_bucket_a_prune_that_died_midway_is_finished_by_the_next_and_its_ve
     assert "1" not in storage.names(model_dir) and f"{registry.CLAIM_PREFIX}1" not in storage.names(model_dir)
 
 
+@pytest.mark.parametrize("store", ["local"], indirect=True)
+def test_locally_a_prune_that_died_midway_is_finished_by_the_next(store):
+    """A local prune killed after renaming a version aside and before deleting it: the next prune deletes it."""
+    model_dir = store[0]
+    registry._hide(model_dir, 1)  # what the killed prune did under the lock
+    assert published(model_dir) == [2, 3] and os.path.isdir(registry._hidden(model_dir, 1))
+    assert registry.prune(model_dir, 2, set()) == []
+    assert f"{registry.HIDDEN_PREFIX}1" not in os.listdir(model_dir)
+
+
 @IN_A_BUCKET
 @pytest.mark.parametrize("store", ["s3", "gs"], indirect=True)
 def test_in_a_bucket_the_lock_admits_one_holder_at_a_time(store):
