@@ -69,7 +69,6 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
     """A rank that (re)starts late restores while the chief's uploads delete the checkpoints their newer state no
     longer keeps: each fetch ends with every checkpoint its state keeps."""
     url = f"s3://{s3.new_bucket()}/run/checkpoints"
-    storage.configure("s3", s3.options)
     saved = tmp_path / "chief"
     saved.mkdir()
     scratch.checkpoint_upload(str(saved), url, save(saved, 1))()
@@ -88,7 +87,7 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
         for k in range(20):
             monkeypatch.setenv("TFDIST_SCRATCH", str(tmp_path / f"scratch-{k}"))
             local = scratch.fetch_checkpoints(url)
-            kept = kept_checkpoints(open(os.path.join(local, "checkpoint")).read())
+            kept = kept_checkpoints(storage.read_bytes(os.path.join(local, "checkpoint")).decode())
             assert {f"{name}.{part}" for name in kept for part in ("index", "data-00000-of-00001")} <= set(
                 os.listdir(local)
             ), k
@@ -99,7 +98,8 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
 
 def test_a_kept_checkpoint_already_deleted_is_missing_not_skipped(tmp_path):
     save(tmp_path, 1)
-    state = open(save(tmp_path, 2).replace("ckpt-2", "checkpoint")).read()
+    save(tmp_path, 2)
+    state = (tmp_path / "checkpoint").read_text()
     assert scratch.kept_files(str(tmp_path), state) == [
         "ckpt-1.data-00000-of-00001",
         "ckpt-1.index",
