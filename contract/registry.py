@@ -494,11 +494,15 @@ def _unfinished_deletions(model_dir: str) -> list[int]:
     """The versions a prune hid but did not finish deleting (it died midway): locally, those renamed aside; in a
     store, those claimed for pruning."""
     if not storage.is_object_store(model_dir):
-        aside = [n.removeprefix(HIDDEN_PREFIX) for n in storage.names(model_dir) if n.startswith(HIDDEN_PREFIX)]
-        return [int(v) for v in aside if is_version_name(v)]
-    claimed = [n.removeprefix(CLAIM_PREFIX) for n in storage.names(model_dir) if n.startswith(CLAIM_PREFIX)]
+        return _marked_versions(model_dir, HIDDEN_PREFIX)
     return [
-        int(v)
-        for v in claimed
-        if is_version_name(v) and (read_json_if_exists(claim_path(model_dir, int(v))) or {}).get("pruning")
+        v
+        for v in _marked_versions(model_dir, CLAIM_PREFIX)
+        if (read_json_if_exists(claim_path(model_dir, v)) or {}).get("pruning")
     ]
+
+
+def _marked_versions(model_dir: str, prefix: str) -> list[int]:
+    """The versions named by the entries ``<prefix><version>`` of the model directory."""
+    marked = [n.removeprefix(prefix) for n in storage.names(model_dir) if n.startswith(prefix)]
+    return [int(v) for v in marked if is_version_name(v)]
