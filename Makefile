@@ -21,7 +21,7 @@ help:
 	@echo "make lint   set up, then run ruff (lint and format check) and mypy (strict for the spec, the contract and the plan)"
 	@echo "make test   set up, lint, then run the test suite (without the extended set)"
 	@echo "make test-extended  set up, then run the extended set: fault drills, scale, the install and mode matrices, the bench smoke run"
-	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check); results in bench/results/"
+	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check, BENCH_SECTIONS=\"ctr serving\" for some); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
 	@echo "make docs   set up, then build the docs site (docs/, the spec reference generated from the model) into site/"
 	@echo "make wheel  build the package's wheel into dist/ (what the images in docker/ install)"
@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[kubernetes,cpu,s3,gcs,dev]'
+	$(BIN)/python -m pip install -q --no-compile -c constraints.txt -e '.[kubernetes,cpu,s3,gcs,dev]'  # imports byte-compile what they use
 	rm -rf airflow_tfdist.egg-info  # the build's leftover: on sys.path (from here) a second copy of the package's metadata
 	@echo "Horovod: building the CPU wheel once per machine (a few minutes), then reusing it"
 	wheel=$$(bash docker/build-horovod-wheel.sh $(BIN)/python) && $(BIN)/python -m pip install -q -c constraints.txt "$$wheel"
@@ -70,8 +70,9 @@ docs: setup
 
 BENCH_BUDGET ?= full
 BENCH_OUT ?= $(CURDIR)/bench/results
+BENCH_SECTIONS ?=
 bench: setup
-	$(BIN)/python -m bench.run --budget $(BENCH_BUDGET) --out $(BENCH_OUT)
+	$(BIN)/python -m bench.run --budget $(BENCH_BUDGET) --out $(BENCH_OUT) $(if $(BENCH_SECTIONS),--sections $(BENCH_SECTIONS))
 
 FAULT_TRIALS ?= 5
 faults: setup

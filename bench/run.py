@@ -21,9 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from bench import categorical, ctr, follow, object_store, parse, serving, warm_start
+from bench import categorical, ctr, follow, object_store, parse, serving, shards, warm_start
 from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
@@ -331,14 +333,14 @@ def ratio_row(figure: str, numerators: list[float], denominators: list[float], g
     return {"figure": figure, **s, "goal": goal, "met": test(s["median"])}
 
 
-def table(results: dict, budget: Budget) -> list[dict]:
-    t = results["training"]["samples"]
+def training_rows(training: dict, budget: Budget) -> list[dict]:
+    t = training["samples"]
     rate = {
         name: [v["examples_per_sec"] if isinstance(v, dict) else v for v in values]
         for name, values in t.items()
         if name.startswith(("ours/", "handwritten/", "limit"))
     }
-    batch = results["training"]["global_batch"]
+    batch = training["global_batch"]
     rows = []
     for mode in budget.modes:
         for n in budget.worker_counts:
@@ -401,8 +403,12 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 lambda m: m <= 1.5,
             )
         )
-    rows += parse.rows(results["parse"], ratio_row)
-    for s in results["shards"]:
+    return rows
+
+
+def shard_rows(shards: list[dict], budget: Budget) -> list[dict]:
+    rows = []
+    for s in shards:
         rows.append(
             {
                 "figure": f"shard writing, {s['size']:,} rows of {s['input']}: ours / bare TFRecordWriter loop "
@@ -415,7 +421,11 @@ def table(results: dict, budget: Budget) -> list[dict]:
                 "met": s["ratio"] >= 0.8,
             }
         )
-    scaling = results["prepare_scaling"]
+    return rows
+
+
+def scaling_rows(scaling: dict) -> list[dict]:
+    rows = []
     memory = {int(k): v for k, v in scaling["memory"].items()}
     for factor in PREPARE_FACTORS[1:]:
         rows.append(
@@ -453,19 +463,11 @@ def table(results: dict, budget: Budget) -> list[dict]:
             lambda m: m <= 1.5,
         )
     )
-    return [
-        *rows,
-        *follow.rows(results["follow"], ratio_row),
-        *warm_start.rows(results["warm_start"], ratio_row),
-        *categorical.rows(results["categorical"], ratio_row),
-        *ctr.rows(results["ctr"], ratio_row),
-        *serving.rows(results["serving"], ratio_row),
-        *object_store.rows(results["object_store"], ratio_row),
-    ]
+    return rows
 
 
-def absolutes(results: dict) -> list[tuple[str, str]]:
-    t = results["training"]["samples"]
+def training_absolutes(training: dict) -> list[tuple[str, str]]:
+    t = training["samples"]
     out = [
         ("limit: one hand-written process, all cores", f"{statistics.median(t['limit']):,.0f} examples/s"),
         ("bare import tensorflow", f"{statistics.median(t['import']):.2f} s"),
@@ -485,7 +487,12 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
             out.append((f"{name}: gradient sync + update alone", f"{statistics.median(values):.3f} ms per step"))
         elif name.startswith("sparse_sync/"):
             out.append((f"{name}: lookup, gradient sync, update", f"{statistics.median(values):.3f} ms per step"))
-    for s in results["shards"]:
+    return out
+
+
+def shard_absolutes(shards: list[dict]) -> list[tuple[str, str]]:
+    out = []
+    for s in shards:
         out.append(
             (
                 f"shards, {s['size']:,} rows of {s['input']}: ours",
@@ -498,7 +505,12 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
                 f"{s['bare_records_per_s']:,.0f} records/s, {s['bare_mb_per_s']:.1f} MB/s",
             )
         )
-    for factor, m in results["prepare_scaling"]["memory"].items():
+    return out
+
+
+def scaling_absolutes(scaling: dict) -> list[tuple[str, str]]:
+    out = []
+    for factor, m in scaling["memory"].items():
         out.append(
             (
                 f"prepare, {factor}× input: {m['input_mb']:,.0f} MB, {m['rows']:,} rows ({m['distinct_users']:,} user "
@@ -506,32 +518,89 @@ def absolutes(results: dict) -> list[tuple[str, str]]:
                 f"peak RSS {m['peak_rss_mb']:,.0f} MB (processes together), {m['records_per_s']:,.0f} records/s",
             )
         )
-    for factor, m in results["prepare_scaling"]["memory"].items():
+    for factor, m in scaling["memory"].items():
         out.append(
             (
                 f"data gate, {factor}× input: read the statistics and check them",
                 f"{1000 * m['data_gate_seconds']:.1f} ms",
             )
         )
-    for processes, rates in results["prepare_scaling"]["writers"].items():
+    for processes, rates in scaling["writers"].items():
         out.append((f"prepare, 8× input, {processes} writer process(es)", f"{statistics.median(rates):,.0f} records/s"))
-    out += parse.absolutes(results["parse"])
-    if "airflow" in results:
-        out.append(
-            (
-                "Airflow task process peak RSS (airflow dags test, workers excluded)",
-                f"{results['airflow']['peak_rss_mb']:,.0f} MB",
-            )
-        )
-    return [
-        *out,
-        *follow.absolutes(results["follow"]),
-        *warm_start.absolutes(results["warm_start"]),
-        *categorical.absolutes(results["categorical"]),
-        *ctr.absolutes(results["ctr"]),
-        *serving.absolutes(results["serving"]),
-        *object_store.absolutes(results["object_store"]),
-    ]
+    return out
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of ``make bench``: what it prints while it runs, how it measures (in its work directory, on the
+    budget), and the table's rows and absolute figures from what it measured."""
+
+    title: str
+    measure: Callable[[str, Budget, argparse.Namespace], Any]
+    rows: Callable[[Any, Budget], list[dict]]
+    absolutes: Callable[[Any], list[tuple[str, str]]]
+
+
+def budgeted(title: str, module: Any) -> Section:
+    """The section of a bench module whose ``measure`` takes the whole budget."""
+    return Section(
+        title,
+        lambda work, budget, args: module.measure(work, budget),
+        lambda results, budget: module.rows(results, ratio_row),
+        module.absolutes,
+    )
+
+
+SECTIONS = {
+    "training": Section(
+        "training throughput and start-up",
+        lambda work, budget, args: throughput_and_startup(work, budget),
+        training_rows,
+        training_absolutes,
+    ),
+    "parse": Section(
+        "DAG file parse",
+        lambda work, budget, args: parse.measure(work, budget.parse_repetitions, args.parse_baseline or None),
+        lambda results, budget: parse.rows(results, ratio_row),
+        parse.absolutes,
+    ),
+    "shards": Section(
+        "shard writing",
+        lambda work, budget, args: shards.measure(work, budget.shard_sizes, budget.repetitions),
+        shard_rows,
+        shard_absolutes,
+    ),
+    "prepare_scaling": Section(
+        "prepare_data at scale",
+        lambda work, budget, args: shards.scaling(work, budget.prepare_base_mb, PREPARE_FACTORS, budget.repetitions),
+        lambda results, budget: scaling_rows(results),
+        scaling_absolutes,
+    ),
+    "follow": Section(
+        "following a Kubernetes stage",
+        lambda work, budget, args: follow.measure(work, budget.follow_pods, budget.follow_seconds),
+        lambda results, budget: follow.rows(results, ratio_row),
+        follow.absolutes,
+    ),
+    "warm_start": budgeted("warm start and the cost of summaries", warm_start),
+    "categorical": budgeted("the tax of categorical features", categorical),
+    "ctr": budgeted("the CTR workload: large embedding tables by mode", ctr),
+    "serving": Section(
+        "serving latency",
+        lambda work, budget, args: serving.measure(work, budget.serving_calls),
+        lambda results, budget: serving.rows(results, ratio_row),
+        serving.absolutes,
+    ),
+    "object_store": budgeted("artifacts in object storage", object_store),
+    "airflow": Section(
+        "one example DAG run on Airflow",
+        lambda work, budget, args: airflow_run(work, budget),
+        lambda results, budget: [],
+        lambda results: [
+            ("Airflow task process peak RSS (airflow dags test, workers excluded)", f"{results['peak_rss_mb']:,.0f} MB")
+        ],
+    ),
+}
 
 
 def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> str:
@@ -545,13 +614,13 @@ def markdown(rows: list[dict], absolute: list[tuple[str, str]], header: str) -> 
     return "\n".join(lines) + "\n"
 
 
-def chart(results: dict, budget: Budget, path: str) -> None:
+def chart(training: dict, budget: Budget, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t = results["training"]["samples"]
+    t = training["samples"]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / (len(budget.worker_counts) + 1)
     for i, mode in enumerate(budget.modes):
@@ -590,53 +659,44 @@ def main() -> None:
         default=parse.BASELINE,
         help="the commit whose code the DAG-file parse is measured against in the same run ('' for none)",
     )
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=list(SECTIONS),
+        default=list(SECTIONS),
+        metavar="SECTION",
+        help=f"measure only these ({', '.join(SECTIONS)}; default: all, 'airflow' on the full budget only)",
+    )
     args = parser.parse_args()
     budget = BUDGETS[args.budget]
+    every = [name for name in SECTIONS if name != "airflow" or budget.airflow_run]
+    chosen = [name for name in every if name in args.sections]
     os.chdir(REPO)  # worker processes run "python -m bench.handwritten"
-    from bench import shards
-
     work = tempfile.mkdtemp(prefix="tfdist-bench-")
+    results = {}
     try:
-        print("training throughput and start-up", flush=True)
-        results = {"training": throughput_and_startup(work, budget)}
-        print("DAG file parse", flush=True)
-        results["parse"] = parse.measure(work, budget.parse_repetitions, args.parse_baseline or None)
-        print("shard writing", flush=True)
-        results["shards"] = shards.measure(os.path.join(work, "shards"), budget.shard_sizes, budget.repetitions)
-        print("prepare_data at scale", flush=True)
-        results["prepare_scaling"] = shards.scaling(
-            os.path.join(work, "scaling"), budget.prepare_base_mb, PREPARE_FACTORS, budget.repetitions
-        )
-        print("following a Kubernetes stage", flush=True)
-        results["follow"] = follow.measure(os.path.join(work, "follow"), budget.follow_pods, budget.follow_seconds)
-        print("warm start and the cost of summaries", flush=True)
-        results["warm_start"] = warm_start.measure(os.path.join(work, "warm_start"), budget)
-        print("the tax of categorical features", flush=True)
-        results["categorical"] = categorical.measure(os.path.join(work, "categorical"), budget)
-        print("the CTR workload: large embedding tables by mode", flush=True)
-        results["ctr"] = ctr.measure(os.path.join(work, "ctr"), budget)
-        print("serving latency", flush=True)
-        results["serving"] = serving.measure(os.path.join(work, "serving"), budget.serving_calls)
-        print("artifacts in object storage", flush=True)
-        results["object_store"] = object_store.measure(os.path.join(work, "object_store"), budget)
-        if budget.airflow_run:
-            print("one example DAG run on Airflow", flush=True)
-            results["airflow"] = airflow_run(work, budget)
+        for name in chosen:
+            print(SECTIONS[name].title, flush=True)
+            os.makedirs(directory := os.path.join(work, name))
+            results[name] = SECTIONS[name].measure(directory, budget, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows, absolute = table(results, budget), absolutes(results)
-    header = (
-        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d} with `make bench` (budget {args.budget}: "
-        f"{budget.repetitions} repetition(s), {results['training']['steps']} training steps per run) "
-        f"on {os.cpu_count()} cores."
-    )
+    rows = [row for name in chosen for row in SECTIONS[name].rows(results[name], budget)]
+    absolute = [figure for name in chosen for figure in SECTIONS[name].absolutes(results[name])]
+    header = f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d} with `make bench` (budget {args.budget}"
+    header += "" if chosen == every else f", sections {', '.join(chosen)}"
+    header += f": {budget.repetitions} repetition(s)"
+    if "training" in results:
+        header += f", {results['training']['steps']} training steps per run"
+    header += f") on {os.cpu_count()} cores."
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump({"budget": args.budget, "rows": rows, "absolute": absolute, "results": results}, f, indent=1)
     text = markdown(rows, absolute, header)
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(text)
-    chart(results, budget, os.path.join(args.out, "throughput.png"))
+    if "training" in results:
+        chart(results["training"], budget, os.path.join(args.out, "throughput.png"))
     print("\n" + text)
 
 

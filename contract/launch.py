@@ -72,13 +72,12 @@ def mpirun_argv(
     command: list[str] | tuple[str, ...],
     *,
     hosts: str = "",
-    forwarded: tuple[str, ...] = (),
     extra_args: tuple[str, ...] | list[str] = (),
     as_root: bool = False,
 ) -> list[str]:
     """mpirun starting ``ranks`` ranks of ``command`` slot by slot on ``hosts`` (else its hostfile's), unbound (each
-    rank pins itself), each output line tagged with its rank (RANK_TAG), passing on the variables ``forwarded``;
-    ``extra_args`` (training.mpi.extra_args) come last, before the command."""
+    rank pins itself), each output line tagged with its rank (RANK_TAG); ``extra_args`` (training.mpi.extra_args)
+    come last, before the command."""
     return [
         "mpirun",
         "-np",
@@ -90,7 +89,6 @@ def mpirun_argv(
         "slot",
         "--tag-output",
         *(["--allow-run-as-root"] if as_root else []),
-        *(arg for name in forwarded for arg in ("-x", name)),
         *extra_args,
         *command,
     ]

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -48,10 +49,10 @@ def last_beats(heartbeat_dir: str) -> dict[str, Beat]:
     return beats
 
 
-def stalled(heartbeat_dir: str, since: float, timeout: float) -> dict[str, Beat] | None:
-    """The beats since ``since`` when none of them is newer than ``timeout`` seconds, else None (also before
-    the first beat: starting a cluster is bounded by its own timeouts)."""
-    beats = {m: b for m, b in last_beats(heartbeat_dir).items() if b.time >= since}
+def stalled(beats: dict[str, Beat], since: float, timeout: float) -> dict[str, Beat] | None:
+    """Of ``beats`` (``last_beats``'), those since ``since`` when none of them is newer than ``timeout`` seconds,
+    else None (also before the first beat: starting a cluster is bounded by its own timeouts)."""
+    beats = {m: b for m, b in beats.items() if b.time >= since}
     if not beats or time.time() - max(b.time for b in beats.values()) < timeout:
         return None
     return beats
@@ -164,3 +165,7 @@ def checkpoint_step(checkpoint_dir: str) -> int:
         return 0
     found = re.fullmatch(r"ckpt-(\d+)", (kept_checkpoints(state) or [""])[-1])
     return int(found.group(1)) if found else 0
+
+
+if __name__ == "__main__":  # an MPIJob's launcher pod reads its ranks' beats in their pods so (tfdist.trainer.pod)
+    print(json.dumps(last_beats(sys.argv[1])))

@@ -900,9 +900,7 @@ class KubernetesSpec(_Section):
     operator: Literal["auto", "native", "kubeflow"] = "auto"
     """How the train stage runs: 'native': Indexed Jobs and a headless Service (Kubernetes >= 1.31, no CRD);
     'kubeflow': a TFJob (TF cluster) or MPIJob (Horovod), refused when that CRD is not installed; 'auto':
-    kubeflow when the cluster serves its CRD, else native. Horovod with the artifact root in an object store runs
-    as native Jobs (an MPIJob's ranks start over SSH, without the pod's credentials). The other stages are always
-    native Jobs."""
+    kubeflow when the cluster serves its CRD, else native. The other stages are always native Jobs."""
     startup_timeout_seconds: Annotated[int, Field(ge=10)] = 600
     """Pods not running by then fail the stage, with the scheduler's reason."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
@@ -1392,12 +1390,6 @@ class Spec(_Section):
                 f"kubernetes.artifact_volume: required with a local artifact root ({self.artifact_root}): a "
                 "ReadWriteMany PersistentVolumeClaim every pod mounts there, e.g. {claim_name: tfdist-artifacts}; "
                 "or put the artifact root in an object store (s3://bucket/prefix, gs://bucket/prefix)"
-            )
-        if in_store and self.kubernetes.operator == "kubeflow" and self.training.backend == "mpi":
-            raise ValueError(
-                "kubernetes.operator: an MPIJob's ranks start over SSH with none of their pod's environment, so "
-                f"they would reach the object store ({self.artifact_root}) without its credentials: use 'native' "
-                "(or 'auto', which runs Horovod as native Jobs with the artifact root in an object store)"
             )
         source = self.data.source.replace("{artifact_root}", self.artifact_root)
         for field, path in (("data.source", source), ("export.root", self.export_root)):

@@ -19,14 +19,17 @@ in the Horovod pods)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 
 from tfdist.contract import (
     EXIT_HUNG,
@@ -36,9 +39,11 @@ from tfdist.contract import (
     SPEC_ENV,
     TERMINATION_LOG,
     TF_PORT,
+    Beat,
     RunLayout,
     RunMismatch,
     encode_result,
+    last_beats,
     longest_silent,
     rank_tag,
     read_json,
@@ -58,17 +63,26 @@ STOPPED_SECONDS = 3
 service gives up on a stopped MultiWorkerMirrored worker after 10 s and fails a peer instead, hiding the cause."""
 HEARTBEAT_SCAN_SECONDS = 2.0
 """How often a pod reads the stage's heartbeats: every pod reads every member's file from the shared volume."""
+REMOTE_SCAN_SECONDS = 10.0
+"""How often an MPIJob's launcher pod reads its ranks' heartbeats in their worker pods (over SSH)."""
+NOT_FORWARDED = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", SPEC_ENV, RUN_ENV)
+NOT_FORWARDED_PREFIXES = ("OMPI_", "PMIX_", "KUBERNETES_")
+"""What mpirun does not pass on from an MPIJob's launcher pod to the ranks: the pod's own host and shell, the run's
+records (the launcher writes them), mpirun's settings (it passes them itself) and the cluster's service address."""
 
 
 class HangWatch:
-    """Every pod of a training stage watches its own processes and the heartbeats of all the stage's members (on
-    the shared artifact volume; with an object-store root, its own members', in its scratch): the pod whose
-    process is stopped reports it after STOPPED_SECONDS; once no member has stepped for ``timeout`` seconds, a pod
-    reports the member silent longest (the others wait for it in a collective). Beat times are the files'
-    modification times: the nodes' clocks must agree to well within ``timeout``."""
+    """Every pod of a training stage watches its own processes and the heartbeats of all the stage's members
+    (``read_beats``: on the shared artifact volume; with an object-store root, its own members', in its scratch; an
+    MPIJob's launcher, those in its worker pods): the pod whose process is stopped reports it after
+    STOPPED_SECONDS; once no member has stepped for ``timeout`` seconds, a pod reports the member silent longest
+    (the others wait for it in a collective). Beat times are the files' modification times: the nodes' clocks must
+    agree to well within ``timeout``."""
 
-    def __init__(self, heartbeats: str, timeout: int) -> None:
-        self.heartbeats, self.timeout, self.since = heartbeats, timeout, time.time()
+    def __init__(
+        self, read_beats: Callable[[], dict[str, Beat]], timeout: int, scan_seconds: float = HEARTBEAT_SCAN_SECONDS
+    ) -> None:
+        self.read_beats, self.timeout, self.scan_seconds, self.since = read_beats, timeout, scan_seconds, time.time()
         self.stopped_since: dict[int, float] = {}
         self.scanned = 0.0
         self.report: str | None = None
@@ -82,10 +96,10 @@ class HangWatch:
             member, pid = stopped[0]
             self.report = f"{member} is stopped: its process {pid} has been stopped (SIGSTOP) for {STOPPED_SECONDS} s"
             return True
-        if now - self.scanned < HEARTBEAT_SCAN_SECONDS:
+        if now - self.scanned < self.scan_seconds:
             return False
         self.scanned = now
-        beats = stalled(self.heartbeats, self.since, self.timeout)
+        beats = stalled(self.read_beats(), self.since, self.timeout)
         if beats is None:
             return False
         who, why = longest_silent(beats)
@@ -140,6 +154,38 @@ def _resolves(host: str) -> bool:
         return False
 
 
+def remote_beats(hosts: list[str], heartbeats: str) -> Callable[[], dict[str, Beat]]:
+    """The beats of an MPIJob's ranks in their worker pods' scratch (``heartbeats``), read over the SSH mpirun starts
+    them through; a worker not reached adds none."""
+    command = shlex.join([sys.executable, "-m", "tfdist.contract.progress", heartbeats])  # ssh hands a shell a line
+
+    def read() -> dict[str, Beat]:
+        beats = {}
+        for host in hosts:
+            try:
+                done = subprocess.run(
+                    ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, command],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+            except subprocess.TimeoutExpired:
+                continue
+            if done.returncode == 0:
+                beats.update({m: Beat(*b) for m, b in json.loads(done.stdout).items()})
+        return beats
+
+    return read
+
+
+def forwarding_environment(mpirun: list[str], environ: Mapping[str, str]) -> list[str]:
+    """``mpirun`` passing on the launcher pod's environment to every rank (``-x``, by name: no value in argv), as
+    the pods' own environment (sshd starts the ranks with none of it): the stage's settings, and the identity a
+    worker reaches the store with (a Secret's variables, a service account's web identity)."""
+    names = sorted(n for n in environ if n not in NOT_FORWARDED and not n.startswith(NOT_FORWARDED_PREFIXES))
+    return [mpirun[0], *(arg for name in names for arg in ("-x", name)), *mpirun[1:]]
+
+
 def hostfile_hosts(path: str) -> list[str]:
     """The hosts of an MPI hostfile (``<host> slots=<n>`` lines; comments and blank lines skipped)."""
     with open(path) as f:
@@ -153,10 +199,12 @@ def run_command(args: argparse.Namespace, index: int, watch: HangWatch | None) -
     if args.cluster and "TF_CONFIG" not in env:
         env["TF_CONFIG"] = pod_tf_config(args.job, args.cluster, index)
         wait_for_peers([peer(args.job, k) for k in range(len(members(args.cluster)))], args.peer_timeout)
+    command = args.command
     if args.hostfile:
         wait_for_peers(hostfile_hosts(args.hostfile), args.peer_timeout)
+        command = forwarding_environment(command, env)
     member = "-".join(map(str, members(args.cluster)[index])) if args.cluster else "launcher"
-    return _run([(None, member, args.command, env)], watch)
+    return _run([(None, member, command, env)], watch)
 
 
 def run_horovod_ranks(args: argparse.Namespace, index: int, watch: HangWatch | None) -> int:
@@ -232,6 +280,17 @@ def _relay(rank: int | None, proc: subprocess.Popen[bytes]) -> None:
         sys.stdout.flush()
 
 
+def hang_watch(args: argparse.Namespace) -> HangWatch:
+    """With an object-store root each member beats in its pod's scratch: a pod watches its own members, an MPIJob's
+    launcher those in its worker pods."""
+    heartbeats = scratch.local_path(args.heartbeats)
+    if args.hostfile and storage.is_object_store(args.heartbeats):
+        return HangWatch(
+            remote_beats(hostfile_hosts(args.hostfile), heartbeats), args.hang_timeout, REMOTE_SCAN_SECONDS
+        )
+    return HangWatch(functools.partial(last_beats, heartbeats), args.hang_timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, help="the run's directory: spec.json and run.json go there")
@@ -266,9 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunMismatch as exc:
         return _error(str(exc), EXIT_REFUSED)
     index = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
-    # with an object-store root each member beats in its pod's scratch: a pod watches its own members
-    heartbeats = scratch.local_path(args.heartbeats) if args.heartbeats else None
-    watch = HangWatch(heartbeats, args.hang_timeout) if heartbeats and args.hang_timeout else None
+    watch = hang_watch(args) if args.heartbeats and args.hang_timeout else None
     code = run_horovod_ranks(args, index, watch) if args.horovod_slots else run_command(args, index, watch)
     if watch and watch.report:
         with open(args.message, "w") as f:

@@ -303,7 +303,7 @@ class LocalLauncher(Launcher):
         process (by its member name where it beats, else its stage process) or the longest silent member."""
         if not stage.hang_timeout_seconds:
             return None
-        beats = stalled(self.heartbeats(stage), started, stage.hang_timeout_seconds)
+        beats = stalled(last_beats(self.heartbeats(stage)), started, stage.hang_timeout_seconds)
         if beats is None:
             return None
         if stopped := self._stopped(stage):

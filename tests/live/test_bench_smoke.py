@@ -14,17 +14,32 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.bench, pytest.mark.extended, pytest.mark.e2e]  # slow: out of the fast set too
 
 
-def test_make_bench_runs_on_a_tiny_budget(tmp_path):
-    out = tmp_path / "results"
+def make_bench(out, *settings: str) -> dict:
+    """``make bench`` on the tiny budget with these make variables: what it wrote to latest.json."""
     done = subprocess.run(
-        ["make", "--no-print-directory", "bench", "BENCH_BUDGET=tiny", f"BENCH_OUT={out}"],
+        ["make", "--no-print-directory", "bench", "BENCH_BUDGET=tiny", f"BENCH_OUT={out}", *settings],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=3000,  # a hang guard: beside the extended tests it took 25 minutes (16 alone)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((out / "latest.json").read_text())
+    return json.loads((out / "latest.json").read_text())
+
+
+def test_make_bench_measures_only_the_sections_named(tmp_path):
+    out = tmp_path / "results"
+    report = make_bench(out, "BENCH_SECTIONS=serving")
+    assert set(report["results"]) == {"serving"}
+    assert report["rows"] and all(row["figure"].startswith("serving latency") for row in report["rows"])
+    assert all(figure.startswith("serving latency") for figure, _ in report["absolute"])
+    assert "(budget tiny, sections serving: 1 repetition(s))" in (out / "latest.md").read_text()
+    assert not (out / "throughput.png").exists()  # the training section's chart
+
+
+def test_make_bench_runs_on_a_tiny_budget(tmp_path):
+    out = tmp_path / "results"
+    report = make_bench(out)
     figures = [row["figure"] for row in report["rows"]]
     for expected in (
         "throughput mirrored, 2 worker(s)",

@@ -419,13 +419,6 @@ def test_the_schema_rejects_what_the_model_rejects(change):
 MODEL_ONLY = {
     "no artifact volume with a local root": {**ON_KUBERNETES, "kubernetes.artifact_volume": DELETE},
     "an artifact volume with a bucket root": {**ON_KUBERNETES, "artifact_root": "s3://ml-artifacts/tfdist"},
-    "an MPIJob with a bucket root": {
-        **ON_KUBERNETES,
-        **ON_HOROVOD,
-        "kubernetes.artifact_volume": DELETE,
-        "kubernetes.operator": "kubeflow",
-        "artifact_root": "s3://ml-artifacts/tfdist",
-    },
     "lower above upper": {"validation.thresholds.accuracy": {"lower": 0.9, "upper": 0.5}},
     "min_workers above num_workers": {"training.min_workers": 3},
     "no elastic size splits the batch": {

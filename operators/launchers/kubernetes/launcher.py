@@ -13,7 +13,7 @@ import functools
 from dataclasses import replace
 from typing import Any
 
-from tfdist.contract import EXIT_REFUSED, storage
+from tfdist.contract import EXIT_REFUSED
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageLog, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, ClusterApi, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.kubernetes.follow import follow
@@ -51,8 +51,6 @@ class KubernetesLauncher(Launcher):
         if self.placement.operator == "native" or not stage.sync:
             return None
         kind = "TFJob" if stage.sync == "tf_cluster" else "MPIJob"
-        if kind == "MPIJob" and storage.is_object_store(self.plan.spec.artifact_root):
-            return None  # the ranks mpirun starts over SSH get none of their pod's environment: no store credentials
         if self.cluster.installed(kind):
             return kind
         if self.placement.operator == "kubeflow":

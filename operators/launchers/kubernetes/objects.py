@@ -8,7 +8,7 @@ functions of the plan of a stage and the run's identity. No client, no cluster, 
 - kubeflow: the train stage as a TFJob (``kubeflow.org/v1``) or an MPIJob (``kubeflow.org/v2beta1``). An
   MPIJob's pods run as the worker image's user (IMAGE_UID): the workers' sshd with that user's config on
   port 2222 (docker/sshd_config), the job's SSH key pair mounted in that user's ~/.ssh, and ``mpirun``
-  passing the ranks their environment (an ssh session gets none of its pod's)."""
+  passing the ranks the launcher pod's environment (an ssh session gets none of its pod's: tfdist.trainer.pod)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,6 @@ home, which holds an MPIJob's SSH set-up: the operator's Secret at ``.ssh``, the
 ``.sshd_config``. An MPIJob pins its pods to this user (securityContext.runAsUser)."""
 MPI_HOSTFILE = "/etc/mpi/hostfile"
 """Where Kubeflow's MPI operator mounts the hostfile it writes into an MPIJob's launcher pod."""
-MPI_FORWARDED_ENV = ("PATH",)
-"""The image's variables mpirun passes on to the ranks (``-x``), besides the stage's own: sshd starts the
-ranks' orted with its own minimal environment, not the pod's."""
 
 
 def _digest(*parts: str) -> str:
@@ -305,13 +302,10 @@ def mpijob(plan: Plan, stage: StagePlan, metadata: dict, run_policy: dict, label
     """Horovod as an MPIJob: mpirun in the launcher pod reaching the worker pods over SSH, as the MPI operator
     sets up."""
     k8s = placement(stage)
-    env = _env(plan, stage, "worker", stage.slots, horovod=True)  # the ranks', held by the launcher for mpirun
-    forwarded = [k for k in env if k not in (SPEC_ENV, RUN_ENV) and not k.startswith("OMPI_")]  # mpirun passes OMPI_*
-    forwarded += [*MPI_FORWARDED_ENV, *(["LD_LIBRARY_PATH"] if stage.gpus_per_worker else [])]  # the GPU image's CUDA
+    env = _env(plan, stage, "worker", stage.slots, horovod=True)  # the ranks': the launcher's pod passes its own on
     mpirun = mpirun_argv(
         stage.workers * stage.slots,
         stage.args.command(PYTHON),
-        forwarded=tuple(forwarded),
         extra_args=stage.horovod.extra_args if stage.horovod else (),
     )
     launcher = _container(k8s, "worker", "launcher", _entrypoint(plan, stage, mpirun, hostfile=MPI_HOSTFILE), env, 0)

@@ -7,7 +7,6 @@ What the stand-in does not model is listed in its docstring; needs root."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_bucket_url, wait_for
 from tests.k8s_standin import StandInCluster
+from tests.launchers.kubernetes import store_secret
 from tests.object_store import gcs_connection
 from tfdist.contract import RunLayout, read_json, registry, run_path, storage
 from tfdist.operators.demo import airflow_dags_test
@@ -49,17 +49,6 @@ def upload_in_halves(local_raw: str, url: str) -> None:
             storage.write_bytes(f"{stem}-{k}.csv", (header + "".join(part)).encode())
 
 
-def store_secret(cluster: StandInCluster, scheme: str, pods_env: dict[str, str]) -> str:
-    """A Secret holding the pods' environment ``pods_env`` for the ``scheme`` store, created through the cluster's
-    API; its name."""
-    from kubernetes import client, config
-
-    api = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig))
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in pods_env.items()}
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{scheme}-credentials"}, "data": data}
-    return api.create_namespaced_secret("ml", body).metadata.name
-
-
 @pytest.fixture(scope="module")
 def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
     """The stand-in cluster, and a DAGs folder with one pipeline per mode on it (launcher kubernetes); the
@@ -81,7 +70,7 @@ def pipelines(request, tmp_path_factory, digits_root, s3, gcs, token_server):
     for mode, scheme in IN_A_BUCKET.items():
         roots[mode] = new_bucket_url(request, scheme, "tfdist")
         upload_in_halves(os.path.join(digits_root, "raw"), storage.join(roots[mode], "raw"))
-        secret = store_secret(cluster, scheme, pods_env[scheme])
+        secret = store_secret(cluster, f"{scheme}-credentials", pods_env[scheme])
         in_a_bucket[mode] = {**kubernetes, "artifact_volume": None, "credentials_secret": secret}
     specs = [
         make_spec(

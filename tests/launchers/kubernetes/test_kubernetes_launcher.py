@@ -6,6 +6,7 @@ listed in its docstring; needs root (network namespaces)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -28,6 +29,7 @@ from tests.conftest import (
     fault_modes,
     make_spec,
     needs_root,
+    new_bucket_url,
     plan_for,
     prepared_plan,
     run,
@@ -35,7 +37,8 @@ from tests.conftest import (
     wait_for,
 )
 from tests.k8s_standin import StandInCluster
-from tfdist.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats, read_json
+from tests.launchers.kubernetes import store_secret
+from tfdist.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats, read_json, storage
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
@@ -608,34 +611,87 @@ def test_a_tfjob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tm
     assert refused.value.returncode == EXIT_REFUSED
 
 
-def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(digits_root, tmp_path):
-    """operator 'auto' finds the MPIJob CRD through API discovery and runs Horovod over OpenMPI as an MPIJob:
-    mpirun in the launcher pod starts orted and two ranks in each worker pod through its sshd (the worker
-    image's user and config, the job's generated key), and every rank ends with the same weights."""
-    kubeflow = StandInCluster(str(tmp_path / "kubeflow"), crds=("mpijobs",)).start()
+@pytest.fixture(scope="module")
+def mpi_cluster(tmp_path_factory):
+    """A stand-in cluster serving the MPIJob CRD, reached through the connection k8s_mpi."""
+    kubeflow = StandInCluster(str(tmp_path_factory.mktemp("kubeflow")), crds=("mpijobs",)).start()
     os.environ["AIRFLOW_CONN_K8S_MPI"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeflow.kubeconfig)}}
     )
-    try:
-        training = {
-            "epochs": 1,
-            "launcher": "kubernetes",
-            "backend": "mpi",
-            "num_workers": 2,
-            "mpi": {"controller": "mpi", "slots_per_worker": 2},
-        }
-        plan = prepared_plan(
-            digits_root,
-            "k8s_mpijob",
-            training=training,
-            kubernetes={**KUBERNETES, "connection_id": "k8s_mpi", "log_members": "all"},
-        )
-        result, lines = launch(plan, "train")
-        name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
-        assert kubeflow.created == [("MPIJob", name)] and result["workers"] == 4
-        assert set(weights(lines)) == {f"rank-{r}" for r in range(4)} and len(set(weights(lines).values())) == 1
-        for worker in ("worker-0", "worker-1"):  # each worker pod's sshd let mpirun's ssh in, as the image's user
-            assert any(line.startswith(f"[{worker}] Accepted publickey for tfdist from ") for line in lines), worker
-        assert_nothing_left(kubeflow, plan)
-    finally:
-        kubeflow.close()
+    yield kubeflow
+    kubeflow.close()
+
+
+MPIJOB_TRAINING = {
+    "epochs": 1,
+    "launcher": "kubernetes",
+    "backend": "mpi",
+    "num_workers": 2,
+    "mpi": {"controller": "mpi", "slots_per_worker": 2},
+}
+
+
+def mpijob_plan(request, cluster: StandInCluster, digits_root: str, root: str, run_id: str, **training):
+    """A train stage of MPIJOB_TRAINING (and ``training``) on ``cluster``, its data prepared; ``root`` 'bucket': the
+    artifact root in a new S3 bucket the pods reach with a Secret's credentials (no volume), the data uploaded."""
+    kubernetes = {**KUBERNETES, "connection_id": "k8s_mpi", "log_members": "all"}
+    sections = {"training": {**MPIJOB_TRAINING, **training}}
+    plan = prepared_plan(digits_root, run_id, kubernetes=kubernetes, **sections)
+    if root == "volume":
+        return plan
+    s3 = request.getfixturevalue("s3")
+    secret = store_secret(cluster, f"s3-{run_id.replace('_', '-')}", s3.env_at(f"{cluster.subnet}.1"))
+    kubernetes = {**kubernetes, "artifact_volume": None, "credentials_secret": secret}
+    in_a_bucket = plan_for(new_bucket_url(request, "s3", "tfdist"), run_id, kubernetes=kubernetes, **sections)
+    storage.upload_tree(plan.layout.data_dir, in_a_bucket.layout.data_dir)
+    return in_a_bucket
+
+
+@pytest.mark.parametrize("root", ["volume", "bucket"])
+def test_an_mpijob_runs_the_train_stage_where_its_crd_is_installed(request, mpi_cluster, digits_root, root):
+    """operator 'auto' finds the MPIJob CRD through API discovery and runs Horovod over OpenMPI as an MPIJob:
+    mpirun in the launcher pod starts orted and two ranks in each worker pod through its sshd (the worker
+    image's user and config, the job's generated key), and every rank ends with the same weights. With the
+    artifact root in a bucket, the ranks reach it with the launcher pod's environment (the Secret's
+    credentials), which the launcher hands on through mpirun: rank 0 uploads the checkpoints."""
+    plan = mpijob_plan(request, mpi_cluster, digits_root, root, f"k8s_mpijob_{root}")
+    created = len(mpi_cluster.created)
+    result, lines = launch(plan, "train")
+    name = object_name(plan.context.pipeline_id, plan.context.run_id, "train")
+    assert mpi_cluster.created[created:] == [("MPIJob", name)] and result["workers"] == 4
+    assert set(weights(lines)) == {f"rank-{r}" for r in range(4)} and len(set(weights(lines).values())) == 1
+    for worker in ("worker-0", "worker-1"):  # each worker pod's sshd let mpirun's ssh in, as the image's user
+        assert any(line.startswith(f"[{worker}] Accepted publickey for tfdist from ") for line in lines), worker
+    assert checkpoint_step(plan.layout.checkpoint_dir) == result["final_step"]
+    assert_nothing_left(mpi_cluster, plan)
+
+
+def rank_process(plan, rank: int) -> psutil.Process:
+    """The training process of the run's rank ``rank`` (started by mpirun through a worker pod's sshd)."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            cmdline = p.cmdline()
+            if "tfdist.trainer.train" in cmdline and plan.context.run_id in " ".join(cmdline):
+                found += [p] if p.environ().get("OMPI_COMM_WORLD_RANK") == str(rank) else []
+    (process,) = found
+    return process
+
+
+@pytest.mark.extended
+def test_an_mpijob_in_a_bucket_whose_rank_stops_fails_as_hung_read_over_ssh(request, mpi_cluster, digits_root):
+    """With no volume, each rank beats in its worker pod's scratch: the launcher pod reads the beats there over the
+    SSH mpirun uses, and once none has stepped for the hang timeout it stops the stage (EXIT_HUNG), naming who."""
+    plan = mpijob_plan(
+        request, mpi_cluster, digits_root, "bucket", "k8s_mpijob_hung", epochs=400, hang_timeout_seconds=10
+    )
+    _launcher, _, finished = train_in_background(plan)
+    rank_process(plan, 1).suspend()
+    stopped_at = time.time()
+    failure = finished()
+    failed_after = time.time() - stopped_at
+    assert isinstance(failure, StageFailed), failure
+    assert failure.returncode == EXIT_HUNG and failure.process.startswith("launcher"), failure.summary
+    assert re.search(r"stopped the hung stage: rank-\d made no training progress for 10 s", failure.summary)
+    assert failed_after < 40, failed_after  # the timeout, a scan of the beats every 10 s, then the job's failure
+    assert_nothing_left(mpi_cluster, plan)

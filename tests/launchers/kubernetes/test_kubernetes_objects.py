@@ -10,6 +10,7 @@ The objects run for real on the stand-in cluster in tests/launchers/kubernetes/t
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -27,7 +28,6 @@ from tests.conftest import REPO, make_spec, wait_for
 from tfdist import contract
 from tfdist.contract import SCRATCH_ENV, read_json, stopping
 from tfdist.operators.cli import main as cli
-from tfdist.operators.launchers.kubernetes.launcher import KubernetesLauncher
 from tfdist.operators.launchers.kubernetes.objects import (
     NAME_MAX,
     SCRATCH_MOUNT,
@@ -118,11 +118,15 @@ def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mod
                     kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_from_the_secret():
-    """No artifact volume: every pod (each stage, the TFJob's) has an emptyDir scratch, TFDIST_SCRATCH naming it, the
-    Secret's keys as its environment; the objects pass the schemas in strict mode."""
+@pytest.mark.parametrize("mode", ["parameter_server", "horovod_mpi"])
+def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_from_the_secret(mode):
+    """No artifact volume: every pod (each stage's, the TFJob's or MPIJob's) has an emptyDir scratch, the Secret's
+    keys as its environment, TFDIST_SCRATCH naming the scratch (an MPIJob's launcher hands it on to the ranks with the
+    rest of its environment); the objects pass the schemas in strict mode."""
     spec = load_spec(
-        make_spec("s3://ml-artifacts/tfdist", training=MODES["parameter_server"], kubernetes=IN_THE_BUCKET)
+        make_spec(
+            "s3://ml-artifacts/tfdist", training=MODES[mode], kubernetes={**IN_THE_BUCKET, "operator": "kubeflow"}
+        )
     )
     plan = plan_of(spec)
     templates = []
@@ -131,26 +135,17 @@ def test_with_a_bucket_root_pods_mount_only_their_scratch_and_take_credentials_f
             if obj["kind"] == "Job":
                 kubernetes_validate.validate(obj, "1.31", strict=True)
                 templates.append(obj["spec"]["template"]["spec"])
-    (tfjob,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
-    assert crd_errors(tfjob) == []
-    templates += [r["template"]["spec"] for r in tfjob["spec"]["tfReplicaSpecs"].values()]
+    (kubeflow,) = stage_objects(plan, plan.stage("train"), kubeflow=True)
+    assert crd_errors(kubeflow) == []
+    replicas = kubeflow["spec"].get("tfReplicaSpecs") or kubeflow["spec"]["mpiReplicaSpecs"]
+    templates += [r["template"]["spec"] for r in replicas.values()]
     for template in templates:
         (container,) = template["containers"]
         assert template["volumes"] == [{"name": "scratch", "emptyDir": {}}] and "securityContext" not in template
         assert container["volumeMounts"] == [{"name": "scratch", "mountPath": SCRATCH_MOUNT}]
-        assert {"name": SCRATCH_ENV, "value": SCRATCH_MOUNT} in container["env"]
         assert container["envFrom"] == [{"secretRef": {"name": "store-credentials"}}]
-
-
-def test_with_a_bucket_root_horovod_runs_as_native_jobs_though_mpijobs_are_installed():
-    """'auto' never makes it an MPIJob, whose ranks would start over SSH without the pods' credentials, and does
-    not ask the cluster which CRDs it serves; 'kubeflow' is refused, naming the field and the fix."""
-    spec = make_spec("s3://ml-artifacts/tfdist", training=MODES["horovod_gloo"], kubernetes=IN_THE_BUCKET)
-    plan = plan_of(load_spec(spec))
-    launcher = KubernetesLauncher(plan)
-    assert launcher.kubeflow_kind(plan.stage("train")) is None and "cluster" not in vars(launcher)
-    with pytest.raises(SpecError, match=r"kubernetes\.operator: an MPIJob's ranks .* use 'native'"):
-        load_spec({**spec, "kubernetes": {**IN_THE_BUCKET, "operator": "kubeflow"}})
+        if container["name"] != "worker":  # an MPIJob's workers run sshd alone
+            assert {"name": SCRATCH_ENV, "value": SCRATCH_MOUNT} in container["env"]
 
 
 def test_strict_validation_catches_a_misspelt_key(tmp_path):
@@ -246,12 +241,10 @@ def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpir
     mpirun = launcher["command"][launcher["command"].index("--") + 1 :]
     assert mpirun[:3] == ["mpirun", "-np", "4"] and "NCCL_DEBUG=INFO" in mpirun
     assert mpijob["spec"]["slotsPerWorker"] == 2 and mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
-    # mpirun waits for the workers' names, and hands the ranks their environment: sshd gives them none
+    # mpirun waits for the workers' names; the launcher pod hands the ranks its environment (sshd gives them none)
     assert launcher["command"][launcher["command"].index("--hostfile") + 1] == "/etc/mpi/hostfile"
-    forwarded = {mpirun[i + 1] for i, arg in enumerate(mpirun) if arg == "-x"}
-    launcher_env = {e["name"] for e in launcher["env"]}
-    assert {"PATH", "LD_LIBRARY_PATH", "TFDIST_THREADS", "PYTHONUNBUFFERED"} <= forwarded
-    assert {n for n in forwarded if "=" not in n} - {"PATH", "LD_LIBRARY_PATH"} <= launcher_env
+    assert [mpirun[i + 1] for i, arg in enumerate(mpirun) if arg == "-x"] == ["NCCL_DEBUG=INFO"]  # the spec's own
+    assert {"TFDIST_THREADS", "PYTHONUNBUFFERED", "TFDIST_SPEC"} <= {e["name"] for e in launcher["env"]}
     # the workers' sshd runs as the image's user, with its config; the job's key pair goes to its ~/.ssh
     worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/tfdist/.sshd_config"]
@@ -317,6 +310,26 @@ def test_plan_command_prints_the_objects_as_yaml_documents(tmp_path, capsys):
     assert "kubernetes: required to plan a run on Kubernetes" in capsys.readouterr().err
 
 
+def test_an_mpijob_launcher_passes_its_environment_on_to_the_ranks_but_not_its_host_nor_the_runs_records():
+    environ = {
+        "PATH": "/usr/bin",
+        "TFDIST_THREADS": "4",
+        "AWS_ROLE_ARN": "arn:aws:iam::1:role/tfdist",
+        "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
+        "HOSTNAME": "train-launcher",
+        "TFDIST_SPEC": "{}",
+        "TFDIST_RUN": "{}",
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    }
+    argv = pod.forwarding_environment(["mpirun", "-np", "4", "python", "-m", "tfdist.trainer.train"], environ)
+    assert argv == [
+        "mpirun",
+        *("-x", "AWS_ROLE_ARN", "-x", "AWS_WEB_IDENTITY_TOKEN_FILE", "-x", "PATH", "-x", "TFDIST_THREADS"),
+        *("-np", "4", "python", "-m", "tfdist.trainer.train"),
+    ]
+
+
 def test_a_pod_whose_peers_never_resolve_fails_naming_them():
     with pytest.raises(SystemExit):
         pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
@@ -328,7 +341,7 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
     monkeypatch.setattr(pod, "STOPPED_SECONDS", 0.5)
     heartbeats = str(tmp_path / "heartbeats")
     os.makedirs(heartbeats)
-    watch = pod.HangWatch(heartbeats, timeout=10)
+    watch = pod.HangWatch(functools.partial(contract.last_beats, heartbeats), timeout=10)
     watch.since -= 60
     for member, age in (("worker-0", 12), ("worker-1", 15)):
         contract.beat(heartbeats, member, 40)
@@ -341,7 +354,7 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
     contract.beat(heartbeats, "worker-0", 41)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        watch = pod.HangWatch(heartbeats, timeout=10)
+        watch = pod.HangWatch(functools.partial(contract.last_beats, heartbeats), timeout=10)
         assert not watch.hung({"worker-1": sleeper.pid})
         sleeper.send_signal(signal.SIGSTOP)
         wait_for(lambda: stopping.is_stopped(sleeper.pid), 5, "the signal to stop it")
