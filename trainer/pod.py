@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from tfdist.contract import (
     EXIT_HUNG,
@@ -156,24 +157,24 @@ def _resolves(host: str) -> bool:
 
 def remote_beats(hosts: list[str], heartbeats: str) -> Callable[[], dict[str, Beat]]:
     """The beats of an MPIJob's ranks in their worker pods' scratch (``heartbeats``), read over the SSH mpirun starts
-    them through; a worker not reached adds none."""
+    them through, every worker at once; a worker not reached, or not answering in time, adds none."""
     command = shlex.join([sys.executable, "-m", "tfdist.contract.progress", heartbeats])  # ssh hands a shell a line
 
+    def read_one(host: str) -> dict[str, Beat]:
+        try:
+            done = subprocess.run(
+                ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, command],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            return {m: Beat(*b) for m, b in json.loads(done.stdout).items()} if done.returncode == 0 else {}
+        except (subprocess.TimeoutExpired, ValueError, TypeError):
+            return {}
+
     def read() -> dict[str, Beat]:
-        beats = {}
-        for host in hosts:
-            try:
-                done = subprocess.run(
-                    ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, command],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-            except subprocess.TimeoutExpired:
-                continue
-            if done.returncode == 0:
-                beats.update({m: Beat(*b) for m, b in json.loads(done.stdout).items()})
-        return beats
+        with ThreadPoolExecutor(min(len(hosts), 16) or 1) as pool:
+            return {m: b for found in pool.map(read_one, hosts) for m, b in found.items()}
 
     return read
 

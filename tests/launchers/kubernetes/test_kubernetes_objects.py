@@ -330,6 +330,10 @@ def test_an_mpijob_launcher_passes_its_environment_on_to_the_ranks_but_not_its_h
     ]
 
 
+def test_an_mpijob_launcher_reading_beats_over_ssh_counts_a_worker_it_cannot_reach_as_none():
+    assert pod.remote_beats(["worker-0.nowhere.invalid", "worker-1.nowhere.invalid"], "/tmp/heartbeats")() == {}
+
+
 def test_a_pod_whose_peers_never_resolve_fails_naming_them():
     with pytest.raises(SystemExit):
         pod.wait_for_peers(["localhost", "peer-1.nowhere.invalid"], timeout=0.5)
