@@ -121,7 +121,7 @@ def airflow(tmp_path_factory, s3):
             make_spec(
                 root,
                 name="digits_retry",
-                training={"epochs": 60, "checkpoint_every_steps": 50},
+                training={"epochs": 20, "checkpoint_every_steps": 50},
                 validation={"thresholds": {"accuracy": {"lower": 0.9999}}},
                 retries={"delay_seconds": 1},
                 export={"model_name": "digits_retry"},
