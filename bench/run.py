@@ -2,8 +2,8 @@
 
 Every figure is a ratio of two things measured side by side in the same run, each repetition in the
 opposite order of the one before; the table gives the median and the spread (min–max). Writes
-``latest.md``, ``latest.json`` and ``throughput.png`` to ``--out``. Not a test: CI runs only the tiny
-budget, to check the suite still runs."""
+``latest.md``, ``latest.json`` and (with the training section) ``throughput.png`` to ``--out``; ``--sections``
+measures only some (SECTIONS). Not a test: CI runs only the tiny budget, to check the suite still runs."""
 
 from __future__ import annotations
 
