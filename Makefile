@@ -62,10 +62,8 @@ lint: setup
 test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not bench and not extended"
 
-# three test files at a time on 2 cores: these tests wait as much as they compute (hang timeouts, Airflow's scheduler,
-# the stand-in cluster's pods)
 test-extended: setup
-	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m extended
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m extended
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site

@@ -115,6 +115,18 @@ def airflow(tmp_path_factory, s3):
             }
         )
     )
+    # the example pipeline for its REST trigger: it starts tomorrow, so unpausing it schedules no run before the
+    # triggered one (digits_nightly's scheduled run would come first: one run at a time)
+    (dags / "digits_rest.py").write_text(
+        dag_file(
+            {
+                **EXAMPLE,
+                "name": "digits_rest",
+                "start_date": str(last_day + dt.timedelta(days=1)),
+                "export": {"model_name": "digits_rest"},
+            }
+        )
+    )
     # a long enough training to kill a worker in, and a gate no model passes
     (dags / "digits_retry.py").write_text(
         dag_file(
@@ -219,6 +231,7 @@ def airflow(tmp_path_factory, s3):
         live.start(
             [
                 "digits_nightly",
+                "digits_rest",
                 "digits_backfill",
                 "digits_retry",
                 "digits_cnn",
@@ -291,22 +304,22 @@ def test_unpaused_nightly_dag_is_scheduled_on_its_data_interval_and_publishes(ai
 @pytest.mark.extended
 def test_rest_trigger_with_overrides_switching_to_horovod(airflow):
     conf = {"training.epochs": 8, "model.learning_rate": 0.003, "training.backend": "mpi"}
-    run_id = airflow.trigger("digits_nightly", conf)
-    run = airflow.wait_for_run("digits_nightly", run_id)
-    assert run["state"] == "success", airflow.task_states("digits_nightly", run_id)
-    directory = run_path(airflow.root, "digits_nightly", run_id)
+    run_id = airflow.trigger("digits_rest", conf)
+    run = airflow.wait_for_run("digits_rest", run_id)
+    assert run["state"] == "success", airflow.task_states("digits_rest", run_id)
+    directory = run_path(airflow.root, "digits_rest", run_id)
     assert read_json(os.path.join(directory, "run.json"))["overrides"] == conf
     effective = read_json(os.path.join(directory, "spec.json"))
     assert (effective["training"]["epochs"], effective["model"]["learning_rate"]) == (8, 0.003)
-    prepare = airflow.task_log("digits_nightly", run_id, "prepare_data")
+    prepare = airflow.task_log("digits_rest", run_id, "prepare_data")
     assert "run triggered without a logical date" in prepare and "training on the window" in prepare
-    train = airflow.task_log("digits_nightly", run_id, "train")
+    train = airflow.task_log("digits_rest", run_id, "train")
     assert "[rank-0] rank-0: step " in train and "[rank-1] rank-1: step " in train
 
     # bounds come from the spec model: Airflow refuses the run at trigger time
     refused = airflow.api(
         "POST",
-        "/api/v2/dags/digits_nightly/dagRuns",
+        "/api/v2/dags/digits_rest/dagRuns",
         {"logical_date": None, "conf": {"training.epochs": 0}},
         expect=400,
     )
@@ -317,12 +330,12 @@ def test_rest_trigger_with_overrides_switching_to_horovod(airflow):
         ({"training.num_workers": 8}, "data.num_shards: must be ≥ the 8 training processes"),
         ({"artifact_root": "/tmp/elsewhere"}, "artifact_root: not overridable in this pipeline"),
     ):
-        bad = airflow.trigger("digits_nightly", conf)
-        assert airflow.wait_for_run("digits_nightly", bad)["state"] == "failed"
-        prepare = airflow.task_instances("digits_nightly", bad)["prepare_data"]
+        bad = airflow.trigger("digits_rest", conf)
+        assert airflow.wait_for_run("digits_rest", bad)["state"] == "failed"
+        prepare = airflow.task_instances("digits_rest", bad)["prepare_data"]
         assert (prepare["state"], prepare["try_number"]) == ("failed", 1)
-        assert problem in airflow.task_log("digits_nightly", bad, "prepare_data")
-    assert not os.path.exists("/tmp/elsewhere/digits_nightly")
+        assert problem in airflow.task_log("digits_rest", bad, "prepare_data")
+    assert not os.path.exists("/tmp/elsewhere/digits_rest")
 
 
 @pytest.fixture(scope="module")
