@@ -167,5 +167,5 @@ def checkpoint_step(checkpoint_dir: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-if __name__ == "__main__":  # an MPIJob's launcher pod reads its ranks' beats in their pods so (tfdist.trainer.pod)
+if __name__ == "__main__":  # an MPIJob's launcher pod runs this in its worker pods over SSH (tfdist.trainer.pod)
     print(json.dumps(last_beats(sys.argv[1])))
