@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -c constraints.txt -e '.[kubernetes,cpu,s3,gcs,dev]'  # imports byte-compile what they use
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[kubernetes,cpu,s3,gcs,dev]'
 	rm -rf airflow_tfdist.egg-info  # the build's leftover: on sys.path (from here) a second copy of the package's metadata
 	@echo "Horovod: building the CPU wheel once per machine (a few minutes), then reusing it"
 	wheel=$$(bash docker/build-horovod-wheel.sh $(BIN)/python) && $(BIN)/python -m pip install -q -c constraints.txt "$$wheel"

@@ -108,7 +108,12 @@ class Project:
     def __init__(self, root: str, venv: str, artifacts: str) -> None:
         self.root, self.bin = root, os.path.join(venv, "bin")
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "VIRTUAL_ENV"))},
+            # bytecode caches written as a deployment writes them: the install leaves the compiling to the imports
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("AIRFLOW", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE"))
+            },
             "PATH": f"{self.bin}:{os.environ['PATH']}",
             "AIRFLOW_HOME": os.path.join(root, "airflow_home"),
             "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(root, "dags"),
@@ -167,7 +172,8 @@ def team_constraints(venv: str, path: str) -> str:
 
 
 def pip_install(venv: str, *args: str) -> None:
-    """pip install, leaving the byte-compiling to the imports (45 of 140 s of the install here)."""
+    """pip install, leaving the byte-compiling to the imports (45 of 140 s of the install here): the project's
+    processes write their bytecode caches (Project.env)."""
     done = subprocess.run(
         [os.path.join(venv, "bin", "pip"), "install", "-q", "--no-compile", *args],
         capture_output=True,
