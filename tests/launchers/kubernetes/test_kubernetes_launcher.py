@@ -693,5 +693,5 @@ def test_an_mpijob_in_a_bucket_whose_rank_stops_fails_as_hung_read_over_ssh(requ
     assert isinstance(failure, StageFailed), failure
     assert failure.returncode == EXIT_HUNG and failure.process.startswith("launcher"), failure.summary
     assert re.search(r"stopped the hung stage: rank-\d made no training progress for 10 s", failure.summary)
-    assert failed_after < 40, failed_after  # the timeout, a scan of the beats every 10 s, then the job's failure
+    assert failed_after < 60, failed_after  # the timeout, a beats scan every 10 s, the job's failure (not 400 epochs)
     assert_nothing_left(mpi_cluster, plan)
