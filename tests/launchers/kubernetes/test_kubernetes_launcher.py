@@ -672,8 +672,9 @@ def rank_process(plan, rank: int) -> psutil.Process:
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             cmdline = p.cmdline()
-            if "tfdist.trainer.train" in cmdline and plan.context.run_id in " ".join(cmdline):
-                found += [p] if p.environ().get("OMPI_COMM_WORLD_RANK") == str(rank) else []
+            ours = "tfdist.trainer.train" in cmdline and plan.context.run_id in " ".join(cmdline)
+            if ours and p.environ().get("OMPI_COMM_WORLD_RANK") == str(rank):
+                found.append(p)
     (process,) = found
     return process
 
