@@ -34,7 +34,7 @@ mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts; ln -s pt
 mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm /dev/shm
 hostname "$0"
 while [ "$1" != -- ]; do
-  if [ ! -e "$2" ]; then mkdir -p "$(dirname "$2")"; if [ -d "$1" ]; then mkdir "$2"; else : > "$2"; fi; fi
+  if [ ! -e "$2" ]; then mkdir -p "$(dirname "$2")"; if [ -d "$1" ]; then mkdir -p "$2"; else : > "$2"; fi; fi
   mount --bind "$1" "$2"
   if [ "$3" = ro ]; then mount -o remount,bind,ro "$2"; fi
   shift 3
@@ -48,7 +48,7 @@ mounts (source, target, rw or ro; up to ``--``): the pod's hosts file at /etc/ho
 file at the container's terminationMessagePath, the image's files (IMAGE_USER, IMAGE_DIRS) and its Secret and
 ConfigMap volumes. A target that does not exist is created first: within the pod's own /dev or /home, the
 pod's; elsewhere on this machine's file system (the pods share its root, there being no image), where it is
-left, empty: the least a bind mount needs."""
+left, empty: the least a bind mount needs (pods starting together may both create it: ``mkdir -p``)."""
 JOIN_CGROUP = 'echo $$ > "$0" && exec "$@"'
 """Run in the pod's cgroup (joined before ``ip netns exec``, whose fresh /sys has no cgroup file systems)."""
 
