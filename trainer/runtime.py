@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import importlib.abc
@@ -129,12 +130,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
-def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's ``main``, ended with its launching process; a full disk ends it with one line naming where
-    (TensorFlow wraps the OS error in its own types, so its message is matched too) instead of a traceback."""
+def run_stage(main: Callable[[], None]) -> NoReturn:
+    """Run a stage's ``main``, ended with its launching process, and end the process as soon as it is done
+    (``end_done``); a full disk ends it with one line naming where (TensorFlow wraps the OS error in its own
+    types, so its message is matched too) instead of a traceback."""
     end_with_parent()
     try:
         main()
+        end_done()
     except Exception as exc:
         if getattr(exc, "errno", None) != errno.ENOSPC and "No space left on device" not in str(exc):
             raise
@@ -144,3 +147,13 @@ def run_stage(main: Callable[[], None]) -> None:
             f"no space left on the device holding {where}: free space under the artifact root (or move it to "
             "a larger volume) and retry the task; nothing partial was published"
         )
+
+
+def end_done() -> NoReturn:
+    """End a stage process whose work is done: its exit handlers run (Horovod's shutdown among them) and its
+    output is flushed, but not the interpreter's teardown, which takes a process that imported TensorFlow about
+    1 s here (docs/performance.md): a stage's result would wait for it."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
