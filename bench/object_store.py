@@ -183,7 +183,7 @@ def checkpoint_times(work: str, bucket: str, megabytes: int, repetitions: int) -
         manager.save(checkpoint_number=repetition)
         saves.append(time.perf_counter() - started)
         started = time.perf_counter()
-        scratch.checkpoint_upload(local, storage.join(bucket, f"checkpoints-{repetition}"), manager.latest_checkpoint)()
+        scratch.checkpoint_upload(local, storage.join(bucket, f"checkpoints-{repetition}"))()
         uploads.append(time.perf_counter() - started)
     return {"megabytes": megabytes, "save_seconds": saves, "upload_seconds": uploads}
 

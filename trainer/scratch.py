@@ -5,6 +5,7 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 from __future__ import annotations
 
 import collections
+import dataclasses
 import fcntl
 import functools
 import multiprocessing
@@ -97,13 +98,14 @@ def retried(job: Job, what: str, patience: float = UPLOAD_PATIENCE) -> None:
 
 class Uploader:
     """Uploads to the store in order, in a process of its own: the training never waits for the store, and the
-    uploads' Python (HTTP, signing, hashing) never takes the training process's GIL. Each job is ``retried``; after
-    one fails for good the rest are skipped and ``close`` raises. The process is a daemon: it ends with the
+    uploads' Python (HTTP, signing, hashing) never takes the training process's GIL. Each job is ``retried``; one
+    that a later job of the same key follows in the queue is skipped (and ``discard``-ed, if it has that method);
+    after one fails for good the rest are skipped and ``close`` raises. The process is a daemon: it ends with the
     training's, whatever it had left to upload (the checkpoint state is uploaded last: never a partial one)."""
 
     def __init__(self) -> None:
         spawn = multiprocessing.get_context("spawn")  # never fork a process TensorFlow's threads run in
-        self.jobs: multiprocessing.queues.Queue[tuple[Job, str] | None] = spawn.Queue()
+        self.jobs: multiprocessing.queues.Queue[tuple[Job, str, str] | None] = spawn.Queue()
         self.jobs.cancel_join_thread()  # an ending training never waits to hand over jobs nobody will run
         self.failures: multiprocessing.queues.Queue[str] = spawn.Queue()
         self.process = spawn.Process(
@@ -112,8 +114,10 @@ class Uploader:
         self.process.start()
         self.failure: str | None = None
 
-    def submit(self, job: Job, what: str) -> None:
-        self.jobs.put((job, what))
+    def submit(self, job: Job, what: str, key: str | None = None) -> None:
+        """Queue ``job``, which the logs call ``what``; its ``key`` (``what`` if none) names the jobs a later one
+        makes needless."""
+        self.jobs.put((job, what, key or what))
 
     def check(self) -> None:
         """Raise if an upload failed for good, or the upload process ended before its time."""
@@ -133,10 +137,10 @@ class Uploader:
 
 def _upload(jobs: multiprocessing.queues.Queue, failures: multiprocessing.queues.Queue) -> None:
     """The upload process: run each job in turn until the None that ends them, skipping all after a failure, and
-    a job the same job follows in the queue (a tree's upload uploads the tree as it is when it runs: the later
-    one covers it)."""
+    a job a later one of the same key follows in the queue (a tree's upload uploads the tree as it is when it
+    runs, a checkpoint's upload makes the checkpoints before it needless: the later one covers it)."""
     os.nice(UPLOAD_NICENESS)
-    failed, waiting = False, collections.deque[tuple[Job, str] | None]()
+    failed, waiting = False, collections.deque[tuple[Job, str, str] | None]()
     while True:
         if not waiting:
             waiting.append(jobs.get())
@@ -147,8 +151,10 @@ def _upload(jobs: multiprocessing.queues.Queue, failures: multiprocessing.queues
                 break
         if (item := waiting.popleft()) is None:
             return
-        job, what = item
-        if failed or any(later is not None and later[1] == what for later in waiting):
+        job, what, key = item
+        if failed or any(later is not None and later[2] == key for later in waiting):
+            if discard := getattr(job, "discard", None):
+                discard()
             continue
         try:
             retried(job, what)
@@ -224,25 +230,45 @@ def local_checkpoint(prefix: str) -> str:
     return os.path.join(fetch(url_dir, checkpoint_files(url_dir, name)), name)
 
 
-def checkpoint_upload(local_dir: str, url_dir: str, prefix: str) -> Job:
-    """The upload of the checkpoint just saved at local ``prefix``: its files, then the state file (a reader
-    restores only what the state names: never a partial checkpoint), then the deletion of the checkpoints the state
-    no longer keeps. Its files are linked aside now, so the saver may delete them meanwhile."""
+def checkpoint_upload(local_dir: str, url_dir: str) -> CheckpointUpload:
+    """The upload to ``url_dir`` of the checkpoints in ``local_dir`` its state keeps: the one just saved, and the
+    others (the store may lack one, its upload made needless by this one). Their files are linked aside now, so
+    the saver may delete them meanwhile."""
     snapshot = tempfile.mkdtemp(dir=local_dir, prefix=".uploading-")
-    for name in os.listdir(local_dir):
-        if name.startswith(os.path.basename(prefix) + "."):
-            os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
     shutil.copyfile(os.path.join(local_dir, CHECKPOINT_STATE), os.path.join(snapshot, CHECKPOINT_STATE))
-    return functools.partial(_upload_checkpoint, snapshot, url_dir)
-
-
-def _upload_checkpoint(snapshot: str, url_dir: str) -> None:
-    storage.upload_tree(snapshot, url_dir, last=(CHECKPOINT_STATE,))
     with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
-        kept = set(kept_checkpoints(f.read()))
-    stale = [n for n in storage.names(url_dir) if n != CHECKPOINT_STATE and n.split(".", 1)[0] not in kept]
-    storage.remove_all([storage.join(url_dir, name) for name in stale])
-    shutil.rmtree(snapshot)
+        kept = frozenset(kept_checkpoints(f.read()))
+    for name in os.listdir(local_dir):
+        if name.split(".", 1)[0] in kept and os.path.isfile(os.path.join(local_dir, name)):
+            os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
+    return CheckpointUpload(snapshot, url_dir, kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointUpload:
+    """Checkpoints' upload from a ``snapshot`` of the files of those a state file keeps: those of the checkpoints
+    the store's state does not name (the ones it names are whole there, and a resumed training saves none of them
+    again), then the state file (a reader restores only what the state names: never a partial checkpoint), then
+    the deletion of the checkpoints the state no longer keeps. Discarded, as when a later one follows it in the
+    queue, it removes its snapshot."""
+
+    snapshot: str
+    url_dir: str
+    kept: frozenset[str]
+
+    def __call__(self) -> None:
+        stored = _state(storage.join(self.url_dir, CHECKPOINT_STATE))
+        for name in os.listdir(self.snapshot):
+            if stored and name.split(".", 1)[0] in kept_checkpoints(stored):
+                os.remove(os.path.join(self.snapshot, name))
+        present = storage.names(self.url_dir)
+        storage.upload_tree(self.snapshot, self.url_dir, last=(CHECKPOINT_STATE,))
+        stale = [n for n in present if n != CHECKPOINT_STATE and n.split(".", 1)[0] not in self.kept]
+        storage.remove_all([storage.join(self.url_dir, name) for name in stale])
+        self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.snapshot, ignore_errors=True)
 
 
 def tree_upload(local_dir: str, url: str) -> Job:

@@ -743,8 +743,9 @@ class TrainingRun:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
                 if self.uploads:
                     self.uploads.check()
-                    job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints, saver.latest_checkpoint)
-                    self.uploads.submit(job, f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}")
+                    job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints)
+                    what = f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}"
+                    self.uploads.submit(job, what, key=f"the checkpoints' upload to {self.args.checkpoints}")
 
     def summarize(self, step: int) -> None:
         """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the

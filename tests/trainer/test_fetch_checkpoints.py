@@ -71,14 +71,16 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
     url = f"s3://{s3.new_bucket()}/run/checkpoints"
     saved = tmp_path / "chief"
     saved.mkdir()
-    scratch.checkpoint_upload(str(saved), url, save(saved, 1))()
+    save(saved, 1)
+    scratch.checkpoint_upload(str(saved), url)()
     uploading = threading.Event()
     uploading.set()
 
     def chief() -> None:
         step = 2
         while uploading.is_set():
-            scratch.checkpoint_upload(str(saved), url, save(saved, step))()
+            save(saved, step)
+            scratch.checkpoint_upload(str(saved), url)()
             step += 1
 
     uploads = threading.Thread(target=chief)

@@ -1,12 +1,13 @@
 """The trainer's uploads (trainer/scratch.py ``Uploader``): run in order in a process of their own, at a lower
-priority than the training; a job the same job follows in the queue is skipped; a failure stops the rest and is
-raised, as is the upload process's death."""
+priority than the training; a job the same job (or a later one of its key) follows in the queue is skipped; a
+failure stops the rest and is raised, as is the upload process's death."""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -24,6 +25,9 @@ def record(path: str, name: str) -> None:
 def refuse(path: str) -> None:
     """A job failing for good at once (a missing local file is not retried)."""
     raise FileNotFoundError(path)
+
+
+DATA_AND_INDEX = ("data-00000-of-00001", "index")
 
 
 def ran(path: str) -> list[dict]:
@@ -60,6 +64,53 @@ def test_a_job_the_same_job_follows_in_the_queue_is_skipped(tmp_path):
         uploads.submit(functools.partial(record, log, f"ckpt-{k}"), f"the upload of ckpt-{k}")
     uploads.close()
     assert [job["name"] for job in ran(log)] == ["busy", *(f"ckpt-{k}" for k in range(4)), "summaries 4", "ckpt-4"]
+
+
+def save_checkpoint(directory: str, step: int) -> None:
+    """Leave the files a checkpoint manager keeping two checkpoints leaves once it saved ``ckpt-<step>``."""
+    for name in os.listdir(directory):
+        if name.startswith(f"ckpt-{step - 2}."):
+            os.remove(os.path.join(directory, name))
+    for suffix in ("index", "data-00000-of-00001"):
+        with open(os.path.join(directory, f"ckpt-{step}.{suffix}"), "w") as f:
+            f.write(f"step {step}")
+    kept = "".join(f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in (step - 1, step) if s > 0)
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "ckpt-{step}"\n{kept}')
+
+
+def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_path):
+    """The later upload uploads every checkpoint its state keeps (the store lacks the one discarded)."""
+    log, saved, store = str(tmp_path / "log"), tmp_path / "saved", str(tmp_path / "store")
+    saved.mkdir()
+    uploads = scratch.Uploader()
+    uploads.submit(functools.partial(wait, log, 2.0), "a slow upload")
+    while not os.path.exists(log):  # the checkpoints queue up behind it
+        time.sleep(0.05)
+    jobs = []
+    for step in (1, 2, 3, 4):
+        save_checkpoint(str(saved), step)
+        jobs.append(scratch.checkpoint_upload(str(saved), store))
+    shutil.rmtree(jobs[0].snapshot)  # were it run, the first upload would fail: its files are gone
+    for step, job in enumerate(jobs, 1):
+        uploads.submit(job, f"the upload of ckpt-{step}", key="the checkpoints' upload")
+    uploads.close()
+    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (3, 4) for x in DATA_AND_INDEX)]
+    assert not [name for name in os.listdir(saved) if name.startswith(".uploading-")]  # the others': discarded
+
+
+def test_a_checkpoint_upload_sends_all_but_the_checkpoints_the_stores_state_names(tmp_path):
+    saved, store = tmp_path / "saved", tmp_path / "store"
+    saved.mkdir()
+    save_checkpoint(str(saved), 1)
+    scratch.checkpoint_upload(str(saved), str(store))()
+    os.utime(store / "ckpt-1.index", (0, 0))
+    (store / "ckpt-2.index").write_text("left by a crashed upload")  # no state names it: not whole
+    save_checkpoint(str(saved), 2)
+    scratch.checkpoint_upload(str(saved), str(store))()
+    assert os.stat(store / "ckpt-1.index").st_mtime == 0  # not written again
+    assert (store / "ckpt-2.index").read_text() == "step 2"
+    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (1, 2) for x in DATA_AND_INDEX)]
 
 
 def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):

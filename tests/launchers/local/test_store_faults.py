@@ -58,7 +58,7 @@ def test_the_store_unreachable_for_30_s_while_training_delays_the_uploads_not_th
 ):
     proxy = StoreProxy(s3.port)
     connected_through(proxy.endpoint)
-    plan = plan_for(bucket_root, "outage", training={"epochs": 8, "checkpoint_every_steps": 20, "num_workers": 2})
+    plan = plan_for(bucket_root, "outage", training={"epochs": 20, "checkpoint_every_steps": 20, "num_workers": 2})
     run_stage(plan, "prepare_data")
     checkpoints = plan.layout.checkpoint_dir
     trained: list = []
@@ -71,6 +71,7 @@ def test_the_store_unreachable_for_30_s_while_training_delays_the_uploads_not_th
             time.sleep(0.1)
         proxy.cut()
         cut_at = time.monotonic()
+        assert training.is_alive(), "the training ended before the store was cut off"
         time.sleep(OUTAGE_SECONDS)
         proxy.mend()
         training.join(600)
