@@ -44,7 +44,7 @@ def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
     jobs = ran(log)
     assert [job["name"] for job in jobs] == ["a", "b", "c"]
     assert {job["pid"] for job in jobs} == {uploads.process.pid} != {os.getpid()}
-    assert {job["niceness"] for job in jobs} == {os.nice(0) + scratch.UPLOAD_NICENESS}
+    assert {job["niceness"] for job in jobs} == {min(os.nice(0) + scratch.UPLOAD_NICENESS, 19)}  # 19: the most
 
 
 def wait(path: str, seconds: float) -> None:
