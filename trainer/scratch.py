@@ -259,8 +259,9 @@ class CheckpointUpload:
 
     def __call__(self) -> None:
         stored = _state(storage.join(self.url_dir, CHECKPOINT_STATE))
+        whole = set(kept_checkpoints(stored)) if stored else set()
         for name in os.listdir(self.snapshot):
-            if stored and name.split(".", 1)[0] in kept_checkpoints(stored):
+            if name.split(".", 1)[0] in whole:
                 os.remove(os.path.join(self.snapshot, name))
         present = storage.names(self.url_dir)
         storage.upload_tree(self.snapshot, self.url_dir, last=(CHECKPOINT_STATE,))
