@@ -231,6 +231,11 @@ def local_checkpoint(prefix: str) -> str:
     return os.path.join(fetch(url_dir, checkpoint_files(url_dir, name)), name)
 
 
+def checkpoint_of(name: str) -> str:
+    """The checkpoint a file of a checkpoint directory belongs to (``ckpt-20`` of ``ckpt-20.index``)."""
+    return name.split(".", 1)[0]
+
+
 def checkpoint_upload(local_dir: str, url_dir: str) -> CheckpointUpload:
     """The upload to ``url_dir`` of the checkpoints in ``local_dir`` its state keeps: the one just saved, and the
     others (the store may lack one, its upload made needless by this one). Their files are linked aside now, so
@@ -240,7 +245,7 @@ def checkpoint_upload(local_dir: str, url_dir: str) -> CheckpointUpload:
     with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
         kept = frozenset(kept_checkpoints(f.read()))
     for name in os.listdir(local_dir):
-        if name.split(".", 1)[0] in kept and os.path.isfile(os.path.join(local_dir, name)):
+        if checkpoint_of(name) in kept and os.path.isfile(os.path.join(local_dir, name)):
             os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
     return CheckpointUpload(snapshot, url_dir, kept)
 
@@ -261,11 +266,11 @@ class CheckpointUpload:
         stored = _state(storage.join(self.url_dir, CHECKPOINT_STATE))
         whole = set(kept_checkpoints(stored)) if stored else set()
         for name in os.listdir(self.snapshot):
-            if name.split(".", 1)[0] in whole:
+            if checkpoint_of(name) in whole:
                 os.remove(os.path.join(self.snapshot, name))
         present = storage.names(self.url_dir)
         storage.upload_tree(self.snapshot, self.url_dir, last=(CHECKPOINT_STATE,))
-        stale = [n for n in present if n != CHECKPOINT_STATE and n.split(".", 1)[0] not in self.kept]
+        stale = [n for n in present if n != CHECKPOINT_STATE and checkpoint_of(n) not in self.kept]
         storage.remove_all([storage.join(self.url_dir, name) for name in stale])
         self.discard()
 

@@ -71,7 +71,7 @@ def save_checkpoint(directory: str, step: int) -> None:
     for name in os.listdir(directory):
         if name.startswith(f"ckpt-{step - 2}."):
             os.remove(os.path.join(directory, name))
-    for suffix in ("index", "data-00000-of-00001"):
+    for suffix in DATA_AND_INDEX:
         with open(os.path.join(directory, f"ckpt-{step}.{suffix}"), "w") as f:
             f.write(f"step {step}")
     kept = "".join(f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in (step - 1, step) if s > 0)
