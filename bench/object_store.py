@@ -25,6 +25,7 @@ from tfdist.contract import read_json, storage
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.trainer import scratch
 from tfdist.trainer.readers import _framed_records
+from tfdist.trainer.uploads import UPLOAD_NICENESS
 
 SHARDS = 8
 CHECKPOINT_EVERY = 25
@@ -204,7 +205,7 @@ def training_rates(roots: dict[str, str], epochs: int, repetitions: int) -> dict
 
 def measure(work: str, budget) -> dict:
     server = S3Server().start()
-    os.setpriority(os.PRIO_PROCESS, server.process.pid, scratch.UPLOAD_NICENESS)  # a remote service's stand-in
+    os.setpriority(os.PRIO_PROCESS, server.process.pid, UPLOAD_NICENESS)  # a remote service's stand-in
     try:
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = server.airflow_connection  # the launcher's connection
         storage.configure("s3", server.options)

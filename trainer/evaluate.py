@@ -38,6 +38,7 @@ from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say
 from tfdist.trainer.summaries import scalar_writer, summaries_upload
+from tfdist.trainer.uploads import retried
 
 if TYPE_CHECKING:
     from tfdist.spec import Spec
@@ -290,7 +291,7 @@ def main() -> None:
     write_json_atomic(os.path.join(args.out, BLESSING), blessing)
     scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
     if storage.is_object_store(args.tensorboard):
-        scratch.retried(*summaries_upload(args.tensorboard))
+        retried(*summaries_upload(args.tensorboard))
     write_json_atomic(
         args.result,
         {k: blessing[k] for k in RESULT_FIELDS}

@@ -12,16 +12,21 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from tfdist import spec
 from tfdist.contract import CORES_ENV, THREADS_ENV, read_json
 from tfdist.contract.stopping import end_with_parent
 
+if TYPE_CHECKING:
+    from tfdist.spec import Spec
 
-def load_spec(path: str) -> spec.Spec:
+
+def load_spec(path: str) -> Spec:
     """The run's effective spec: its ``spec.json`` (``Spec.to_json_dict()``, written by the operator) validated
-    again. Read as JSON, not YAML: YAML 1.1 reads a number such as ``1e-05`` as a string."""
+    again. Read as JSON, not YAML: YAML 1.1 reads a number such as ``1e-05`` as a string. The spec model is
+    imported here: the upload process (trainer/uploads.py) imports this module and never needs it."""
+    from tfdist import spec
+
     return spec.load_spec(read_json(path), f"spec file {path}")
 
 

@@ -4,23 +4,17 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import fcntl
 import functools
-import multiprocessing
-import multiprocessing.queues
 import os
 import posixpath
-import queue
 import shutil
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 
 from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, kept_checkpoints, storage
-from tfdist.trainer.runtime import say
+from tfdist.trainer.uploads import Job
 
 
 def scratch_dir() -> str:
@@ -65,103 +59,6 @@ def local_tree(url_dir: str) -> str:
         shutil.rmtree(local, ignore_errors=True)
         storage.download_tree(url_dir, local)
     return local
-
-
-UPLOAD_PATIENCE = 600.0
-"""Seconds an upload retries a store it cannot reach (with backoff) before the stage fails."""
-
-
-UPLOAD_NICENESS = 19
-"""The upload process's niceness, the lowest priority: on cores the training keeps busy, the uploads take what the
-training leaves (the bench's upload-heavy training ran at 0.80–0.83 of its local rate at niceness 10, 0.91 at 19)."""
-
-
-Job = Callable[[], None]
-"""An upload: a picklable call (a module-level function, or a partial of one), run in the upload process."""
-
-
-def retried(job: Job, what: str, patience: float = UPLOAD_PATIENCE) -> None:
-    """Run ``job`` until it succeeds, waiting 0.5 s, 1 s, ... up to 15 s between tries, for ``patience`` seconds;
-    then raise its last error. A missing local file or a refused permission is not retried."""
-    deadline, wait = time.monotonic() + patience, 0.5
-    while True:
-        try:
-            return job()
-        except (FileNotFoundError, PermissionError):
-            raise
-        except Exception as exc:
-            if time.monotonic() + wait > deadline:
-                raise
-            say(f"{what}: {type(exc).__name__}: {exc}; trying again in {wait:.1f}s")
-            time.sleep(wait)
-            wait = min(wait * 2, 15.0)
-
-
-class Uploader:
-    """Uploads to the store in order, in a process of its own: the training never waits for the store, and the
-    uploads' Python (HTTP, signing, hashing) never takes the training process's GIL. Each job is ``retried``; one
-    that a later job of the same key follows in the queue is skipped (and ``discard``-ed, if it has that method);
-    after one fails for good the rest are skipped and ``close`` raises. The process is a daemon: it ends with the
-    training's, whatever it had left to upload (the checkpoint state is uploaded last: never a partial one)."""
-
-    def __init__(self) -> None:
-        spawn = multiprocessing.get_context("spawn")  # never fork a process TensorFlow's threads run in
-        self.jobs: multiprocessing.queues.Queue[tuple[Job, str, str] | None] = spawn.Queue()
-        self.jobs.cancel_join_thread()  # an ending training never waits to hand over jobs nobody will run
-        self.failures: multiprocessing.queues.Queue[str] = spawn.Queue()
-        self.process = spawn.Process(
-            target=_upload, args=(self.jobs, self.failures), name="tfdist-uploads", daemon=True
-        )
-        self.process.start()
-        self.failure: str | None = None
-
-    def submit(self, job: Job, what: str, key: str | None = None) -> None:
-        """Queue ``job``, which the logs call ``what``; its ``key`` (``what`` if none) names the jobs a later one
-        makes needless."""
-        self.jobs.put((job, what, key or what))
-
-    def check(self) -> None:
-        """Raise if an upload failed for good, or the upload process ended before its time."""
-        if self.failure is None and not self.failures.empty():
-            self.failure = self.failures.get()
-        if self.failure is None and self.process.exitcode not in (None, 0):
-            self.failure = f"the upload process ended (exit code {self.process.exitcode})"
-        if self.failure:
-            raise OSError(self.failure)
-
-    def close(self) -> None:
-        """Wait for every upload submitted; raise if one failed."""
-        self.jobs.put(None)
-        self.process.join()
-        self.check()
-
-
-def _upload(jobs: multiprocessing.queues.Queue, failures: multiprocessing.queues.Queue) -> None:
-    """The upload process: run each job in turn until the None that ends them, skipping all after a failure, and
-    a job a later one of the same key follows in the queue (a tree's upload uploads the tree as it is when it
-    runs, a checkpoint's upload makes the checkpoints before it needless: the later one covers it)."""
-    os.nice(UPLOAD_NICENESS)
-    failed, waiting = False, collections.deque[tuple[Job, str, str] | None]()
-    while True:
-        if not waiting:
-            waiting.append(jobs.get())
-        while waiting[-1] is not None:
-            try:
-                waiting.append(jobs.get_nowait())
-            except queue.Empty:
-                break
-        if (item := waiting.popleft()) is None:
-            return
-        job, what, key = item
-        if failed or any(later is not None and later[2] == key for later in waiting):
-            if discard := getattr(job, "discard", None):
-                discard()
-            continue
-        try:
-            retried(job, what)
-        except Exception as exc:
-            failed = True
-            failures.put(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def checkpoint_files(url_dir: str, name: str) -> list[str]:

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable
 
 from tfdist.trainer import scratch
+from tfdist.trainer.uploads import Job, Uploader
 
 
-def scalar_writer(
-    tf, logdir: str, uploads: scratch.Uploader | None = None
-) -> Callable[[int, dict[str, float | None]], None]:
+def scalar_writer(tf, logdir: str, uploads: Uploader | None = None) -> Callable[[int, dict[str, float | None]], None]:
     """``write(step, {tag: value})``: the values as scalar summaries at ``step`` in an event file under
     ``logdir``, flushed at once (TensorBoard shows a running training); a None value is left out. An object
     store's ``logdir`` is written in the scratch, and ``uploads`` uploads it after each write."""
@@ -53,6 +52,6 @@ def scalar_writer(
     return write
 
 
-def summaries_upload(logdir: str) -> tuple[scratch.Job, str]:
+def summaries_upload(logdir: str) -> tuple[Job, str]:
     """The upload of an object store's ``logdir`` from its scratch copy, and what the logs call it."""
     return scratch.tree_upload(scratch.local_path(logdir), logdir), f"the upload of the summaries to {logdir}"

@@ -61,6 +61,7 @@ from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, bui
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say, tf_config
 from tfdist.trainer.summaries import scalar_writer
 from tfdist.trainer.train_metrics import TaskSums
+from tfdist.trainer.uploads import Job, Uploader
 from tfdist.trainer.warm_start import ParentRestore
 
 if TYPE_CHECKING:
@@ -470,6 +471,8 @@ class TrainingRun:
         self.global_batch = self.training.global_batch_size
         self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
+        self.uploads: Uploader | None = None
+        self.uploader()  # the chief's starts now: its imports overlap the model's building
         keras.utils.set_random_seed(self.training.seed)
         with sync.scope():
             self.model = build_model(spec, manifest, args.data)
@@ -505,7 +508,13 @@ class TrainingRun:
         # an object store's checkpoints, heartbeats and summaries are written locally (scratch), the chief's uploaded
         self.checkpoint_dir = scratch.local_path(args.checkpoints)
         self.heartbeats = scratch.local_path(args.heartbeats)
-        self.uploads = scratch.Uploader() if storage.is_object_store(args.checkpoints) else None
+
+    def uploader(self) -> Uploader | None:
+        """This process's uploads to an object store, once it is the chief: started at its first call as the chief
+        (from the set-up, or after an elastic rank became rank 0)."""
+        if self.uploads is None and self.sync.is_chief and storage.is_object_store(self.args.checkpoints):
+            self.uploads = Uploader(self.args.checkpoints)
+        return self.uploads
 
     def run(self) -> None:
         """Restore; unless a finished run's result is there, train to the last step and write the result. The warm
@@ -528,7 +537,7 @@ class TrainingRun:
             self.say_split_tables()
             os.makedirs(self.heartbeats, exist_ok=True)
             if sync.is_chief:
-                self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
+                self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploader())
             self.started = self.stepped = self.last_report = time.monotonic()
             self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
 
@@ -741,11 +750,11 @@ class TrainingRun:
             saver.save(checkpoint_number=step, options=self.checkpoint_options)
             if self.sync.is_chief:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
-                if self.uploads:
-                    self.uploads.check()
+                if uploads := self.uploader():
+                    uploads.check()
                     job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints)
                     what = f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}"
-                    self.uploads.submit(job, what, key=f"the checkpoints' upload to {self.args.checkpoints}")
+                    uploads.submit(job, what, key=f"the checkpoints' upload to {self.args.checkpoints}")
 
     def summarize(self, step: int) -> None:
         """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the
@@ -755,15 +764,15 @@ class TrainingRun:
             return
         point = {"step": step, **window.means(), "learning_rate": self.learning_rate}
         if self.summaries is None:
-            self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploads)
+            self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploader())
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
         self.write_record(functools.partial(append_curve_point, self.args.curve, point), f"the curve's step {step}")
 
-    def write_record(self, write: scratch.Job, what: str) -> None:
+    def write_record(self, write: Job, what: str) -> None:
         """Write a record of the run's progress: in the uploads' turn with an object store (an unreachable store
         never holds up a step), else now."""
-        if self.uploads:
-            self.uploads.submit(write, f"the write of {what}")
+        if uploads := self.uploader():
+            uploads.submit(write, f"the write of {what}")
         else:
             write()
 
@@ -812,8 +821,8 @@ class TrainingRun:
             if saver:
                 shutil.rmtree(saver.directory, ignore_errors=True)
             return
-        if self.uploads:
-            self.uploads.close()  # the result names the last checkpoint: it is in the store first
+        if uploads := self.uploader():
+            uploads.close()  # the result names the last checkpoint: it is in the store first
         write_json_atomic(
             args.result,
             {

@@ -1,6 +1,7 @@
-"""The trainer's uploads (trainer/scratch.py ``Uploader``): run in order in a process of their own, at a lower
-priority than the training; a job the same job (or a later one of its key) follows in the queue is skipped; a
-failure stops the rest and is raised, as is the upload process's death."""
+"""The trainer's uploads (trainer/uploads.py ``Uploader``): run in order in a process of their own, at a lower
+priority than the training, that never imports the training's main module and ends with the training; a job the
+same job (or a later one of its key) follows in the queue is skipped; a failure stops the rest and is raised, as is
+the upload process's death."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
+from tfdist.contract.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
+from tfdist.trainer.uploads import UPLOAD_NICENESS, Uploader
 
 
 def record(path: str, name: str) -> None:
@@ -37,14 +43,14 @@ def ran(path: str) -> list[dict]:
 
 def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
     log = str(tmp_path / "log")
-    uploads = scratch.Uploader()
+    uploads = Uploader(str(tmp_path))
     for name in ("a", "b", "c"):
         uploads.submit(functools.partial(record, log, name), f"job {name}")
     uploads.close()
     jobs = ran(log)
     assert [job["name"] for job in jobs] == ["a", "b", "c"]
     assert {job["pid"] for job in jobs} == {uploads.process.pid} != {os.getpid()}
-    assert {job["niceness"] for job in jobs} == {min(os.nice(0) + scratch.UPLOAD_NICENESS, 19)}  # 19: the most
+    assert {job["niceness"] for job in jobs} == {min(os.nice(0) + UPLOAD_NICENESS, 19)}  # 19: the most
 
 
 def wait(path: str, seconds: float) -> None:
@@ -55,7 +61,7 @@ def wait(path: str, seconds: float) -> None:
 
 def test_a_job_the_same_job_follows_in_the_queue_is_skipped(tmp_path):
     log = str(tmp_path / "log")
-    uploads = scratch.Uploader()
+    uploads = Uploader(str(tmp_path))
     uploads.submit(functools.partial(wait, log, 2.0), "a slow upload")
     while not os.path.exists(log):  # the rest queue up behind it
         time.sleep(0.05)
@@ -83,7 +89,7 @@ def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_p
     """The later upload uploads every checkpoint its state keeps (the store lacks the one discarded)."""
     log, saved, store = str(tmp_path / "log"), tmp_path / "saved", str(tmp_path / "store")
     saved.mkdir()
-    uploads = scratch.Uploader()
+    uploads = Uploader(str(tmp_path))
     uploads.submit(functools.partial(wait, log, 2.0), "a slow upload")
     while not os.path.exists(log):  # the checkpoints queue up behind it
         time.sleep(0.05)
@@ -115,7 +121,7 @@ def test_a_checkpoint_upload_sends_all_but_the_checkpoints_the_stores_state_name
 
 def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):
     log = str(tmp_path / "log")
-    uploads = scratch.Uploader()
+    uploads = Uploader(str(tmp_path))
     uploads.submit(functools.partial(record, log, "before"), "job before")
     uploads.submit(functools.partial(refuse, "/nowhere/ckpt-7.index"), "the upload of ckpt-7")
     uploads.submit(functools.partial(record, log, "after"), "job after")
@@ -124,10 +130,69 @@ def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):
     assert [job["name"] for job in ran(log)] == ["before"]
 
 
-def test_a_killed_upload_process_is_raised_by_the_next_check():
-    uploads = scratch.Uploader()
+def test_a_killed_upload_process_is_raised_by_the_next_check(tmp_path):
+    uploads = Uploader(str(tmp_path))
     uploads.check()
     os.kill(uploads.process.pid, signal.SIGKILL)
-    uploads.process.join()
+    uploads.process.wait()
     with pytest.raises(OSError, match=r"the upload process ended \(exit code -9\)"):
         uploads.check()
+
+
+TRAINING = """
+import functools, os, sys, time
+from tfdist.contract import storage
+from tfdist.trainer.uploads import Uploader
+
+ran, how = sys.argv[1], sys.argv[2]
+with open(ran + ".imports", "a") as f:  # each import of this main module
+    f.write("imported\\n")
+if __name__ == "__main__":
+    uploads = Uploader(ran)
+    uploads.submit(functools.partial(storage.write_bytes, ran, b"ran"), "a job")
+    if how == "closes":
+        uploads.close()
+        sys.exit()
+    uploads.submit(functools.partial(time.sleep, 60), "a slow job")
+    while not os.path.exists(ran):  # the slow job is next
+        time.sleep(0.05)
+    print(uploads.process.pid, flush=True)
+    if how == "fails":
+        raise RuntimeError("the training failed")
+    time.sleep(60)  # killed
+"""
+
+
+def start_training(tmp_path, how: str) -> tuple[subprocess.Popen, str]:
+    """A training's stand-in run as a main module: it uploads a job, then closes, fails or is killed."""
+    (tmp_path / "training.py").write_text(TRAINING)
+    ran = str(tmp_path / "ran")
+    argv = [sys.executable, str(tmp_path / "training.py"), ran, how]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True), ran
+
+
+def test_the_upload_process_never_imports_the_trainings_main_module(tmp_path):
+    """A stage's main module imports TensorFlow: seconds of CPU before the first upload could run."""
+    training, ran = start_training(tmp_path, "closes")
+    assert training.wait(timeout=60) == 0
+    assert open(ran).read() == "ran"
+    assert open(f"{ran}.imports").read() == "imported\n"
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("how", ["fails", "is killed"])
+def test_the_upload_process_ends_with_the_training(tmp_path, how):
+    """A failing training's exit ends it at once; a killed one's within STOP_GRACE_SECONDS."""
+    training, _ = start_training(tmp_path, how)
+    assert training.stdout
+    pid = int(training.stdout.readline())
+    if how == "is killed":
+        training.kill()
+    training.wait(timeout=60)
+    deadline = time.monotonic() + (STOP_GRACE_SECONDS + 2 if how == "is killed" else 0.5)
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
