@@ -150,11 +150,20 @@ def run_jobs(items: queue.SimpleQueue[Item], failures: int) -> None:
             os.write(failures, f"{what} failed: {type(exc).__name__}: {exc}".encode()[:FAILURE_BYTES])
 
 
+def lower_priority() -> None:
+    """Lower every thread of this process by UPLOAD_NICENESS: on Linux a niceness is a thread's, and the threads
+    started before (the file system's I/O loop, which makes the requests) would keep theirs."""
+    niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + UPLOAD_NICENESS, 19)
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            os.setpriority(os.PRIO_PROCESS, int(thread), niceness)
+
+
 def main() -> None:
     store_url, failures = sys.argv[1], int(sys.argv[2])
     end_with_parent()
-    storage.filesystem(store_url)  # its modules imported before the first upload, not during it
-    os.nice(UPLOAD_NICENESS)
+    storage.filesystem(store_url)  # made before the first upload, at the training's priority
+    lower_priority()
     items: queue.SimpleQueue[Item] = queue.SimpleQueue()
     threading.Thread(target=receive, args=(sys.stdin.buffer, items), daemon=True).start()
     run_jobs(items, failures)
