@@ -10,7 +10,7 @@ and the copies, not of a real network).
 - Checkpoints: a checkpoint's save plus its upload against its save alone (the upload runs in a process of its own:
   the training thread pays the save only), and training throughput with frequent checkpoints uploaded to a bucket
   against saved locally. The S3 server stands in for a remote service, yet its CPU is this machine's: it runs at the
-  upload process's niceness, taking what the training leaves, as the uploads do."""
+  upload process's priority (SCHED_IDLE), taking what the training leaves, as the uploads do."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tfdist.contract import read_json, storage
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.trainer import scratch
 from tfdist.trainer.readers import _framed_records
-from tfdist.trainer.uploads import UPLOAD_NICENESS
+from tfdist.trainer.uploads import idle_priority
 
 SHARDS = 8
 CHECKPOINT_EVERY = 25
@@ -205,7 +205,7 @@ def training_rates(roots: dict[str, str], epochs: int, repetitions: int) -> dict
 
 def measure(work: str, budget) -> dict:
     server = S3Server().start()
-    os.setpriority(os.PRIO_PROCESS, server.process.pid, UPLOAD_NICENESS)  # a remote service's stand-in
+    idle_priority(server.process.pid)  # a remote service's stand-in
     try:
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = server.airflow_connection  # the launcher's connection
         storage.configure("s3", server.options)

@@ -3,7 +3,8 @@ waits for the store, and the uploads' Python (HTTP, signing, hashing) never take
 
 The upload process is started by command, not by ``multiprocessing``: a spawned child imports its parent's main
 module again, and a stage's main module imports TensorFlow (about 3 s of CPU, while the training starts, before the
-first upload could run). It imports the store's file system at once, at normal priority, then lowers its own.
+first upload could run). It makes the store's file system at once, at the training's priority, then takes the idle
+priority (``idle_priority``).
 
 Its protocol: the jobs arrive pickled on its stdin, a None after the last; it writes a job's failure to the pipe
 named on its command line. Its stdout is the training's."""
@@ -30,10 +31,6 @@ from tfdist.trainer.runtime import end_done, say
 UPLOAD_PATIENCE = 600.0
 """Seconds an upload retries a store it cannot reach (with backoff) before the stage fails."""
 
-
-UPLOAD_NICENESS = 19
-"""The upload process's niceness, the lowest priority: on cores the training keeps busy, the uploads take what the
-training leaves (the bench's upload-heavy training ran at 0.80–0.83 of its local rate at niceness 10, 0.91 at 19)."""
 
 FAILURE_BYTES = 4096
 """The most bytes of a failure's message: written at once (a pipe's atomic write), read at once."""
@@ -150,20 +147,22 @@ def run_jobs(items: queue.SimpleQueue[Item], failures: int) -> None:
             os.write(failures, f"{what} failed: {type(exc).__name__}: {exc}".encode()[:FAILURE_BYTES])
 
 
-def lower_priority() -> None:
-    """Lower every thread of this process by UPLOAD_NICENESS: on Linux a niceness is a thread's, and the threads
-    started before (the file system's I/O loop, which makes the requests) would keep theirs."""
-    niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + UPLOAD_NICENESS, 19)
-    for thread in os.listdir("/proc/self/task"):
+def idle_priority(pid: int = 0) -> None:
+    """Run every thread of process ``pid`` (this one by default) only on a core nothing else wants (SCHED_IDLE; any
+    process may lower its own): the uploads take what the training leaves, and a training thread that wakes takes
+    its core back at once. On Linux a policy is a thread's, and those started before would keep theirs (the file
+    system's I/O loop, which makes the requests). At niceness 19 instead, the bench's upload-heavy training ran at
+    0.80–0.91 of its local rate."""
+    for thread in os.listdir(f"/proc/{pid or 'self'}/task"):
         with contextlib.suppress(ProcessLookupError):  # ended meanwhile
-            os.setpriority(os.PRIO_PROCESS, int(thread), niceness)
+            os.sched_setscheduler(int(thread), os.SCHED_IDLE, os.sched_param(0))
 
 
 def main() -> None:
     store_url, failures = sys.argv[1], int(sys.argv[2])
     end_with_parent()
     storage.filesystem(store_url)  # made before the first upload, at the training's priority
-    lower_priority()
+    idle_priority()
     items: queue.SimpleQueue[Item] = queue.SimpleQueue()
     threading.Thread(target=receive, args=(sys.stdin.buffer, items), daemon=True).start()
     run_jobs(items, failures)

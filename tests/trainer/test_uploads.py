@@ -1,7 +1,7 @@
-"""The trainer's uploads (trainer/uploads.py ``Uploader``): run in order in a process of their own, at a lower
-priority than the training, that never imports the training's main module and ends with the training; a job the
-same job (or a later one of its key) follows in the queue is skipped; a failure stops the rest and is raised, as is
-the upload process's death."""
+"""The trainer's uploads (trainer/uploads.py ``Uploader``): run in order in a process of their own, on idle cores
+only, that never imports the training's main module and ends with the training; a job the same job (or a later one
+of its key) follows in the queue is skipped; a failure stops the rest and is raised, as is the upload process's
+death."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import pytest
 
 from tfdist.contract.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
-from tfdist.trainer.uploads import UPLOAD_NICENESS, Uploader
+from tfdist.trainer.uploads import Uploader
 
 
 def record(path: str, name: str) -> None:
-    """A job: append which process ran ``name``, and the niceness of each of its threads."""
+    """A job: append which process ran ``name``, and the scheduling policy of each of its threads."""
     threads = [int(t) for t in os.listdir("/proc/self/task")]
-    niceness = sorted({os.getpriority(os.PRIO_PROCESS, t) for t in threads})
+    policies = sorted({os.sched_getscheduler(t) for t in threads})
     with open(path, "a") as f:
-        f.write(json.dumps({"name": name, "pid": os.getpid(), "threads": len(threads), "niceness": niceness}) + "\n")
+        f.write(json.dumps({"name": name, "pid": os.getpid(), "threads": len(threads), "policies": policies}) + "\n")
 
 
 def refuse(path: str) -> None:
@@ -43,7 +43,7 @@ def ran(path: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
+def test_jobs_run_in_order_in_a_process_of_their_own_on_idle_cores_only(tmp_path):
     log = str(tmp_path / "log")
     uploads = Uploader(str(tmp_path))
     for name in ("a", "b", "c"):
@@ -53,7 +53,7 @@ def test_jobs_run_in_order_in_a_niced_process_of_their_own(tmp_path):
     assert [job["name"] for job in jobs] == ["a", "b", "c"]
     assert {job["pid"] for job in jobs} == {uploads.process.pid} != {os.getpid()}
     assert all(job["threads"] > 1 for job in jobs)  # the upload process's: started before it lowered its priority
-    assert [job["niceness"] for job in jobs] == [[min(os.nice(0) + UPLOAD_NICENESS, 19)]] * 3  # 19: the most
+    assert [job["policies"] for job in jobs] == [[os.SCHED_IDLE]] * 3
 
 
 def wait(path: str, seconds: float) -> None:
