@@ -47,7 +47,10 @@ class ProcessKubelet:
                 cluster.cgroup = path
             except OSError:
                 pass
-        run("ip", "link", "add", cluster.bridge, "type", "bridge")
+        # a MAC of its own: a bridge without one takes a port's, and changes it as that pod's port goes, and the
+        # other pods' ARP entries for the node's address point nowhere until they expire (about 30 s)
+        mac = ":".join(["02", "42", *(f"{int(octet):02x}" for octet in cluster.subnet.split(".")), "01"])
+        run("ip", "link", "add", cluster.bridge, "address", mac, "type", "bridge")
         run("ip", "addr", "add", f"{cluster.subnet}.1/24", "dev", cluster.bridge)
         run("ip", "link", "set", cluster.bridge, "up")
 

@@ -181,6 +181,24 @@ def test_a_running_pod_has_a_running_state_and_a_job_deleted_without_policy_orph
     assert pod.status.phase == "Running" and not pod.metadata.owner_references
 
 
+def test_the_nodes_bridge_keeps_its_mac_address_as_pods_come_and_go(cluster):
+    """Else the bridge takes a pod's port's address, and when that pod goes, the other pods' ARP entries for the
+    node's address point nowhere until they expire: a pod polling the store on the node lost it for 30 s."""
+    core, batch, _ = apis(cluster)
+
+    def mac() -> str:
+        with open(f"/sys/class/net/{cluster.bridge}/address") as f:
+            return f.read().strip()
+
+    before = mac()
+    batch.create_namespaced_job(NS, job("sleeper", "import time; time.sleep(60)"))
+    running_pods(core, ("sleeper",))
+    during = mac()
+    batch.delete_namespaced_job("sleeper", NS, propagation_policy="Foreground")
+    assert not pods_of(core, "job-name=sleeper")
+    assert before == during == mac()
+
+
 @pytest.mark.parametrize("cluster", [{"history_limit": 40}], indirect=True)
 def test_watches_resume_from_a_resource_version_and_one_too_old_is_gone(cluster):
     check_watches_resume_and_a_lost_version_is_gone(
