@@ -238,6 +238,14 @@ def run(plan, task_id: str) -> tuple[LocalLauncher, list[str]]:
     return launcher, lines.lines
 
 
+def ended(process: psutil.Process) -> bool:
+    """Gone, or a zombie its new parent has yet to reap (nothing reaps orphans in some containers)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def assert_all_stopped(launcher: LocalLauncher) -> None:
     for name, proc in launcher.processes.items():
         assert proc.poll() is not None, f"{name} still running"

@@ -9,6 +9,7 @@ import time
 
 import psutil
 
+from tests.conftest import ended
 from tfdist.contract.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
 
 STUBBORN = (
@@ -25,14 +26,6 @@ def start(code: str, **kwargs) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, **kwargs)
     assert proc.stdout.readline() == "ready\n"
     return proc
-
-
-def ended(process: psutil.Process) -> bool:
-    """Gone, or a zombie its new parent has yet to reap (nothing reaps orphans in some containers)."""
-    try:
-        return process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period_and_its_strays_go_with_it():

@@ -17,6 +17,7 @@ import time
 import psutil
 import pytest
 
+from tests.conftest import ended
 from tfdist.contract.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
 from tfdist.trainer.uploads import Uploader
@@ -182,20 +183,16 @@ def test_the_upload_process_never_imports_the_trainings_main_module(tmp_path):
     assert open(f"{ran}.imports").read() == "imported\n"
 
 
-def gone(pid: int) -> bool:
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
-
 @pytest.mark.parametrize("how", ["fails", "is killed"])
 def test_the_upload_process_ends_with_the_training(tmp_path, how):
     """A failing training's exit ends it at once; a killed one's within STOP_GRACE_SECONDS."""
     training, _ = start_training(tmp_path, how)
     assert training.stdout
-    pid = int(training.stdout.readline())
+    uploads = psutil.Process(int(training.stdout.readline()))  # its slow job runs
     if how == "is killed":
         training.kill()
     training.wait(timeout=60)
     deadline = time.monotonic() + (STOP_GRACE_SECONDS + 2 if how == "is killed" else 0.5)
-    while not gone(pid) and time.monotonic() < deadline:
+    while not ended(uploads) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert gone(pid)
+    assert ended(uploads)
