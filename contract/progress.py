@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -109,11 +110,35 @@ class TrainProgress:
             return None
 
 
-def append_curve_point(path: str, point: dict[str, Any]) -> None:
-    """Append one point of the training curve (``curve.jsonl``): ``{step, loss, <train metric names>,
+def curve_line(point: dict[str, Any]) -> bytes:
+    """One point of the training curve (``curve.jsonl``) as its line: ``{step, loss, <train metric names>,
     examples_per_sec, learning_rate}``, the values the chief writes to TensorBoard at the first step call at or past
-    every ``training.summary_every_steps`` steps and at the last. One short line, written whole."""
-    storage.append_bytes(path, (json.dumps(point) + "\n").encode())
+    every ``training.summary_every_steps`` steps and at the last."""
+    return (json.dumps(point) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class CurveWrite:
+    """The write of the training curve at ``path``, whole (an object has no append): the lines it held before this
+    process's first write (a resumed training's earlier points), then ``lines``, every one this process made. A
+    later write of the same process covers an earlier one: the uploads skip one a later follows."""
+
+    path: str
+    lines: bytes
+
+    def __call__(self) -> None:
+        storage.write_bytes(self.path, curve_before(self.path) + self.lines)
+
+
+@functools.cache
+def curve_before(path: str) -> bytes:
+    """The whole lines of the curve at ``path`` as this process first found it (read once: its later writes hold
+    them)."""
+    try:
+        earlier = storage.read_bytes(path)
+    except FileNotFoundError:
+        return b""
+    return earlier[: earlier.rfind(b"\n") + 1]  # a line cut short by a crash dropped
 
 
 def read_curve(path: str) -> list[dict[str, Any]]:
@@ -149,11 +174,27 @@ def warm_start_summary(path: str) -> dict[str, Any] | None:
     }
 
 
+KEPT_PATH = re.compile(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', re.MULTILINE)
+"""A checkpoint a state file keeps: its name (``ckpt-<step>``, relative or not)."""
+
+
 def kept_checkpoints(state: str) -> list[str]:
     """The checkpoint names (``ckpt-<step>``) TensorFlow's state file keeps, the latest last."""
-    kept = re.findall(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
+    kept = KEPT_PATH.findall(state)
     latest = re.search(r'^model_checkpoint_path: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
     return [*[k for k in kept if not latest or k != latest[1]], *([latest[1]] if latest else [])]
+
+
+def state_keeping(state: str, names: set[str]) -> str:
+    """TensorFlow's state file ``state`` keeping only the checkpoints ``names`` of those it keeps (each with its
+    timestamp: CheckpointManager deletes a restored checkpoint by it)."""
+    kept, stamps = KEPT_PATH.findall(state), re.findall(r"^all_model_checkpoint_timestamps: (\S+)$", state, re.M)
+    latest = kept_checkpoints(state)[-1:]
+    lines = [f'model_checkpoint_path: "{k}"' for k in latest if k in names]
+    lines += [f'all_model_checkpoint_paths: "{k}"' for k in kept if k in names]
+    lines += [f"all_model_checkpoint_timestamps: {t}" for k, t in zip(kept, stamps, strict=False) if k in names]
+    lines += re.findall(r"^last_preserved_timestamp: .*$", state, re.MULTILINE)
+    return "".join(f"{line}\n" for line in lines)
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:

@@ -173,21 +173,6 @@ def create(url: str, data: bytes) -> bool:
     return True
 
 
-def append_bytes(url: str, data: bytes) -> None:
-    """Add ``data`` at the end of ``url`` (made if missing). An object has no append: it is written again whole,
-    so keep such files small and their writer single."""
-    if is_object_store(url):
-        try:
-            earlier = read_bytes(url)
-        except FileNotFoundError:
-            earlier = b""
-        write_bytes(url, earlier + data)
-        return
-    os.makedirs(os.path.dirname(url) or ".", exist_ok=True)
-    with naming(url), open(url, "ab") as f:
-        f.write(data)
-
-
 def remove(url: str) -> None:
     """Delete the file or object ``url``, if there is one."""
     fs, path = filesystem(url)

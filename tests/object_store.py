@@ -15,9 +15,11 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -90,10 +92,11 @@ class S3Server(StoreServer):
         return airflow_connection(self.endpoint)
 
     def start(self) -> S3Server:
+        self.log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log")  # its access log
         self.process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log,
             env={
                 **os.environ,
                 **({"INITIAL_NO_AUTH_ACTION_COUNT": str(self.open_requests)} if self.open_requests is not None else {}),
@@ -101,6 +104,16 @@ class S3Server(StoreServer):
         )
         wait_for_port(self.port, self.process, "moto's S3 server")
         return self
+
+    def requests(self, bucket: str) -> list[str]:
+        """The requests for ``bucket``'s objects served so far, each as its method and key (``PUT run/x.json``);
+        the requests for the bucket itself (listings, deletions of many) left out."""
+        with open(self.log.name) as log:
+            return [" ".join(r) for r in re.findall(rf'"(\w+) /{re.escape(bucket)}/([^ ?]+)', log.read())]
+
+    def stop(self) -> None:
+        super().stop()
+        self.log.close()
 
     def client(self, service: str = "s3", key: dict | None = None):
         """A boto3 client of ``service`` signing with ``key_pair(key)``."""

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import uuid
 
-from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, kept_checkpoints, storage
+from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, kept_checkpoints, state_keeping, storage
 from tfdist.trainer.uploads import Job
 
 
@@ -134,42 +134,57 @@ def checkpoint_of(name: str) -> str:
 
 
 def checkpoint_upload(local_dir: str, url_dir: str) -> CheckpointUpload:
-    """The upload to ``url_dir`` of the checkpoints in ``local_dir`` its state keeps: the one just saved, and the
-    others (the store may lack one, its upload made needless by this one). Their files are linked aside now, so
-    the saver may delete them meanwhile."""
+    """The upload to ``url_dir`` of the latest checkpoint in ``local_dir``. Its files and its state are linked
+    aside now, so the saver may delete them meanwhile."""
     snapshot = tempfile.mkdtemp(dir=local_dir, prefix=".uploading-")
     shutil.copyfile(os.path.join(local_dir, CHECKPOINT_STATE), os.path.join(snapshot, CHECKPOINT_STATE))
     with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
-        kept = frozenset(kept_checkpoints(f.read()))
+        latest = kept_checkpoints(f.read())[-1]
     for name in os.listdir(local_dir):
-        if checkpoint_of(name) in kept and os.path.isfile(os.path.join(local_dir, name)):
+        if checkpoint_of(name) == latest and os.path.isfile(os.path.join(local_dir, name)):
             os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
-    return CheckpointUpload(snapshot, url_dir, kept)
+    return CheckpointUpload(snapshot, url_dir)
+
+
+STORED: dict[str, tuple[str | None, frozenset[str]]] = {}
+"""What this process's last checkpoint upload left in a store's checkpoint directory (by its URL): the state file's
+text and the names there. Its next upload there reads neither again: the chief's uploads are the directory's only
+writer while it trains. One that fails forgets it (what a failed upload left is read anew)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointUpload:
-    """Checkpoints' upload from a ``snapshot`` of the files of those a state file keeps: those of the checkpoints
-    the store's state does not name (the ones it names are whole there, and a resumed training saves none of them
-    again), then the state file (a reader restores only what the state names: never a partial checkpoint), then
-    the deletion of the checkpoints the state no longer keeps. Discarded, as when a later one follows it in the
-    queue, it removes its snapshot."""
+    """The upload of a checkpoint from a ``snapshot`` of its files and its local state file: its files (unless the
+    store's state names it: whole there already), then the state file, keeping of the checkpoints it keeps those
+    the store holds (a reader restores only what the state names: never a partial checkpoint), then the deletion of
+    the others. Discarded, as when a later one follows it in the queue, it removes its snapshot."""
 
     snapshot: str
     url_dir: str
-    kept: frozenset[str]
 
     def __call__(self) -> None:
-        stored = _state(storage.join(self.url_dir, CHECKPOINT_STATE))
+        stored, present = STORED.pop(self.url_dir) if self.url_dir in STORED else self.read_store()
         whole = set(kept_checkpoints(stored)) if stored else set()
+        state_file = os.path.join(self.snapshot, CHECKPOINT_STATE)
+        with open(state_file) as f:
+            state = f.read()
+        kept = kept_checkpoints(state)
+        stored_kept = {name for name in kept if name in whole} | {kept[-1]}
+        state = state_keeping(state, stored_kept)
+        with open(state_file, "w") as f:
+            f.write(state)
         for name in os.listdir(self.snapshot):
             if checkpoint_of(name) in whole:
                 os.remove(os.path.join(self.snapshot, name))
-        present = storage.names(self.url_dir)
         storage.upload_tree(self.snapshot, self.url_dir, last=(CHECKPOINT_STATE,))
-        stale = [n for n in present if n != CHECKPOINT_STATE and checkpoint_of(n) not in self.kept]
-        storage.remove_all([storage.join(self.url_dir, name) for name in stale])
+        stale = {n for n in present if n != CHECKPOINT_STATE and checkpoint_of(n) not in stored_kept}
+        storage.remove_all([storage.join(self.url_dir, name) for name in sorted(stale)])
+        STORED[self.url_dir] = (state, (present - stale) | set(os.listdir(self.snapshot)))
         self.discard()
+
+    def read_store(self) -> tuple[str | None, frozenset[str]]:
+        """The store's state file (None if none) and the names in its checkpoint directory."""
+        return _state(storage.join(self.url_dir, CHECKPOINT_STATE)), frozenset(storage.names(self.url_dir))
 
     def discard(self) -> None:
         shutil.rmtree(self.snapshot, ignore_errors=True)

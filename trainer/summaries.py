@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 
 from tfdist.trainer import scratch
-from tfdist.trainer.uploads import Job, Uploader
+from tfdist.trainer.uploads import Job
 
 
-def scalar_writer(tf, logdir: str, uploads: Uploader | None = None) -> Callable[[int, dict[str, float | None]], None]:
+def scalar_writer(tf, logdir: str) -> Callable[[int, dict[str, float | None]], None]:
     """``write(step, {tag: value})``: the values as scalar summaries at ``step`` in an event file under
     ``logdir``, flushed at once (TensorBoard shows a running training); a None value is left out. An object
-    store's ``logdir`` is written in the scratch, and ``uploads`` uploads it after each write."""
+    store's ``logdir`` is written in the scratch (``summaries_upload`` uploads it)."""
     from tensorflow.core.framework import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
     from tensorflow.core.util import event_pb2
 
@@ -46,8 +46,6 @@ def scalar_writer(tf, logdir: str, uploads: Uploader | None = None) -> Callable[
         )
         records.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
         records.flush()
-        if uploads:
-            uploads.submit(*summaries_upload(logdir))
 
     return write
 

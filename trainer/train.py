@@ -47,10 +47,11 @@ from tfdist.contract import (
     EXIT_REFUSED,
     HOSTS_ENV,
     MANIFEST,
+    CurveWrite,
     TrainArgs,
     TrainProgress,
-    append_curve_point,
     beat,
+    curve_line,
     sha256_file,
     storage,
     warm_start_summary,
@@ -59,9 +60,9 @@ from tfdist.contract import (
 from tfdist.trainer import data, scratch
 from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer, table_bytes
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say, tf_config
-from tfdist.trainer.summaries import scalar_writer
+from tfdist.trainer.summaries import scalar_writer, summaries_upload
 from tfdist.trainer.train_metrics import TaskSums
-from tfdist.trainer.uploads import Job, Uploader
+from tfdist.trainer.uploads import Job, Pace, Uploader
 from tfdist.trainer.warm_start import ParentRestore
 
 if TYPE_CHECKING:
@@ -472,6 +473,7 @@ class TrainingRun:
         self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
         self.uploads: Uploader | None = None
+        self.pace = Pace(self.training.upload_every_seconds)  # of the chief's uploads
         self.uploader()  # the chief's starts now: its imports overlap the model's building
         keras.utils.set_random_seed(self.training.seed)
         with sync.scope():
@@ -498,6 +500,7 @@ class TrainingRun:
         # the chief's TensorBoard writer, made before training (or at the first summary of a rank become rank 0)
         self.summaries: Callable[[int, dict[str, float | None]], None] | None = None
         self.window = Window(self.task)
+        self.curve_lines = b""  # the chief's points of the training curve
         # started: when training began; warm: (time, step) after the first step call, which includes tracing:
         # throughput counts from there; stepped: when the last step call ended (throughput counts training, not
         # the checkpoints saved after it); last_report: when progress was last reported. All set by run().
@@ -537,7 +540,7 @@ class TrainingRun:
             self.say_split_tables()
             os.makedirs(self.heartbeats, exist_ok=True)
             if sync.is_chief:
-                self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploader())
+                self.summaries = scalar_writer(self.tf, self.args.tensorboard)
             self.started = self.stepped = self.last_report = time.monotonic()
             self.finish(self.train_elastic() if isinstance(sync, ElasticHorovod) else self.train_fixed())
 
@@ -750,11 +753,11 @@ class TrainingRun:
             saver.save(checkpoint_number=step, options=self.checkpoint_options)
             if self.sync.is_chief:
                 say(f"{self.sync.name}: saved checkpoint {saver.latest_checkpoint}")
-                if uploads := self.uploader():
+                key = f"the checkpoints' upload to {self.args.checkpoints}"
+                if (uploads := self.uploader()) and self.pace.due(key, step == self.total_steps):
                     uploads.check()
                     job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints)
-                    what = f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}"
-                    uploads.submit(job, what, key=f"the checkpoints' upload to {self.args.checkpoints}")
+                    uploads.submit(job, f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}", key)
 
     def summarize(self, step: int) -> None:
         """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the
@@ -764,17 +767,22 @@ class TrainingRun:
             return
         point = {"step": step, **window.means(), "learning_rate": self.learning_rate}
         if self.summaries is None:
-            self.summaries = scalar_writer(self.tf, self.args.tensorboard, self.uploader())
+            self.summaries = scalar_writer(self.tf, self.args.tensorboard)
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
-        self.write_record(functools.partial(append_curve_point, self.args.curve, point), f"the curve's step {step}")
+        self.curve_lines += curve_line(point)
+        self.write_record(CurveWrite(self.args.curve, self.curve_lines), "the training curve", step)
+        job, what = summaries_upload(self.args.tensorboard)
+        if (uploads := self.uploader()) and self.pace.due(what, step == self.total_steps):
+            uploads.submit(job, what)
 
-    def write_record(self, write: Job, what: str) -> None:
-        """Write a record of the run's progress: in the uploads' turn with an object store (an unreachable store
-        never holds up a step), else now."""
-        if uploads := self.uploader():
-            uploads.submit(write, f"the write of {what}")
-        else:
+    def write_record(self, write: Job, record: str, step: int) -> None:
+        """Write a record of the run's progress at ``step``: with a local root now; with an object store in the
+        uploads' turn when one is due (an unreachable store never holds up a step; a later write of the record
+        makes a waiting one needless)."""
+        if not (uploads := self.uploader()):
             write()
+        elif self.pace.due(record, step == self.total_steps):
+            uploads.submit(write, f"the write of {record} at step {step}", key=record)
 
     def report(self, step: int, loss: float, metrics: dict[str, float | None]) -> None:
         """Log the progress (the chief also writes it to the progress record) every PROGRESS_SECONDS and at the
@@ -798,7 +806,7 @@ class TrainingRun:
                 round(now - self.started, 1),
                 time.time(),
             )
-            self.write_record(functools.partial(record.write, self.args.progress), f"the progress at step {step}")
+            self.write_record(functools.partial(record.write, self.args.progress), "the progress", step)
         shown = " ".join(f"{k} {v:.4f}" for k, v in {"loss": loss, **metrics}.items() if v is not None)
         say(
             f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} {shown}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import math
 import os
 import pickle
 import queue
@@ -58,6 +59,21 @@ def retried(job: Job, what: str, patience: float = UPLOAD_PATIENCE) -> None:
             say(f"{what}: {type(exc).__name__}: {exc}; trying again in {wait:.1f}s")
             time.sleep(wait)
             wait = min(wait * 2, 15.0)
+
+
+class Pace:
+    """Which uploads are due: of each kind the first, the last, and between them at most one per ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.queued = seconds, dict[str, float]()
+
+    def due(self, kind: str, last: bool) -> bool:
+        """Whether an upload of ``kind`` is due now (then noted as queued)."""
+        now = time.monotonic()
+        if not last and now - self.queued.get(kind, -math.inf) < self.seconds:
+            return False
+        self.queued[kind] = now
+        return True
 
 
 class Uploader:

@@ -52,7 +52,8 @@ def test_files_are_deleted_together_those_missing_skipped(root):
 
 def test_a_full_disk_names_the_file_a_buffered_write_could_not_finish():
     with pytest.raises(OSError) as full:  # /dev/full: every write fails for want of space, at the buffer's flush
-        storage.append_bytes("/dev/full", b"x")
+        with storage.naming("/dev/full"), open("/dev/full", "wb") as f:
+            f.write(b"x")
     assert (full.value.errno, full.value.filename) == (errno.ENOSPC, "/dev/full")
 
 

@@ -13,14 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.conftest import ended
+from tfdist.contract import kept_checkpoints, storage
 from tfdist.contract.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
-from tfdist.trainer.uploads import Uploader
+from tfdist.trainer.uploads import Pace, Uploader
 
 
 def record(path: str, name: str) -> None:
@@ -90,7 +92,7 @@ def save_checkpoint(directory: str, step: int) -> None:
 
 
 def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_path):
-    """The later upload uploads every checkpoint its state keeps (the store lacks the one discarded)."""
+    """The later upload uploads its checkpoint alone: the store's state keeps none of the discarded ones."""
     log, saved, store = str(tmp_path / "log"), tmp_path / "saved", str(tmp_path / "store")
     saved.mkdir()
     uploads = Uploader(str(tmp_path))
@@ -105,7 +107,8 @@ def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_p
     for step, job in enumerate(jobs, 1):
         uploads.submit(job, f"the upload of ckpt-{step}", key="the checkpoints' upload")
     uploads.close()
-    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (3, 4) for x in DATA_AND_INDEX)]
+    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-4.{x}" for x in DATA_AND_INDEX)]
+    assert kept_checkpoints((Path(store) / "checkpoint").read_text()) == ["ckpt-4"]
     assert not [name for name in os.listdir(saved) if name.startswith(".uploading-")]  # the others': discarded
 
 
@@ -146,7 +149,7 @@ def test_a_killed_upload_process_is_raised_by_the_next_check(tmp_path):
 TRAINING = """
 import functools, os, sys, time
 from tfdist.contract import storage
-from tfdist.trainer.uploads import Uploader
+from tfdist.trainer.uploads import Pace, Uploader
 
 ran, how = sys.argv[1], sys.argv[2]
 with open(ran + ".imports", "a") as f:  # each import of this main module
@@ -196,3 +199,38 @@ def test_the_upload_process_ends_with_the_training(tmp_path, how):
     while not ended(uploads) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ended(uploads)
+
+
+def test_after_its_first_a_processs_checkpoint_uploads_read_nothing_until_one_fails(s3, tmp_path):
+    """The store's checkpoint state is read by the first upload of a process and after a failed one only; each
+    upload sends its checkpoint and the state, which keeps only the checkpoints the store holds."""
+    bucket, saved = s3.new_bucket(), tmp_path / "saved"
+    url = f"s3://{bucket}/run/checkpoints"
+    saved.mkdir()
+    reads = []
+    for step in (1, 2, 3, 4):
+        save_checkpoint(str(saved), step)
+        upload = scratch.checkpoint_upload(str(saved), url)
+        before = len(s3.requests(bucket))
+        if step == 3:
+            shutil.rmtree(upload.snapshot)  # its upload fails
+            with pytest.raises(FileNotFoundError):
+                upload()
+        else:
+            upload()
+        reads.append([r for r in s3.requests(bucket)[before:] if not r.startswith("PUT ")])
+    assert [bool(r) for r in reads] == [True, False, False, True]
+    puts = [r.removeprefix("PUT run/checkpoints/") for r in s3.requests(bucket) if r.startswith("PUT ")]
+    assert sorted(puts) == sorted(["checkpoint"] * 3 + [f"ckpt-{s}.{x}" for s in (1, 2, 4) for x in DATA_AND_INDEX])
+    assert storage.names(url) == ["checkpoint", *(f"ckpt-4.{x}" for x in DATA_AND_INDEX)]
+    assert kept_checkpoints(storage.read_bytes(f"{url}/checkpoint").decode()) == ["ckpt-4"]
+
+
+def test_of_each_kind_the_first_and_the_last_upload_are_due_and_between_them_one_per_pace():
+    pace = Pace(0.5)
+    due = [pace.due(kind, last) for kind, last in (("ckpt", False), ("ckpt", False), ("curve", False), ("ckpt", True))]
+    assert due == [True, False, True, True]
+    assert not pace.due("ckpt", False)  # counted from the last one queued
+    time.sleep(0.5)
+    assert pace.due("ckpt", False) and pace.due("curve", False)
+    assert all(Pace(0).due("ckpt", False) for _ in range(3))

@@ -11,9 +11,10 @@ import time
 from tests.contract.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
 from tests.dag.test_dag_parse import run_python
 from tfdist.contract import (
+    CurveWrite,
     RunLayout,
     TrainProgress,
-    append_curve_point,
+    curve_line,
     data_gate,
     registry,
     run_key,
@@ -232,17 +233,17 @@ def write_lineage(root: str) -> str:
 def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
     layout = write_run(str(tmp_path), "manual__warm", "manual__warm", "2026-11-18T00:00:00+00:00", None)
     assert curve(layout.run_dir) is None  # not a step trained yet
-    for step, loss in ((0, 2.3), (20, 0.9), (40, 0.5), (40, 0.45), (60, 0.3)):  # from step 40 again: resumed
-        append_curve_point(
-            layout.curve_file,
-            {
-                "step": step,
-                "loss": loss,
-                "accuracy": round(1 - loss / 3, 4),
-                "examples_per_sec": 8000.0,
-                "learning_rate": 0.003,
-            },
-        )
+    points = [
+        {
+            "step": step,
+            "loss": loss,
+            "accuracy": round(1 - loss / 3, 4),
+            "examples_per_sec": 8000.0,
+            "learning_rate": 0.003,
+        }
+        for step, loss in ((0, 2.3), (20, 0.9), (40, 0.5), (40, 0.45), (60, 0.3))  # from step 40 again: resumed
+    ]
+    CurveWrite(layout.curve_file, b"".join(map(curve_line, points)))()
     with open(layout.curve_file, "a") as f:
         f.write('{"step": 80, "loss": 0.2')  # the chief died while writing
 
@@ -306,7 +307,7 @@ def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys
 
 def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
     layout = RunLayout(str(tmp_path))
-    append_curve_point(layout.curve_file, {"step": 1, "loss": 2.0})
+    CurveWrite(layout.curve_file, curve_line({"step": 1, "loss": 2.0}))()
     out = run_python(f"""
         import sys
         from tfdist.operators.web.api import build_app, curve

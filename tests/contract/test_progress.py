@@ -1,0 +1,50 @@
+"""The train stage's records (contract/progress.py): the training curve written whole by each process, and the
+checkpoint state file kept to the checkpoints a store holds."""
+
+from __future__ import annotations
+
+from tests.dag.test_dag_parse import run_python
+from tfdist.contract import CurveWrite, curve_line, kept_checkpoints, read_curve, state_keeping
+
+STATE = """model_checkpoint_path: "ckpt-3"
+all_model_checkpoint_paths: "ckpt-1"
+all_model_checkpoint_paths: "ckpt-2"
+all_model_checkpoint_paths: "ckpt-3"
+all_model_checkpoint_timestamps: 1795853616.96
+all_model_checkpoint_timestamps: 1795853617.01
+all_model_checkpoint_timestamps: 1795853618.5
+last_preserved_timestamp: 1795853615.93
+"""  # as CheckpointManager writes it
+
+
+def test_a_state_kept_to_some_checkpoints_keeps_their_timestamps():
+    assert state_keeping(STATE, {"ckpt-1", "ckpt-3"}) == (
+        'model_checkpoint_path: "ckpt-3"\n'
+        'all_model_checkpoint_paths: "ckpt-1"\n'
+        'all_model_checkpoint_paths: "ckpt-3"\n'
+        "all_model_checkpoint_timestamps: 1795853616.96\n"
+        "all_model_checkpoint_timestamps: 1795853618.5\n"
+        "last_preserved_timestamp: 1795853615.93\n"
+    )
+    assert state_keeping(STATE, set(kept_checkpoints(STATE))) == STATE
+
+
+def test_a_processs_curve_writes_follow_the_points_before_its_first(tmp_path):
+    """Each write holds the lines the file held before the process's first write (a line cut short by a crash
+    dropped), then all the process's own: a later write covers an earlier one."""
+    path = str(tmp_path / "curve.jsonl")
+    earlier = b"".join(curve_line({"step": step, "loss": 1.0}) for step in (10, 20))
+    with open(path, "wb") as f:
+        f.write(earlier + b'{"step": 30, "lo')  # the last training died while writing
+    run_python(f"""
+        from tfdist.contract import CurveWrite, curve_line
+        lines = b""
+        for step in (30, 40):
+            lines += curve_line({{"step": step, "loss": 0.5}})
+            CurveWrite({path!r}, lines)()
+    """)
+    assert [(p["step"], p["loss"]) for p in read_curve(path)] == [(10, 1.0), (20, 1.0), (30, 0.5), (40, 0.5)]
+    with open(path, "rb") as f:
+        assert f.read().count(b"\n") == 4
+    CurveWrite(path, curve_line({"step": 50, "loss": 0.2}))()  # another process: this one
+    assert [p["step"] for p in read_curve(path)] == [10, 20, 30, 40, 50]
