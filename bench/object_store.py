@@ -9,8 +9,9 @@ and the copies, not of a real network).
   a bucket as artifact root against a local one, runs alternating.
 - Checkpoints: a checkpoint's save plus its upload against its save alone (the upload runs in a process of its own:
   the training thread pays the save only), and training throughput with frequent checkpoints uploaded to a bucket
-  against saved locally. The S3 server stands in for a remote service, yet its CPU is this machine's: it runs at the
-  upload process's priority (SCHED_IDLE), taking what the training leaves, as the uploads do."""
+  (at the default ``training.upload_every_seconds``, and each one) against saved locally. The S3 server stands in
+  for a remote service, yet its CPU is this machine's: it runs at the upload process's priority (SCHED_IDLE), taking
+  what the training leaves, as the uploads do."""
 
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ from tests.conftest import DAY, plan_for, run
 from tests.object_store import S3Server
 from tfdist.contract import read_json, storage
 from tfdist.operators.demo import write_digits_partitions
+from tfdist.spec import TrainingSpec
 from tfdist.trainer import scratch
 from tfdist.trainer.readers import _framed_records
 from tfdist.trainer.uploads import idle_priority
 
 SHARDS = 8
 CHECKPOINT_EVERY = 25
-"""Steps between the checkpoints of the throughput runs: one every ~0.3 s of this machine's training, far more often
-than a real run's (minutes apart), so that uploads overlap most steps."""
+"""Steps between the checkpoints of the throughput runs: one every ~0.2 s of this machine's training, far more often
+than a real run's (minutes apart)."""
 PIPELINE_STAGES = ("prepare_data", "validate_data", "train", "evaluate", "export")
 
 
@@ -184,22 +186,28 @@ def checkpoint_times(work: str, bucket: str, megabytes: int, repetitions: int) -
         manager.save(checkpoint_number=repetition)
         saves.append(time.perf_counter() - started)
         started = time.perf_counter()
-        scratch.checkpoint_upload(local, storage.join(bucket, f"checkpoints-{repetition}"))()
+        scratch.checkpoint_upload(local, storage.join(bucket, f"checkpoints-{repetition}"), 2)()
         uploads.append(time.perf_counter() - started)
     return {"megabytes": megabytes, "save_seconds": saves, "upload_seconds": uploads}
 
 
+TRAINING_WAYS = {"local": ("local", {}), "bucket": ("bucket", {}), "each": ("bucket", {"upload_every_seconds": 0})}
+"""The throughput runs: their root, and what their training section adds (each: every checkpoint and record queued
+for upload as it is written)."""
+
+
 def training_rates(roots: dict[str, str], epochs: int, repetitions: int) -> dict:
-    """Examples/s of the train stage checkpointing every CHECKPOINT_EVERY steps, to a bucket and locally (its data
-    prepared where its root is)."""
-    rates: dict[str, list[float]] = {"local": [], "bucket": []}
+    """Examples/s of the train stage checkpointing every CHECKPOINT_EVERY steps, each of TRAINING_WAYS (its data
+    prepared where its root is), their order alternating."""
+    rates: dict[str, list[float]] = {way: [] for way in TRAINING_WAYS}
     training = {"epochs": epochs, "num_workers": 2, "checkpoint_every_steps": CHECKPOINT_EVERY, "keep_checkpoints": 2}
     for repetition in range(repetitions):
-        for where in ("local", "bucket") if repetition % 2 == 0 else ("bucket", "local"):
-            plan = plan_for(roots[where], f"bench-rate-{where}-{repetition}", training=training)
+        for way in list(TRAINING_WAYS) if repetition % 2 == 0 else list(TRAINING_WAYS)[::-1]:
+            where, more = TRAINING_WAYS[way]
+            plan = plan_for(roots[where], f"bench-rate-{way}-{repetition}", training={**training, **more})
             run(plan, "prepare_data")
             run(plan, "train")
-            rates[where].append(read_json(plan.layout.result("train"))["examples_per_sec"])
+            rates[way].append(read_json(plan.layout.result("train"))["examples_per_sec"])
     return rates
 
 
@@ -255,11 +263,20 @@ def rows(results: dict, ratio_row) -> list[dict]:
             lambda m: None,
         ),
         ratio_row(
-            f"training examples/s, a checkpoint every {CHECKPOINT_EVERY} steps uploaded to S3 / saved locally",
+            f"training examples/s, a checkpoint every {CHECKPOINT_EVERY} steps, uploaded to S3 (at most one per "
+            f"upload_every_seconds, {TrainingSpec.model_fields['upload_every_seconds'].default:g}) / saved locally",
             rates["bucket"],
             rates["local"],
             "≥ 0.95 (uploads off the training thread)",
             lambda m: m >= 0.95,
+        ),
+        ratio_row(
+            f"training examples/s, a checkpoint every {CHECKPOINT_EVERY} steps, each uploaded to S3 "
+            "(upload_every_seconds: 0; a later one skips those still queued) / saved locally",
+            rates["each"],
+            rates["local"],
+            "report",
+            lambda m: None,
         ),
     ]
 

@@ -60,6 +60,7 @@ from tfdist.contract.progress import (
     CurveWrite,
     TrainProgress,
     beat,
+    checkpoint_state,
     checkpoint_step,
     curve_line,
     kept_checkpoints,
@@ -67,7 +68,6 @@ from tfdist.contract.progress import (
     longest_silent,
     read_curve,
     stalled,
-    state_keeping,
     warm_start_summary,
 )
 from tfdist.contract.records import (
@@ -123,6 +123,7 @@ __all__ = [
     "UnsafePipelineId",
     "ValidateDataArgs",
     "beat",
+    "checkpoint_state",
     "checkpoint_step",
     "curve_line",
     "digest_json",
@@ -144,7 +145,6 @@ __all__ = [
     "sha256_file",
     "split_rank_tags",
     "stalled",
-    "state_keeping",
     "tf_config",
     "warm_start_summary",
     "worker_command",

@@ -174,27 +174,18 @@ def warm_start_summary(path: str) -> dict[str, Any] | None:
     }
 
 
-KEPT_PATH = re.compile(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', re.MULTILINE)
-"""A checkpoint a state file keeps: its name (``ckpt-<step>``, relative or not)."""
-
-
 def kept_checkpoints(state: str) -> list[str]:
     """The checkpoint names (``ckpt-<step>``) TensorFlow's state file keeps, the latest last."""
-    kept = KEPT_PATH.findall(state)
+    kept = re.findall(r'^all_model_checkpoint_paths: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
     latest = re.search(r'^model_checkpoint_path: "(?:.*/)?([^/"]+)"', state, re.MULTILINE)
     return [*[k for k in kept if not latest or k != latest[1]], *([latest[1]] if latest else [])]
 
 
-def state_keeping(state: str, names: set[str]) -> str:
-    """TensorFlow's state file ``state`` keeping only the checkpoints ``names`` of those it keeps (each with its
-    timestamp: CheckpointManager deletes a restored checkpoint by it)."""
-    kept, stamps = KEPT_PATH.findall(state), re.findall(r"^all_model_checkpoint_timestamps: (\S+)$", state, re.M)
-    latest = kept_checkpoints(state)[-1:]
-    lines = [f'model_checkpoint_path: "{k}"' for k in latest if k in names]
-    lines += [f'all_model_checkpoint_paths: "{k}"' for k in kept if k in names]
-    lines += [f"all_model_checkpoint_timestamps: {t}" for k, t in zip(kept, stamps, strict=False) if k in names]
-    lines += re.findall(r"^last_preserved_timestamp: .*$", state, re.MULTILINE)
-    return "".join(f"{line}\n" for line in lines)
+def checkpoint_state(kept: list[str], at: float) -> str:
+    """TensorFlow's state file keeping the checkpoints ``kept`` (their names, the latest last), each stamped ``at``
+    (Unix time): a CheckpointManager restoring from it deletes them in turn as it saves, as it does its own."""
+    lines = [f'model_checkpoint_path: "{kept[-1]}"', *(f'all_model_checkpoint_paths: "{k}"' for k in kept)]
+    return "".join(f"{line}\n" for line in [*lines, *(f"all_model_checkpoint_timestamps: {at}" for _ in kept)])
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:

@@ -11,9 +11,10 @@ import os
 import posixpath
 import shutil
 import tempfile
+import time
 import uuid
 
-from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, kept_checkpoints, state_keeping, storage
+from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, checkpoint_state, kept_checkpoints, storage
 from tfdist.trainer.uploads import Job
 
 
@@ -133,17 +134,16 @@ def checkpoint_of(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def checkpoint_upload(local_dir: str, url_dir: str) -> CheckpointUpload:
-    """The upload to ``url_dir`` of the latest checkpoint in ``local_dir``. Its files and its state are linked
-    aside now, so the saver may delete them meanwhile."""
+def checkpoint_upload(local_dir: str, url_dir: str, keep: int) -> CheckpointUpload:
+    """The upload to ``url_dir`` of the latest checkpoint in ``local_dir``, the store keeping the last ``keep``
+    uploaded. Its files are linked aside now, so the saver may delete them meanwhile."""
     snapshot = tempfile.mkdtemp(dir=local_dir, prefix=".uploading-")
-    shutil.copyfile(os.path.join(local_dir, CHECKPOINT_STATE), os.path.join(snapshot, CHECKPOINT_STATE))
-    with open(os.path.join(snapshot, CHECKPOINT_STATE)) as f:
+    with open(os.path.join(local_dir, CHECKPOINT_STATE)) as f:
         latest = kept_checkpoints(f.read())[-1]
     for name in os.listdir(local_dir):
         if checkpoint_of(name) == latest and os.path.isfile(os.path.join(local_dir, name)):
             os.link(os.path.join(local_dir, name), os.path.join(snapshot, name))
-    return CheckpointUpload(snapshot, url_dir)
+    return CheckpointUpload(snapshot, url_dir, latest, keep)
 
 
 STORED: dict[str, tuple[str | None, frozenset[str]]] = {}
@@ -154,30 +154,25 @@ writer while it trains. One that fails forgets it (what a failed upload left is 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointUpload:
-    """The upload of a checkpoint from a ``snapshot`` of its files and its local state file: its files (unless the
-    store's state names it: whole there already), then the state file, keeping of the checkpoints it keeps those
-    the store holds (a reader restores only what the state names: never a partial checkpoint), then the deletion of
-    the others. Discarded, as when a later one follows it in the queue, it removes its snapshot."""
+    """The upload of the checkpoint ``latest`` from a ``snapshot`` of its files: its files, then a state file
+    keeping it and the last checkpoints the store's state keeps, ``keep`` in all (a reader restores only what the
+    state names: never a partial checkpoint), then the deletion of the store's others. Discarded, as when a later
+    one follows it in the queue, it removes its snapshot."""
 
     snapshot: str
     url_dir: str
+    latest: str
+    keep: int
 
     def __call__(self) -> None:
         stored, present = STORED.pop(self.url_dir) if self.url_dir in STORED else self.read_store()
-        whole = set(kept_checkpoints(stored)) if stored else set()
-        state_file = os.path.join(self.snapshot, CHECKPOINT_STATE)
-        with open(state_file) as f:
-            state = f.read()
-        kept = kept_checkpoints(state)
-        stored_kept = {name for name in kept if name in whole} | {kept[-1]}
-        state = state_keeping(state, stored_kept)
-        with open(state_file, "w") as f:
+        earlier = [name for name in (kept_checkpoints(stored) if stored else []) if name != self.latest]
+        kept = [*earlier, self.latest][-self.keep :]
+        state = checkpoint_state(kept, time.time())
+        with open(os.path.join(self.snapshot, CHECKPOINT_STATE), "w") as f:
             f.write(state)
-        for name in os.listdir(self.snapshot):
-            if checkpoint_of(name) in whole:
-                os.remove(os.path.join(self.snapshot, name))
         storage.upload_tree(self.snapshot, self.url_dir, last=(CHECKPOINT_STATE,))
-        stale = {n for n in present if n != CHECKPOINT_STATE and checkpoint_of(n) not in stored_kept}
+        stale = {n for n in present if n != CHECKPOINT_STATE and checkpoint_of(n) not in kept}
         storage.remove_all([storage.join(self.url_dir, name) for name in sorted(stale)])
         STORED[self.url_dir] = (state, (present - stale) | set(os.listdir(self.snapshot)))
         self.discard()

@@ -756,8 +756,9 @@ class TrainingRun:
                 key = f"the checkpoints' upload to {self.args.checkpoints}"
                 if (uploads := self.uploader()) and self.pace.due(key, step == self.total_steps):
                     uploads.check()
-                    job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints)
-                    uploads.submit(job, f"the upload of {saver.latest_checkpoint} to {self.args.checkpoints}", key)
+                    keep, what = self.training.keep_checkpoints, f"the upload of {saver.latest_checkpoint}"
+                    job = scratch.checkpoint_upload(self.checkpoint_dir, self.args.checkpoints, keep)
+                    uploads.submit(job, f"{what} to {self.args.checkpoints}", key)
 
     def summarize(self, step: int) -> None:
         """The chief writes the steps since the last summary (mean loss, the train metrics, examples/s) and the

@@ -1,32 +1,16 @@
 """The train stage's records (contract/progress.py): the training curve written whole by each process, and the
-checkpoint state file kept to the checkpoints a store holds."""
+checkpoint state file made for the checkpoints a store keeps."""
 
 from __future__ import annotations
 
 from tests.dag.test_dag_parse import run_python
-from tfdist.contract import CurveWrite, curve_line, kept_checkpoints, read_curve, state_keeping
-
-STATE = """model_checkpoint_path: "ckpt-3"
-all_model_checkpoint_paths: "ckpt-1"
-all_model_checkpoint_paths: "ckpt-2"
-all_model_checkpoint_paths: "ckpt-3"
-all_model_checkpoint_timestamps: 1795853616.96
-all_model_checkpoint_timestamps: 1795853617.01
-all_model_checkpoint_timestamps: 1795853618.5
-last_preserved_timestamp: 1795853615.93
-"""  # as CheckpointManager writes it
+from tfdist.contract import CurveWrite, checkpoint_state, curve_line, kept_checkpoints, read_curve
 
 
-def test_a_state_kept_to_some_checkpoints_keeps_their_timestamps():
-    assert state_keeping(STATE, {"ckpt-1", "ckpt-3"}) == (
-        'model_checkpoint_path: "ckpt-3"\n'
-        'all_model_checkpoint_paths: "ckpt-1"\n'
-        'all_model_checkpoint_paths: "ckpt-3"\n'
-        "all_model_checkpoint_timestamps: 1795853616.96\n"
-        "all_model_checkpoint_timestamps: 1795853618.5\n"
-        "last_preserved_timestamp: 1795853615.93\n"
-    )
-    assert state_keeping(STATE, set(kept_checkpoints(STATE))) == STATE
+def test_a_state_file_made_for_the_checkpoints_a_store_keeps_reads_back_as_them():
+    state = checkpoint_state(["ckpt-20", "ckpt-40"], 1795853616.5)
+    assert state.splitlines()[0] == 'model_checkpoint_path: "ckpt-40"'
+    assert kept_checkpoints(state) == ["ckpt-20", "ckpt-40"]
 
 
 def test_a_processs_curve_writes_follow_the_points_before_its_first(tmp_path):

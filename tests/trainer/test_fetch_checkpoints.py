@@ -72,7 +72,7 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
     saved = tmp_path / "chief"
     saved.mkdir()
     save(saved, 1)
-    scratch.checkpoint_upload(str(saved), url)()
+    scratch.checkpoint_upload(str(saved), url, 2)()
     uploading = threading.Event()
     uploading.set()
 
@@ -80,7 +80,7 @@ def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3
         step = 2
         while uploading.is_set():
             save(saved, step)
-            scratch.checkpoint_upload(str(saved), url)()
+            scratch.checkpoint_upload(str(saved), url, 2)()
             step += 1
 
     uploads = threading.Thread(target=chief)

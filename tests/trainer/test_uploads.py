@@ -102,7 +102,7 @@ def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_p
     jobs = []
     for step in (1, 2, 3, 4):
         save_checkpoint(str(saved), step)
-        jobs.append(scratch.checkpoint_upload(str(saved), store))
+        jobs.append(scratch.checkpoint_upload(str(saved), store, 2))
     shutil.rmtree(jobs[0].snapshot)  # were it run, the first upload would fail: its files are gone
     for step, job in enumerate(jobs, 1):
         uploads.submit(job, f"the upload of ckpt-{step}", key="the checkpoints' upload")
@@ -112,18 +112,23 @@ def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_p
     assert not [name for name in os.listdir(saved) if name.startswith(".uploading-")]  # the others': discarded
 
 
-def test_a_checkpoint_upload_sends_all_but_the_checkpoints_the_stores_state_names(tmp_path):
+def test_a_checkpoint_upload_sends_its_checkpoint_alone_and_the_store_keeps_the_last_ones_uploaded(tmp_path):
     saved, store = tmp_path / "saved", tmp_path / "store"
     saved.mkdir()
     save_checkpoint(str(saved), 1)
-    scratch.checkpoint_upload(str(saved), str(store))()
+    scratch.checkpoint_upload(str(saved), str(store), 2)()
     os.utime(store / "ckpt-1.index", (0, 0))
     (store / "ckpt-2.index").write_text("left by a crashed upload")  # no state names it: not whole
     save_checkpoint(str(saved), 2)
-    scratch.checkpoint_upload(str(saved), str(store))()
+    scratch.checkpoint_upload(str(saved), str(store), 2)()
     assert os.stat(store / "ckpt-1.index").st_mtime == 0  # not written again
     assert (store / "ckpt-2.index").read_text() == "step 2"
     assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (1, 2) for x in DATA_AND_INDEX)]
+    for step in (3, 4):
+        save_checkpoint(str(saved), step)
+    scratch.checkpoint_upload(str(saved), str(store), 2)()  # ckpt-3's was not queued (paced)
+    assert kept_checkpoints((store / "checkpoint").read_text()) == ["ckpt-2", "ckpt-4"]
+    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (2, 4) for x in DATA_AND_INDEX)]
 
 
 def test_after_a_failed_job_the_rest_are_skipped_and_close_names_it(tmp_path):
@@ -203,14 +208,14 @@ def test_the_upload_process_ends_with_the_training(tmp_path, how):
 
 def test_after_its_first_a_processs_checkpoint_uploads_read_nothing_until_one_fails(s3, tmp_path):
     """The store's checkpoint state is read by the first upload of a process and after a failed one only; each
-    upload sends its checkpoint and the state, which keeps only the checkpoints the store holds."""
+    upload sends its checkpoint and the state."""
     bucket, saved = s3.new_bucket(), tmp_path / "saved"
     url = f"s3://{bucket}/run/checkpoints"
     saved.mkdir()
     reads = []
     for step in (1, 2, 3, 4):
         save_checkpoint(str(saved), step)
-        upload = scratch.checkpoint_upload(str(saved), url)
+        upload = scratch.checkpoint_upload(str(saved), url, 2)
         before = len(s3.requests(bucket))
         if step == 3:
             shutil.rmtree(upload.snapshot)  # its upload fails
@@ -222,8 +227,8 @@ def test_after_its_first_a_processs_checkpoint_uploads_read_nothing_until_one_fa
     assert [bool(r) for r in reads] == [True, False, False, True]
     puts = [r.removeprefix("PUT run/checkpoints/") for r in s3.requests(bucket) if r.startswith("PUT ")]
     assert sorted(puts) == sorted(["checkpoint"] * 3 + [f"ckpt-{s}.{x}" for s in (1, 2, 4) for x in DATA_AND_INDEX])
-    assert storage.names(url) == ["checkpoint", *(f"ckpt-4.{x}" for x in DATA_AND_INDEX)]
-    assert kept_checkpoints(storage.read_bytes(f"{url}/checkpoint").decode()) == ["ckpt-4"]
+    assert storage.names(url) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (2, 4) for x in DATA_AND_INDEX)]
+    assert kept_checkpoints(storage.read_bytes(f"{url}/checkpoint").decode()) == ["ckpt-2", "ckpt-4"]
 
 
 def test_of_each_kind_the_first_and_the_last_upload_are_due_and_between_them_one_per_pace():
