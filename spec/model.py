@@ -648,7 +648,8 @@ class TrainingSpec(_Section):
     """With an object store's artifact root, the chief uploads what it writes as it trains (the checkpoints, the
     TensorBoard summaries, the progress and the curve) beside the training, each at most once per this many seconds
     (0: every time), and always the first and the last. A restarted training resumes from the newest checkpoint
-    uploaded; the runs page and TensorBoard show the bucket's. Fewer uploads take less of the training's cores."""
+    uploaded, and the runs page and TensorBoard lag by up to this much. Fewer uploads take less of the training's
+    cores."""
     seed: int = 0
     """Seed for weight initialization and shuffling."""
     timeout_minutes: Annotated[int, Field(ge=1), PARSED] = 120
