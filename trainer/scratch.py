@@ -29,13 +29,23 @@ def local_path(url: str) -> str:
 
 
 def fetch(url_dir: str, names: list[str]) -> str:
-    """The local directory holding ``names`` (paths relative to ``url_dir``) as the store holds them now:
-    ``url_dir`` itself if local, else its scratch copy, each file downloaded whole (beside its place, then
-    renamed: processes sharing the scratch may fetch the same file at once). FileNotFoundError names a missing
-    one's URL."""
+    """The local directory holding ``names`` (paths relative to ``url_dir``) as the store holds them: ``url_dir``
+    itself if local, else its scratch copy. Each file is downloaded once per scratch (what a stage reads never
+    changes while it runs): the processes sharing the scratch fetch one at a time, each downloading what is not
+    there yet, whole (beside its place, then renamed). FileNotFoundError names a missing one's URL."""
     local = local_path(url_dir)
     if local == url_dir or not names:
         return local
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    with open(f"{local}.fetching", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        _download(url_dir, [name for name in names if not os.path.exists(os.path.join(local, name))], local)
+    return local
+
+
+def _download(url_dir: str, names: list[str], local: str) -> None:
+    if not names:
+        return
     fs, path = storage.filesystem(url_dir)
     parts = []
     for name in names:
@@ -49,7 +59,6 @@ def fetch(url_dir: str, names: list[str]) -> str:
         raise FileNotFoundError(storage.join(url_dir, missing)) from None
     for _, final, part in parts:
         os.replace(part, final)
-    return local
 
 
 def local_tree(url_dir: str) -> str:

@@ -31,15 +31,19 @@ def test_data_in_a_bucket_is_checked_in_its_local_copy_and_a_changed_object_refu
 
     shard = storage.join(url, train[0])
     storage.write_bytes(shard, storage.read_bytes(shard)[:-1] + b"\x00")
+    assert data.verified_manifest(url, "train")[1] == local  # this scratch's copies: fetched once, checked again
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "another-stage"))  # each stage (or pod) has its own scratch
     with pytest.raises(SystemExit) as refused:
         data.verified_manifest(url, "train")
     assert refused.value.code == EXIT_REFUSED
     assert f"data check 'sha256' failed for {shard}" in capsys.readouterr().err
     storage.remove(vocabulary := storage.join(url, vocabularies[0]))
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "a-third-stage"))
     with pytest.raises(SystemExit):
         data.verified_manifest(url, "eval")
     assert f"data check 'missing' failed for {vocabulary}" in capsys.readouterr().err
     storage.remove(storage.join(url, MANIFEST))
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "a-fourth-stage"))
     with pytest.raises(SystemExit):
         data.verified_manifest(url, "eval")
     assert f"data check 'missing' failed for {storage.join(url, MANIFEST)}" in capsys.readouterr().err

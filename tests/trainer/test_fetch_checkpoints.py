@@ -1,6 +1,7 @@
-"""Checkpoints in a bucket fetched at once by the processes of one host, which share its scratch directory (the
-training processes of a local stage all restore before their first step), and fetched while the chief's uploads
-delete the checkpoints their newer state no longer keeps (an elastic rank that rejoins late)."""
+"""Files in a bucket fetched at once by the processes of one host, which share its scratch directory (the training
+processes of a local stage all stage their data and restore before their first step): checkpoints, and data each
+downloaded once; and checkpoints fetched while the chief's uploads delete those their newer state no longer keeps
+(an elastic rank that rejoins late)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ from tfdist.trainer import scratch
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at once
 local = scratch.fetch_checkpoints(sys.argv[1])
 print(json.dumps(sorted(os.listdir(local))))
+"""
+STAGING = """
+import sys, time
+from tfdist.trainer import scratch
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at once
+scratch.fetch(sys.argv[1], sys.argv[3:])
 """
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\nall_model_checkpoint_paths: "ckpt-2"\n'
 
@@ -49,6 +56,22 @@ def test_processes_sharing_a_scratch_fetch_the_same_checkpoints_at_once(s3, tmp_
     assert all(code == 0 for code, _, _ in done), [err[-1500:] for code, _, err in done if code]
     every_file = ["checkpoint", *(f"ckpt-{s}.{part}" for s in (1, 2) for part in ("data-00000-of-00001", "index"))]
     assert [json.loads(out.splitlines()[-1]) for _, out, _ in done] == [every_file] * 6
+
+
+def test_processes_sharing_a_scratch_download_each_file_once(s3, tmp_path, monkeypatch):
+    """The training processes of a host all stage their shards as they start: the first downloads them, the
+    others find them there."""
+    bucket = s3.new_bucket()
+    url = f"s3://{bucket}/run/data"
+    names = [f"train-{k:05d}.tfrecord" for k in range(4)]
+    for name in names:
+        storage.write_bytes(storage.join(url, name), os.urandom(1 << 20))
+    monkeypatch.setenv("TFDIST_SCRATCH", str(tmp_path / "scratch"))
+    env, start = {**os.environ, **s3.env}, str(time.time() + 8)
+    fetching = [subprocess.Popen([sys.executable, "-c", STAGING, url, start, *names], env=env) for _ in range(3)]
+    assert [p.wait(120) for p in fetching] == [0, 0, 0]
+    assert sorted(r for r in s3.requests(bucket) if r.startswith("GET ")) == [f"GET run/data/{n}" for n in names]
+    assert sorted(os.listdir(scratch.local_path(url))) == names
 
 
 def save(directory, step: int) -> str:
