@@ -247,9 +247,9 @@ def ended(process: psutil.Process) -> bool:
 
 
 def assert_all_stopped(launcher: LocalLauncher) -> None:
+    """Every process the launcher started has ended (and been reaped: ``poll``)."""
     for name, proc in launcher.processes.items():
         assert proc.poll() is not None, f"{name} still running"
-        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
 
 
 def assert_no_process_of(plan) -> None:
