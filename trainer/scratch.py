@@ -4,6 +4,7 @@ s3:// file system), so a stage copies what it reads from the store into its scra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import functools
@@ -13,6 +14,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 
 from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, checkpoint_state, kept_checkpoints, storage
 from tfdist.trainer.uploads import Job
@@ -28,6 +30,16 @@ def local_path(url: str) -> str:
     return storage.mirror_path(url, scratch_dir())
 
 
+@contextlib.contextmanager
+def host_lock(path: str) -> Iterator[None]:
+    """Held by one process at a time of those sharing the scratch (a host's), over the block: an flock on the file
+    ``path`` (made if missing), released as the file closes."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def fetch(url_dir: str, names: list[str]) -> str:
     """The local directory holding ``names`` (paths relative to ``url_dir``) as the store holds them: ``url_dir``
     itself if local, else its scratch copy. Each file is downloaded once per scratch (what a stage reads never
@@ -36,9 +48,7 @@ def fetch(url_dir: str, names: list[str]) -> str:
     local = local_path(url_dir)
     if local == url_dir or not names:
         return local
-    os.makedirs(os.path.dirname(local), exist_ok=True)
-    with open(f"{local}.fetching", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+    with host_lock(f"{local}.fetching"):
         _download(url_dir, [name for name in names if not os.path.exists(os.path.join(local, name))], local)
     return local
 
@@ -105,9 +115,7 @@ def fetch_checkpoints(url_dir: str) -> str:
     local = local_path(url_dir)
     if local == url_dir:
         return local
-    os.makedirs(os.path.dirname(local), exist_ok=True)
-    with open(f"{local}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+    with host_lock(f"{local}.lock"):
         state = _state(storage.join(url_dir, CHECKPOINT_STATE))
         while state != _state(os.path.join(local, CHECKPOINT_STATE)):
             shutil.rmtree(local, ignore_errors=True)
