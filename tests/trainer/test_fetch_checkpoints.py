@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tfdist.contract import kept_checkpoints, storage
+from tfdist.contract import checkpoint_state, kept_checkpoints, storage
 from tfdist.trainer import scratch
 
 pytestmark = pytest.mark.e2e  # 20 s: six processes; uploads racing fetches
@@ -31,7 +31,7 @@ from tfdist.trainer import scratch
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at once
 scratch.fetch(sys.argv[1], sys.argv[3:])
 """
-STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-1"\nall_model_checkpoint_paths: "ckpt-2"\n'
+STATE = checkpoint_state(["ckpt-1", "ckpt-2"], time.time())
 
 
 def test_processes_sharing_a_scratch_fetch_the_same_checkpoints_at_once(s3, tmp_path):
@@ -83,8 +83,7 @@ def save(directory, step: int) -> str:
     (directory / f"ckpt-{step}.index").write_bytes(b"index")
     (directory / f"ckpt-{step}.data-00000-of-00001").write_bytes(os.urandom(256 << 10))
     kept = [f"ckpt-{s}" for s in (step - 1, step) if s > 0]
-    state = f'model_checkpoint_path: "{kept[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{k}"\n' for k in kept)
-    (directory / "checkpoint").write_text(state)
+    (directory / "checkpoint").write_text(checkpoint_state(kept, time.time()))
     return str(directory / f"ckpt-{step}")
 
 

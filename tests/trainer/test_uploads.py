@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import ended
-from tfdist.contract import kept_checkpoints, storage
+from tfdist.contract import checkpoint_state, kept_checkpoints, storage
 from tfdist.contract.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
 from tfdist.trainer.uploads import Pace, Uploader
@@ -86,9 +86,8 @@ def save_checkpoint(directory: str, step: int) -> None:
     for suffix in DATA_AND_INDEX:
         with open(os.path.join(directory, f"ckpt-{step}.{suffix}"), "w") as f:
             f.write(f"step {step}")
-    kept = "".join(f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in (step - 1, step) if s > 0)
     with open(os.path.join(directory, "checkpoint"), "w") as f:
-        f.write(f'model_checkpoint_path: "ckpt-{step}"\n{kept}')
+        f.write(checkpoint_state([f"ckpt-{s}" for s in (step - 1, step) if s > 0], time.time()))
 
 
 def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_path):
