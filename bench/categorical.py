@@ -18,7 +18,8 @@ import sys
 from bench.handwritten import examples_per_sec, input_fn, loop_parser, tabular_parse
 from tests.conftest import DAY, collecting_logger, plan_for, run
 from tests.trainer import prepared_tables as tabular
-from tfdist.contract import MANIFEST, read_json
+from tfdist.contract.layout import MANIFEST
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.trainer.train import STEPS_PER_CALL

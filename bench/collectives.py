@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from tfdist.contract import MANIFEST
+from tfdist.contract.layout import MANIFEST
 
 
 def main() -> None:

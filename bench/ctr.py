@@ -26,7 +26,8 @@ import numpy as np
 import psutil
 
 from tests.conftest import DAY, collecting_logger, make_spec, plan_for, run
-from tfdist.contract import MANIFEST, read_json
+from tfdist.contract.layout import MANIFEST
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.spec import SpecError, load_spec

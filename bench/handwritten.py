@@ -22,7 +22,7 @@ import math
 import os
 import time
 
-from tfdist.contract import MANIFEST
+from tfdist.contract.layout import MANIFEST
 
 
 def loop_parser(description: str | None) -> argparse.ArgumentParser:
@@ -156,7 +156,7 @@ def sharded_ps(args: argparse.Namespace, keras, tf) -> None:
     cluster without tfdist's training code: each table a tf.Variable that MinSizePartitioner (the spec's
     training.parameter_server) shards over the ps tasks, created shard by shard there, looked up by hashed id; lazy
     Adam on the tables, Keras's Adam on the dense tower."""
-    from tfdist.contract import read_json
+    from tfdist.infra.jsonfiles import read_json
     from tfdist.spec import ParameterServerSpec, load_spec
 
     spec = load_spec(read_json(args.spec))

@@ -22,7 +22,8 @@ import time
 
 from tests.conftest import DAY, plan_for, run
 from tests.object_store import S3Server
-from tfdist.contract import read_json, storage
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.spec import TrainingSpec
 from tfdist.trainer import scratch

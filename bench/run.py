@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import categorical, ctr, follow, object_store, parse, serving, shards, warm_start
-from tfdist.contract import HOROVOD_SHARED_CORES_ENV, MANIFEST, record_run
+from tfdist.contract.launch import HOROVOD_SHARED_CORES_ENV
+from tfdist.contract.layout import MANIFEST, record_run
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes

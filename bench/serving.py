@@ -113,7 +113,8 @@ def timed(signature, inputs: dict, calls: int) -> list[float]:
 def main() -> None:
     import keras
 
-    from tfdist.contract import MANIFEST, read_json
+    from tfdist.contract.layout import MANIFEST
+    from tfdist.infra.jsonfiles import read_json
     from tfdist.trainer import data
     from tfdist.trainer.export import serving_module
     from tfdist.trainer.models import build_model

@@ -18,8 +18,11 @@ import subprocess
 import sys
 import time
 
-from tfdist.contract import MANIFEST, read_json, registry, worker_command
-from tfdist.contract.data_gate import checks as data_gate_checks
+from tfdist.contract.layout import MANIFEST
+from tfdist.contract.stages import worker_command
+from tfdist.infra.jsonfiles import read_json
+from tfdist.publishing import registry
+from tfdist.publishing.data_gate import checks as data_gate_checks
 from tfdist.spec.model import DataChecks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +108,7 @@ CATEGORICAL = [
 
 def _spec_file(workdir: str, fmt: str = "npz", processes: int | None = None) -> str:
     """The bench's spec: the digits, with the categorical features unless the input is NPZ."""
-    from tfdist.contract import write_json_atomic
+    from tfdist.infra.jsonfiles import write_json_atomic
     from tfdist.spec import load_spec
 
     spec = load_spec(

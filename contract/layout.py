@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.contract.records import read_json_if_exists, write_json_atomic
+from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 
 RUN_KEY_READABLE = 64
 """At most this many characters of a run id stay readable in its run key."""

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tfdist.contract import storage
-from tfdist.contract.records import read_json, read_json_if_exists, write_json_atomic
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, read_json_if_exists, write_json_atomic
 
 CHECKPOINT_STATE = "checkpoint"
 """In a checkpoint directory: TensorFlow's state file, naming the latest checkpoint and the ones kept (relative to

@@ -1,38 +1,92 @@
-"""Run-scoped records: JSON written whole, checksums; at a local path or in an object store (``storage``)."""
+"""Typed records: every JSON record one stage (or the Airflow side) writes and another reads has one model here or in
+its own contract module, a subclass of ``Record``, and is written and read only through it (``write_record``,
+``read_record``). Each carries its schema version: a record without one is version 1, the shape the releases before
+versioning wrote. Reading a malformed record, or one of a newer version than this release knows, raises a
+``RecordError`` that names the file and the field, so a renamed key fails where it is read, by name."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-from tfdist.contract import storage
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
+
+R = TypeVar("R", bound="Record")
 
 
-def read_json(path: str) -> Any:
-    """The JSON file's content, read in one request (an object rewritten meanwhile is read whole, old or new)."""
-    return json.loads(storage.read_bytes(path))
+class RecordError(ValueError):
+    """A record that this release cannot read: ``source`` (its file, or what handed it over) and ``field`` (a dotted
+    path into it, '' for the whole record) name where."""
+
+    def __init__(self, source: str, field: str, message: str) -> None:
+        super().__init__(f"{source}: {field + ': ' if field else ''}{message}")
+        self.source, self.field = source, field
 
 
-def read_json_if_exists(path: str) -> Any:
-    """The JSON file's content, None where there is no file."""
+class MalformedRecord(RecordError):
+    """A record whose content is not its model's: a key missing, renamed or of another type."""
+
+
+class NewerRecord(RecordError):
+    """A record written by a newer release (a higher schema version than this one reads): upgrade tfdist where it is
+    read."""
+
+
+class Record(BaseModel):
+    """A record both sides agree on. ``SCHEMA_VERSION`` is the version this release writes and the newest it reads;
+    a change to a record's shape raises it (and reads the older shape too)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    schema_version: int = 1
+
+    @classmethod
+    def parse(cls: type[R], payload: Any, source: str) -> R:
+        """The record ``payload`` (decoded JSON) holds; ``source`` names it in a RecordError."""
+        if not isinstance(payload, dict):
+            raise MalformedRecord(source, "", f"a {cls.__name__} is a JSON object, not {type(payload).__name__}")
+        version = payload.get("schema_version", 1)
+        if isinstance(version, int) and version > cls.SCHEMA_VERSION:
+            raise NewerRecord(
+                source,
+                "schema_version",
+                f"{cls.__name__} version {version} was written by a newer tfdist (this one reads up to version "
+                f"{cls.SCHEMA_VERSION}): upgrade tfdist here",
+            )
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as invalid:
+            first = invalid.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise MalformedRecord(source, field, f"{first['msg']} (a {cls.__name__}, version {version})") from None
+
+    def payload(self) -> dict[str, Any]:
+        """The record as JSON values, with the schema version this release writes."""
+        return {**self.model_dump(mode="json"), "schema_version": self.SCHEMA_VERSION}
+
+
+def read_record(path: str, model: type[R]) -> R:
+    """The record at ``path``; FileNotFoundError where there is none, RecordError where it is not a ``model``."""
     try:
-        return read_json(path)
+        payload = read_json(path)
+    except UnicodeDecodeError as undecodable:
+        raise MalformedRecord(path, "", f"not UTF-8 text: {undecodable.reason}") from None
+    except json.JSONDecodeError as undecodable:
+        raise MalformedRecord(path, "", f"not JSON: {undecodable.msg} at line {undecodable.lineno}") from None
+    return model.parse(payload, path)
+
+
+def read_record_if_exists(path: str, model: type[R]) -> R | None:
+    """The record at ``path``, None where there is no file."""
+    try:
+        return read_record(path, model)
     except FileNotFoundError:
         return None
 
 
-def write_json_atomic(path: str, payload: Any) -> None:
-    storage.write_bytes(path, json.dumps(payload, indent=2, sort_keys=True).encode())
-
-
-def digest_json(payload: Any) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with storage.open_file(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def write_record(path: str, record: Record) -> None:
+    """Write ``record`` whole at ``path``."""
+    write_json_atomic(path, record.payload())

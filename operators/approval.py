@@ -10,9 +10,10 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from tfdist.contract import approval, read_json
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.base import RunPlanned
 from tfdist.operators.plan import as_datetime
+from tfdist.publishing import approval
 from tfdist.spec import Spec, load_spec
 from tfdist.spec.model import Approval
 

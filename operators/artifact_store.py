@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfdist.contract import storage
+from tfdist.infra import storage
 from tfdist.operators.provider_info import CONFIG
 
 

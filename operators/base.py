@@ -26,7 +26,9 @@ else:
 
 def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
     """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
-    from tfdist.contract import RunLayout, read_json_if_exists, runs_root, storage
+    from tfdist.contract.layout import RunLayout, runs_root
+    from tfdist.infra import storage
+    from tfdist.infra.jsonfiles import read_json_if_exists
     from tfdist.operators.plan import as_datetime
 
     if not storage.exists(artifact_root):
@@ -111,7 +113,8 @@ class RunPlanned(_Operator):
     def run_facts(self, spec: Spec, context: Any) -> RunFacts:
         """What the run's context and the artifact root tell of its window; the other runs' records are read
         only for a run without a data interval or a recorded window."""
-        from tfdist.contract import RunLayout, read_json_if_exists, run_path
+        from tfdist.contract.layout import RunLayout, run_path
+        from tfdist.infra.jsonfiles import read_json_if_exists
         from tfdist.operators.plan import RunFacts, as_datetime
 
         run_id, dag_run = context["run_id"], context.get("dag_run")
@@ -200,7 +203,7 @@ class StageOperator(RunPlanned, BaseOperator):
         return super().get_serialized_fields() | {"artifact_root", "pipeline_group"}
 
     def execute(self, context: Any) -> Any:
-        from tfdist.contract import RunMismatch, record_run
+        from tfdist.contract.layout import RunMismatch, record_run
         from tfdist.operators.launchers import StageFailed, get_launcher
         from tfdist.operators.outcomes import stage_outcome
 

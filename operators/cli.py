@@ -20,10 +20,11 @@ import json
 import os
 import sys
 
-from tfdist.contract import UnsafePipelineId, printable, registry
+from tfdist.contract.layout import UnsafePipelineId, printable
 from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.plan import RunContext, build_plan, local_time, scheduled_interval, version_base
 from tfdist.operators.provider_info import version
+from tfdist.publishing import registry
 from tfdist.spec import Spec, SpecError, default_artifact_root, load_spec
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tfdist.contract import registry
+from tfdist.publishing import registry
 
 DEMO_DAG = "digits_nightly"
 _SHOWN = re.compile(

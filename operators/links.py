@@ -47,7 +47,7 @@ class TensorBoardLink(BaseOperatorLink):
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         url = getattr(operator, "tensorboard_url", None) or conf.get("tfdist", "tensorboard_url", fallback="")
-        from tfdist.contract import run_key
+        from tfdist.contract.layout import run_key
 
         query = urlencode({"runFilter": f"^{run_key(ti_key.run_id)}/"})  # a run key has no regex metacharacter
         return f"{url.rstrip('/')}/?{query}#timeseries" if url else ""

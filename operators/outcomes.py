@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from tfdist.contract import EXIT_REFUSED
+from tfdist.contract.launch import EXIT_REFUSED
 
 
 class StageRefused(AirflowFailException):

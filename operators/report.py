@@ -10,21 +10,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from tfdist.contract import (
-    RunLayout,
-    TrainProgress,
-    approval,
-    gate,
-    printable,
-    read_curve,
-    read_json_if_exists,
-    registry,
-    run_path,
-    runs_root,
-    storage,
-    warm_start_summary,
-)
-from tfdist.contract.data_gate import DATA_VALIDATION, failure_line
+from tfdist.contract.layout import RunLayout, printable, run_path, runs_root
+from tfdist.contract.progress import TrainProgress, read_curve, warm_start_summary
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json_if_exists
+from tfdist.publishing import approval, gate, registry
+from tfdist.publishing.data_gate import DATA_VALIDATION, failure_line
 from tfdist.spec.tasks import DEFAULT_METRICS, TASKS, Direction, direction
 
 

@@ -20,7 +20,10 @@ import pytest
 
 from tests.file_seconds import FILE_SECONDS
 from tests.object_store import GCSServer, S3Server, TokenServer
-from tfdist.contract import last_beats, read_json, record_run, storage
+from tfdist.contract.layout import record_run
+from tfdist.contract.progress import last_beats
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import RunContext, build_plan

@@ -21,7 +21,7 @@ import psutil
 import requests
 
 from tests.postgres import Postgres
-from tfdist.contract.stopping import stop_processes
+from tfdist.infra.stopping import stop_processes
 from tfdist.operators.launchers.processes import free_ports
 
 BIN = os.path.dirname(sys.executable)

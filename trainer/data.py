@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, sha256_file, storage
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import MANIFEST
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, sha256_file
 from tfdist.trainer import readers, scratch
 from tfdist.trainer.runtime import fail
 

@@ -20,20 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tfdist.contract import (
-    BLESSING,
-    CHECKPOINT_STATE,
-    EXIT_REFUSED,
-    MANIFEST,
-    EvaluateArgs,
-    gate,
-    kept_checkpoints,
-    read_json,
-    registry,
-    sha256_file,
-    storage,
-    write_json_atomic,
-)
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import BLESSING, MANIFEST
+from tfdist.contract.progress import CHECKPOINT_STATE, kept_checkpoints
+from tfdist.contract.stages import EvaluateArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, sha256_file, write_json_atomic
+from tfdist.publishing import gate, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say

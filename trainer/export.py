@@ -25,20 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tfdist.contract import (
-    BLESSING,
-    EXIT_REFUSED,
-    MANIFEST,
-    ExportArgs,
-    approval,
-    digest_json,
-    read_json,
-    read_json_if_exists,
-    registry,
-    sha256_file,
-    storage,
-    write_json_atomic,
-)
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import BLESSING, MANIFEST
+from tfdist.contract.stages import ExportArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
+from tfdist.publishing import approval, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.data import MISSING_INT64
 from tfdist.trainer.evaluate import score, serving_predict

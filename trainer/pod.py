@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from tfdist.contract import (
+from tfdist.contract.launch import (
     EXIT_HUNG,
     EXIT_REFUSED,
     RENDEZVOUS_PORT,
@@ -40,20 +40,15 @@ from tfdist.contract import (
     SPEC_ENV,
     TERMINATION_LOG,
     TF_PORT,
-    Beat,
-    RunLayout,
-    RunMismatch,
     encode_result,
-    last_beats,
-    longest_silent,
     rank_tag,
-    read_json,
-    record_run,
-    stalled,
-    storage,
     tf_config,
 )
-from tfdist.contract.stopping import is_stopped, stop_processes
+from tfdist.contract.layout import RunLayout, RunMismatch, record_run
+from tfdist.contract.progress import Beat, last_beats, longest_silent, stalled
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
+from tfdist.infra.stopping import is_stopped, stop_processes
 from tfdist.trainer import scratch
 
 PEER_TIMEOUT_SECONDS = 600

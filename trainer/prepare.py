@@ -32,19 +32,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import fsspec
 import numpy as np
 
-from tfdist.contract import (
-    EXIT_REFUSED,
-    MANIFEST,
-    THREADS_ENV,
-    PrepareArgs,
-    digest_json,
-    read_json,
-    read_json_if_exists,
-    registry,
-    sha256_file,
-    storage,
-    write_json_atomic,
-)
+from tfdist.contract.launch import EXIT_REFUSED, THREADS_ENV
+from tfdist.contract.layout import MANIFEST
+from tfdist.contract.stages import PrepareArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
+from tfdist.publishing import registry
 from tfdist.spec import CategoricalListFeature, NumericFeature
 from tfdist.spec.model import MAX_CLASSES, embedding_dim
 from tfdist.trainer import data, readers, statistics

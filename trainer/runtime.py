@@ -14,8 +14,9 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
-from tfdist.contract import CORES_ENV, THREADS_ENV, read_json
-from tfdist.contract.stopping import end_with_parent
+from tfdist.contract.launch import CORES_ENV, THREADS_ENV
+from tfdist.infra.jsonfiles import read_json
+from tfdist.infra.stopping import end_with_parent
 
 if TYPE_CHECKING:
     from tfdist.spec import Spec

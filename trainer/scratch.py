@@ -16,7 +16,9 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from tfdist.contract import CHECKPOINT_STATE, SCRATCH_ENV, checkpoint_state, kept_checkpoints, storage
+from tfdist.contract.launch import SCRATCH_ENV
+from tfdist.contract.progress import CHECKPOINT_STATE, checkpoint_state, kept_checkpoints
+from tfdist.infra import storage
 from tfdist.trainer.uploads import Job
 
 

@@ -42,21 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tfdist.contract import (
-    CORES_ENV,
-    EXIT_REFUSED,
-    HOSTS_ENV,
-    MANIFEST,
-    CurveWrite,
-    TrainArgs,
-    TrainProgress,
-    beat,
-    curve_line,
-    sha256_file,
-    storage,
-    warm_start_summary,
-    write_json_atomic,
-)
+from tfdist.contract.launch import CORES_ENV, EXIT_REFUSED, HOSTS_ENV
+from tfdist.contract.layout import MANIFEST
+from tfdist.contract.progress import CurveWrite, TrainProgress, beat, curve_line, warm_start_summary
+from tfdist.contract.stages import TrainArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import sha256_file, write_json_atomic
 from tfdist.trainer import data, scratch
 from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer, table_bytes
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, memory_limit, run_stage, say, tf_config

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-from tfdist.contract import storage
-from tfdist.contract.stopping import end_with_parent
+from tfdist.infra import storage
+from tfdist.infra.stopping import end_with_parent
 from tfdist.trainer.runtime import end_done, say
 
 UPLOAD_PATIENCE = 600.0

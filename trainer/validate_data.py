@@ -8,16 +8,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tfdist.contract import (
-    EXIT_REFUSED,
-    ValidateDataArgs,
-    read_json,
-    read_json_if_exists,
-    registry,
-    storage,
-    write_json_atomic,
-)
-from tfdist.contract.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.stages import ValidateDataArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, read_json_if_exists, write_json_atomic
+from tfdist.publishing import registry
+from tfdist.publishing.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
 from tfdist.spec.model import Spec
 from tfdist.trainer import data
 from tfdist.trainer.runtime import fail, load_spec, run_stage, say

@@ -37,7 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.contract import EXIT_REFUSED, read_json, read_json_if_exists, registry, storage
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, read_json_if_exists
+from tfdist.publishing import registry
 from tfdist.trainer import scratch
 from tfdist.trainer.runtime import fail
 

@@ -17,18 +17,12 @@ import uuid
 
 import psutil
 
-from tfdist.contract import (
-    SCRATCH_ENV,
-    checkpoint_step,
-    last_beats,
-    longest_silent,
-    read_json,
-    split_rank_tags,
-    stalled,
-    storage,
-    worker_command,
-)
-from tfdist.contract.stopping import is_stopped, stop_processes
+from tfdist.contract.launch import SCRATCH_ENV, split_rank_tags
+from tfdist.contract.progress import checkpoint_step, last_beats, longest_silent, stalled
+from tfdist.contract.stages import worker_command
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
+from tfdist.infra.stopping import is_stopped, stop_processes
 from tfdist.operators.artifact_store import HandedOptions, connect
 from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first
 from tfdist.operators.launchers.processes import Process, local_processes

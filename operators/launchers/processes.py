@@ -35,7 +35,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
-from tfdist.contract import (
+from tfdist.contract.launch import (
     CORES_ENV,
     HOROVOD_SHARED_CORES_ENV,
     HOST_DISCOVERY_SCRIPT,

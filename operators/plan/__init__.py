@@ -10,16 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tfdist.contract import (
-    EvaluateArgs,
-    ExportArgs,
-    PrepareArgs,
-    RunLayout,
-    TrainArgs,
-    ValidateDataArgs,
-    registry,
-    run_path,
-)
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.contract.stages import EvaluateArgs, ExportArgs, PrepareArgs, TrainArgs, ValidateDataArgs
 from tfdist.operators.plan.stages import (
     Elastic,
     Horovod,
@@ -45,6 +37,7 @@ from tfdist.operators.plan.windows import (
     scheduled_interval,
     source_for,
 )
+from tfdist.publishing import registry
 from tfdist.spec import Spec, partition_unit
 
 __all__ = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from tfdist.contract import StageArgs, TrainArgs
+from tfdist.contract.stages import StageArgs, TrainArgs
 from tfdist.spec import ROLES, KubernetesSpec, Spec
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from croniter import croniter
 
-from tfdist.contract.registry import CLOCK_SKEW
+from tfdist.publishing.registry import CLOCK_SKEW
 from tfdist.spec import PARTITION_KEY_FORMATS, AssetSchedule, Spec
 
 

@@ -39,7 +39,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
-from tfdist.contract import CONTROL_CHARACTERS, registry, run_path
+from tfdist.contract.layout import CONTROL_CHARACTERS, run_path
 from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.dag import EMBEDDED_TAG
 from tfdist.operators.export import model_asset
@@ -55,6 +55,7 @@ from tfdist.operators.report import (
     overview,
     progress,
 )
+from tfdist.publishing import registry
 
 PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
 NO_CACHE = {"Cache-Control": "no-cache"}  # a plugin upgrade shows at the next load

@@ -4,7 +4,7 @@ checkpoint state file made for the checkpoints a store keeps."""
 from __future__ import annotations
 
 from tests.dag.test_dag_parse import run_python
-from tfdist.contract import CurveWrite, checkpoint_state, curve_line, kept_checkpoints, read_curve
+from tfdist.contract.progress import CurveWrite, checkpoint_state, curve_line, kept_checkpoints, read_curve
 
 
 def test_a_state_file_made_for_the_checkpoints_a_store_keeps_reads_back_as_them():
@@ -21,7 +21,7 @@ def test_a_processs_curve_writes_follow_the_points_before_its_first(tmp_path):
     with open(path, "wb") as f:
         f.write(earlier + b'{"step": 30, "lo')  # the last training died while writing
     run_python(f"""
-        from tfdist.contract import CurveWrite, curve_line
+        from tfdist.contract.progress import CurveWrite, curve_line
         lines = b""
         for step in (30, 40):
             lines += curve_line({{"step": step, "loss": 0.5}})

@@ -15,10 +15,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import START, make_spec, plan_for, run
 from tests.spec.test_spec import problems
-from tfdist.contract import EXIT_REFUSED, approval, gate, read_json, write_json_atomic
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.dag import build_dag
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.report import run_summary
+from tfdist.publishing import approval, gate
 from tfdist.spec import SpecError, load_spec
 
 CHANGE = {"accuracy": {"direction": "higher_is_better", "absolute": 0.01, "relative": None}}

@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import make_spec
-from tfdist.contract import record_run
+from tfdist.contract.layout import record_run
 from tfdist.operators import build_dag
 from tfdist.operators.plan import build_plan, partition_start, period_end
 from tfdist.spec import PARTITION_KEY_FORMATS, SpecError, load_spec

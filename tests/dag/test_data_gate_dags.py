@@ -16,11 +16,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import collecting_logger, dags_folder, make_spec, plan_for, run
-from tfdist.contract import EXIT_REFUSED, RunLayout, read_json, registry, run_path
-from tfdist.contract.data_gate import DATA_VALIDATION
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.publishing import registry
+from tfdist.publishing.data_gate import DATA_VALIDATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 FIRST = dt.date(2026, 11, 10)

@@ -19,11 +19,13 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import DAY, make_spec
-from tfdist.contract import RunLayout, read_json, registry, run_path
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import SpecError, build_dag, build_task_group
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.kubernetes.objects import object_name
 from tfdist.operators.links import TrainingRunLink
+from tfdist.publishing import registry
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 

@@ -15,9 +15,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import dags_folder, make_spec, task_instance
-from tfdist.contract import registry
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import airflow_dags_test
+from tfdist.publishing import registry
 
 DAG_ID = "future_nightly"
 

@@ -18,8 +18,10 @@ import pytest
 from sklearn import metrics
 
 from tests.conftest import dags_folder
-from tfdist.contract import RunLayout, read_json, registry, run_path
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, example_table, write_table_partitions
+from tfdist.publishing import registry
 
 pytestmark = pytest.mark.e2e
 DAY = dt.date(2026, 11, 20)

@@ -11,7 +11,8 @@ import os
 import pytest
 
 from tests.conftest import dags_folder, make_spec
-from tfdist.contract import RunLayout, read_json, run_path
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]

@@ -13,8 +13,10 @@ import sys
 import pytest
 
 from tests.conftest import dags_folder, make_spec
-from tfdist.contract import RunLayout, read_json, registry, run_path
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 FIRST = dt.date(2026, 11, 12)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tfdist.contract import registry
+from tfdist.publishing import registry
 
 pytestmark = pytest.mark.e2e
 

@@ -23,23 +23,16 @@ import requests
 import yaml
 
 from tests.conftest import REPO, make_spec
-from tests.contract.test_withdraw import publish
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.live_airflow import USERS, LiveAirflow
-from tfdist.contract import (
-    BLESSING,
-    MANIFEST,
-    RunLayout,
-    TrainProgress,
-    read_curve,
-    read_json,
-    record_run,
-    registry,
-    run_path,
-    storage,
-)
+from tests.publishing.test_withdraw import publish
+from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
+from tfdist.contract.progress import TrainProgress, read_curve
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.report import format_runs, list_runs, run_summary, started_from
+from tfdist.publishing import registry
 
 pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))

@@ -19,7 +19,7 @@ import yaml
 from tests.conftest import REPO, make_spec
 from tests.launchers.kubernetes.test_kubernetes_objects import KUBERNETES, MODES
 from tests.packaging.test_packaging import requirement_names
-from tfdist.contract import worker_command
+from tfdist.contract.stages import worker_command
 from tfdist.operators.launchers.kubernetes.objects import stage_objects
 from tfdist.operators.plan import RunContext, build_plan
 from tfdist.spec import load_spec

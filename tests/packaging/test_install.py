@@ -25,8 +25,8 @@ from packaging.version import Version
 from tests.conftest import DAY, REPO
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.packaging.test_packaging import pinned, pyproject
-from tfdist.contract import registry
 from tfdist.operators.demo import write_digits_partitions
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 

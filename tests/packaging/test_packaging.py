@@ -23,12 +23,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO, make_spec, plan_for
-from tfdist.contract import read_json, run_key
+from tfdist.contract.layout import run_key
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.processes import local_processes
 
 CODE_FOLDERS = {
     "spec": "tfdist.spec",
     "contract": "tfdist.contract",
+    "infra": "tfdist.infra",
+    "publishing": "tfdist.publishing",
     "operators": "tfdist.operators",
     "trainer": "tfdist.trainer",
 }
@@ -164,7 +167,7 @@ def tfdist_imports(path: str) -> set[str]:
 
 
 def part(module: str) -> str:
-    """The part of tfdist a module belongs to: spec, contract, operators or trainer."""
+    """The part of tfdist a module belongs to: spec, contract, infra, publishing, operators or trainer."""
     return module.split(".")[1] if module.count(".") else ""
 
 
@@ -185,20 +188,30 @@ def test_a_package_import_of_the_other_side_is_caught(tmp_path):
     assert {part(m) for m in tfdist_imports(str(module))} == {"", "operators", "spec", "contract"}
 
 
-@pytest.mark.parametrize("shared", ["spec", "contract"])
+SHARED_BELOW = {
+    "infra": {"infra"},
+    "spec": {"spec"},
+    "contract": {"infra", "spec", "contract"},
+    "publishing": {"infra", "spec", "contract", "publishing"},
+}
+"""What both sides import, each with the parts it may import: infra (storage, JSON files, stopping) knows nothing
+of tfdist; the spec model stands alone; the contract reads the spec and infra; the publishing services read the
+contract. Never the other way round."""
+
+
+@pytest.mark.parametrize("shared", sorted(SHARED_BELOW))
 def test_what_both_sides_share_imports_neither_side_nor_airflow_nor_tensorflow(shared):
-    """tfdist.spec and tfdist.contract are what both sides import: they import neither side, nor Airflow, nor
-    TensorFlow, so a worker image and the Airflow side read one spec and one contract. The spec model is
-    below the contract: the contract may read the spec, never the other way round."""
-    below = {"spec": {"spec"}, "contract": {"spec", "contract"}}[shared]
+    """tfdist.spec, tfdist.contract, tfdist.infra and tfdist.publishing are what both sides import: they import
+    neither side, nor Airflow, nor TensorFlow, so a worker image and the Airflow side read one spec and one contract,
+    and each imports only the parts below it (SHARED_BELOW)."""
     for path in python_files(shared):
-        assert not {m for m in tfdist_imports(path) if part(m) not in below}, path
+        assert not {m for m in tfdist_imports(path) if part(m) not in SHARED_BELOW[shared]}, path
         assert not third_party(imports(path)) & {"airflow", "tensorflow", "keras", "horovod"}, path
 
 
 def test_the_airflow_side_reaches_the_worker_runtime_never():
-    """The Airflow side, its plugin and the example DAGs reach the workers only through the contract and the
-    spec model: no module of tfdist.trainer is imported on that side."""
+    """The Airflow side, its plugin and the example DAGs reach the workers only through what both sides share
+    (SHARED_BELOW): no module of tfdist.trainer is imported on that side."""
     for path in [p for folder in ("operators", "plugins", "dags") for p in python_files(folder)]:
         assert not {m for m in tfdist_imports(path) if part(m) == "trainer"}, path
 
@@ -394,7 +407,7 @@ def tfdist_settings_read() -> set[str]:
     from tfdist.operators.artifact_store import CONNECTION_OPTIONS
 
     found = set()
-    for folder in ("spec", "contract", "operators", "trainer", "plugins", "dags"):
+    for folder in (*CODE_FOLDERS, "plugins", "dags"):
         for path in python_files(folder):
             with open(path) as f:
                 tree = ast.parse(f.read(), path)

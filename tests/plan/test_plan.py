@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import HOST_DISCOVERY_SCRIPT, run_key, run_path
+from tfdist.contract.launch import HOST_DISCOVERY_SCRIPT
+from tfdist.contract.layout import run_key, run_path
 from tfdist.operators import plan as plan_module
 from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import local_processes
@@ -307,7 +308,7 @@ def test_manual_run_trains_on_the_last_complete_interval_as_airflow_infers_it(sc
 
 
 def test_rank_tags_of_mpirun_and_horovodrun_output_are_split_per_rank():
-    from tfdist.contract import split_rank_tags
+    from tfdist.contract.launch import split_rank_tags
 
     assert split_rank_tags("mpirun-0", "[1,0]<stdout>:rank-0: step 10/88") == [("rank-0", "rank-0: step 10/88")]
     assert split_rank_tags("mpirun-0", "[1,1]<stderr>:warning[1,0]<stdout>:done") == [

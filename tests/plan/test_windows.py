@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from tests.conftest import make_spec
-from tfdist.contract.registry import CLOCK_SKEW
 from tfdist.operators.plan import (
     RunFacts,
     WindowRefused,
@@ -21,6 +20,7 @@ from tfdist.operators.plan import (
     resolve_window,
     scheduled_interval,
 )
+from tfdist.publishing.registry import CLOCK_SKEW
 from tfdist.spec import SpecError, load_spec
 
 UTC = dt.UTC

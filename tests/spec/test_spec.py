@@ -443,7 +443,7 @@ def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sectio
     """Validated again where the stages run (another machine or a pod: no mpirun, another environment, the
     custom model's package not importable), spec.json is the same spec, and it and its data section dump to
     the bytes spec.json holds (what the version's spec digest and the input fingerprint hash)."""
-    from tfdist.contract import digest_json, read_json, write_json_atomic
+    from tfdist.infra.jsonfiles import digest_json, read_json, write_json_atomic
     from tfdist.trainer.runtime import load_spec as worker_spec
 
     spec = load_spec(make_spec(str(tmp_path), **sections))

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from tests.conftest import prepare_once
-from tfdist.contract import read_json
+from tfdist.infra.jsonfiles import read_json
 
 COUNTRIES = ["de", "fr", "us", "uk", "jp", "br", "in", "es", "it", "nl", "se", "pl"]
 DEVICES = ["ios", "android", "web", "tv", "car"]

@@ -14,7 +14,9 @@ import sys
 import numpy as np
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import storage, worker_command, write_json_atomic
+from tfdist.contract.stages import worker_command
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.spec import load_spec
 
 CITIES = ["Zürich", "Lyon", "東京", "Washington, D.C.", "Oslo", "Lima", 'a "quoted" one', ""]

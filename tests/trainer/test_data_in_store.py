@@ -7,7 +7,10 @@ import os
 import pytest
 
 from tests.trainer import tabular
-from tfdist.contract import EXIT_REFUSED, MANIFEST, SCRATCH_ENV, read_json, storage
+from tfdist.contract.launch import EXIT_REFUSED, SCRATCH_ENV
+from tfdist.contract.layout import MANIFEST
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.trainer import data
 
 

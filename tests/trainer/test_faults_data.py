@@ -11,7 +11,8 @@ import time
 import pytest
 
 from tests.conftest import plan_for, run
-from tfdist.contract import EXIT_REFUSED, read_json
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended]

@@ -14,9 +14,11 @@ import threading
 import pytest
 
 from tests.conftest import DAY, needs_root, plan_for, run, wait_for
-from tfdist.contract import checkpoint_step, registry, write_json_atomic
+from tfdist.contract.progress import checkpoint_step
+from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended, needs_root("mounting a tmpfs needs root")]
 SECTIONS = {

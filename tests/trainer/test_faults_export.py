@@ -17,9 +17,10 @@ import time
 import pytest
 
 from tests.conftest import FAULT_TRIALS, collecting_logger, plan_for, run, wait_for
-from tfdist.contract import read_json, registry, write_json_atomic
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
 
 RUNS = ("concurrent_a", "concurrent_b")

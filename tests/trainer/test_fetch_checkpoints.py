@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tfdist.contract import checkpoint_state, kept_checkpoints, storage
+from tfdist.contract.progress import checkpoint_state, kept_checkpoints
+from tfdist.infra import storage
 from tfdist.trainer import scratch
 
 pytestmark = pytest.mark.e2e  # 20 s: six processes; uploads racing fetches

@@ -9,9 +9,11 @@ import os
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
-from tfdist.contract import EXIT_REFUSED, read_json, registry, write_json_atomic
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.publishing import registry
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
@@ -92,7 +94,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     import numpy as np
     import tensorflow as tf
 
-    from tfdist.contract import sha256_file
+    from tfdist.infra.jsonfiles import sha256_file
     from tfdist.trainer.evaluate import IntegrityError, check_candidate
     from tfdist.trainer.models import restore_model
     from tfdist.trainer.runtime import load_spec
@@ -154,7 +156,7 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
 
 
 def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
-    from tfdist.contract.gate import checks, failures
+    from tfdist.publishing.gate import checks, failures
 
     def change_failures(metrics, baseline, change_thresholds):
         return failures(checks(metrics, {}, change_thresholds, baseline), 7)
@@ -174,7 +176,7 @@ def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
 
 
 def test_each_threshold_is_one_check_with_its_margin_for_the_page():
-    from tfdist.contract.gate import checks, failures
+    from tfdist.publishing.gate import checks, failures
 
     rows = checks(
         {"accuracy": 0.95, "loss": 0.3},
@@ -220,7 +222,7 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
 
 
 def test_the_gate_says_what_decided_it():
-    from tfdist.contract.gate import decided_by as gate
+    from tfdist.publishing.gate import decided_by as gate
 
     assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
         "none: published without a gate (validation.allow_unvalidated)"
@@ -265,7 +267,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_r
 
 def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_path):
     from tests.conftest import make_spec
-    from tfdist.contract.gate import checks, resolved
+    from tfdist.publishing.gate import checks, resolved
     from tfdist.spec import load_spec
 
     validation = {
@@ -300,7 +302,7 @@ def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_p
 
 
 def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
-    from tfdist.contract.gate import checks, failures
+    from tfdist.publishing.gate import checks, failures
 
     rows = checks(
         {"auc": None, "accuracy": 0.9},

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import make_spec, plan_for
 from tests.trainer import prepared_tables as tabular
-from tfdist.contract import read_json
+from tfdist.infra.jsonfiles import read_json
 from tfdist.spec import load_spec
 
 WIDE_DEEP = {"family": "wide_deep", "hidden_units": [8], "crosses": [{"features": ["country", "recent"]}]}

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, worker_command, write_json_atomic
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import MANIFEST
+from tfdist.contract.stages import worker_command
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 
 
 def prepare(spec: dict, out: str, *sources: str) -> subprocess.CompletedProcess:

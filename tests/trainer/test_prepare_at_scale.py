@@ -16,7 +16,11 @@ import pytest
 from sklearn.datasets import load_digits
 
 from tests.conftest import REPO, make_spec
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, storage, worker_command, write_json_atomic
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import MANIFEST
+from tfdist.contract.stages import worker_command
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.spec import DataSpec, load_spec
 from tfdist.trainer import readers
 

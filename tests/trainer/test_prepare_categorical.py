@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 from tests.trainer import tabular
-from tfdist.contract import EXIT_REFUSED, MANIFEST, read_json, registry
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.layout import MANIFEST
+from tfdist.infra.jsonfiles import read_json
+from tfdist.publishing import registry
 from tfdist.spec import CategoricalFeature
 from tfdist.spec.model import embedding_dim
 from tfdist.trainer import data

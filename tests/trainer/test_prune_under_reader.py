@@ -1,6 +1,6 @@
 """No prune under a reader (issue 37): a warm start's parent survives another run's export pruning with
 ``export.keep_versions: 1`` while the warm-starting train stage runs, and is pruned once it has ended. Real train,
-evaluate and export stages through the local launcher; the lock alone: tests/contract/test_prune_readers.py."""
+evaluate and export stages through the local launcher; the lock alone: tests/publishing/test_prune_readers.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import threading
 import pytest
 
 from tests.conftest import DAY, collecting_logger, prepared_plan, run, wait_for
-from tfdist.contract import read_json, registry
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from tests.trainer import tabular
-from tfdist.contract import EXIT_REFUSED, read_json
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra.jsonfiles import read_json
 from tfdist.trainer.data import MISSING_INT64
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import DAY, collecting_logger, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tests.trainer.test_tabular_training import MLP
-from tfdist.contract import read_json
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]

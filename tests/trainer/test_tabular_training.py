@@ -13,7 +13,9 @@ import pytest
 
 from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
-from tfdist.contract import EXIT_REFUSED, TrainProgress, read_curve, read_json
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.progress import TrainProgress, read_curve
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
 from tfdist.trainer.runtime import memory_limit

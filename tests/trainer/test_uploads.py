@@ -19,8 +19,9 @@ import psutil
 import pytest
 
 from tests.conftest import ended
-from tfdist.contract import checkpoint_state, kept_checkpoints, storage
-from tfdist.contract.stopping import STOP_GRACE_SECONDS
+from tfdist.contract.progress import checkpoint_state, kept_checkpoints
+from tfdist.infra import storage
+from tfdist.infra.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
 from tfdist.trainer.uploads import Pace, Uploader
 
@@ -152,7 +153,7 @@ def test_a_killed_upload_process_is_raised_by_the_next_check(tmp_path):
 
 TRAINING = """
 import functools, os, sys, time
-from tfdist.contract import storage
+from tfdist.infra import storage
 from tfdist.trainer.uploads import Pace, Uploader
 
 ran, how = sys.argv[1], sys.argv[2]

@@ -10,10 +10,12 @@ import os
 import pytest
 
 from tests.conftest import DAY, plan_for, prepared_plan, run
-from tests.contract.test_withdraw import publish, tf_serving_latest
-from tfdist.contract import EXIT_REFUSED, read_json, registry
+from tests.publishing.test_withdraw import publish, tf_serving_latest
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.plan import version_base
+from tfdist.publishing import registry
 from tfdist.trainer.export import version_refusal
 
 TRAINING = {"epochs": 2, "num_workers": 1}

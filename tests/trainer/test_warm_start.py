@@ -9,8 +9,11 @@ import datetime as dt
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
-from tfdist.contract import EXIT_REFUSED, read_curve, read_json, registry
+from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.progress import read_curve
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tests.contract.test_withdraw import publish
+from tests.publishing.test_withdraw import publish
 from tfdist.trainer.warm_start import CHOICE, agreed_parent
 
 

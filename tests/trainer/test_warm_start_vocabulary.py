@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
-from tfdist.contract import read_json, registry
+from tfdist.infra.jsonfiles import read_json
+from tfdist.publishing import registry
 
 pytestmark = pytest.mark.e2e
 

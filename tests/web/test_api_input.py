@@ -10,10 +10,10 @@ import os
 import pytest
 
 from tests.conftest import make_spec
-from tests.contract.test_withdraw import publish
 from tests.live.test_live_airflow import dag_file
 from tests.live_airflow import LiveAirflow
-from tfdist.contract import registry
+from tests.publishing.test_withdraw import publish
+from tfdist.publishing import registry
 
 GUARDED, RESTRICTED = "digits_guarded", "restricted_pipeline"
 LONG = ".".join(["a"] * 7000)

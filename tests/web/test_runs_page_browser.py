@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import REPO
 from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gate, write_run
-from tfdist.contract import RunLayout, write_json_atomic
+from tfdist.contract.layout import RunLayout
+from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress
 from tfdist.operators.web.api import PAGE_FILES
 

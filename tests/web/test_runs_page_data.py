@@ -8,22 +8,16 @@ from __future__ import annotations
 import os
 import time
 
-from tests.contract.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
 from tests.dag.test_dag_parse import run_python
-from tfdist.contract import (
-    CurveWrite,
-    RunLayout,
-    TrainProgress,
-    curve_line,
-    data_gate,
-    registry,
-    run_key,
-    write_json_atomic,
-)
-from tfdist.contract.gate import checks, failures
+from tests.publishing.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
+from tfdist.contract.layout import RunLayout, run_key
+from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line
+from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.cli import main
 from tfdist.operators.page_urls import page_url
 from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview, progress
+from tfdist.publishing import data_gate, registry
+from tfdist.publishing.gate import checks, failures
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}

@@ -10,7 +10,7 @@ import re
 import signal
 from typing import Any
 
-from tfdist.contract import EXIT_HUNG
+from tfdist.contract.launch import EXIT_HUNG
 from tfdist.operators.launchers.base import StageFailed, failed_first
 from tfdist.operators.launchers.kubernetes.api import Watch
 

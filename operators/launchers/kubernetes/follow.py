@@ -22,7 +22,7 @@ from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import TRANSI
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from tfdist.contract import split_rank_tags
+from tfdist.contract.launch import split_rank_tags
 from tfdist.operators.launchers.base import TAIL_LINES, StageFailed, StageLog, StageStopped
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, Watch, delete_objects
 from tfdist.operators.launchers.kubernetes.diagnosis import (

@@ -13,7 +13,7 @@ import functools
 from dataclasses import replace
 from typing import Any
 
-from tfdist.contract import EXIT_REFUSED
+from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.operators.launchers.base import Launcher, StageFailed, StageLog, StageStopped, restart_record, shrunk
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, ClusterApi, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.kubernetes.follow import follow

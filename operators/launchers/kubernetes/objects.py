@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from tfdist.contract import (
+from tfdist.contract.launch import (
     HOROVOD_SHARED_CORES_ENV,
     RENDEZVOUS_PORT,
     RUN_ENV,
@@ -28,12 +28,12 @@ from tfdist.contract import (
     TERMINATION_LOG,
     TF_PORT,
     THREADS_ENV,
-    PrepareArgs,
-    digest_json,
     mpirun_argv,
     pod_argv,
-    storage,
 )
+from tfdist.contract.stages import PrepareArgs
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import digest_json
 from tfdist.operators.plan import KubernetesPlacement, Plan, StagePlan
 
 PYTHON = "python"

@@ -19,7 +19,7 @@ from kubernetes import client, config
 
 from tests.conftest import collecting_logger
 from tests.k8s_standin import Script, ScriptedKubelet, StandInCluster
-from tfdist.contract import EXIT_HUNG
+from tfdist.contract.launch import EXIT_HUNG
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.kubernetes import follow as following
 from tfdist.operators.launchers.kubernetes.api import Watch

@@ -22,9 +22,12 @@ from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_b
 from tests.k8s_standin import StandInCluster
 from tests.launchers.kubernetes import store_secret
 from tests.object_store import gcs_connection
-from tfdist.contract import RunLayout, read_json, registry, run_path, storage
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT)]
 CONNECTION = "k8s_dag_standin"

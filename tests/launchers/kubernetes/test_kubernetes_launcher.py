@@ -38,7 +38,10 @@ from tests.conftest import (
 )
 from tests.k8s_standin import StandInCluster
 from tests.launchers.kubernetes import store_secret
-from tfdist.contract import EXIT_HUNG, EXIT_REFUSED, checkpoint_step, last_beats, read_json, storage
+from tfdist.contract.launch import EXIT_HUNG, EXIT_REFUSED
+from tfdist.contract.progress import checkpoint_step, last_beats
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed

@@ -26,7 +26,9 @@ import yaml
 
 from tests.conftest import REPO, make_spec, wait_for
 from tfdist import contract
-from tfdist.contract import SCRATCH_ENV, read_json, stopping
+from tfdist.contract.launch import SCRATCH_ENV
+from tfdist.infra import stopping
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.cli import main as cli
 from tfdist.operators.launchers.kubernetes.objects import (
     NAME_MAX,

@@ -28,7 +28,8 @@ from tests.conftest import (
     steps_of,
     wait_for,
 )
-from tfdist.contract import last_beats, read_json
+from tfdist.contract.progress import last_beats
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.trainer.train import STEPS_PER_CALL
 

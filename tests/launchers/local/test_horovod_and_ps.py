@@ -9,7 +9,8 @@ import re
 import pytest
 
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
-from tfdist.contract import TrainProgress, read_json
+from tfdist.contract.progress import TrainProgress
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageStopped
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import local_processes

@@ -14,8 +14,11 @@ import pytest
 
 from tests.conftest import DAY, dags_folder, make_spec, new_bucket_url
 from tests.object_store import gcs_connection
-from tfdist.contract import RunLayout, read_json, registry, run_path, storage
+from tfdist.contract.layout import RunLayout, run_path
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test
+from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 DAG_ID = "digits_in_a_bucket"

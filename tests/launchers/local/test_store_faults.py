@@ -14,12 +14,14 @@ import pytest
 
 from tests.conftest import DAY, collecting_logger, dags_folder, make_spec, plan_for
 from tests.object_store import S3Server, StoreProxy, airflow_connection
-from tfdist.contract import read_json, registry, storage
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import artifact_store
 from tfdist.operators.cli import main as cli
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
+from tfdist.publishing import registry
 
 pytestmark = pytest.mark.e2e
 OUTAGE_SECONDS = 30

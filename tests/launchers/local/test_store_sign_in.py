@@ -15,13 +15,13 @@ import pytest
 
 from tests.conftest import collecting_logger, new_bucket_url, plan_for, wait_for
 from tests.object_store import S3Server, TokenServer, airflow_connection, gcs_connection
-from tfdist.contract import storage
+from tfdist.infra import storage
 from tfdist.operators import artifact_store
 from tfdist.operators.artifact_store import HandedOptions, StoreUnreachable, connect
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process
 
-STAGE_READS = "import sys; from tfdist.contract import storage; print(storage.read_bytes(sys.argv[1]).decode())"
+STAGE_READS = "import sys; from tfdist.infra import storage; print(storage.read_bytes(sys.argv[1]).decode())"
 SIGN_IN_VARIABLES = (storage.GCS_KEY_ENV, "GOOGLE_APPLICATION_CREDENTIALS")
 
 
@@ -105,7 +105,7 @@ def test_a_missing_bucket_is_named(gcs, monkeypatch):
 
 WRITER = """
 import sys, time
-from tfdist.contract import storage
+from tfdist.infra import storage
 for k in range(int(sys.argv[2])):
     refused_since = None
     while True:  # as a stage's uploads do, a refused write is tried again for a while

@@ -10,7 +10,9 @@ import os
 import pytest
 
 from tests.conftest import plan_for, run
-from tfdist.contract import kept_checkpoints, read_curve, read_json, storage
+from tfdist.contract.progress import kept_checkpoints, read_curve
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
 
 pytestmark = pytest.mark.e2e
 

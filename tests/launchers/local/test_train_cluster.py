@@ -21,7 +21,7 @@ from tests.conftest import (
     task_instance,
     wait_for,
 )
-from tfdist.contract import read_json
+from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageStopped
 from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.page_urls import page_url

@@ -10,7 +10,7 @@ import time
 import psutil
 
 from tests.conftest import ended
-from tfdist.contract.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
+from tfdist.infra.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
 
 STUBBORN = (
     "import signal, subprocess, sys, time\n"
@@ -58,7 +58,7 @@ def test_stopped_processes_are_seen_and_killed_at_once_when_asked():
 
 ORPHANED_STAGE = (
     "import signal, subprocess, sys, time\n"
-    "from tfdist.contract.stopping import end_with_parent\n"
+    "from tfdist.infra.stopping import end_with_parent\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "end_with_parent(poll=0.1)\n"
     "print('watching', flush=True)\n"

@@ -17,13 +17,15 @@ import time
 import pytest
 
 from tests.conftest import new_bucket_url
-from tests.contract.test_withdraw import publish
-from tfdist.contract import read_json, registry, storage
+from tests.publishing.test_withdraw import publish
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json
+from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
 
 HOLDER = """
 import datetime as dt, sys
-from tfdist.contract import registry
+from tfdist.publishing import registry
 lease = float(sys.argv[2])
 if lease:  # the same protocol on a shorter clock
     registry.LEASE, registry.CLOCK_SKEW = dt.timedelta(seconds=lease), dt.timedelta(0)
@@ -228,7 +230,7 @@ def test_in_a_bucket_the_lock_admits_one_holder_at_a_time(store):
     count = storage.join(model_dir, "count")
     storage.write_bytes(count, b"0")
     script = (
-        "import sys, time\nfrom tfdist.contract import registry, storage\n"
+        "import sys, time\nfrom tfdist.infra import storage\nfrom tfdist.publishing import registry\n"
         "registry._StoreLock.POLL_SECONDS = 0.05\n"
         "for _ in range(5):\n"
         "    with registry.locked(sys.argv[1]):\n"

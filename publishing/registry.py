@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from tfdist.contract import storage
 from tfdist.contract.layout import CONTROL_CHARACTERS
-from tfdist.contract.records import read_json_if_exists, write_json_atomic
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 
 METADATA = "metadata.json"
 """In each version's directory: what was published, from which run, data and checkpoint, and why."""

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from tests.conftest import new_bucket_url
-from tfdist.contract import read_json, read_json_if_exists, sha256_file, storage, write_json_atomic
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, read_json_if_exists, sha256_file, write_json_atomic
 
 
 @pytest.fixture(params=["local", "s3", "gs"])

@@ -9,7 +9,7 @@ import datetime as dt
 import unicodedata
 from typing import Any
 
-from tfdist.contract.records import read_json_if_exists, write_json_atomic
+from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 
 AWAITING, APPROVED, REJECTED = "awaiting", "approved", "rejected"
 MAX_COMMENT = 500

@@ -1,4 +1,4 @@
-"""The data gate's checks (tfdist.contract.data_gate) on statistics made from known data, each figure
+"""The data gate's checks (tfdist.publishing.data_gate) on statistics made from known data, each figure
 against one computed here with numpy: drift (Jensen–Shannon), constant features, labels, rows, bounds, and
 what each mode does."""
 
@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_spec
-from tfdist.contract import ValidateDataArgs, data_gate, registry, write_json_atomic
+from tfdist.contract.stages import ValidateDataArgs
+from tfdist.infra.jsonfiles import write_json_atomic
+from tfdist.publishing import data_gate, registry
 from tfdist.spec.load import load_spec
 from tfdist.spec.model import DataChecks
 from tfdist.trainer import statistics, validate_data

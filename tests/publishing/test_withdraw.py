@@ -11,9 +11,11 @@ import re
 import pytest
 
 from tests.web.test_runs_page_data import DAG, write_run
-from tfdist.contract import read_json, registry, storage, write_json_atomic
+from tfdist.infra import storage
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.cli import main
 from tfdist.operators.report import overview
+from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
 
 
