@@ -36,7 +36,8 @@ def test_example_dags_parse_without_tensorflow_and_without_what_only_a_running_t
             runpy.run_path(path)
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "horovod"))
         print("HEAVY", heavy)
-        parts = ("tfdist.contract", "tfdist.operators.plan", "tfdist.operators.launchers", "tfdist.trainer")
+        parts = ("tfdist.contract", "tfdist.infra", "tfdist.publishing", "tfdist.operators.plan",
+                 "tfdist.operators.launchers", "tfdist.trainer")
         print("RUNTIME", sorted(m for m in sys.modules if m.startswith(parts)))
     """)
     assert "HEAVY []" in out and "RUNTIME []" in out
@@ -144,6 +145,25 @@ def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_bu
     """)
     state, schemas, heavy = out.split(maxsplit=2)
     assert state == "dag" and int(schemas) >= 10 and heavy.strip() == "[]", out
+
+
+def test_with_plugins_loaded_a_parse_imports_nothing_the_dag_processor_could_have_imported_before_it_forks():
+    """The forked parse of an example DAG file imports no tfdist module, and not the Asset URI handlers' imports
+    (boto3 and botocore through the Amazon provider's, ~300 modules): the plugin made an Asset before the fork."""
+    out = run_python("""
+        import runpy, sys
+        import airflow.sdk
+        from airflow.utils.file import iter_airflow_imports
+        import importlib
+        for path in ("dags/digits_nightly.py", "dags/yaml_specs.py"):
+            for module in iter_airflow_imports(path):  # as the dag-processor does before it forks
+                importlib.import_module(module)
+        before = set(sys.modules)
+        for path in ("dags/digits_nightly.py", "dags/yaml_specs.py"):
+            runpy.run_path(path)
+        print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("tfdist", "boto3", "botocore")))
+    """)
+    assert out.strip() == "[]", out
 
 
 def test_tasks_retry_as_the_spec_says():
