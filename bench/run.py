@@ -1,9 +1,11 @@
 """``make bench``: what the plugin costs and where it stands against the limit on this machine.
 
 Every figure is a ratio of two things measured side by side in the same run, each repetition in the
-opposite order of the one before; the table gives the median and the spread (min–max). Writes
-``latest.md``, ``latest.json`` and (with the training section) ``throughput.png`` to ``--out``; ``--sections``
-measures only some (SECTIONS). Not a test: CI runs only the tiny budget, to check the suite still runs."""
+opposite order of the one before; the table gives the median and the spread (min–max). Every section runs in one
+process, and writes ``latest.md``, ``latest.json`` and ``throughput.png`` to ``--out``, their header giving the date
+and how long the run took; ``--sections`` measures only some (SECTIONS), written beside as ``<sections>.md`` and
+``<sections>.json`` (``results_name``), never over a full run's. Not a test: CI runs only the tiny budget, to check
+the suite still runs."""
 
 from __future__ import annotations
 
@@ -651,6 +653,11 @@ def chart(training: dict, budget: Budget, path: str) -> None:
     plt.close(fig)
 
 
+def results_name(chosen: list[str], every: list[str]) -> str:
+    """The results files' name: 'latest' for a run of every section, else the sections' names ('ctr-serving')."""
+    return "latest" if chosen == every else "-".join(chosen)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="full")
@@ -674,7 +681,7 @@ def main() -> None:
     chosen = [name for name in every if name in args.sections]
     os.chdir(REPO)  # worker processes run "python -m bench.handwritten"
     work = tempfile.mkdtemp(prefix="tfdist-bench-")
-    results = {}
+    results, started = {}, time.monotonic()
     try:
         for name in chosen:
             print(SECTIONS[name].title, flush=True)
@@ -689,14 +696,26 @@ def main() -> None:
     header += f": {budget.repetitions} repetition(s)"
     if "training" in results:
         header += f", {results['training']['steps']} training steps per run"
-    header += f") on {os.cpu_count()} cores."
+    minutes = (time.monotonic() - started) / 60
+    header += f") on {os.cpu_count()} cores, in {minutes:.0f} min."
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "latest.json"), "w") as f:
-        json.dump({"budget": args.budget, "rows": rows, "absolute": absolute, "results": results}, f, indent=1)
+    name = results_name(chosen, every)
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+        json.dump(
+            {
+                "budget": args.budget,
+                "minutes": round(minutes, 1),
+                "rows": rows,
+                "absolute": absolute,
+                "results": results,
+            },
+            f,
+            indent=1,
+        )
     text = markdown(rows, absolute, header)
-    with open(os.path.join(args.out, "latest.md"), "w") as f:
+    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
         f.write(text)
-    if "training" in results:
+    if name == "latest":
         chart(results["training"], budget, os.path.join(args.out, "throughput.png"))
     print("\n" + text)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -14,8 +15,8 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.bench, pytest.mark.extended, pytest.mark.e2e]  # slow: out of the fast set too
 
 
-def make_bench(out, *settings: str) -> dict:
-    """``make bench`` on the tiny budget with these make variables: what it wrote to latest.json."""
+def make_bench(out, *settings: str, name: str = "latest") -> dict:
+    """``make bench`` on the tiny budget with these make variables: what it wrote to ``<name>.json``."""
     done = subprocess.run(
         ["make", "--no-print-directory", "bench", "BENCH_BUDGET=tiny", f"BENCH_OUT={out}", *settings],
         cwd=REPO,
@@ -24,17 +25,17 @@ def make_bench(out, *settings: str) -> dict:
         timeout=3000,  # a hang guard: beside the extended tests it took 25 minutes (16 alone)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads((out / "latest.json").read_text())
+    return json.loads((out / f"{name}.json").read_text())
 
 
 def test_make_bench_measures_only_the_sections_named(tmp_path):
     out = tmp_path / "results"
-    report = make_bench(out, "BENCH_SECTIONS=serving")
+    report = make_bench(out, "BENCH_SECTIONS=serving", name="serving")
     assert set(report["results"]) == {"serving"}
     assert report["rows"] and all(row["figure"].startswith("serving latency") for row in report["rows"])
     assert all(figure.startswith("serving latency") for figure, _ in report["absolute"])
-    assert "(budget tiny, sections serving: 1 repetition(s))" in (out / "latest.md").read_text()
-    assert not (out / "throughput.png").exists()  # the training section's chart
+    assert "(budget tiny, sections serving: 1 repetition(s)) on" in (out / "serving.md").read_text()
+    assert not (out / "latest.md").exists() and not (out / "throughput.png").exists()  # a full run's files
 
 
 def test_make_bench_runs_on_a_tiny_budget(tmp_path):
@@ -65,6 +66,9 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
     ctr = dict(report["absolute"])["CTR parameter_server, 1,000-row tables"]  # every process's memory, the bytes
     assert all(f"{member} " in ctr for member in ("chief-0", "ps-0", "ps-1", "worker-0", "worker-1")), ctr
     assert "nan" not in ctr, ctr
-    assert (out / "latest.md").read_text().count("|") > 20
+    text = (out / "latest.md").read_text()
+    assert text.count("|") > 20 and re.search(r"^Measured \d{4}-\d\d-\d\d .* cores, in \d+ min\.$", text, re.M), text[
+        :300
+    ]
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "none" in dict(report["absolute"])["TensorFlow modules imported by parsing the DAG files"]
