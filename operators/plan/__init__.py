@@ -14,6 +14,7 @@ from tfdist.contract.layout import RunLayout, run_path
 from tfdist.contract.stages import EvaluateArgs, ExportArgs, PrepareArgs, TrainArgs, ValidateDataArgs
 from tfdist.operators.plan.stages import (
     Elastic,
+    Following,
     Horovod,
     KubernetesPlacement,
     Member,
@@ -42,6 +43,7 @@ from tfdist.spec import Spec, partition_unit
 
 __all__ = [
     "Elastic",
+    "Following",
     "Horovod",
     "KubernetesPlacement",
     "Member",

@@ -4,7 +4,7 @@ from the spec here so that no launcher reads the spec."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -49,44 +49,54 @@ class Horovod:
     """Extra mpirun arguments, one argv item each."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodResources:
-    """What the pods of one role get."""
+    """What the pods of one role get (the spec's ``kubernetes.pods``, with the role's settings over it)."""
 
     image: str
-    cpu: str | None = None
-    memory: str | None = None
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    affinity: Mapping[str, Any] | None = None
+    cpu: str | None
+    memory: str | None
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+    affinity: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True)
-class KubernetesPlacement:
-    """Where and how a run's pods run on Kubernetes (the spec's ``kubernetes`` section, resolved per role)."""
+@dataclass(frozen=True, kw_only=True)
+class Following:
+    """Where a run's objects live and how a started stage is followed: what a launcher's watch carries (into the
+    triggerer and the task's state store)."""
 
     connection_id: str
     namespace: str
+    startup_timeout_seconds: int
+    """Pods not running by then fail the stage."""
+    log_members: int | None
+    """How many members' whole logs reach the task log, the result member first (None: all)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesPlacement:
+    """Where and how a run's pods run on Kubernetes: the spec's ``kubernetes`` section, resolved per role. Every
+    field is copied from the spec, whose field defaults are the only ones."""
+
+    following: Following
     pods: Mapping[str, PodResources]
     """Every role's pods (roles: prepare, validate, chief, ps, worker, evaluate, export)."""
     artifact_claim: str | None
     """The PersistentVolumeClaim holding the artifact root, mounted at ``artifact_root`` in every pod; None with
     an artifact root in an object store."""
     artifact_root: str
-    credentials_secret: str | None = None
+    credentials_secret: str | None
     """The Secret whose keys are every pod's environment (an object store's credentials)."""
-    image_pull_policy: str = "IfNotPresent"
-    image_pull_secrets: tuple[str, ...] = ()
-    service_account: str | None = None
-    priority_class: str | None = None
-    scheduler_name: str | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    operator: Literal["auto", "native", "kubeflow"] = "auto"
-    startup_timeout_seconds: int = 600
-    ttl_seconds_after_finished: int = 3600
-    log_members: int | None = 2
-    """How many members' whole logs reach the task log (None: all)."""
+    image_pull_policy: str
+    image_pull_secrets: tuple[str, ...]
+    service_account: str | None
+    priority_class: str | None
+    scheduler_name: str | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    operator: Literal["auto", "native", "kubeflow"]
+    ttl_seconds_after_finished: int
 
 
 def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
@@ -95,9 +105,14 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
     if k8s is None:
         return None
     pods: dict[str, PodResources] = {role: _pod_resources(spec, k8s, role) for role in ROLES}
-    return KubernetesPlacement(
+    following = Following(
         connection_id=k8s.connection_id,
         namespace=k8s.namespace,
+        startup_timeout_seconds=k8s.startup_timeout_seconds,
+        log_members=None if k8s.log_members == "all" else k8s.log_members,
+    )
+    return KubernetesPlacement(
+        following=following,
         pods=MappingProxyType(pods),
         artifact_claim=k8s.artifact_volume.claim_name if k8s.artifact_volume else None,
         artifact_root=spec.artifact_root,
@@ -110,9 +125,7 @@ def kubernetes_placement(spec: Spec) -> KubernetesPlacement | None:
         labels=MappingProxyType(dict(k8s.labels)),
         annotations=MappingProxyType(dict(k8s.annotations)),
         operator=k8s.operator,
-        startup_timeout_seconds=k8s.startup_timeout_seconds,
         ttl_seconds_after_finished=k8s.ttl_seconds_after_finished,
-        log_members=None if k8s.log_members == "all" else k8s.log_members,
     )
 
 

@@ -9,6 +9,8 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import fields
 
 import pytest
 import yaml
@@ -22,7 +24,7 @@ from tfdist.operators import plan as plan_module
 from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import local_processes
 from tfdist.operators.plan import RunContext, StagePlan, build_plan, version_base
-from tfdist.spec import load_spec
+from tfdist.spec import ROLES, KubernetesSpec, PodSettings, Spec, load_spec
 from tfdist.trainer.runtime import inter_op_threads
 
 UTC = dt.UTC
@@ -377,3 +379,71 @@ def test_elastic_horovod_runs_horovodrun_over_gloo_with_one_local_host_name_per_
         check=True,
     ).stdout
     assert printed.split() == ["127.0.0.1:1", "127.0.0.01:1"]
+
+
+IMAGE = "registry.example.com/tfdist-worker:2.21"
+RESOLVED = {"pods", "roles", "artifact_volume"}
+"""The kubernetes fields the plan resolves: pods and roles into each role's pods, the volume into its claim."""
+
+
+def plain(value):
+    """A plan's tuple or mapping as the spec's list or dict."""
+    return list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
+
+
+def kubernetes_settings(spec: Spec) -> tuple[dict, dict]:
+    """(the plan's Kubernetes settings by name, the following's among them; each role's pods' settings)."""
+    placement = build_plan(spec, CTX).stage("train").kubernetes
+    settings = {f.name: plain(getattr(placement, f.name)) for f in fields(placement) if f.name != "following"}
+    settings |= {f.name: getattr(placement.following, f.name) for f in fields(placement.following)}
+    pods = {role: {f.name: plain(getattr(p, f.name)) for f in fields(p)} for role, p in settings.pop("pods").items()}
+    return settings, pods
+
+
+def defaults(model) -> dict:
+    return {name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items()}
+
+
+def test_each_kubernetes_setting_the_spec_leaves_out_is_the_spec_models_default_in_the_plan():
+    """The spec model's field defaults are the only ones: a kubernetes section giving only the image plans every
+    setting, and every role's pods, as the model's defaults (an artifact root in a bucket: no claim)."""
+    spec = load_spec(make_spec("s3://ml-artifacts/tfdist", kubernetes={"pods": {"image": IMAGE}}))
+    settings, pods = kubernetes_settings(spec)
+    unresolved = {name: value for name, value in defaults(KubernetesSpec).items() if name not in RESOLVED}
+    assert settings == {**unresolved, "artifact_claim": None, "artifact_root": "s3://ml-artifacts/tfdist"}
+    assert pods == {role: {**defaults(PodSettings), "image": IMAGE} for role in ROLES}
+
+
+EVERY_SETTING = {
+    "connection_id": "k8s_ml",
+    "namespace": "ml",
+    "pods": {"image": IMAGE, "cpu": "4", "memory": "8Gi", "node_selector": {"pool": "cpu"}},
+    "roles": {"worker": {"cpu": "8", "tolerations": [{"key": "gpu", "operator": "Exists"}], "affinity": {"a": 1}}},
+    "image_pull_policy": "Always",
+    "image_pull_secrets": ["registry"],
+    "service_account": "tfdist-runner",
+    "priority_class": "batch-high",
+    "scheduler_name": "volcano",
+    "labels": {"team": "ml"},
+    "annotations": {"owner": "ml-platform"},
+    "artifact_volume": {"claim_name": "tfdist-artifacts"},
+    "credentials_secret": "store-credentials",
+    "operator": "kubeflow",
+    "startup_timeout_seconds": 60,
+    "ttl_seconds_after_finished": 120,
+    "log_members": 1,
+}
+"""A value other than the default for every field of the spec's kubernetes section."""
+
+
+def test_the_plan_carries_every_kubernetes_setting_the_spec_gives(tmp_path):
+    """Each setting reaches the plan as given ('log_members: all' as None), the roles' pods over 'pods'."""
+    assert set(EVERY_SETTING) == set(KubernetesSpec.model_fields), "a value for every field"
+    given = {name: value for name, value in EVERY_SETTING.items() if name not in RESOLVED}
+    spec = load_spec(make_spec(str(tmp_path), kubernetes=EVERY_SETTING))
+    settings, pods = kubernetes_settings(spec)
+    assert settings == {**given, "artifact_claim": "tfdist-artifacts", "artifact_root": str(tmp_path)}
+    everyone = {**defaults(PodSettings), **EVERY_SETTING["pods"]}
+    assert pods == {role: {**everyone, **EVERY_SETTING["roles"].get(role, {})} for role in ROLES}
+    every_log = load_spec(make_spec(str(tmp_path), kubernetes={**EVERY_SETTING, "log_members": "all"}))
+    assert kubernetes_settings(every_log)[0]["log_members"] is None

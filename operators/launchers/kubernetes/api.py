@@ -9,7 +9,7 @@ import functools
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
@@ -20,6 +20,7 @@ from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from tfdist.operators.launchers.base import StageFailed, StageLog
+from tfdist.operators.plan import Following
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,16 @@ DONE = {
 Failed once its pods are gone) or a Kubeflow job's (Succeeded, Failed)."""
 
 
-@dataclass(frozen=True)
+WRITTEN_BY_0_2_0 = {"log_members": None}
+"""What a watch stored by tfdist 0.2.0 lacks (besides a uid and a spec hash): it relayed every member's log."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Watch:
     """What following a started stage needs; plain data, so that a trigger carries it."""
 
-    connection_id: str
-    namespace: str
+    following: Following
+    """The plan's: the stage's connection and namespace, its startup timeout, how many logs are relayed."""
     task_id: str
     kind: str
     """Job, TFJob or MPIJob: the object whose conditions end the stage."""
@@ -72,21 +77,25 @@ class Watch:
     """Horovod pods (and an MPIJob's launcher) print rank-tagged lines."""
     result_member: str
     """The member whose termination message is the stage's result record."""
-    startup_timeout_seconds: int
-    log_members: int | None = 2
-    """How many members' whole logs are relayed, the result member first; None: every member's."""
     uid: str = ""
-    """The uid the cluster gave the object that ends the stage: a retry follows only that object."""
+    """The uid the cluster gave the object that ends the stage (none before it is created): a retry follows only
+    that object."""
     spec_hash: str = ""
     """A hash of the stage's objects as this task made them (SPEC_HASH_ANNOTATION on the ending object)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON values (what the task state store and a trigger's kwargs hold)."""
-        return json.loads(json.dumps(asdict(self)))
+        """As JSON values (what the task state store and a trigger's kwargs hold): the following's fields beside
+        the watch's own, in one mapping, as every version since 0.2.0 stored a watch."""
+        own = asdict(self)
+        return json.loads(json.dumps({**own.pop("following"), **own}))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Watch:
-        return cls(**{**data, "objects": tuple(map(tuple, data["objects"])), "members": tuple(data["members"])})
+        """The watch ``to_dict`` stored, or one stored by an earlier version (WRITTEN_BY_0_2_0)."""
+        own = {**WRITTEN_BY_0_2_0, **data}
+        following = Following(**{f.name: own.pop(f.name) for f in fields(Following)})
+        objects, members = tuple(map(tuple, own.pop("objects"))), tuple(own.pop("members"))
+        return cls(following=following, objects=objects, members=members, **own)
 
     @property
     def selector(self) -> str:
@@ -105,9 +114,10 @@ class Watch:
     def relayed(self, member: str) -> bool:
         """Whether the member's whole log reaches the task log: the result member and the first others, up to
         log_members."""
-        if self.log_members is None or member == self.result_member:
+        most = self.following.log_members
+        if most is None or member == self.result_member:
             return True
-        return member in [m for m in self.members if m != self.result_member][: self.log_members - 1]
+        return member in [m for m in self.members if m != self.result_member][: most - 1]
 
     def named_member(self, pod_name: str) -> str:
         """The Job's member whose pod had this name (``<job>-<index>-<suffix>``, as Indexed Jobs name pods)."""
@@ -121,12 +131,12 @@ class ClusterApi:
     """The synchronous API calls of a launcher in one namespace, on one client made from the pipeline's
     connection, each retried on transient errors (the provider's ``generic_api_retry``)."""
 
-    def __init__(self, connection_id: str, namespace: str) -> None:
-        self.connection_id, self.namespace = connection_id, namespace
+    def __init__(self, following: Following) -> None:
+        self.following = following
 
     @functools.cached_property
     def api_client(self) -> client.ApiClient:
-        return KubernetesHook(conn_id=self.connection_id).api_client
+        return KubernetesHook(conn_id=self.following.connection_id).api_client
 
     @functools.cached_property
     def core(self) -> client.CoreV1Api:
@@ -151,7 +161,7 @@ class ClusterApi:
     def read(self, kind: str, name: str) -> dict | None:
         """The object as the cluster has it, or None when there is no such object."""
         try:
-            return self.custom.get_namespaced_custom_object(*KINDS[kind].path(self.namespace), name)
+            return self.custom.get_namespaced_custom_object(*KINDS[kind].path(self.following.namespace), name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -160,13 +170,13 @@ class ClusterApi:
     def labelled(self, kind: str, selector: str) -> list[str]:
         """The names of the objects of ``kind`` carrying the labels of ``selector``."""
         listed = generic_api_retry(self.custom.list_namespaced_custom_object)(
-            *KINDS[kind].path(self.namespace), label_selector=selector
+            *KINDS[kind].path(self.following.namespace), label_selector=selector
         )
         return [o["metadata"]["name"] for o in listed["items"]]
 
     def submit(self, objects: list[dict], log: StageLog) -> str:
         """Create the stage's objects, in order; the uid the cluster gave the last (the one that ends the stage)."""
-        ns, uid = self.namespace, ""
+        ns, uid = self.following.namespace, ""
         for obj in objects:
             if obj["kind"] == "Service":
                 generic_api_retry(self.core.create_namespaced_service)(ns, obj)
@@ -192,22 +202,23 @@ async def delete_objects(watch: Watch, log: StageLog | None = None, api: Any = N
     """Delete the stage's objects (their pods with them), newest first; those already gone are skipped. ``api``:
     the client to use, else one from the stage's connection."""
     if api is None:
-        async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as own:
+        async with AsyncKubernetesHook(conn_id=watch.following.connection_id).get_conn() as own:
             return await delete_objects(watch, log, own)
+    namespace = watch.following.namespace
     for kind, name in reversed(watch.objects):
         try:
             if kind == "Service":
-                await async_client.CoreV1Api(api).delete_namespaced_service(name, watch.namespace)
+                await async_client.CoreV1Api(api).delete_namespaced_service(name, namespace)
             else:
                 await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                    *KINDS[kind].path(watch.namespace), name, propagation_policy="Foreground"
+                    *KINDS[kind].path(namespace), name, propagation_policy="Foreground"
                 )
         except AsyncApiException as exc:
             if exc.status != 404:
                 raise
             continue
         if log:
-            log.info("deleted %s %s/%s", kind, watch.namespace, name)
+            log.info("deleted %s %s/%s", kind, namespace, name)
 
 
 def run_in_thread(coroutine: Any) -> None:

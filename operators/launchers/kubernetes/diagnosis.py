@@ -123,7 +123,7 @@ def not_started(watch: Watch, pods: list[dict]) -> dict | None:
             and (
                 now - dt.datetime.fromisoformat(p["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
             ).total_seconds()
-            > watch.startup_timeout_seconds
+            > watch.following.startup_timeout_seconds
         ),
         None,
     )
@@ -145,6 +145,6 @@ def start_failure(watch: Watch, pod: dict, events: list[dict], tails: dict) -> S
         f"{watch.member(pod)} (pod {name_of(pod)})",
         None,
         dict(tails),
-        how=f"was not running after {watch.startup_timeout_seconds} s (kubernetes.startup_timeout_seconds)",
+        how=f"was not running after {watch.following.startup_timeout_seconds} s (kubernetes.startup_timeout_seconds)",
         detail=reasons or "no warning event",
     )

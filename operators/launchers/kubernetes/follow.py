@@ -92,7 +92,7 @@ class Follower:
     # watches -----------------------------------------------------------------------------------------
 
     def watch_object(self) -> Any:
-        kind, ns = KINDS[self.watch.kind], self.watch.namespace
+        kind, ns = KINDS[self.watch.kind], self.watch.following.namespace
         return self._follow_list(
             lambda **kw: self.custom.list_namespaced_custom_object(
                 *kind.path(ns), field_selector=f"metadata.name={self.watch.name}", **kw
@@ -105,7 +105,7 @@ class Follower:
         return self._follow_list(self._list_pods, self._pods_listed, self._on_pod)
 
     def _list_pods(self, **kw: Any) -> Any:
-        return self.core.list_namespaced_pod(self.watch.namespace, label_selector=self.watch.selector, **kw)
+        return self.core.list_namespaced_pod(self.watch.following.namespace, label_selector=self.watch.selector, **kw)
 
     def _object_listed(self, items: list[dict]) -> None:
         self._on_object("ADDED", items[0]) if items else self._on_object("DELETED", {})
@@ -233,7 +233,7 @@ class Follower:
                     response = await _opened(
                         self.core.read_namespaced_pod_log(
                             name,
-                            self.watch.namespace,
+                            self.watch.following.namespace,
                             follow=True,
                             timestamps=True,
                             _preload_content=False,
@@ -302,7 +302,7 @@ class Follower:
         with contextlib.suppress(AsyncApiException, aiohttp.ClientError, asyncio.TimeoutError):
             response = await _opened(
                 self.core.read_namespaced_pod_log(
-                    name, self.watch.namespace, tail_lines=TAIL_LINES, _preload_content=False
+                    name, self.watch.following.namespace, tail_lines=TAIL_LINES, _preload_content=False
                 )
             )
             try:
@@ -354,7 +354,7 @@ class Follower:
     async def _events(self, name: str) -> list[dict]:
         response = await _opened(
             self.core.list_namespaced_event(
-                self.watch.namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+                self.watch.following.namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
             )
         )
         try:
@@ -389,7 +389,7 @@ class Follower:
 async def follow(watch: Watch, log: StageLog, stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Follow the stage until it ends; its result record, or StageFailed naming the pod and why. The stage's
     objects are deleted when it ends either way (not when the API stopped answering, nor when stopped)."""
-    async with AsyncKubernetesHook(conn_id=watch.connection_id).get_conn() as api:
+    async with AsyncKubernetesHook(conn_id=watch.following.connection_id).get_conn() as api:
         follower = Follower(watch, api, log)
         watches = [asyncio.ensure_future(follower.watch_object()), asyncio.ensure_future(follower.watch_pods())]
         try:

@@ -44,7 +44,7 @@ class KubernetesLauncher(Launcher):
 
     @functools.cached_property
     def cluster(self) -> ClusterApi:
-        return ClusterApi(self.placement.connection_id, self.placement.namespace)
+        return ClusterApi(self.placement.following)
 
     def kubeflow_kind(self, stage: StagePlan) -> str | None:
         """TFJob or MPIJob when the train stage runs as one (``kubernetes.operator``), else None."""
@@ -75,17 +75,14 @@ class KubernetesLauncher(Launcher):
             members = tuple(f"{role}-{index}" for index in range(objects[-1]["spec"]["completions"]))
         result = "launcher-0" if kind == "MPIJob" else members[0]  # the chief, worker 0, or pod 0
         return Watch(
-            self.placement.connection_id,
-            self.placement.namespace,
-            stage.task_id,
-            kind,
-            objects[-1]["metadata"]["name"],
-            tuple((o["kind"], o["metadata"]["name"]) for o in objects),
-            members,
-            stage.sync == "horovod",
-            result,
-            self.placement.startup_timeout_seconds,
-            self.placement.log_members,
+            following=self.placement.following,
+            task_id=stage.task_id,
+            kind=kind,
+            name=objects[-1]["metadata"]["name"],
+            objects=tuple((o["kind"], o["metadata"]["name"]) for o in objects),
+            members=members,
+            rank_tagged=stage.sync == "horovod",
+            result_member=result,
             spec_hash=digest,
         )
 

@@ -184,7 +184,7 @@ def _env(plan: Plan, stage: StagePlan, role: str, per_pod: int = 1, horovod: boo
 def _metadata(k8s: KubernetesPlacement, name: str, labels: dict, annotations: dict) -> dict:
     return {
         "name": name,
-        "namespace": k8s.namespace,
+        "namespace": k8s.following.namespace,
         "labels": dict(labels),
         "annotations": dict(annotations),
     }

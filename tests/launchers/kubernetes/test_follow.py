@@ -24,13 +24,13 @@ from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.kubernetes import follow as following
 from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.launchers.kubernetes.follow import follow
+from tfdist.operators.plan import Following
 
 NS, NAME, CONNECTION = "ml", "tfd-digits-train-1", "k8s_scripted"
 MEMBERS = ("worker-0", "worker-1")
 INDEX = "batch.kubernetes.io/job-completion-index"
 WATCH = Watch(
-    connection_id=CONNECTION,
-    namespace=NS,
+    following=Following(connection_id=CONNECTION, namespace=NS, startup_timeout_seconds=1, log_members=2),
     task_id="train",
     kind="Job",
     name=NAME,
@@ -38,7 +38,6 @@ WATCH = Watch(
     members=MEMBERS,
     rank_tagged=False,
     result_member="worker-0",
-    startup_timeout_seconds=1,
 )
 RESULT = {"final_step": 20, "workers": 2}
 RUNS = Script(["running"], exit_code=None)
@@ -121,7 +120,8 @@ class Case:
     """The failed member's last lines, first among the tails."""
     job: dict = field(default_factory=job)
     images: tuple[str, ...] | None = None
-    watch: dict = field(default_factory=dict)
+    following: dict = field(default_factory=dict)
+    """Over WATCH's following."""
 
 
 SUCCESS = Script(["loading", "step 10", "step 20"], message=json.dumps(RESULT))
@@ -209,7 +209,7 @@ CASES = {
     ),
     "a failed member whose log is not relayed: its last lines read once it failed": Case(
         {"worker-0": RUNS, "worker-1": Script([f"line {i}" for i in range(50)], exit_code=2)},
-        watch={"log_members": 1},
+        following={"log_members": 1},
         process=r"worker-1 \(pod tfd-digits-train-1-1-\w+\)$",
         returncode=2,
         tail=tuple(f"line {i}" for i in range(10, 50)),
@@ -270,7 +270,8 @@ def relayed(lines: list[str], member: str) -> list[str]:
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_follow_ends_with_the_result_record_or_names_the_pod_and_how_it_ended(standin, case):
     cluster = standin(case.scripts, images=case.images)
-    outcome, lines = run_stage(cluster, case.job, replace(WATCH, **case.watch))
+    watch = replace(WATCH, following=replace(WATCH.following, **case.following))
+    outcome, lines = run_stage(cluster, case.job, watch)
     if case.result is not None:
         assert outcome == case.result, outcome
         for member in MEMBERS:  # each relayed line once, in order
@@ -285,7 +286,7 @@ def test_follow_ends_with_the_result_record_or_names_the_pod_and_how_it_ended(st
         if case.tail is not None:
             member, tail = next(iter(outcome.tails.items()))
             assert (member, tuple(tail)) == (outcome.process.split(" ")[0], case.tail), outcome.tails
-    for member in MEMBERS[case.watch.get("log_members", 2) :]:
+    for member in MEMBERS[watch.following.log_members :]:
         assert not relayed(lines, member), f"{member}'s log is not relayed"
     assert not cluster.objects, "the stage's objects are deleted when it ends"
 
