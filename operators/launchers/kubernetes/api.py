@@ -55,8 +55,9 @@ DONE = {
 Failed once its pods are gone) or a Kubeflow job's (Succeeded, Failed)."""
 
 
-WRITTEN_BY_0_2_0 = {"log_members": None}
-"""What a watch stored by tfdist 0.2.0 lacks (besides a uid and a spec hash): it relayed every member's log."""
+STORED_BEFORE_LOG_MEMBERS = {"log_members": None}
+"""A watch stored before ``kubernetes.log_members`` (by the 0.2.0 release; nor a uid or a spec hash then) has
+none: it relayed every member's log."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,8 +92,8 @@ class Watch:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Watch:
-        """The watch ``to_dict`` stored, or one stored by an earlier version (WRITTEN_BY_0_2_0)."""
-        own = {**WRITTEN_BY_0_2_0, **data}
+        """The watch ``to_dict`` stored, or one an earlier version stored (STORED_BEFORE_LOG_MEMBERS)."""
+        own = {**STORED_BEFORE_LOG_MEMBERS, **data}
         following = Following(**{f.name: own.pop(f.name) for f in fields(Following)})
         objects, members = tuple(map(tuple, own.pop("objects"))), tuple(own.pop("members"))
         return cls(following=following, objects=objects, members=members, **own)

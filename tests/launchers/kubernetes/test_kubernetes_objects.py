@@ -407,7 +407,7 @@ def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
     assert import_string(StageTrigger({}).serialize()[0]) is StageTrigger
 
 
-WATCH_BY_0_2_0 = {
+WATCH_BEFORE_LOG_MEMBERS = {
     "connection_id": "k8s_ml",
     "namespace": "ml",
     "task_id": "train",
@@ -419,23 +419,24 @@ WATCH_BY_0_2_0 = {
     "result_member": "worker-0",
     "startup_timeout_seconds": 600,
 }
-"""A watch as tfdist 0.2.0 stored it in a deferred task's trigger and the task's state store."""
+"""A watch as the 0.2.0 release stored it in a deferred task's trigger and the task's state store, before
+kubernetes.log_members, uids and spec hashes."""
 
 
 def test_a_watch_stored_by_an_earlier_version_reads_as_it_was_stored():
-    """A watch is stored as one mapping, the plan's following beside the watch's own fields: one stored by 0.2.0
-    (no log_members: it relayed every member's log; no uid, no spec hash) resumes as it ran, and one stored before
-    the following was a record of its own reads and writes the same mapping."""
+    """A watch is stored as one mapping, the plan's following beside the watch's own fields: one stored before
+    log_members (0.2.0: it relayed every member's log; no uid, no spec hash) resumes as it ran, and one stored
+    before the following was a record of its own reads and writes the same mapping."""
     from tfdist.operators.launchers.kubernetes.api import Watch
     from tfdist.operators.plan import Following
 
-    by_0_2_0 = Watch.from_dict(WATCH_BY_0_2_0)
-    assert by_0_2_0.following == Following(
+    oldest = Watch.from_dict(WATCH_BEFORE_LOG_MEMBERS)
+    assert oldest.following == Following(
         connection_id="k8s_ml", namespace="ml", startup_timeout_seconds=600, log_members=None
     )
-    assert (by_0_2_0.uid, by_0_2_0.spec_hash) == ("", "") and by_0_2_0.relayed("worker-2")
-    assert by_0_2_0.objects == (("Service", "tfd-digits-train-1"), ("Job", "tfd-digits-train-1"))
-    stored = {**WATCH_BY_0_2_0, "log_members": 2, "uid": "5f0c", "spec_hash": "4c2a9e1b7d3f5a60"}
+    assert (oldest.uid, oldest.spec_hash) == ("", "") and oldest.relayed("worker-2")
+    assert oldest.objects == (("Service", "tfd-digits-train-1"), ("Job", "tfd-digits-train-1"))
+    stored = {**WATCH_BEFORE_LOG_MEMBERS, "log_members": 2, "uid": "5f0c", "spec_hash": "4c2a9e1b7d3f5a60"}
     watch = Watch.from_dict(stored)
     assert watch.to_dict() == stored and Watch.from_dict(watch.to_dict()) == watch
     assert [watch.relayed(m) for m in watch.members] == [True, True, False]
