@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, make_spec, wait_for
-from tfdist import contract
+from tfdist.contract import launch, progress
 from tfdist.contract.launch import SCRATCH_ENV
 from tfdist.infra import stopping
 from tfdist.infra.jsonfiles import read_json
@@ -347,20 +347,20 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
     monkeypatch.setattr(pod, "STOPPED_SECONDS", 0.5)
     heartbeats = str(tmp_path / "heartbeats")
     os.makedirs(heartbeats)
-    watch = pod.HangWatch(functools.partial(contract.last_beats, heartbeats), timeout=10)
+    watch = pod.HangWatch(functools.partial(progress.last_beats, heartbeats), timeout=10)
     watch.since -= 60
     for member, age in (("worker-0", 12), ("worker-1", 15)):
-        contract.beat(heartbeats, member, 40)
+        progress.beat(heartbeats, member, 40)
         os.utime(os.path.join(heartbeats, member), (time.time() - age,) * 2)
     assert watch.hung({"worker-0": os.getpid()})
     assert watch.report == (
         "worker-1 made no training progress for 10 s (training.hang_timeout_seconds): the others "
         "wait for it: worker-0 last stepped 12 s ago, worker-1 last stepped 15 s ago"
     )
-    contract.beat(heartbeats, "worker-0", 41)
+    progress.beat(heartbeats, "worker-0", 41)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        watch = pod.HangWatch(functools.partial(contract.last_beats, heartbeats), timeout=10)
+        watch = pod.HangWatch(functools.partial(progress.last_beats, heartbeats), timeout=10)
         assert not watch.hung({"worker-1": sleeper.pid})
         sleeper.send_signal(signal.SIGSTOP)
         wait_for(lambda: stopping.is_stopped(sleeper.pid), 5, "the signal to stop it")
@@ -384,7 +384,7 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
         f"json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
     )
     env = {**os.environ, "TFDIST_SPEC": json.dumps(spec.to_json_dict()), "TFDIST_RUN": json.dumps(plan.run_record())}
-    argv = contract.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
+    argv = launch.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
     done = subprocess.run([*argv[:3], "--message", str(message), *argv[3:]], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(message.read_text()) == {"final_step": 7}
@@ -392,9 +392,9 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
     assert read_json(os.path.join(run_dir, "run.json")) == plan.run_record()
     other = {**env, "TFDIST_SPEC": json.dumps({**spec.to_json_dict(), "name": "other"})}
     refused = subprocess.run(argv, env=other, capture_output=True, text=True)
-    assert refused.returncode == contract.EXIT_REFUSED and "produced from a different spec" in refused.stderr
+    assert refused.returncode == launch.EXIT_REFUSED and "produced from a different spec" in refused.stderr
     with pytest.raises(ValueError, match="exceeds 4096"):
-        contract.encode_result({"x": "y" * 5000})
+        launch.encode_result({"x": "y" * 5000})
 
 
 def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
