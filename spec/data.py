@@ -21,6 +21,7 @@ MAX_VOCABULARY = 1 << 20
 MAX_HASH_BUCKETS = 1 << 26
 MAX_VALUE_BYTES = 4096
 MAX_CLASSES = 10000
+"""Most classes of a multiclass label, named in the spec or learned from the data."""
 
 
 class NumericFeature(Section):

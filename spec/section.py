@@ -21,6 +21,7 @@ PARSED = AuthorOnly("the DAG takes it when its file is parsed; a run cannot chan
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     rules: ClassVar[tuple[Rule[Any], ...]] = ()
+    """The rules between the section's fields, checked in order once each field is valid."""
 
     @model_validator(mode="before")
     @classmethod
