@@ -31,7 +31,7 @@ from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.spec import SpecError, load_spec
-from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
+from tfdist.spec.sizing import EMBEDDING_BYTES_PER_VALUE
 from tfdist.trainer.train import STEPS_PER_CALL
 
 CATEGORICAL = 26

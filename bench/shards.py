@@ -23,7 +23,7 @@ from tfdist.contract.stages import worker_command
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 from tfdist.publishing.data_gate import checks as data_gate_checks
-from tfdist.spec.model import DataChecks
+from tfdist.spec.data_checks import DataChecks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THROUGHPUT = re.compile(r"throughput: (\d+) records, ([\d.]+) MB in ([\d.]+)s")

@@ -22,7 +22,7 @@ from tests.conftest import DAY, SMALL_SPEC, prepared_plan, run
 from tfdist.contract.progress import read_curve
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.spec.model import TrainingSpec
+from tfdist.spec.training import TrainingSpec
 from tfdist.trainer.train import STEPS_PER_CALL  # the first step call (tracing) is outside the measured window
 
 CHECKPOINT_EVERY = 5

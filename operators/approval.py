@@ -15,7 +15,7 @@ from tfdist.operators.base import RunPlanned
 from tfdist.operators.plan import as_datetime
 from tfdist.publishing import approval
 from tfdist.spec import Spec, load_spec
-from tfdist.spec.model import Approval
+from tfdist.spec.export import Approval
 
 
 class PublishApprovalOperator(RunPlanned, ApprovalOperator):

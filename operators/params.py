@@ -45,8 +45,8 @@ def _properties(model: type[BaseModel]) -> dict[str, Any]:
 def warm_up() -> None:
     """Build every spec section's JSON schema and read the field docs now. In a process that forks one
     process per parse (the dag-processor, through the plugin), no parse then pays for them."""
-    for model in section_models():
-        _properties(model)
+    for section in section_models():
+        _properties(section)
     models: list[type[BaseModel]] = [Spec, *section_models()]
     for model in models:
         for name in model.model_fields:

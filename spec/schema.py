@@ -14,7 +14,8 @@ discriminated union), the refinements say:
   ``training.mpi.extra_args``: none the launcher sets; ``schedule.assets``: URIs with a scheme, once each;
 - the short forms the model reads: ``warm_start: baseline``, ``approval: true``;
 - ``overridable``: the fields a run may override; ``validation``'s metric names: those a model can report;
-- the rules between fields that compare a value with a fixed one (``if``/``then``): the gate is required,
+- the rules between fields that compare a value with a fixed one (``if``/``then``), each read from the rule that
+  the model checks (``Section.rules``: ``rules.Rule`` carries the check and its fragments): the gate is required,
   Horovod settings need backend 'mpi', a parameter-server strategy needs parameter servers, 'kubernetes'
   needs its section, a partitioned schedule takes no cron and no ``data.window`` and a source naming its
   period, a timeout that approves needs its timeout, approvers name a user or a role, a threshold needs a bound.
@@ -27,27 +28,21 @@ also reads a few looser forms the schema does not describe (a number or a yes/no
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from tfdist.spec.model import (
-    BUCKET,
-    OBJECT_STORES,
-    PARTITION_PERIODS,
-    RESERVED_MPI_ARGS,
-    SOURCE_PERIODS,
-    SOURCE_PLACEHOLDERS,
-    Spec,
-    section_models,
-)
+from tfdist.spec.data import SOURCE_PLACEHOLDERS
+from tfdist.spec.locations import BUCKET, OBJECT_STORES
+from tfdist.spec.model import Spec
 from tfdist.spec.overrides import field_doc, override_policy
+from tfdist.spec.rules import JsonSchema, given
+from tfdist.spec.section import section_models
 from tfdist.spec.tasks import ALL_METRICS
-
-JsonSchema = dict[str, Any]
+from tfdist.spec.training import RESERVED_MPI_ARGS
 
 SCHEMA_FILE = Path(__file__).with_name("tfdist-spec.schema.json")
 """The committed schema, package data of ``tfdist.spec``."""
@@ -79,20 +74,6 @@ def _reserved_mpi_args() -> str:
     if not all(re.fullmatch(r"[-A-Za-z0-9]+", arg) for arg in RESERVED_MPI_ARGS):
         raise ValueError("an MPI argument with a regex metacharacter: escape it for ECMA-262 and Python alike")
     return rf"^({'|'.join(RESERVED_MPI_ARGS)})(=|$)"
-
-
-def _is(field: str, value: Any) -> JsonSchema:
-    """An object whose ``field`` is given as ``value``."""
-    return {"properties": {field: {"const": value}}, "required": [field]}
-
-
-def _given(field: str, json_type: str) -> JsonSchema:
-    """An object whose ``field`` is given and not null."""
-    return {"properties": {field: {"type": json_type}}, "required": [field]}
-
-
-def _add(schema: JsonSchema, *rules: JsonSchema) -> None:
-    schema.setdefault("allOf", []).extend(rules)
 
 
 def _describe(schema: JsonSchema) -> None:
@@ -134,7 +115,7 @@ def _refine_values(schema: JsonSchema) -> None:
     warm_start["anyOf"] = [{"type": "string", "enum": words}, {"$ref": warm_start.pop("$ref")}]
     export["approval"]["anyOf"].insert(0, {"type": "boolean"})
     pods = defs["KubernetesSpec"]["properties"]["pods"]
-    pods["allOf"] = [{"$ref": pods.pop("$ref")}, _given("image", "string")]
+    pods["allOf"] = [{"$ref": pods.pop("$ref")}, given("image", "string")]
 
 
 def _refine_names(schema: JsonSchema) -> None:
@@ -153,65 +134,20 @@ def _refine_names(schema: JsonSchema) -> None:
 
 
 def _refine_rules(schema: JsonSchema) -> None:
-    """The rules between fields that compare a field with a fixed value."""
-    defs, props = schema["$defs"], schema["properties"]
-    no_ps = {"properties": {"num_ps": {"maximum": 0}}}
-    _add(
-        defs["TrainingSpec"],
-        {
-            "if": _is("backend", "mpi"),
-            "then": {"properties": {"strategy": {"const": "multi_worker_mirrored"}, **no_ps["properties"]}},
-            "else": {
-                "properties": {"mpi": {"type": "null"}},
-                "if": _is("strategy", "parameter_server"),
-                "then": {"required": ["num_ps"], "properties": {"num_ps": {"minimum": 1}}},
-                "else": no_ps,
-            },
-        },
-    )
-    empty = {"type": "object", "maxProperties": 0}
-    _add(
-        defs["ValidationSpec"],
-        {
-            "if": _is("allow_unvalidated", True),
-            "then": {"properties": {"thresholds": empty, "change_thresholds": empty}},
-        },
-    )
-    _add(defs["Approval"], {"if": _is("on_timeout", "approve"), "then": _given("timeout_minutes", "integer")})
-    named = [{"properties": {field: {"minItems": 1}}, "required": [field]} for field in ("users", "roles")]
-    _add(defs["Approvers"], {"anyOf": named})
-    _add(defs["Threshold"], {"anyOf": [_given("lower", "number"), _given("upper", "number")]})
-    _add(
-        defs["AssetSchedule"],
-        {"if": _given("partitions", "string"), "then": {"properties": {"cron": {"type": "null"}}}},
-    )
-    gate = [
-        {"properties": {"thresholds": {"minProperties": 1}}, "required": ["thresholds"]},
-        {"properties": {"change_thresholds": {"minProperties": 1}}, "required": ["change_thresholds"]},
-        _is("allow_unvalidated", True),
-    ]
-    props["validation"]["allOf"] = [{"$ref": props["validation"].pop("$ref")}, {"anyOf": gate}]
-    schema["required"].append("validation")
-    kubernetes = {"properties": {"training": _is("launcher", "kubernetes")}, "required": ["training"]}
-    _add(schema, {"if": kubernetes, "then": _given("kubernetes", "object")})
-    for period in PARTITION_PERIODS:
-        finer = [name for unit, names in SOURCE_PERIODS for name in sorted(names) if _finer(unit, period)]
-        partitioned = {
-            "properties": {"schedule": {"type": "object", **_is("partitions", period)}},
-            "required": ["schedule"],
-        }
-        one_window = {
-            "properties": {
-                "window": {"type": "null"},
-                "source": {"pattern": rf"\{{({'|'.join(finer)})[!:}}]"},
-            }
-        }
-        _add(schema, {"if": partitioned, "then": {"properties": {"data": one_window}}})
-
-
-def _finer(unit: str, period: str) -> bool:
-    """Partitions of ``unit`` make up a ``period``."""
-    return PARTITION_PERIODS.index(unit) <= PARTITION_PERIODS.index(period)
+    """What each section's rules (``Section.rules``) say in JSON Schema, added where they apply: to the section, or
+    to the one field a rule constrains (then required)."""
+    for model in section_models():
+        target = schema if model is Spec else schema["$defs"].get(model.__name__)
+        if target is None:  # an abstract base of sections: its rules are its subclasses'
+            continue
+        for rule in (rule for rule in model.rules if rule.schema):
+            fragments = copy.deepcopy(list(rule.schema))
+            if rule.field is None:
+                target.setdefault("allOf", []).extend(fragments)
+            else:
+                field = target["properties"][rule.field]
+                field["allOf"] = [{"$ref": field.pop("$ref")}, *fragments]
+                target["required"].append(rule.field)
 
 
 def spec_schema() -> JsonSchema:

@@ -28,7 +28,7 @@ import keras
 import tensorflow as tf
 
 from tfdist.spec import ParameterServerSpec
-from tfdist.spec.model import FLOAT32_BYTES
+from tfdist.spec.sizing import FLOAT32_BYTES
 
 _partitioner: contextvars.ContextVar[TablePartitioner | None] = contextvars.ContextVar("partitioner", default=None)
 

@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from tfdist.spec import CNNModel, CustomModel, MLPModel, Spec, WideDeepModel
-from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
+from tfdist.spec.sizing import cross_bytes, embedding_bytes, training_bytes
 from tfdist.trainer import scratch
 
 OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "rmsprop": "RMSprop"}
@@ -153,13 +153,11 @@ def table_bytes(spec: Spec, manifest: dict[str, Any]) -> dict[str, int]:
     width = output_width(manifest["label"])
     wide = isinstance(spec.model, WideDeepModel)
     found = {
-        f["name"]: f["ids"] * (max(1, f["embedding_dim"]) + (width if wide else 0)) * EMBEDDING_BYTES_PER_VALUE
+        f["name"]: embedding_bytes(f["ids"], f["embedding_dim"]) + (training_bytes(f["ids"], width) if wide else 0)
         for f in manifest["features"]
         if f["kind"] != "numeric"
     }
-    for cross in spec.model.crosses if isinstance(spec.model, WideDeepModel) else ():
-        found[" × ".join(cross.features)] = cross.hash_buckets * width * EMBEDDING_BYTES_PER_VALUE
-    return found
+    return found | cross_bytes(spec.model, width)
 
 
 def build_optimizer(spec: Spec, scale: float = 1):

@@ -39,7 +39,8 @@ from tfdist.infra import storage
 from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
 from tfdist.publishing import registry
 from tfdist.spec import CategoricalListFeature, NumericFeature
-from tfdist.spec.model import MAX_CLASSES, embedding_dim
+from tfdist.spec.data import MAX_CLASSES
+from tfdist.spec.sizing import embedding_dim
 from tfdist.trainer import data, readers, statistics
 from tfdist.trainer.runtime import fail, import_tensorflow, load_spec, run_stage, say, usable_cores
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from tfdist.contract.stages import StageArgs, TrainArgs
 from tfdist.spec import ROLES, KubernetesSpec, Spec
+from tfdist.spec.sizing import tables_per_pod
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,9 @@ TF 2.21 on CPU: 0.75 GiB; the pod's entrypoint process: 0.05 GiB) and headroom."
 
 def ps_memory(spec: Spec) -> str:
     """The memory (request and limit) of a ps pod whose spec gives none: twice the most bytes of tables a ps holds
-    (``Spec.tables_per_pod``: the tables may take at most half of a pod's memory, as the spec and the trainer demand
+    (``sizing.tables_per_pod``: the tables may take at most half of a pod's memory, as the spec and the trainer demand
     of a memory given) plus PS_RUNTIME_BYTES, in MiB."""
-    return f"{-(-(2 * spec.tables_per_pod + PS_RUNTIME_BYTES) // 2**20)}Mi"
+    return f"{-(-(2 * tables_per_pod(spec) + PS_RUNTIME_BYTES) // 2**20)}Mi"
 
 
 def _pod_resources(spec: Spec, k8s: KubernetesSpec, role: str) -> PodResources:

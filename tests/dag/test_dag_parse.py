@@ -118,7 +118,7 @@ def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
 def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
     from tfdist.operators.dag import build_dag
     from tfdist.spec import load_spec
-    from tfdist.spec.model import MAX_EPOCHS
+    from tfdist.spec.training import MAX_EPOCHS
 
     spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
     params = build_dag(spec).params

@@ -14,8 +14,8 @@ from tests.conftest import make_spec
 from tfdist.contract.stages import ValidateDataArgs
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.publishing import data_gate, registry
+from tfdist.spec.data_checks import DataChecks
 from tfdist.spec.load import load_spec
-from tfdist.spec.model import DataChecks
 from tfdist.trainer import statistics, validate_data
 
 

@@ -384,28 +384,6 @@ BAD = {
     "no family": {"model.family": DELETE},
     "mlp with a cnn field": {"model.image_shape": [8, 8, 1]},
     "cnn with an mlp field": {"model": {"family": "cnn", "image_shape": [8, 8, 1], "hidden_units": [64]}},
-    # rules between a field and a fixed value
-    "no threshold given": {"validation": {"thresholds": {}}},
-    "no validation section content": {"validation": {}},
-    "a threshold without bounds": {"validation.thresholds.accuracy": {}},
-    "a threshold of nulls": {"validation.thresholds.accuracy": {"lower": None, "upper": None}},
-    "unvalidated with thresholds": {"validation.allow_unvalidated": True},
-    "horovod with parameter servers": {**ON_HOROVOD, "training.strategy": "parameter_server"},
-    "horovod with num_ps": {**ON_HOROVOD, "training.num_ps": 1},
-    "mpi settings without horovod": {"training.mpi": {"slots_per_worker": 1}},
-    "parameter_server without ps": {"training.strategy": "parameter_server"},
-    "ps without parameter_server": {"training.num_ps": 1},
-    "kubernetes without its section": {"training.launcher": "kubernetes"},
-    "approve on timeout without a timeout": {"export.approval": {"on_timeout": "approve"}},
-    "approvers naming nobody": {"export.approval": {"approvers": {"users": [], "roles": []}}},
-    "partitioned with a cron": {"schedule": {**PARTITIONED["schedule"], "cron": "0 3 * * *"}},
-    "partitioned with a window": {**PARTITIONED, "data.window": 2},
-    "partitioned by day, source by month": {**PARTITIONED, "data.source": "/data/{year}/{month}/*.csv"},
-    "partitioned by hour, source by day": {
-        "schedule": {"assets": ["s3://lake/raw"], "partitions": "hour"},
-        "data.source": "/data/{date}/*.csv",
-    },
-    "partitioned, source names no time": {**PARTITIONED, "data.source": "/data/digits/*.csv"},
 }
 
 

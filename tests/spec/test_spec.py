@@ -71,102 +71,6 @@ def test_invalid_field_is_named(tmp_path, sections, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
-BINARY = {"checks": {}}
-TOP_5 = {"thresholds": {"top_5_accuracy": {"lower": 0.5}}}
-CATEGORICAL = {"features": [{"name": "pixels", "shape": [64]}, {"name": "country", "kind": "categorical"}]}
-
-
-@pytest.mark.parametrize(
-    "sections, expected",
-    [
-        ({"training": {"global_batch_size": 63}}, "training.global_batch_size: must be a multiple of the 2 replicas"),
-        ({"training": {"num_workers": 8}}, "data.num_shards: must be ≥ the 8 training processes"),
-        ({"validation": {"thresholds": {"auc": {"lower": 0.5}}}}, "validation.thresholds.auc: unknown metric"),
-        (
-            {"validation": {"change_thresholds": {"top_5_accuracy": {"direction": "higher_is_better"}}}},
-            "validation.change_thresholds.top_5_accuracy: unknown metric",
-        ),
-        (
-            {"validation": {"checkpoint": {"mode": "best", "metric": "f1"}}},
-            "validation.checkpoint.metric: unknown metric 'f1'",
-        ),
-        ({"model": {"family": "cnn", "image_shape": [8, 8, 2]}}, "model.image_shape: [8, 8, 2] holds 128 values"),
-        (
-            {"data": {**BINARY, "label": {"name": "label", "task": "binary"}}, "validation": TOP_5},
-            "validation.thresholds.top_5_accuracy: unknown metric 'top_5_accuracy', not one of task 'binary'",
-        ),
-        (
-            {"validation": {"thresholds": {"rmse": {"upper": 1}}}},
-            "validation.thresholds.rmse: unknown metric 'rmse', not one of task 'multiclass': loss, accuracy",
-        ),
-        ({"model": {"family": "mlp", "metrics": ["auc"]}}, "model.metrics: 'auc' is not a metric of task 'multiclass'"),
-        ({"model": {"family": "mlp", "loss": "huber"}}, "model.loss: 'huber' is not a loss of task 'multiclass'"),
-        (
-            {
-                "data": {"features": [{"name": "pixels", "shape": [64], "missing_indicator": True}]},
-                "model": {"family": "cnn", "image_shape": [8, 8, 1]},
-            },
-            "model.family: 'cnn' reshapes the numeric features into its image, which has no place for missing",
-        ),
-        (
-            {"data": {**CATEGORICAL}, "model": {"family": "cnn", "image_shape": [8, 8, 1]}},
-            "model.family: 'cnn' takes numeric features only, 'country' is categorical",
-        ),
-        (
-            {
-                "data": {**CATEGORICAL},
-                "model": {"family": "wide_deep", "crosses": [{"features": ["country", "pixels"]}]},
-            },
-            "model.crosses[0].features: 'pixels' is not a categorical feature; categorical features: country",
-        ),
-        (
-            {
-                "data": {**BINARY, "label": {"name": "label", "task": "binary"}},
-                "model": {"family": "mlp", "metrics": ["calibration"]},
-                "validation": {"thresholds": {}, "change_thresholds": {"calibration": {"absolute": 0.1}}},
-            },
-            "validation.change_thresholds.calibration: calibration has no better direction",
-        ),
-    ],
-)
-def test_inconsistent_fields_are_named(tmp_path, sections, expected):
-    if "data" in sections:
-        sections["data"] = {**make_spec(str(tmp_path))["data"], **sections["data"]}
-    found = problems(make_spec(str(tmp_path), **sections))
-    assert any(p.startswith(expected) for p in found), found
-
-
-def test_warm_start_is_a_word_or_a_section_with_from_and_is_the_authors(tmp_path):
-    for given, expected in (
-        ("baseline", ("baseline", "cold")),
-        ({"from": "baseline", "on_mismatch": "fail"}, ("baseline", "fail")),
-        ("none", ("none", "cold")),
-    ):
-        spec = Spec.model_validate(make_spec(str(tmp_path), training={"warm_start": given}))
-        assert (spec.training.warm_start.source, spec.training.warm_start.on_mismatch) == expected
-        assert Spec.model_validate(spec.to_json_dict()) == spec  # spec.json reads back
-    assert problems(make_spec(str(tmp_path), training={"warm_start": {"form": "baseline"}})) == [
-        "training.warm_start: unknown key 'form' (did you mean 'from'?); allowed keys: from, on_mismatch"
-    ]
-    assert problems(make_spec(str(tmp_path), overridable=["training.warm_start.from"]))[0].startswith(
-        "overridable: 'training.warm_start.from' cannot be overridden by whoever triggers a run: which model a run "
-        "continues from is the author's"
-    )
-
-
-def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path):
-    spec = make_spec(str(tmp_path), training={"num_worker": 2})
-    assert problems(spec) == [
-        "training: unknown key 'num_worker' (did you mean 'num_workers'?); allowed keys: backend, strategy, launcher, "
-        "num_workers, num_ps, mpi, parameter_server, sparse_gradients, gpus_per_worker, cpus_per_worker, epochs, "
-        "global_batch_size, checkpoint_every_steps, keep_checkpoints, upload_every_seconds, seed, timeout_minutes, "
-        "hang_timeout_seconds, min_workers, max_restarts, warm_start, summary_every_steps, tensorboard_url, pool, "
-        "pool_slots"
-    ]
-    spec = make_spec(str(tmp_path), colour="blue")
-    assert problems(spec)[0].startswith("<spec>: unknown key 'colour'")
-
-
 def test_missing_required_fields(tmp_path):
     spec = make_spec(str(tmp_path))
     del spec["export"], spec["data"]["format"]
@@ -196,83 +100,6 @@ def test_json_schema_checks_what_the_model_checks(tmp_path):
             jsonschema.validate({**valid, **{k: v for k, v in bad.items() if k in ("colour", "training")}}, schema)
 
 
-@pytest.mark.parametrize(
-    "training, expected",
-    [
-        (
-            {"backend": "mpi", "strategy": "parameter_server"},
-            "training.strategy: 'parameter_server' needs backend 'tf'",
-        ),
-        ({"backend": "mpi", "num_ps": 1}, "training.num_ps: parameter servers need backend 'tf'"),
-        ({"num_ps": 1}, "training.num_ps: parameter servers need strategy 'parameter_server'"),
-        ({"strategy": "parameter_server"}, "training.num_ps: strategy 'parameter_server' needs at least 1"),
-        ({"mpi": {"controller": "gloo"}}, "training.mpi: Horovod settings need backend 'mpi'"),
-        ({"backend": "mpi", "mpi": {"controller": "tcp"}}, "training.mpi.controller: Input should be 'mpi' or 'gloo'"),
-        (
-            {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["-np", "4"]}},
-            "training.mpi.extra_args: '-np' is set by the launcher",
-        ),
-        (
-            {"backend": "mpi", "mpi": {"controller": "mpi", "extra_args": ["--mca btl\nx"]}},
-            "training.mpi.extra_args[0]: String should match pattern",
-        ),
-        (
-            {"backend": "mpi", "mpi": {"controller": "gloo", "extra_args": ["--bind-to", "core"]}},
-            "training.mpi.extra_args: mpirun arguments need controller 'mpi'",
-        ),
-        (
-            {"backend": "mpi", "min_workers": 1, "mpi": {"controller": "mpi", "extra_args": ["--bind-to", "core"]}},
-            "training.mpi.extra_args: mpirun arguments need controller 'mpi' without elastic training",
-        ),
-        (
-            {"backend": "mpi", "gpus_per_worker": 2, "mpi": {"slots_per_worker": 1}},
-            "training.mpi.slots_per_worker: must equal gpus_per_worker (2)",
-        ),
-        (
-            {"backend": "mpi", "num_workers": 2, "global_batch_size": 60, "mpi": {"slots_per_worker": 3}},
-            "data.num_shards: must be ≥ the 6 training processes",
-        ),
-    ],
-)
-def test_distribution_mode_combinations(tmp_path, training, expected):
-    found = problems(make_spec(str(tmp_path), training=training))
-    assert any(p.startswith(expected) for p in found), found
-
-
-def test_tables_split_over_parameter_servers_need_a_sparse_optimizer(tmp_path):
-    users = {"name": "user", "kind": "categorical", "hash_buckets": 2_000_000, "embedding_dim": 32}
-    data = {"features": [{"name": "pixel", "shape": [64]}, users]}
-    ps = {"strategy": "parameter_server", "num_ps": 2}
-    found = problems(make_spec(str(tmp_path), data=data, training=ps))
-    assert found == [
-        "model.embedding_optimizer: the tables of user (244 MiB) may be split over the parameter servers "
-        "(training.parameter_server.shard_min_bytes 4,194,304); split tables train with a sparse optimizer: set "
-        "model.embedding_optimizer to lazy_adam, adagrad or sgd, or raise shard_min_bytes"
-    ]
-    sparse = load_spec(make_spec(str(tmp_path), data=data, training=ps, model={"embedding_optimizer": "lazy_adam"}))
-    assert sparse.training.parameter_server_settings.shards(2_000_000 * 32 * 4, 2) == 2
-    unsplit = {**ps, "parameter_server": {"shard_min_bytes": 2**28}}
-    load_spec(make_spec(str(tmp_path), data=data, training=unsplit))
-    found = problems(make_spec(str(tmp_path), training={"parameter_server": {"max_shards": 4}}))
-    assert found == ["training.parameter_server: table sharding needs strategy 'parameter_server'"]
-
-
-def test_valid_distribution_modes(tmp_path):
-    ps = load_spec(make_spec(str(tmp_path), training={"strategy": "parameter_server", "num_ps": 1})).training
-    assert ps.replicas == 1 and ps.data_readers == 2
-    mpi = load_spec(make_spec(str(tmp_path), training={"backend": "mpi", "mpi": {"slots_per_worker": 2}})).training
-    assert mpi.replicas == 4 and mpi.mpi_settings.scale_learning_rate
-
-
-def test_a_spec_reads_the_same_whether_or_not_the_validating_machine_has_mpirun(tmp_path, monkeypatch):
-    """The dag-processor and a worker read one YAML alike: the Horovod controller's default is left to the
-    launcher (tests/plan/test_plan.py)."""
-    spec = make_spec(str(tmp_path), training={"backend": "mpi"})
-    with_mpirun = load_spec(spec)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here
-    assert load_spec(spec) == with_mpirun and with_mpirun.training.mpi_settings.controller is None
-
-
 def test_overrides_are_validated_against_the_same_model(tmp_path):
     spec = load_spec(
         make_spec(str(tmp_path), overridable=["training.epochs", "model.learning_rate", "training.backend"])
@@ -291,30 +118,6 @@ def test_overrides_are_validated_against_the_same_model(tmp_path):
     assert err.value.problems[0].startswith(
         "training.num_workers: not overridable in this pipeline; overridable: "
         "training.epochs, model.learning_rate, training.backend"
-    )
-
-
-def test_overridable_must_name_single_fields(tmp_path):
-    assert problems(make_spec(str(tmp_path), overridable=["training"]))[0].startswith(
-        "overridable: 'training' is not a field"
-    )
-    assert problems(make_spec(str(tmp_path), overridable=["training.epoch"]))[0].startswith(
-        "overridable: 'training.epoch' is not a field"
-    )
-
-
-def test_a_spec_without_any_threshold_is_refused_unless_its_author_opts_out(tmp_path):
-    spec = make_spec(str(tmp_path))
-    del spec["validation"]
-    (problem,) = problems(spec)
-    assert problem.startswith("validation: no threshold is configured") and "{allow_unvalidated: true}" in problem
-    assert "validation: {thresholds: {accuracy: {lower: 0.9}}}" in problem
-    assert problems(make_spec(str(tmp_path), validation={"thresholds": {}}))[0].startswith("validation: no threshold")
-    assert load_spec(make_spec(str(tmp_path), validation={"thresholds": {}, "allow_unvalidated": True}))
-    change_only = {"thresholds": {}, "change_thresholds": {"loss": {"direction": "lower_is_better"}}}
-    assert load_spec(make_spec(str(tmp_path), validation=change_only))
-    assert problems(make_spec(str(tmp_path), validation={"allow_unvalidated": True}))[0].startswith(
-        "validation.allow_unvalidated: only for a pipeline without thresholds"
     )
 
 
@@ -394,25 +197,6 @@ def test_a_run_may_not_start_more_processes_than_its_pool_slots(tmp_path):
         "(training.pool_slots, fixed when the DAG file is parsed)"
     ]
     assert spec.with_overrides({"training.num_workers": 1}).training.num_workers == 1
-
-
-def test_elastic_training_continues_only_at_sizes_that_keep_the_global_batch(tmp_path):
-    def training(**fields):
-        return load_spec(make_spec(str(tmp_path), training=fields)).training
-
-    assert not training().elastic and training().elastic_sizes == (2,)
-    assert training(num_workers=4, min_workers=1, global_batch_size=64).elastic_sizes == (4, 2, 1)  # not 3
-    assert training(
-        num_workers=3, min_workers=1, global_batch_size=96, strategy="parameter_server", num_ps=1
-    ).elastic_sizes == (3, 2, 1)  # each step runs on one worker: any count keeps it
-    assert problems(make_spec(str(tmp_path), training={"num_workers": 2, "min_workers": 3})) == [
-        "training.min_workers: at most num_workers (2), got 3"
-    ]
-    uneven = {"num_workers": 4, "min_workers": 3, "global_batch_size": 64}
-    assert problems(make_spec(str(tmp_path), training=uneven)) == [
-        "training.min_workers: no worker count from 3 to 3 splits global_batch_size 64 evenly across its "
-        "replicas; lower min_workers or pick a global batch size they divide"
-    ]
 
 
 KUBERNETES = {

@@ -21,7 +21,7 @@ from tfdist.contract.layout import MANIFEST
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 from tfdist.spec import CategoricalFeature
-from tfdist.spec.model import embedding_dim
+from tfdist.spec.sizing import embedding_dim
 from tfdist.trainer import data
 
 pytestmark = pytest.mark.e2e

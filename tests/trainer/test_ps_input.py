@@ -16,7 +16,7 @@ from tfdist.operators.launchers.processes import free_ports
 SHARDS, RECORDS = 4, 50
 READ_BY_WORKER = f"""
 import json, sys
-from tfdist.spec.model import TrainingSpec
+from tfdist.spec.training import TrainingSpec
 from tfdist.trainer.runtime import import_tensorflow
 from tfdist.trainer.train import ParameterServer, shard_records
 

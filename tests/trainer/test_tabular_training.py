@@ -17,7 +17,7 @@ from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.progress import TrainProgress, read_curve
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
-from tfdist.spec.model import EMBEDDING_BYTES_PER_VALUE
+from tfdist.spec.sizing import EMBEDDING_BYTES_PER_VALUE
 from tfdist.trainer.runtime import memory_limit
 from tfdist.trainer.train import refuse_tables_over_memory
 
