@@ -66,7 +66,7 @@ class ElasticHorovod(Horovod):
         cause = next((line for line in lines if HOROVOD_FAILED.search(line) and not line.startswith("File ")), lines[0])
         return HorovodInternalError(f"{type(error).__name__}: {cause[:300]}")
 
-    def state(self, variables, **progress):
+    def state(self, variables: list, **progress: Any) -> Any:
         """Horovod elastic state over Keras 3 variables and the plain values in ``progress``."""
         from horovod.common.elastic import ObjectState
 
@@ -106,7 +106,7 @@ class ElasticHorovod(Horovod):
 
         return KerasVariablesState()
 
-    def run(self, train, state):
+    def run(self, train: Callable[[Any], None], state: Any) -> None:
         """``train(state)`` in Horovod's elastic loop: a lost peer restores the last commit, a change of hosts
         (a worker back) keeps it; either way the world is re-formed (shutdown, init) and ``train`` called again."""
         from horovod.common.elastic import run_fn
@@ -131,7 +131,7 @@ class ElasticHorovod(Horovod):
             self.hvd.shutdown()
             self.hvd.init()
 
-        return run_fn(attempt, reset)(state)
+        run_fn(attempt, reset)(state)
 
 
 def elastic_run(training: TrainingSpec) -> bool:
