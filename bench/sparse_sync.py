@@ -1,5 +1,5 @@
 """Sparse against densified gradient sync of an embedding table, per mode (``make bench``, issue 36): a step looks up
-``--lookups`` rows per replica of a ``--rows`` × ``--dim`` table (``tfdist.trainer.preprocessing.EmbeddingTable``,
+``--lookups`` rows per replica of a ``--rows`` × ``--dim`` table (``tfdist.trainer.embeddings.EmbeddingTable``,
 as the models do), takes the gradient (an IndexedSlices), syncs it as the train stage does in that mode, sparse or
 made dense (``--dense``), and applies it with Adam. What the step costs beyond the lookup is the sync and the update.
 
@@ -35,7 +35,7 @@ def main() -> None:
     from tfdist.trainer.runtime import import_tensorflow
 
     tf = import_tensorflow()
-    from tfdist.trainer.preprocessing import EmbeddingTable
+    from tfdist.trainer.embeddings import EmbeddingTable
 
     hvd = coordinator = None
     if args.mode == "horovod":

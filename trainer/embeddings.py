@@ -1,5 +1,6 @@
 """Tables of weights by id (embeddings, wide_deep's linear weights, crosses): how they are split over parameter
-servers, and the optimizers that update only the rows a step looked up.
+servers, the layers that hold them (``EmbeddingTable``, ``HashedCross``; ``OneHot``, a categorical feature's ids
+without one), and the optimizers that update only the rows a step looked up.
 
 - Splitting: under ParameterServerStrategy with a ``TablePartitioner`` (``training.parameter_server``), a table of
   at least twice ``shard_min_bytes`` is a ``ShardedVariable`` split by rows over the ps tasks, each shard created on
@@ -99,6 +100,64 @@ class TableLayer(keras.layers.Layer):
     def lookup(self, ids):
         """The rows of ``ids``, reading only those (from each shard of a split table)."""
         return tf.nn.embedding_lookup(local_copy(self.table), ids)
+
+
+class EmbeddingTable(TableLayer):
+    """A table of ``rows`` × ``width`` weights looked up by id (``TableLayer.lookup``: only the rows looked up are
+    read, and the gradient is an IndexedSlices of them); a list's rows combined."""
+
+    def __init__(self, rows: int, width: int, combiner: str | None = None, initializer: str = "uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.width, self.combiner, self.initializer = rows, width, combiner, initializer
+
+    def build(self, input_shape):
+        self.make_table(self.rows, self.width, self.initializer)
+
+    def call(self, ids):
+        if self.combiner is None:
+            return self.lookup(ids)
+        present = ids >= 0  # gather the ids present only: padding adds no rows to the sparse gradient
+        rows = self.lookup(tf.boolean_mask(ids, present))
+        sums = tf.math.unsorted_segment_sum(rows, tf.where(present)[:, 0], tf.shape(ids)[0])
+        if self.combiner == "sum":
+            return sums
+        counts = tf.reduce_sum(tf.cast(present, sums.dtype), axis=1, keepdims=True)
+        return sums / tf.maximum(counts, 1.0)
+
+
+class HashedCross(TableLayer):
+    """A cross of categorical features in the linear part: every combination of the features' values in a row
+    (a list contributes each of its values) hashed into ``buckets``, a weight row per bucket, summed."""
+
+    def __init__(self, buckets: int, width: int, **kwargs):
+        super().__init__(**kwargs)
+        self.buckets, self.width = buckets, width
+
+    def build(self, input_shape):
+        self.make_table(self.buckets, self.width, "zeros")
+
+    def call(self, values):
+        columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
+        crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
+        rows = self.lookup(crossed.values)  # one gather: one plain sparse gradient
+        return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
+
+
+class OneHot(keras.layers.Layer):
+    """Ids as one-hot vectors of ``rows`` (a list's combined)."""
+
+    def __init__(self, rows: int, combiner: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.combiner = rows, combiner
+
+    def call(self, ids):
+        hot = tf.one_hot(ids, self.rows)  # -1: zeros
+        if self.combiner is None:
+            return hot
+        total = tf.reduce_sum(hot, axis=1)
+        if self.combiner == "sum":
+            return total
+        return total / tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, hot.dtype), axis=1, keepdims=True), 1.0)
 
 
 def local_copy(variable, device: str | None = None):

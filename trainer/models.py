@@ -56,7 +56,7 @@ def _concatenated(keras, values: dict[str, Any], name: str = "features") -> Any:
 def _deep_inputs(p) -> dict[str, Any]:
     """What the dense layers take: numeric values (and missing indicators), each categorical feature's embedding
     (``<name>_embedding``) or, with embedding_dim 0, its one-hot."""
-    from tfdist.trainer.preprocessing import EmbeddingTable, OneHot
+    from tfdist.trainer.embeddings import EmbeddingTable, OneHot
 
     out = {}
     for name, info in p.info.items():
@@ -88,7 +88,7 @@ def _cnn(keras, m: CNNModel, x) -> Any:
 def _wide(keras, m: WideDeepModel, p, width: int) -> list:
     """The linear part's terms: a weight row per id of each categorical feature (``<name>_linear``), per bucket of
     each cross, and a linear layer over the numeric features."""
-    from tfdist.trainer.preprocessing import EmbeddingTable, HashedCross
+    from tfdist.trainer.embeddings import EmbeddingTable, HashedCross
 
     terms, numeric = [], {}
     for name, info in p.info.items():

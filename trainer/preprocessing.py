@@ -18,7 +18,6 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.trainer.data import MISSING_INT64
-from tfdist.trainer.embeddings import TableLayer
 
 OOV_TOKEN = "\x00tfdist-oov"
 """StringLookup's name for its out-of-vocabulary ids: Keras's default '[UNK]' could be a value of the data, and a
@@ -69,64 +68,6 @@ class Ids(keras.layers.Layer):
     def call(self, ids, values=None):
         ids = tf.cast(ids, tf.int32)
         return ids if values is None else tf.where(values == "", -1, ids)
-
-
-class EmbeddingTable(TableLayer):
-    """A table of ``rows`` × ``width`` weights looked up by id (``TableLayer.lookup``: only the rows looked up are
-    read, and the gradient is an IndexedSlices of them); a list's rows combined."""
-
-    def __init__(self, rows: int, width: int, combiner: str | None = None, initializer: str = "uniform", **kwargs):
-        super().__init__(**kwargs)
-        self.rows, self.width, self.combiner, self.initializer = rows, width, combiner, initializer
-
-    def build(self, input_shape):
-        self.make_table(self.rows, self.width, self.initializer)
-
-    def call(self, ids):
-        if self.combiner is None:
-            return self.lookup(ids)
-        present = ids >= 0  # gather the ids present only: padding adds no rows to the sparse gradient
-        rows = self.lookup(tf.boolean_mask(ids, present))
-        sums = tf.math.unsorted_segment_sum(rows, tf.where(present)[:, 0], tf.shape(ids)[0])
-        if self.combiner == "sum":
-            return sums
-        counts = tf.reduce_sum(tf.cast(present, sums.dtype), axis=1, keepdims=True)
-        return sums / tf.maximum(counts, 1.0)
-
-
-class OneHot(keras.layers.Layer):
-    """Ids as one-hot vectors of ``rows`` (a list's combined)."""
-
-    def __init__(self, rows: int, combiner: str | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.rows, self.combiner = rows, combiner
-
-    def call(self, ids):
-        hot = tf.one_hot(ids, self.rows)  # -1: zeros
-        if self.combiner is None:
-            return hot
-        total = tf.reduce_sum(hot, axis=1)
-        if self.combiner == "sum":
-            return total
-        return total / tf.maximum(tf.reduce_sum(tf.cast(ids >= 0, hot.dtype), axis=1, keepdims=True), 1.0)
-
-
-class HashedCross(TableLayer):
-    """A cross of categorical features in the linear part: every combination of the features' values in a row
-    (a list contributes each of its values) hashed into ``buckets``, a weight row per bucket, summed."""
-
-    def __init__(self, buckets: int, width: int, **kwargs):
-        super().__init__(**kwargs)
-        self.buckets, self.width = buckets, width
-
-    def build(self, input_shape):
-        self.make_table(self.buckets, self.width, "zeros")
-
-    def call(self, values):
-        columns = [tf.sparse.from_dense(v) if v.shape.rank == 2 else v[:, None] for v in values]  # a list's "": none
-        crossed = tf.sparse.cross_hashed(columns, num_buckets=self.buckets)
-        rows = self.lookup(crossed.values)  # one gather: one plain sparse gradient
-        return tf.math.unsorted_segment_sum(rows, crossed.indices[:, 0], tf.shape(values[0])[0])
 
 
 class Destandardize(keras.layers.Layer):

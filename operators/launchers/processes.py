@@ -13,7 +13,7 @@ exists only over Gloo (an MPI world cannot change its size). horovodrun starts t
 (min_workers × slots_per_worker) are left, learns the hosts from ``contract/horovod_hosts.sh`` (the host
 discovery script: it prints $TFDIST_HOROVOD_HOSTS), and lets a failed host run ranks again after a cooldown, so
 a lost worker rejoins; the ranks keep their state after every step call and commit it at checkpoint boundaries
-(trainer/train.py). So the launcher does not restart an elastic Horovod stage itself.
+(trainer/syncs/elastic.py). So the launcher does not restart an elastic Horovod stage itself.
 
 One host name per worker. Horovod's elastic driver blacklists a whole host when any of its ranks fails
 (runner/elastic/registration.py) and stops the job once every host is blacklisted: with every rank on
@@ -23,7 +23,7 @@ is keyed by the name. So worker k runs its slots_per_worker ranks on a name of i
 127.0.0.1: '127.0.0.1', '127.0.0.01', '127.0.0.001', ... (inet_aton reads a last part with leading zeros
 as octal 1). That mirrors one host per worker machine: a killed rank blacklists only its worker's name.
 Horovod orders the hosts as a set: rank 0 may be on any of them (the ranks find their cores and GPUs by
-their host name, trainer/train.py ``elastic_slot``)."""
+their host name, trainer/syncs/elastic.py ``elastic_slot``)."""
 
 from __future__ import annotations
 

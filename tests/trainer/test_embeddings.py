@@ -54,30 +54,6 @@ def test_a_step_changes_only_the_rows_it_looked_up_as_the_keras_optimizer_change
         assert not np.allclose(theirs.numpy()[looked_up], before["table"][looked_up])
 
 
-@pytest.mark.parametrize(
-    ("choice", "dense_tables"),
-    [("gather", []), ("dense", [20, 1000]), ("auto", [20])],  # auto: tables of at most half the global batch's rows
-)
-def test_sparse_gradients_chooses_which_tables_gradients_are_made_dense(tmp_path, choice, dense_tables):
-    import tensorflow as tf
-
-    from tests.conftest import make_spec
-    from tfdist.spec import load_spec
-    from tfdist.trainer.train import dense_rows, densified
-
-    training = load_spec(make_spec(str(tmp_path), training={"sparse_gradients": choice, "global_batch_size": 64}))
-    tables = [tf.Variable(tf.zeros([rows, WIDTH])) for rows in (20, 1000)]
-    gradients = [lookup_gradient(tf, table, [1, 2, 2]) for table in tables]
-    synced = densified(tf, gradients, tables, dense_rows(training.training))
-    assert [
-        t.shape[0] for t, g in zip(tables, synced, strict=True) if not isinstance(g, tf.IndexedSlices)
-    ] == dense_tables
-    for table, gradient in zip(tables, synced, strict=True):
-        np.testing.assert_array_equal(
-            tf.convert_to_tensor(gradient), tf.convert_to_tensor(lookup_gradient(tf, table, [1, 2, 2]))
-        )
-
-
 @pytest.mark.parametrize("by_token", [False, True])
 def test_a_split_tables_rows_are_restored_shard_by_shard_as_they_would_be_whole(tmp_path, by_token):
     import tensorflow as tf
@@ -105,8 +81,7 @@ def test_a_replicated_table_and_its_slots_are_read_only_at_the_rows_a_step_looks
     IndexedSlices of those rows, and the update leaves every other row as it was."""
     import tensorflow as tf
 
-    from tfdist.trainer.embeddings import SPARSE_OPTIMIZERS
-    from tfdist.trainer.preprocessing import EmbeddingTable
+    from tfdist.trainer.embeddings import SPARSE_OPTIMIZERS, EmbeddingTable
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():

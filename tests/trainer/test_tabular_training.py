@@ -5,21 +5,14 @@ tests/trainer/prepared_tables.py, rows with a planted signal prepared by prepare
 
 from __future__ import annotations
 
-import json
-import os
 import re
 
 import pytest
 
 from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
-from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.progress import TrainProgress, read_curve
 from tfdist.infra.jsonfiles import read_json
-from tfdist.operators.launchers import StageFailed
-from tfdist.spec.sizing import EMBEDDING_BYTES_PER_VALUE
-from tfdist.trainer.runtime import memory_limit
-from tfdist.trainer.train import refuse_tables_over_memory
 
 pytestmark = pytest.mark.e2e
 
@@ -85,63 +78,3 @@ def test_each_mode_trains_binary_and_regression_tasks_on_categorical_features(tm
     assert curve[-1]["step"] == result["final_step"]
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert len(set(digests.values())) <= 1, f"ranks diverged: {digests}"
-
-
-@pytest.mark.skipif(memory_limit()[0] >= 96 * 2**30, reason="the machine has room for 48 GiB of tables")
-def test_tables_too_large_for_the_memory_are_refused_before_training(tmp_path):
-    """2^26 hash buckets of 64 values, weights and Adam's slots: 48 GiB, over half of this machine's memory."""
-    features = [*tabular.FEATURES[:3], {"name": "device", "kind": "categorical", "hash_buckets": 2**26}]
-    sections = {
-        "data": tabular.data_section("binary", features),
-        "model": MLP,
-        "training": {"num_workers": 1},
-        "validation": tabular.VALIDATION["binary"],
-    }
-    plan = plan_for(str(tmp_path), "too_large", DAY, **sections)
-    tabular.prepare(plan, 400)
-    with pytest.raises(StageFailed) as refused:
-        run(plan, "train")
-    assert refused.value.returncode == EXIT_REFUSED
-    message = str(refused.value)
-    assert "the tables of the categorical features need 49,152 MiB in this worker process" in message
-    assert "(device 49,152 MiB, country 0 MiB)" in message
-    assert "Lower vocabulary.max_tokens, hash_buckets or embedding_dim of data.features device, country" in message
-    assert "or split the tables over parameter servers (training.strategy parameter_server)" in message
-    assert not os.path.exists(plan.layout.checkpoint_dir)
-
-
-@pytest.mark.parametrize("workers", ["TF_CONFIG", "OMPI_COMM_WORLD_LOCAL_SIZE"])
-def test_tables_that_fit_one_process_but_not_the_workers_on_one_host_are_refused(
-    tmp_path, monkeypatch, capsys, workers
-):
-    """Hashed device ids sized to 35% of the memory in one process with Adam's slots; each of 2 workers (TF cluster
-    members or Horovod ranks) on this host holds them all, 70% together. In process: a broken check would train."""
-    available = memory_limit()[0]
-    buckets = int(0.35 * available / (64 * EMBEDDING_BYTES_PER_VALUE))
-    device = {"name": "device", "kind": "categorical", "hash_buckets": buckets, "embedding_dim": 64}
-    sections = {
-        "data": tabular.data_section("binary", [*tabular.FEATURES[:3], device]),
-        "model": MLP,
-        "training": {"num_workers": 2},
-        "validation": tabular.VALIDATION["binary"],
-    }
-    plan = plan_for(str(tmp_path), "too_large_together", DAY, **sections)
-    manifest = tabular.prepare(plan, 400)
-    cluster = {"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", "index": 0}}
-    monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))  # one per host: fits
-    refuse_tables_over_memory(plan.spec, manifest)
-    if workers == "TF_CONFIG":
-        cluster["cluster"]["worker"] = ["127.0.0.1:2222", "127.0.0.1:2223"]
-        monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
-    else:
-        monkeypatch.setenv(workers, "2")
-    with pytest.raises(SystemExit) as refused:
-        refuse_tables_over_memory(plan.spec, manifest)
-    assert refused.value.code == EXIT_REFUSED
-    each = round(buckets * 64 * EMBEDDING_BYTES_PER_VALUE / 2**20)
-    message = capsys.readouterr().err
-    found = re.search(
-        r"need ([\d,]+) MiB in this worker process .*\(2 such processes on this host: ([\d,]+) MiB\)", message
-    )
-    assert found, message
-    assert [int(n.replace(",", "")) for n in found.groups()] == pytest.approx([each, 2 * each], abs=1)

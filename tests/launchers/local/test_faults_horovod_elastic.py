@@ -1,4 +1,4 @@
-"""Horovod elastic training on Gloo through the local launcher (operators/backends/mpi.py, trainer/train.py):
+"""Horovod elastic training on Gloo through the local launcher (operators/backends/mpi.py, trainer/syncs/elastic.py):
 a rank SIGKILLed in the middle of training leaves the other one training from its last step call within the
 same run of the stage, and the killed worker's rank rejoins once its host's blacklist cooldown ends. Each
 trial records its figures (``make faults`` runs several and tabulates them).

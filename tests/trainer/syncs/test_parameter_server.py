@@ -18,7 +18,8 @@ READ_BY_WORKER = f"""
 import json, sys
 from tfdist.spec.training import TrainingSpec
 from tfdist.trainer.runtime import import_tensorflow
-from tfdist.trainer.train import ParameterServer, shard_records
+from tfdist.trainer.syncs.parameter_server import ParameterServer
+from tfdist.trainer.train import shard_records
 
 tf = import_tensorflow()
 tf.keras.utils.set_random_seed(7)  # as the train stage does
