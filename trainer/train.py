@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import CORES_ENV, EXIT_REFUSED, HOSTS_ENV
 from tfdist.contract.layout import MANIFEST
 from tfdist.contract.progress import CurveWrite, TrainProgress, beat, curve_line, warm_start_summary
@@ -453,7 +454,7 @@ class TrainingRun:
     """One training process's run: its model and checkpoint (built on creation), the restore, the training loop
     (fixed-size, or one per world under Horovod elastic) with its progress and checkpoints, and the result."""
 
-    def __init__(self, tf, sync, spec: Spec, args: TrainArgs, manifest: dict[str, Any]) -> None:
+    def __init__(self, tf, sync, spec: Spec, args: TrainArgs, manifest: Manifest) -> None:
         import keras
 
         from tfdist.trainer.embeddings import tables, trained_weights
@@ -461,7 +462,7 @@ class TrainingRun:
         self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
         self.manifest = manifest
         self.global_batch = self.training.global_batch_size
-        self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
+        self.steps_per_epoch = max(1, manifest.train.examples // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
         self.uploads: Uploader | None = None
         self.pace = Pace(self.training.upload_every_seconds)  # of the chief's uploads
@@ -485,7 +486,7 @@ class TrainingRun:
             self.checkpoint_options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
-        self.task = TaskSums(manifest["label"], spec.loss)
+        self.task = TaskSums(manifest.label, spec.loss)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
         # the chief's TensorBoard writer, made before training (or at the first summary of a rank become rank 0)
@@ -865,7 +866,7 @@ class Window:
         }
 
 
-def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
+def refuse_tables_over_memory(spec: Spec, manifest: Manifest) -> None:
     """Refuse (EXIT_REFUSED) to train when the tables of weights by id that this process and the others of its role
     on this host hold (with the optimizer's slots: every worker or rank holds them all; with parameter servers each
     ps its share, at least the largest table) take over half of the memory this process has, naming the features
