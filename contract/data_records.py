@@ -1,8 +1,8 @@
 """The data records (docs/tabular.md, "Formats"): the data manifest prepare_data writes (its shards, features,
 label, normalization and data statistics), the data statistics kept beside each published version, the data gate's
 record (validate_data/data_validation.json) and the two stages' result records (their XCom values). Keys written
-only where they apply (a list's combiner, a classified label's class counts) are left out where they do not
-(``Sparse``), so the files keep the shapes the releases before these models wrote."""
+only where they apply (a classified label's class counts, a categorical check's value of note) are left out where
+they were not given (``Sparse``), so the files keep the shapes the releases before these models wrote."""
 
 from __future__ import annotations
 
@@ -19,15 +19,16 @@ LabelStorage = Literal["index", "name", "binary", "value"]
 
 
 class Sparse(BaseModel):
-    """A record (or part) whose ``OMITTED`` keys are left out of its JSON where they are None (they apply to some
-    records only)."""
+    """A record (or part) whose ``OMITTED`` keys (they apply to some records only) are left out of its JSON where
+    they were not given: read from a file without them, or built without them."""
 
     OMITTED: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
     def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         dumped: dict[str, Any] = handler(self)
-        return {k: v for k, v in dumped.items() if not (k in self.OMITTED and v is None)}
+        given = self.model_fields_set
+        return {k: v for k, v in dumped.items() if k not in self.OMITTED or k in given}
 
 
 # The manifest's parts ------------------------------------------------------------------------------------------

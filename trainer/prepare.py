@@ -615,10 +615,9 @@ def data_statistics(
         both = total.classes["train"] + total.classes["eval"]
         label_stats = ClassStatistics(task=label.task, classes=classes, class_counts=[both[k] for k in keys])
     splits = {
-        split: SplitStatistics(
-            rows=int(total.counts[split].sum()),
-            class_counts=[total.classes[split][k] for k in keys] if label.task != "regression" else None,
-        )
+        split: SplitStatistics(rows=int(total.counts[split].sum()))
+        if label.task == "regression"
+        else SplitStatistics(rows=int(total.counts[split].sum()), class_counts=[total.classes[split][k] for k in keys])
         for split in SPLITS
     }
     return DataStatistics(
@@ -660,6 +659,9 @@ def data_manifest(
         )
         for split in SPLITS
     }
+    classified: dict[str, Any] = {}  # the class counts: of a classified label only
+    if isinstance(data_stats.label, ClassStatistics):
+        classified["class_counts"] = data_stats.label.class_counts
     return Manifest(
         version=data.MANIFEST_VERSION,
         input_fingerprint=fingerprint,
@@ -669,9 +671,9 @@ def data_manifest(
         eval_fraction=data_spec.eval_fraction,
         stats=train_stats(data_spec, total),
         statistics=data_stats,
-        class_counts=data_stats.label.class_counts if isinstance(data_stats.label, ClassStatistics) else None,
         train=splits["train"],
         eval=splits["eval"],
+        **classified,
     )
 
 
