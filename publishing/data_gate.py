@@ -17,6 +17,7 @@ from tfdist.contract.data_records import (
     NotCompared,
     TargetStatistics,
 )
+from tfdist.spec.model import DataChecks
 
 DATA_VALIDATION = "data_validation.json"
 """In the run's validate_data directory: the data gate's decision, every check and the baseline compared."""
@@ -122,10 +123,10 @@ def not_compared(now: DataStatistics, base: DataStatistics, vocabularies: Vocabu
     return notes
 
 
-def feature_checks(now: DataStatistics, base: DataStatistics, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def feature_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     """Drift, constant-ness and missing rate of every numeric feature element that has one to compare with."""
     rows = []
-    drift, constant = settings["drift"], settings["constant"]["min_share"]
+    drift, constant = settings.drift, settings.constant.min_share
     for feature, stats in now.features.items():
         if _why_not_compared(feature, now, base):
             continue
@@ -139,9 +140,9 @@ def feature_checks(now: DataStatistics, base: DataStatistics, settings: dict[str
                     "Jensen–Shannon divergence from the baseline's histogram",
                     js,
                     None,
-                    drift["max_divergence"],
-                    drift["max_divergence"] - js,
-                    f"≤ {drift['max_divergence']}",
+                    drift.max_divergence,
+                    drift.max_divergence - js,
+                    f"≤ {drift.max_divergence}",
                 )
             )
             varied, was = varied_share(stats.histogram[i]), varied_share(old.histogram[i])
@@ -159,7 +160,7 @@ def feature_checks(now: DataStatistics, base: DataStatistics, settings: dict[str
                         f"constant on both sides, or ≤ {constant} off it on the other",
                     )
                 )
-        rows += _numeric_missing(feature, now, base, settings["missing"]["max_change"])
+        rows += _numeric_missing(feature, now, base, settings.missing.max_change)
     return rows
 
 
@@ -202,7 +203,7 @@ def cut_share(stats: CategoricalStatistics) -> float:
 
 
 def categorical_checks(
-    now: DataStatistics, base: DataStatistics, settings: dict[str, Any], vocabularies: Vocabularies
+    now: DataStatistics, base: DataStatistics, settings: DataChecks, vocabularies: Vocabularies
 ) -> list[dict[str, Any]]:
     """Per categorical feature with one to compare with: the L∞ distance of its value shares, the share of its
     values outside the baseline's vocabulary (when it maps through one now and the baseline has one), its
@@ -212,11 +213,11 @@ def categorical_checks(
         if _why_not_compared(feature, now, base):
             continue
         old = base.categorical[feature]
-        rows.append(_categorical_drift(feature, stats, old, settings["drift"]["max_distance"]))
+        rows.append(_categorical_drift(feature, stats, old, settings.drift.max_distance))
         if (vocabulary := vocabularies.get(feature)) is not None:
-            rows.append(_out_of_vocabulary(feature, stats, set(vocabulary), settings["vocabulary"]["max_oov_share"]))
+            rows.append(_out_of_vocabulary(feature, stats, set(vocabulary), settings.vocabulary.max_oov_share))
         rate, was = (s.missing / (s.rows or 1) for s in (stats, old))
-        rows.append(_missing_row(feature, rate, was, settings["missing"]["max_change"]))
+        rows.append(_missing_row(feature, rate, was, settings.missing.max_change))
     return rows
 
 
@@ -270,15 +271,15 @@ def _class_counts(stats: DataStatistics) -> dict[str | None, int]:
     return {str(k): a + b for k, (a, b) in enumerate(pairs)}
 
 
-def label_checks(now: DataStatistics, base: DataStatistics, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def label_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     """By the label's task (none when it changed since the baseline): multiclass, the largest change of a class's
     share (L∞, classes by name) and every class the baseline has and this run lacks; binary, the change of the
     positive rate (classes by position) and a class gone; regression, the shift of the target's mean."""
-    task, limits = now.task, settings["labels"]
+    task, limits = now.task, settings.labels
     if task != base.task:
         return []
     if isinstance(now.label, TargetStatistics) and isinstance(base.label, TargetStatistics):
-        return [_mean_shift(now.label, base.label, limits["max_mean_shift"])]
+        return [_mean_shift(now.label, base.label, limits.max_mean_shift)]
     counts, old = _class_counts(now), _class_counts(base)
     if task == "binary":
         old = dict(zip(counts, old.values(), strict=True))  # [negative, positive], whatever their names
@@ -287,7 +288,7 @@ def label_checks(now: DataStatistics, base: DataStatistics, settings: dict[str, 
     change = {c: abs(shares.get(c, 0.0) - old_shares.get(c, 0.0)) for c in shares | old_shares}
     worst = list(counts)[1] if task == "binary" else max(change, key=change.__getitem__)
     statistic = "change of the positive rate" if task == "binary" else "change of the class's share of the rows (L∞)"
-    limit = limits["max_change"]
+    limit = limits.max_change
     rows = [
         _row(
             "labels",
@@ -324,9 +325,9 @@ def _mean_shift(label: TargetStatistics, old: TargetStatistics, limit: float) ->
     )
 
 
-def row_checks(now: DataStatistics, base: DataStatistics, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def row_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     rows_now, rows_base = now.rows, base.rows
-    ratio, low, high = rows_now / rows_base, settings["rows"]["min_ratio"], settings["rows"]["max_ratio"]
+    ratio, low, high = rows_now / rows_base, settings.rows.min_ratio, settings.rows.max_ratio
     return [
         _row(
             "rows",
@@ -341,15 +342,15 @@ def row_checks(now: DataStatistics, base: DataStatistics, settings: dict[str, An
     ]
 
 
-def bound_checks(now: DataStatistics, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def bound_checks(now: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     """Every element of a bounded feature within its bounds (its min and max; an element without a value has
     none to check)."""
     rows = []
-    for feature, bound in settings["bounds"]["features"].items():
+    for feature, bound in settings.bounds.features.items():
         stats = now.features[feature]
         for i, name in enumerate(elements(feature, len(stats.mean))):
             lowest, highest = stats.min[i], stats.max[i]
-            if bound.get("lower") is not None and lowest is not None:
+            if bound.lower is not None and lowest is not None:
                 rows.append(
                     _row(
                         "bounds",
@@ -357,12 +358,12 @@ def bound_checks(now: DataStatistics, settings: dict[str, Any]) -> list[dict[str
                         "min",
                         lowest,
                         None,
-                        bound["lower"],
-                        lowest - bound["lower"],
-                        f"≥ {bound['lower']}",
+                        bound.lower,
+                        lowest - bound.lower,
+                        f"≥ {bound.lower}",
                     )
                 )
-            if bound.get("upper") is not None and highest is not None:
+            if bound.upper is not None and highest is not None:
                 rows.append(
                     _row(
                         "bounds",
@@ -370,16 +371,16 @@ def bound_checks(now: DataStatistics, settings: dict[str, Any]) -> list[dict[str
                         "max",
                         highest,
                         None,
-                        bound["upper"],
-                        bound["upper"] - highest,
-                        f"≤ {bound['upper']}",
+                        bound.upper,
+                        bound.upper - highest,
+                        f"≤ {bound.upper}",
                     )
                 )
     return rows
 
 
 def checks(
-    now: DataStatistics, base: DataStatistics | None, settings: dict[str, Any], vocabularies: Vocabularies
+    now: DataStatistics, base: DataStatistics | None, settings: DataChecks, vocabularies: Vocabularies
 ) -> list[CheckRow]:
     """Every check of ``settings`` (the spec's data.checks, as JSON) not turned off; those needing a baseline
     only with one (``vocabularies``: see Vocabularies). Each row says what a failure does (``mode``) and whether
@@ -392,7 +393,7 @@ def checks(
             + label_checks(now, base, settings)
             + row_checks(now, base, settings)
         )
-    modes = [settings[row["check"]]["mode"] or settings["mode"] for row in rows]
+    modes = [getattr(settings, row["check"]).mode or settings.mode for row in rows]
     return [
         CheckRow(**row, mode=mode, passed=row["margin"] >= 0)
         for row, mode in zip(rows, modes, strict=True)

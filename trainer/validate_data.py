@@ -52,9 +52,8 @@ def baseline_vocabularies(spec: Spec, baseline: BaselineRef | None) -> Vocabular
 
 def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: DataStatistics) -> DataValidation:
     baseline, base, missing = baseline_statistics(args, run, now)
-    settings = spec.data.checks.model_dump(mode="json")
     vocabularies = baseline_vocabularies(spec, baseline if base is not None else None)
-    rows = checks(now, base, settings, vocabularies)
+    rows = checks(now, base, spec.data.checks, vocabularies)
     refused = [failure_line(r) for r in rows if not r.passed and r.mode == "refuse"]
     warned = [failure_line(r) for r in rows if not r.passed and r.mode == "warn"]
     return DataValidation(
@@ -66,7 +65,7 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: DataStat
         compared=base is not None,
         why_not_compared=missing or None,
         not_compared=not_compared(now, base, vocabularies) if base is not None else [],
-        settings=settings,
+        settings=spec.data.checks.model_dump(mode="json"),
         formulas=FORMULAS,
         checks=rows,
         checks_run=len(rows),

@@ -20,7 +20,7 @@ from tfdist.spec.load import load_spec
 from tfdist.trainer import statistics, validate_data
 
 
-def checks(now: dict, base: dict | None, settings: dict, vocabularies: dict) -> list[dict]:
+def checks(now: dict, base: dict | None, settings: DataChecks, vocabularies: dict) -> list[dict]:
     """data_gate.checks of statistics as the files hold them, its rows as the record holds them."""
     compared = data_gate.checks(as_read(now), base and as_read(base), settings, vocabularies)
     return [row.model_dump(mode="json") for row in compared]
@@ -56,8 +56,8 @@ def js_numpy(a: np.ndarray, b: np.ndarray) -> float:
     return (kl(p) + kl(q)) / 2
 
 
-def settings(**changes) -> dict:
-    return DataChecks.model_validate(changes).model_dump(mode="json")
+def settings(**changes) -> DataChecks:
+    return DataChecks.model_validate(changes)
 
 
 def data(rows: int = 2000, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:

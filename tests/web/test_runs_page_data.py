@@ -356,7 +356,7 @@ def write_data_gate(layout: RunLayout, mode: str = "warn") -> dict:
         compared=True,
         why_not_compared=None,
         not_compared=data_gate.not_compared(now_read, base_read, vocabularies),
-        settings=rules,
+        settings=rules.model_dump(mode="json"),
         formulas=data_gate.FORMULAS,
         checks=rows,
         checks_run=len(rows),
