@@ -315,7 +315,7 @@ class CheckRow(Sparse, Part):
     statistic: str
     value: int | float
     baseline: int | float | None
-    bound: float | list[float]
+    bound: int | float | list[float]
     margin: float
     rule: str
     top_value: TopValue | None = None
