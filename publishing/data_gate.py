@@ -17,7 +17,7 @@ from tfdist.contract.data_records import (
     NotCompared,
     TargetStatistics,
 )
-from tfdist.spec.model import DataChecks
+from tfdist.spec.data_checks import DataChecks
 
 DATA_VALIDATION = "data_validation.json"
 """In the run's validate_data directory: the data gate's decision, every check and the baseline compared."""
