@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import time
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record
 
 
 def main() -> None:
@@ -45,8 +46,7 @@ def main() -> None:
         )
         first = not strategy.cluster_resolver.task_id
     spec = load_spec(args.spec)
-    with open(os.path.join(args.data, MANIFEST)) as f:
-        manifest = json.load(f)
+    manifest = read_record(os.path.join(args.data, MANIFEST), Manifest)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_model(spec, manifest, args.data)
         optimizer = build_optimizer(spec)

@@ -22,7 +22,9 @@ import math
 import os
 import time
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record
 
 
 def loop_parser(description: str | None) -> argparse.ArgumentParser:
@@ -253,8 +255,7 @@ def main() -> None:
     from tfdist.trainer.runtime import load_spec
 
     spec = load_spec(args.spec)
-    with open(os.path.join(args.data, MANIFEST)) as f:
-        manifest = json.load(f)
+    manifest = read_record(os.path.join(args.data, MANIFEST), Manifest)
     global_batch = spec.training.global_batch_size
     files = data.shard_paths(args.data, manifest, "train")
     parse = data.parse_fn(tf, manifest)

@@ -77,12 +77,9 @@ def measure(work: str, calls: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cut_at_preprocessing(keras, model, manifest: dict):
+def cut_at_preprocessing(keras, model, manifest):
     """(the model's preprocessing: raw inputs → ids and normalized values, the rest: those → its output)."""
-    cut = [
-        model.get_layer(f"{f['name']}_{'norm' if f['kind'] == 'numeric' else 'ids'}").output
-        for f in manifest["features"]
-    ]
+    cut = [model.get_layer(f"{f.name}_{'norm' if f.kind == 'numeric' else 'ids'}").output for f in manifest.features]
     return keras.Model(model.inputs, cut), keras.Model(cut, model.outputs)
 
 
@@ -113,8 +110,9 @@ def timed(signature, inputs: dict, calls: int) -> list[float]:
 def main() -> None:
     import keras
 
+    from tfdist.contract.data_records import Manifest
     from tfdist.contract.layout import MANIFEST
-    from tfdist.infra.jsonfiles import read_json
+    from tfdist.contract.records import read_record
     from tfdist.trainer import data
     from tfdist.trainer.export import serving_module
     from tfdist.trainer.models import build_model
@@ -122,7 +120,7 @@ def main() -> None:
 
     spec_file, data_dir, work, calls = sys.argv[1:]
     tf = import_tensorflow()
-    manifest = read_json(os.path.join(data_dir, MANIFEST))
+    manifest = read_record(os.path.join(data_dir, MANIFEST), Manifest)
     model = build_model(load_spec(spec_file), manifest, data_dir)
     sample, _ = next(iter(data.eval_dataset(tf, data_dir, manifest, batch_size=max(BATCHES))))
     preprocess, rest = cut_at_preprocessing(keras, model, manifest)

@@ -18,7 +18,9 @@ import subprocess
 import sys
 import time
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record
 from tfdist.contract.stages import worker_command
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
@@ -241,11 +243,11 @@ def data_gate_seconds(out: str, baseline: str) -> float:
     vocabularies (``baseline``: a prepared data directory without its shards), and check the one against the
     other."""
     started = time.perf_counter()
-    now = read_json(os.path.join(out, MANIFEST))["statistics"]
-    base = read_json(os.path.join(baseline, MANIFEST))["statistics"]
+    now = read_record(os.path.join(out, MANIFEST), Manifest).statistics
+    base = read_record(os.path.join(baseline, MANIFEST), Manifest).statistics
     folder = os.path.join(baseline, registry.VOCABULARIES)
     vocabularies = {name.removesuffix(".json"): read_json(os.path.join(folder, name)) for name in os.listdir(folder)}
-    data_gate_checks(now, base, DataChecks().model_dump(mode="json"), vocabularies)
+    data_gate_checks(now, base, DataChecks(), vocabularies)
     return time.perf_counter() - started
 
 

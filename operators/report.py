@@ -10,8 +10,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from tfdist.contract.data_records import DataValidation
 from tfdist.contract.layout import RunLayout, printable, run_path, runs_root
 from tfdist.contract.progress import TrainProgress, read_curve, warm_start_summary
+from tfdist.contract.records import read_record_if_exists
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json_if_exists
 from tfdist.publishing import approval, gate, registry
@@ -78,15 +80,15 @@ def started_from(parent: int | None, cold_start: str | None, short: bool = False
     return "-"
 
 
-def data_validation(run_dir: str) -> dict[str, Any] | None:
+def data_validation(run_dir: str) -> DataValidation | None:
     """The data gate's record of the run (its checks, this run's and the baseline's statistics), if any."""
-    return read_json_if_exists(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION))
+    return read_record_if_exists(os.path.join(RunLayout(run_dir).data_validation_dir, DATA_VALIDATION), DataValidation)
 
 
-def categorical_failures(record: dict[str, Any]) -> list[str]:
+def categorical_failures(record: DataValidation) -> list[str]:
     """The data gate's failed checks of categorical features, in words."""
-    categorical = record["statistics"].get("categorical", {})
-    return [failure_line(r) for r in record["checks"] if not r["passed"] and r["feature"] in categorical]
+    categorical = record.statistics.categorical
+    return [failure_line(r) for r in record.checks if not r.passed and r.feature in categorical]
 
 
 def data_decision(run: dict[str, Any]) -> str:
@@ -106,7 +108,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     blessing = read_json_if_exists(layout.blessing_file) or {}
     export = read_json_if_exists(layout.result("export")) or {}
     approved = read_json_if_exists(layout.approval_file)
-    data_gate = data_validation(run_dir) or {}
+    data_gate = data_validation(run_dir)
     task, metric_names = task_metrics(read_json_if_exists(layout.spec_file))
     baseline = blessing.get("baseline") or {}
     metrics = blessing.get("metrics")
@@ -125,9 +127,9 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "parent_version": start.get("parent_version"),
         "parent_run_id": start.get("parent_run_id"),
         "cold_start": start.get("cold_start"),
-        "data_decision": data_gate.get("decision"),
-        "data_failures": [*data_gate.get("refused", []), *data_gate.get("warned", [])],
-        "data_baseline_version": data_gate.get("baseline_version"),
+        "data_decision": data_gate.decision if data_gate else None,
+        "data_failures": [*data_gate.refused, *data_gate.warned] if data_gate else [],
+        "data_baseline_version": data_gate.baseline_version if data_gate else None,
         "data_categorical_failures": categorical_failures(data_gate) if data_gate else [],
         "task": task,
         "metric_names": metric_names,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tfdist.contract.data_records import ValidateDataResult
 from tfdist.operators.base import StageOperator
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ class ValidateDataOperator(StageOperator):
     stage = "validate_data"
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
-        for line in record["warned"]:
+        result = ValidateDataResult.parse(record, f"{self.task_id}'s result")
+        for line in result.warned:
             self.log.warning("data check failed, warn only: %s", line)
-        return record
+        return result.payload()

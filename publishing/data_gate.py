@@ -9,6 +9,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from tfdist.contract.data_records import (
+    CategoricalStatistics,
+    CheckRow,
+    ClassStatistics,
+    DataStatistics,
+    NotCompared,
+    TargetStatistics,
+)
+from tfdist.spec.data_checks import DataChecks
+
 DATA_VALIDATION = "data_validation.json"
 """In the run's validate_data directory: the data gate's decision, every check and the baseline compared."""
 FORMULAS = {
@@ -51,9 +61,8 @@ def divergence(p: dict[str, int], q: dict[str, int]) -> float:
     return max(js, 0.0)
 
 
-def elements(feature: str, stats: dict[str, Any]) -> list[str]:
-    """The feature's element names: ``x`` for a scalar, ``pixel[5]`` for an element of a vector."""
-    n = len(stats["mean"])
+def elements(feature: str, n: int) -> list[str]:
+    """The names of the feature's ``n`` elements: ``x`` for a scalar, ``pixel[5]`` for an element of a vector."""
     return [feature] if n == 1 else [f"{feature}[{i}]" for i in range(n)]
 
 
@@ -78,53 +87,52 @@ def _row(
     }
 
 
-def _kinds(stats: dict[str, Any]) -> dict[str, str]:
+def _kinds(stats: DataStatistics) -> dict[str, str]:
     """Each feature's kind as the statistics know it: numeric or categorical (a list's too)."""
-    return {**dict.fromkeys(stats["features"], "numeric"), **dict.fromkeys(stats.get("categorical", {}), "categorical")}
+    return {**dict.fromkeys(stats.features, "numeric"), **dict.fromkeys(stats.categorical, "categorical")}
 
 
-def _rows(stats: dict[str, Any]) -> int:
-    """Train and eval rows."""
-    return int(stats["train"]["rows"] + stats["eval"]["rows"])
-
-
-def _why_not_compared(feature: str, now: dict[str, Any], base: dict[str, Any]) -> str | None:
+def _why_not_compared(feature: str, now: DataStatistics, base: DataStatistics) -> str | None:
     """Why the feature has nothing to compare with in the baseline's statistics (None: it has)."""
     kind, was = _kinds(now)[feature], _kinds(base).get(feature)
     if was is None:
         return "new since the baseline"
     if was != kind:
         return f"{kind} now, {was} in the baseline"
-    size, was_size = (len(s["features"][feature]["mean"]) if kind == "numeric" else 1 for s in (now, base))
+    size, was_size = (len(s.features[feature].mean) if kind == "numeric" else 1 for s in (now, base))
     return f"{size} elements now, {was_size} in the baseline" if size != was_size else None
 
 
-def not_compared(now: dict[str, Any], base: dict[str, Any], vocabularies: Vocabularies) -> list[dict[str, str]]:
+def not_compared(now: DataStatistics, base: DataStatistics, vocabularies: Vocabularies) -> list[NotCompared]:
     """What has nothing to compare with in the baseline's data, and why: a feature new since then or of another
     kind or shape, a vocabulary the baseline version lacks, a label of another task."""
     notes = [
-        {"feature": feature, "why": why} for feature in _kinds(now) if (why := _why_not_compared(feature, now, base))
+        NotCompared(feature=feature, why=why)
+        for feature in _kinds(now)
+        if (why := _why_not_compared(feature, now, base))
     ]
     notes += [
-        {"feature": f, "why": "the baseline version has no vocabulary of it (hashed, or published before vocabularies)"}
+        NotCompared(
+            feature=f, why="the baseline version has no vocabulary of it (hashed, or published before vocabularies)"
+        )
         for f, vocabulary in vocabularies.items()
-        if vocabulary is None and f in base.get("categorical", {})
+        if vocabulary is None and f in base.categorical
     ]
-    if _task(now) != _task(base):
-        notes.append({"feature": "label", "why": f"task {_task(now)} now, {_task(base)} in the baseline"})
+    if now.task != base.task:
+        notes.append(NotCompared(feature="label", why=f"task {now.task} now, {base.task} in the baseline"))
     return notes
 
 
-def feature_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
+def feature_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     """Drift, constant-ness and missing rate of every numeric feature element that has one to compare with."""
     rows = []
-    drift, constant = settings["drift"], settings["constant"]["min_share"]
-    for feature, stats in now["features"].items():
+    drift, constant = settings.drift, settings.constant.min_share
+    for feature, stats in now.features.items():
         if _why_not_compared(feature, now, base):
             continue
-        old = base["features"][feature]
-        for i, name in enumerate(elements(feature, stats)):
-            js = divergence(stats["histogram"][i], old["histogram"][i])
+        old = base.features[feature]
+        for i, name in enumerate(elements(feature, len(stats.mean))):
+            js = divergence(stats.histogram[i], old.histogram[i])
             rows.append(
                 _row(
                     "drift",
@@ -132,12 +140,12 @@ def feature_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str
                     "Jensen–Shannon divergence from the baseline's histogram",
                     js,
                     None,
-                    drift["max_divergence"],
-                    drift["max_divergence"] - js,
-                    f"≤ {drift['max_divergence']}",
+                    drift.max_divergence,
+                    drift.max_divergence - js,
+                    f"≤ {drift.max_divergence}",
                 )
             )
-            varied, was = varied_share(stats["histogram"][i]), varied_share(old["histogram"][i])
+            varied, was = varied_share(stats.histogram[i]), varied_share(old.histogram[i])
             if (varied == 0) != (was == 0):  # one side constant: did the other vary?
                 other = max(varied, was)
                 rows.append(
@@ -152,19 +160,19 @@ def feature_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str
                         f"constant on both sides, or ≤ {constant} off it on the other",
                     )
                 )
-        rows += _numeric_missing(feature, now, base, settings["missing"]["max_change"])
+        rows += _numeric_missing(feature, now, base, settings.missing.max_change)
     return rows
 
 
-def _numeric_missing(feature: str, now: dict[str, Any], base: dict[str, Any], limit: float) -> list[dict[str, Any]]:
+def _numeric_missing(feature: str, now: DataStatistics, base: DataStatistics, limit: float) -> list[dict[str, Any]]:
     """The missing rate of each element with a missing value on either side (statistics without 'missing' were
     written when a missing value was a bad row: none)."""
-    stats, old = now["features"][feature], base["features"][feature]
-    n = len(stats["mean"])
-    rates = [[m / (_rows(s) or 1) for m in f.get("missing", [0] * n)] for s, f in ((now, stats), (base, old))]
+    stats, old = now.features[feature], base.features[feature]
+    n = len(stats.mean)
+    rates = [[m / (s.rows or 1) for m in f.missing or [0] * n] for s, f in ((now, stats), (base, old))]
     return [
         _missing_row(name, rate, was, limit)
-        for name, rate, was in zip(elements(feature, stats), *rates, strict=True)
+        for name, rate, was in zip(elements(feature, n), *rates, strict=True)
         if rate or was
     ]
 
@@ -182,38 +190,40 @@ def _missing_row(feature: str, rate: float, was: float, limit: float) -> dict[st
     )
 
 
-def value_shares(stats: dict[str, Any]) -> dict[str, float]:
+def value_shares(stats: CategoricalStatistics) -> dict[str, float]:
     """A categorical feature's top values' shares of the values counted."""
-    return {str(value): n / (stats["values"] or 1) for value, n in stats["top"]}
+    return {str(value): n / (stats.values or 1) for value, n in stats.top}
 
 
-def cut_share(stats: dict[str, Any]) -> float:
+def cut_share(stats: CategoricalStatistics) -> float:
     """The share of the top list's last value when the list does not hold every value (0 when it does): a value
     beyond it has at most that share."""
-    listed = sum(n for _, n in stats["top"])
-    return stats["top"][-1][1] / stats["values"] if listed < stats["values"] else 0.0
+    listed = sum(n for _, n in stats.top)
+    return stats.top[-1][1] / stats.values if listed < stats.values else 0.0
 
 
 def categorical_checks(
-    now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any], vocabularies: Vocabularies
+    now: DataStatistics, base: DataStatistics, settings: DataChecks, vocabularies: Vocabularies
 ) -> list[dict[str, Any]]:
     """Per categorical feature with one to compare with: the L∞ distance of its value shares, the share of its
     values outside the baseline's vocabulary (when it maps through one now and the baseline has one), its
     missing rate."""
     rows = []
-    for feature, stats in now.get("categorical", {}).items():
+    for feature, stats in now.categorical.items():
         if _why_not_compared(feature, now, base):
             continue
-        old = base["categorical"][feature]
-        rows.append(_categorical_drift(feature, stats, old, settings["drift"]["max_distance"]))
+        old = base.categorical[feature]
+        rows.append(_categorical_drift(feature, stats, old, settings.drift.max_distance))
         if (vocabulary := vocabularies.get(feature)) is not None:
-            rows.append(_out_of_vocabulary(feature, stats, set(vocabulary), settings["vocabulary"]["max_oov_share"]))
-        rate, was = (s["missing"] / (s["rows"] or 1) for s in (stats, old))
-        rows.append(_missing_row(feature, rate, was, settings["missing"]["max_change"]))
+            rows.append(_out_of_vocabulary(feature, stats, set(vocabulary), settings.vocabulary.max_oov_share))
+        rate, was = (s.missing / (s.rows or 1) for s in (stats, old))
+        rows.append(_missing_row(feature, rate, was, settings.missing.max_change))
     return rows
 
 
-def _categorical_drift(feature: str, stats: dict[str, Any], old: dict[str, Any], limit: float) -> dict[str, Any]:
+def _categorical_drift(
+    feature: str, stats: CategoricalStatistics, old: CategoricalStatistics, limit: float
+) -> dict[str, Any]:
     shares, was = value_shares(stats), value_shares(old)
     changes = {v: abs(shares.get(v, 0.0) - was.get(v, 0.0)) for v in shares | was}
     moved = max(changes, key=changes.__getitem__, default=None)
@@ -233,10 +243,12 @@ def _categorical_drift(feature: str, stats: dict[str, Any], old: dict[str, Any],
     return row | {"top_value": top} | ({"within": within} if within else {})
 
 
-def _out_of_vocabulary(feature: str, stats: dict[str, Any], vocabulary: set[str], limit: float) -> dict[str, Any]:
-    outside = [(str(value), n / (stats["values"] or 1)) for value, n in stats["top"] if str(value) not in vocabulary]
+def _out_of_vocabulary(
+    feature: str, stats: CategoricalStatistics, vocabulary: set[str], limit: float
+) -> dict[str, Any]:
+    outside = [(str(value), n / (stats.values or 1)) for value, n in stats.top if str(value) not in vocabulary]
     share = sum(s for _, s in outside)
-    beyond = 1 - sum(n for _, n in stats["top"]) / stats["values"] if stats["values"] else 0.0
+    beyond = 1 - sum(n for _, n in stats.top) / stats.values if stats.values else 0.0
     row = _row(
         "vocabulary",
         feature,
@@ -251,28 +263,23 @@ def _out_of_vocabulary(feature: str, stats: dict[str, Any], vocabulary: set[str]
     return row | {"top_value": top} | ({"beyond_top": beyond} if beyond > 0 else {})
 
 
-def _task(stats: dict[str, Any]) -> str:
-    """The label's task (statistics from before tasks: multiclass)."""
-    return str(stats.get("label", {}).get("task", "multiclass"))
-
-
-def _class_counts(stats: dict[str, Any]) -> dict[str, int]:
+def _class_counts(stats: DataStatistics) -> dict[str | None, int]:
     """Rows per class name over both splits (statistics from before class names: the class indices)."""
-    if "label" in stats:
-        return dict(zip(stats["label"]["classes"], stats["label"]["class_counts"], strict=True))
-    pairs = zip(stats["train"]["class_counts"], stats["eval"]["class_counts"], strict=True)
+    if isinstance(stats.label, ClassStatistics):
+        return dict(zip(stats.label.classes, stats.label.class_counts, strict=True))
+    pairs = zip(stats.train.class_counts or [], stats.eval.class_counts or [], strict=True)
     return {str(k): a + b for k, (a, b) in enumerate(pairs)}
 
 
-def label_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
+def label_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
     """By the label's task (none when it changed since the baseline): multiclass, the largest change of a class's
     share (L∞, classes by name) and every class the baseline has and this run lacks; binary, the change of the
     positive rate (classes by position) and a class gone; regression, the shift of the target's mean."""
-    task, limits = _task(now), settings["labels"]
-    if task != _task(base):
+    task, limits = now.task, settings.labels
+    if task != base.task:
         return []
-    if task == "regression":
-        return [_mean_shift(now["label"], base["label"], limits["max_mean_shift"])]
+    if isinstance(now.label, TargetStatistics) and isinstance(base.label, TargetStatistics):
+        return [_mean_shift(now.label, base.label, limits.max_mean_shift)]
     counts, old = _class_counts(now), _class_counts(base)
     if task == "binary":
         old = dict(zip(counts, old.values(), strict=True))  # [negative, positive], whatever their names
@@ -281,7 +288,7 @@ def label_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, 
     change = {c: abs(shares.get(c, 0.0) - old_shares.get(c, 0.0)) for c in shares | old_shares}
     worst = list(counts)[1] if task == "binary" else max(change, key=change.__getitem__)
     statistic = "change of the positive rate" if task == "binary" else "change of the class's share of the rows (L∞)"
-    limit = limits["max_change"]
+    limit = limits.max_change
     rows = [
         _row(
             "labels",
@@ -302,25 +309,25 @@ def label_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, 
     return rows
 
 
-def _mean_shift(label: dict[str, Any], old: dict[str, Any], limit: float) -> dict[str, Any]:
+def _mean_shift(label: TargetStatistics, old: TargetStatistics, limit: float) -> dict[str, Any]:
     """The target's mean against the baseline's; the margin in the baseline's standard deviations (a constant
     baseline target: minus the change itself)."""
-    change = abs(label["mean"] - old["mean"])
+    change = abs(label.mean - old.mean)
     return _row(
         "labels",
         "target",
         "mean of the target",
-        label["mean"],
-        old["mean"],
+        label.mean,
+        old.mean,
         limit,
-        limit - change / old["std"] if old["std"] else -change,
-        f"|mean − baseline's| ≤ {limit} × the baseline's std ({old['std']:.4g})",
+        limit - change / old.std if old.std else -change,
+        f"|mean − baseline's| ≤ {limit} × the baseline's std ({old.std:.4g})",
     )
 
 
-def row_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    rows_now, rows_base = _rows(now), _rows(base)
-    ratio, low, high = rows_now / rows_base, settings["rows"]["min_ratio"], settings["rows"]["max_ratio"]
+def row_checks(now: DataStatistics, base: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
+    rows_now, rows_base = now.rows, base.rows
+    ratio, low, high = rows_now / rows_base, settings.rows.min_ratio, settings.rows.max_ratio
     return [
         _row(
             "rows",
@@ -335,44 +342,46 @@ def row_checks(now: dict[str, Any], base: dict[str, Any], settings: dict[str, An
     ]
 
 
-def bound_checks(now: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every element of a bounded feature within its bounds (its min and max)."""
+def bound_checks(now: DataStatistics, settings: DataChecks) -> list[dict[str, Any]]:
+    """Every element of a bounded feature within its bounds (its min and max; an element without a value has
+    none to check)."""
     rows = []
-    for feature, bound in settings["bounds"]["features"].items():
-        stats = now["features"][feature]
-        for i, name in enumerate(elements(feature, stats)):
-            if bound.get("lower") is not None:
+    for feature, bound in settings.bounds.features.items():
+        stats = now.features[feature]
+        for i, name in enumerate(elements(feature, len(stats.mean))):
+            lowest, highest = stats.min[i], stats.max[i]
+            if bound.lower is not None and lowest is not None:
                 rows.append(
                     _row(
                         "bounds",
                         name,
                         "min",
-                        stats["min"][i],
+                        lowest,
                         None,
-                        bound["lower"],
-                        stats["min"][i] - bound["lower"],
-                        f"≥ {bound['lower']}",
+                        bound.lower,
+                        lowest - bound.lower,
+                        f"≥ {bound.lower}",
                     )
                 )
-            if bound.get("upper") is not None:
+            if bound.upper is not None and highest is not None:
                 rows.append(
                     _row(
                         "bounds",
                         name,
                         "max",
-                        stats["max"][i],
+                        highest,
                         None,
-                        bound["upper"],
-                        bound["upper"] - stats["max"][i],
-                        f"≤ {bound['upper']}",
+                        bound.upper,
+                        bound.upper - highest,
+                        f"≤ {bound.upper}",
                     )
                 )
     return rows
 
 
 def checks(
-    now: dict[str, Any], base: dict[str, Any] | None, settings: dict[str, Any], vocabularies: Vocabularies
-) -> list[dict[str, Any]]:
+    now: DataStatistics, base: DataStatistics | None, settings: DataChecks, vocabularies: Vocabularies
+) -> list[CheckRow]:
     """Every check of ``settings`` (the spec's data.checks, as JSON) not turned off; those needing a baseline
     only with one (``vocabularies``: see Vocabularies). Each row says what a failure does (``mode``) and whether
     it passed."""
@@ -384,23 +393,24 @@ def checks(
             + label_checks(now, base, settings)
             + row_checks(now, base, settings)
         )
-    for row in rows:
-        row["mode"] = settings[row["check"]]["mode"] or settings["mode"]
-        row["passed"] = row["margin"] >= 0
-    return [row for row in rows if row["mode"] != "off"]
+    modes = [getattr(settings, row["check"]).mode or settings.mode for row in rows]
+    return [
+        CheckRow(**row, mode=mode, passed=row["margin"] >= 0)
+        for row, mode in zip(rows, modes, strict=True)
+        if mode != "off"
+    ]
 
 
-def failure_line(row: dict[str, Any]) -> str:
+def failure_line(row: CheckRow) -> str:
     """A failed check in words: the feature, the statistic, this run's value, the baseline's, the bound; for a
     categorical feature, the value that moved most (drift) or the most frequent one outside the vocabulary."""
 
     def shown(value: Any) -> str:
         return f"{value:.4g}" if isinstance(value, float) else str(value)
 
-    baseline = "" if row["baseline"] is None else f", baseline {shown(row['baseline'])}"
-    line = f"{row['check']}: {row['feature']} {row['statistic']} {shown(row['value'])}{baseline}; allowed {row['rule']}"
-    top = row.get("top_value")
-    if top:
-        was = "" if top["baseline"] is None else f", baseline {shown(top['baseline'])}"
-        line += f" (value {top['value']!r}: share {shown(top['share'])}{was})"
+    baseline = "" if row.baseline is None else f", baseline {shown(row.baseline)}"
+    line = f"{row.check}: {row.feature} {row.statistic} {shown(row.value)}{baseline}; allowed {row.rule}"
+    if top := row.top_value:
+        was = "" if top.baseline is None else f", baseline {shown(top.baseline)}"
+        line += f" (value {top.value!r}: share {shown(top.share)}{was})"
     return line

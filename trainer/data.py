@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from tfdist.contract.data_records import FeatureEntry, Manifest, ManifestHead, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
 from tfdist.infra import storage
@@ -150,27 +151,27 @@ LABELS = {"index": "int64", "binary": "int64", "value": "float32", "name": "stri
 """How the label is stored (the manifest's ``label.stored``) → its dtype in the Example."""
 
 
-def parse_fn(tf, manifest: dict[str, Any]):
+def parse_fn(tf, manifest: Manifest):
     """Batched parser: serialized examples → (the model's raw inputs by feature name, labels), as docs/tabular.md
     ("Formats") says: numeric float32 [batch, *shape] (NaN: missing); categorical string [batch] (int64 for dtype
     int64, MISSING_INT64: missing); categorical_list string [batch, None] padded with ""; labels the class index
     (int64; a class name mapped by the manifest's classes), 0/1 (int64) or the target (float32)."""
-    label = manifest["label"]
-    schema = {label["name"]: tf.io.FixedLenFeature([], getattr(tf, LABELS[label["stored"]]))}
-    for f in manifest["features"]:
-        if f["kind"] == "numeric":
-            schema[f["name"]] = tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32)
-        elif f["kind"] == "categorical":
-            schema[f["name"]] = tf.io.FixedLenFeature([], tf.string)
+    label = manifest.label
+    schema = {label.name: tf.io.FixedLenFeature([], getattr(tf, LABELS[label.stored]))}
+    for f in manifest.features:
+        if f.kind == "numeric":
+            schema[f.name] = tf.io.FixedLenFeature([math.prod(f.shape)], tf.float32)
+        elif f.kind == "categorical":
+            schema[f.name] = tf.io.FixedLenFeature([], tf.string)
         else:
-            schema[f["name"]] = tf.io.RaggedFeature(tf.string)
+            schema[f.name] = tf.io.RaggedFeature(tf.string)
 
-    def raw(f: dict[str, Any], value):
-        if f["kind"] == "numeric":
-            return tf.reshape(value, [-1, *f["shape"]])
-        if f["kind"] == "categorical_list":
+    def raw(f: FeatureEntry, value):
+        if isinstance(f, NumericEntry):
+            return tf.reshape(value, [-1, *f.shape])
+        if f.kind == "categorical_list":
             return value.to_tensor("")
-        if f["dtype"] == "int64":
+        if f.dtype == "int64":
             missing = value == ""
             number = tf.strings.to_number(tf.where(missing, "0", value), tf.int64)
             return tf.where(missing, tf.constant(MISSING_INT64, tf.int64), number)
@@ -178,16 +179,16 @@ def parse_fn(tf, manifest: dict[str, Any]):
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, schema)
-        labels = parsed.pop(label["name"])
-        if label["stored"] == "name":  # made here, not with the parser: a strategy made later must come first
-            classes = tf.constant(label["classes"], tf.string)
+        labels = parsed.pop(label.name)
+        if label.stored == "name":  # made here, not with the parser: a strategy made later must come first
+            classes = tf.constant(label.classes, tf.string)
             labels = tf.argmax(tf.cast(tf.equal(labels[:, None], classes[None, :]), tf.int64), axis=1)
-        return {f["name"]: raw(f, parsed[f["name"]]) for f in manifest["features"]}, labels
+        return {f.name: raw(f, parsed[f.name]) for f in manifest.features}, labels
 
     return parse
 
 
-def verified_manifest(data_dir: str, *splits: str) -> tuple[dict[str, Any], str]:
+def verified_manifest(data_dir: str, *splits: str) -> tuple[Manifest, str]:
     """(The data manifest, the local directory holding its files) once every shard of ``splits`` and every
     vocabulary file is as prepare_data wrote it: present, of its size (shards), of its sha256 (streamed, after the
     size: a cut shard costs no hashing). An object store's are checked in their local copy (``scratch.fetch``),
@@ -195,15 +196,16 @@ def verified_manifest(data_dir: str, *splits: str) -> tuple[dict[str, Any], str]
     Otherwise refuse (EXIT_REFUSED), naming the file, the check and the fix, before anything reads the data."""
     manifest_path = storage.join(data_dir, MANIFEST)
     try:
-        manifest = read_json(os.path.join(scratch.fetch(data_dir, [MANIFEST]), MANIFEST))
+        payload = read_json(os.path.join(scratch.fetch(data_dir, [MANIFEST]), MANIFEST))
     except FileNotFoundError:
         _refuse(manifest_path, "missing", "the file does not exist")
-    if manifest.get("version") != MANIFEST_VERSION:
-        _refuse(manifest_path, "version", f"version {manifest.get('version')}, this trainer reads {MANIFEST_VERSION}")
-    files = [(s["file"], s["bytes"], s["sha256"]) for split in splits for s in manifest[split]["shards"]]
-    files += [
-        (f["vocabulary"]["file"], None, f["vocabulary"]["sha256"]) for f in manifest["features"] if f.get("vocabulary")
+    if (version := ManifestHead.parse(payload, manifest_path).version) != MANIFEST_VERSION:
+        _refuse(manifest_path, "version", f"version {version}, this trainer reads {MANIFEST_VERSION}")
+    manifest = Manifest.parse(payload, manifest_path)
+    files: list[tuple[str, int | None, str]] = [
+        (s.file, s.bytes, s.sha256) for split in splits for s in manifest.split(split).shards
     ]
+    files += [(f.vocabulary.file, None, f.vocabulary.sha256) for f in manifest.with_vocabulary if f.vocabulary]
     try:
         local = scratch.fetch(data_dir, [name for name, _, _ in files])
     except FileNotFoundError as missing:
@@ -227,11 +229,11 @@ def _refuse(path: str, check: str, detail: str) -> NoReturn:
     )
 
 
-def shard_paths(data_dir: str, manifest: dict[str, Any], split: str) -> list[str]:
-    return [os.path.join(data_dir, s["file"]) for s in manifest[split]["shards"]]
+def shard_paths(data_dir: str, manifest: Manifest, split: str) -> list[str]:
+    return [os.path.join(data_dir, s.file) for s in manifest.split(split).shards]
 
 
-def eval_dataset(tf, data_dir: str, manifest: dict[str, Any], batch_size: int = 1024):
+def eval_dataset(tf, data_dir: str, manifest: Manifest, batch_size: int = 1024):
     files = shard_paths(data_dir, manifest, "eval")
     return (
         tf.data.TFRecordDataset(files, num_parallel_reads=READ_PARALLELISM)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import BLESSING, MANIFEST
 from tfdist.contract.progress import CHECKPOINT_STATE, kept_checkpoints
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from tfdist.spec import Spec
 
 
-def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def score(tf, predict, data_dir: str, manifest: Manifest) -> tuple[np.ndarray, np.ndarray]:
     """(outputs, labels) of every eval example, ``predict`` mapping a feature dict to the task's output: the
     probabilities ``[n, classes]`` (multiclass), else one value per example ``[n]``."""
     outputs, labels = [], []
@@ -45,7 +46,7 @@ def score(tf, predict, data_dir: str, manifest: dict[str, Any]) -> tuple[np.ndar
         outputs.append(np.asarray(predict(features)))
         labels.append(batch_labels.numpy())
     joined = np.concatenate(outputs)
-    return (joined if manifest["label"]["task"] == "multiclass" else joined.reshape(-1)), np.concatenate(labels)
+    return (joined if manifest.label.task == "multiclass" else joined.reshape(-1)), np.concatenate(labels)
 
 
 def deltas(found: dict[str, float | None], baseline: dict[str, float | None]) -> dict[str, dict[str, float | None]]:
@@ -98,27 +99,27 @@ def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
     return predict
 
 
-def class_columns(published: dict[str, Any] | None, label: dict[str, Any]) -> list[int] | None:
+def class_columns(published: dict[str, Any] | None, label: LabelEntry) -> list[int] | None:
     """The columns of a published model's probabilities in this run's class order (None: its own order), from its
     metadata's ``label`` (None: published before labels had tasks, integer classes); ValueError when its task or
     classes are not this run's."""
     if published is None:
         return None
-    if published["task"] != label["task"]:
-        raise ValueError(f"it predicts task '{published['task']}', this run's is '{label['task']}'")
-    theirs, ours = published["classes"], label["classes"]
+    if published["task"] != label.task:
+        raise ValueError(f"it predicts task '{published['task']}', this run's is '{label.task}'")
+    theirs, ours = published["classes"], label.class_names
     if theirs == ours:
         return None
-    if label["task"] != "multiclass" or sorted(theirs) != sorted(ours):
+    if label.task != "multiclass" or sorted(theirs) != sorted(map(str, ours)):
         raise ValueError(f"its classes {theirs} are not this run's {ours}")
     return [theirs.index(c) for c in ours]
 
 
-def baseline_metrics(tf, spec: Spec, baseline: dict, data_dir: str, manifest: dict) -> dict[str, float | None]:
+def baseline_metrics(tf, spec: Spec, baseline: dict, data_dir: str, manifest: Manifest) -> dict[str, float | None]:
     """The baseline SavedModel's metrics on this run's eval data, through its serving signature."""
-    label = manifest["label"]
+    label = manifest.label
     columns = class_columns(baseline.get("label"), label)
-    served = serving_predict(tf, scratch.local_tree(baseline["path"]), label["task"], columns)
+    served = serving_predict(tf, scratch.local_tree(baseline["path"]), label.task, columns)
     outputs, labels = score(tf, served, data_dir, manifest)
     return metrics.of_task(label, spec.loss, spec.metrics, outputs, labels)[0]
 
@@ -128,7 +129,7 @@ RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_exampl
 
 
 def scored_candidates(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, train_result: dict
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, train_result: dict
 ) -> list[dict[str, Any]]:
     """Each candidate checkpoint's step, metrics and examples and accuracy per class, once it passes every
     integrity check; the first one failing one refuses the stage, its blessing record naming the check."""
@@ -155,7 +156,7 @@ def scored_candidates(
             )
             fail(str(exc), EXIT_REFUSED)
         outputs, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
-        found, by_class = metrics.of_task(manifest["label"], spec.loss, spec.metrics, outputs, labels)
+        found, by_class = metrics.of_task(manifest.label, spec.loss, spec.metrics, outputs, labels)
         scored.append(
             {"checkpoint": path, "step": step, "examples": len(labels), "metrics": found, "per_class": by_class}
         )
@@ -167,7 +168,7 @@ def scored_candidates(
 
 
 def compare_with_baseline(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, found: dict[str, float | None]
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, found: dict[str, float | None]
 ) -> tuple[dict | None, dict, list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
     Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply. The
@@ -177,7 +178,7 @@ def compare_with_baseline(
 
 
 def compared(
-    tf, args: EvaluateArgs, spec: Spec, manifest: dict, found: dict[str, float | None], baseline: dict | None
+    tf, args: EvaluateArgs, spec: Spec, manifest: Manifest, found: dict[str, float | None], baseline: dict | None
 ) -> tuple[dict | None, dict, list[str]]:
     """``compare_with_baseline`` against ``baseline`` (None: there is none)."""
     if baseline is None:
@@ -222,7 +223,7 @@ def chosen_candidate(spec: Spec, scored: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def blessing_record(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: dict, scored: list[dict[str, Any]]
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, scored: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
     chosen = chosen_candidate(spec, scored)
@@ -251,7 +252,7 @@ def blessing_record(
         "step": chosen["step"],
         "integrity": {"checks": ["restores", "finite_weights", "step", "data_manifest"], "failed": None},
         "eval_examples": chosen["examples"],
-        "task": manifest["label"]["task"],
+        "task": manifest.label.task,
         "metrics": found,
         "directions": {k: spec.direction(k) for k in found},
         "per_class": chosen["per_class"],

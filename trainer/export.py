@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfdist.contract.data_records import LabelEntry, Manifest, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import BLESSING, MANIFEST
+from tfdist.contract.records import write_record
 from tfdist.contract.stages import ExportArgs
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
@@ -50,36 +52,37 @@ SAVED_MODEL = "saved_model.pb"
 directory with its "latest" policy finds no loadable version before the whole one is there."""
 
 
-def serving_inputs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def serving_inputs(manifest: Manifest) -> list[dict[str, Any]]:
     """The serving signature's inputs, one per feature by name: its kind, dtype, shape (None: any size) and the
     value that says missing (a list: padding, and an empty list)."""
     found = []
-    for f in manifest["features"]:
+    for f in manifest.features:
         missing: str | int
-        if f["kind"] == "numeric":
-            dtype, shape, missing = "float32", [None, *f["shape"]], "NaN"
-        elif f["kind"] == "categorical_list":
+        shape: list[int | None]
+        if isinstance(f, NumericEntry):
+            dtype, shape, missing = "float32", [None, *f.shape], "NaN"
+        elif f.kind == "categorical_list":
             dtype, shape, missing = "string", [None, None], ""
         else:
-            dtype, shape, missing = f["dtype"], [None], MISSING_INT64 if f["dtype"] == "int64" else ""
-        found.append({"name": f["name"], "kind": f["kind"], "dtype": dtype, "shape": shape, "missing": missing})
+            dtype, shape, missing = f.dtype, [None], MISSING_INT64 if f.dtype == "int64" else ""
+        found.append({"name": f.name, "kind": f.kind, "dtype": dtype, "shape": shape, "missing": missing})
     return found
 
 
-def serving_outputs(label: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def serving_outputs(label: LabelEntry) -> dict[str, dict[str, Any]]:
     """The serving signature's outputs by task, each with its dtype and shape."""
-    if label["task"] == "multiclass":
+    if label.task == "multiclass":
         return {
-            "probabilities": {"dtype": "float32", "shape": [None, len(label["classes"])]},
+            "probabilities": {"dtype": "float32", "shape": [None, len(label.class_names)]},
             "classes": {"dtype": "string", "shape": [None]},
         }
-    return {OUTPUT[label["task"]]: {"dtype": "float32", "shape": [None]}}
+    return {OUTPUT[label.task]: {"dtype": "float32", "shape": [None]}}
 
 
-def serving_module(tf, model, manifest: dict[str, Any]):
+def serving_module(tf, model, manifest: Manifest):
     """A tf.Module whose ``serve`` takes the raw features (one named input each, ``serving_inputs``) and returns
     the task's outputs (``serving_outputs``)."""
-    inputs, label = serving_inputs(manifest), manifest["label"]
+    inputs, label = serving_inputs(manifest), manifest.label
     names = [i["name"] for i in inputs]
     module = tf.Module()
     module.model = model
@@ -87,25 +90,25 @@ def serving_module(tf, model, manifest: dict[str, Any]):
     @tf.function(input_signature=[tf.TensorSpec(i["shape"], i["dtype"], name=i["name"]) for i in inputs])
     def serve(*tensors):
         output = model(dict(zip(names, tensors, strict=True)), training=False)
-        if label["task"] != "multiclass":
-            return {OUTPUT[label["task"]]: tf.reshape(output, [-1])}
-        return {"probabilities": output, "classes": tf.gather(tf.constant(label["classes"]), tf.argmax(output, 1))}
+        if label.task != "multiclass":
+            return {OUTPUT[label.task]: tf.reshape(output, [-1])}
+        return {"probabilities": output, "classes": tf.gather(tf.constant(label.classes), tf.argmax(output, 1))}
 
     module.serve = serve
     return module
 
 
-def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: dict[str, Any]) -> dict[str, Any]:
+def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: Manifest) -> dict[str, Any]:
     """Reload the SavedModel and run its signature on every eval example: the largest difference from the Keras
     model's outputs (refused above the tolerance, naming it), and the task's metrics through the signature."""
-    label = manifest["label"]
+    label = manifest.label
     trained, _ = score(tf, functools.partial(model, training=False), data_dir, manifest)
-    served, labels = score(tf, serving_predict(tf, path, label["task"]), data_dir, manifest)
+    served, labels = score(tf, serving_predict(tf, path, label.task), data_dir, manifest)
     difference = float(np.abs(trained - served).max())
-    tolerance = SKEW_TOLERANCE * (label["std"] if label["task"] == "regression" else 1)
+    tolerance = SKEW_TOLERANCE * label.standardization[1]
     if not difference <= tolerance:  # NaN included
         fail(
-            f"training/serving skew: the reloaded SavedModel's {OUTPUT[label['task']]} differ from the "
+            f"training/serving skew: the reloaded SavedModel's {OUTPUT[label.task]} differ from the "
             f"trained model's by up to {difference:.3g} on the eval split (allowed {tolerance:.3g}); nothing was "
             "published",
             EXIT_REFUSED,
@@ -116,15 +119,15 @@ def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: dic
     }
 
 
-def copy_vocabularies(data_dir: str, manifest: dict[str, Any], version_dir: str) -> None:
+def copy_vocabularies(data_dir: str, manifest: Manifest, version_dir: str) -> None:
     """Each categorical feature's vocabulary (checked by ``data.verified_manifest``) into the version's
     ``vocabularies/``."""
-    for f in manifest["features"]:
-        if vocabulary := f.get("vocabulary"):
+    for f in manifest.with_vocabulary:
+        if f.vocabulary:
             os.makedirs(registry.vocabulary_dir(version_dir), exist_ok=True)
             shutil.copyfile(
-                os.path.join(data_dir, vocabulary["file"]),
-                os.path.join(registry.vocabulary_dir(version_dir), f"{f['name']}.json"),
+                os.path.join(data_dir, f.vocabulary.file),
+                os.path.join(registry.vocabulary_dir(version_dir), f"{f.name}.json"),
             )
 
 
@@ -255,7 +258,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
         served = serving_check(tf, spec, model, tmp, data_dir, manifest)
         copy_vocabularies(data_dir, manifest, tmp)
-        write_json_atomic(os.path.join(tmp, registry.DATA_STATISTICS), manifest["statistics"])
+        write_record(os.path.join(tmp, registry.DATA_STATISTICS), manifest.statistics)
         keep_checkpoint(scratch.local_checkpoint(blessing["checkpoint"]), registry.warm_start_checkpoint(tmp))
         write_json_atomic(
             registry.metadata_file(tmp),
@@ -267,7 +270,7 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
                 "data_interval_end": run["data_interval_end"],
                 "spec_sha256": digest_json(spec.to_json_dict()),
                 "data_manifest_sha256": sha256_file(os.path.join(data_dir, MANIFEST)),
-                "input_fingerprint": manifest["input_fingerprint"],
+                "input_fingerprint": manifest.input_fingerprint,
                 "metrics": blessing["metrics"],
                 "gate": blessing["gate"],
                 "blessing": {
@@ -288,8 +291,8 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
                 "approval": read_json_if_exists(args.approval) if args.approval else None,
                 "source_checkpoint": blessing["checkpoint"],
                 **origin,
-                "label": manifest["label"],
-                "signature": {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest["label"])},
+                "label": manifest.label.model_dump(mode="json"),
+                "signature": {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)},
                 "tensorflow_version": tf.__version__,
             },
         )

@@ -11,10 +11,11 @@ from tfdist.trainer.models import table_bytes
 from tfdist.trainer.runtime import fail, memory_limit, tf_config
 
 if TYPE_CHECKING:
+    from tfdist.contract.data_records import Manifest
     from tfdist.spec import Spec
 
 
-def refuse_tables_over_memory(spec: Spec, manifest: dict[str, Any]) -> None:
+def refuse_tables_over_memory(spec: Spec, manifest: Manifest) -> None:
     """Refuse (EXIT_REFUSED) to train when the tables of weights by id that this process and the others of its role
     on this host hold (with the optimizer's slots: every worker or rank holds them all; with parameter servers each
     ps its share, at least the largest table) take over half of the memory this process has, naming the features

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.contract.data_records import LabelEntry
+
 EPSILON = 1e-7
 """Probabilities are clipped to [EPSILON, 1 - EPSILON] in the losses, as Keras's cross-entropies do."""
 
@@ -65,16 +67,16 @@ def regression(
 
 
 def of_task(
-    label: dict[str, Any], loss: str, names: Sequence[str], outputs: np.ndarray, labels: np.ndarray
-) -> tuple[Metrics, dict[str, dict[str, Any]] | None]:
+    label: LabelEntry, loss: str, names: Sequence[str], outputs: np.ndarray, labels: np.ndarray
+) -> tuple[Metrics, dict[str | None, dict[str, Any]] | None]:
     """(the metrics, per class name its examples and accuracy: None for regression) of the task of ``label`` (the
     data manifest's)."""
-    task, classes = label["task"], label["classes"]
+    task, classes = label.task, label.class_names
     if task == "multiclass":
         return multiclass(outputs, labels, names), per_class(outputs.argmax(axis=1), labels, classes)
     if task == "binary":
         return binary(outputs, labels, names), per_class((outputs >= 0.5).astype(np.int64), labels, classes)
-    return regression(outputs, labels, names, loss, label.get("std") or 1.0), None
+    return regression(outputs, labels, names, loss, label.std or 1.0), None
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:
@@ -112,9 +114,11 @@ def average_precision(score: np.ndarray, positive: np.ndarray) -> float | None:
     return float((recall_added * precision).sum())
 
 
-def per_class(predicted: np.ndarray, labels: np.ndarray, classes: Sequence[str]) -> dict[str, dict[str, Any]]:
+def per_class(
+    predicted: np.ndarray, labels: np.ndarray, classes: Sequence[str | None]
+) -> dict[str | None, dict[str, Any]]:
     """Per class name: its eval examples, and the share of them predicted as that class (None: no example)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str | None, dict[str, Any]] = {}
     for index, name in enumerate(classes):
         mine = labels == index
         found[name] = {

@@ -12,6 +12,7 @@ import importlib
 import inspect
 from typing import Any
 
+from tfdist.contract.data_records import LabelEntry, Manifest, NumericEntry
 from tfdist.spec import CNNModel, CustomModel, MLPModel, Spec, WideDeepModel
 from tfdist.spec.sizing import cross_bytes, embedding_bytes, training_bytes
 from tfdist.trainer import scratch
@@ -21,19 +22,19 @@ OUTPUT = {"multiclass": "probabilities", "binary": "probability", "regression": 
 """The name of the model's output layer, by task."""
 
 
-def output_width(label: dict[str, Any]) -> int:
+def output_width(label: LabelEntry) -> int:
     """The model's outputs per row: the classes (multiclass), else 1."""
-    return label["num_classes"] if label["task"] == "multiclass" else 1
+    return label.num_classes or 1 if label.task == "multiclass" else 1
 
 
-def build_model(spec: Spec, manifest: dict[str, Any], data_dir: str):
+def build_model(spec: Spec, manifest: Manifest, data_dir: str):
     """The spec's model over the manifest's features, its vocabularies read from ``data_dir``."""
     import keras
 
     from tfdist.trainer import preprocessing as pre
 
     p = pre.preprocess(manifest, pre.vocabularies(data_dir, manifest))
-    m, label = spec.model, manifest["label"]
+    m, label = spec.model, manifest.label
     if isinstance(m, CustomModel):
         return keras.Model(p.inputs, _custom(m, p, label), name="custom")
     if isinstance(m, CNNModel):
@@ -105,26 +106,26 @@ def _wide(keras, m: WideDeepModel, p, width: int) -> list:
     return terms
 
 
-def _head(keras, x, label: dict[str, Any]) -> Any:
+def _head(keras, x, label: LabelEntry) -> Any:
     """The task's output layer on the last hidden layer."""
-    task = label["task"]
+    task = label.task
     if task == "regression":
         return _output(keras, keras.layers.Dense(1, name="standardized")(x), label)
     activation = "softmax" if task == "multiclass" else "sigmoid"
     return keras.layers.Dense(output_width(label), activation=activation, name=OUTPUT[task])(x)
 
 
-def _output(keras, logits, label: dict[str, Any]) -> Any:
+def _output(keras, logits, label: LabelEntry) -> Any:
     """The task's output of logits (regression: a standardized prediction)."""
     from tfdist.trainer.preprocessing import Destandardize
 
-    task = label["task"]
+    task = label.task
     if task == "regression":
-        return Destandardize(label["mean"], label["std"], name=OUTPUT[task])(logits)
+        return Destandardize(*label.standardization, name=OUTPUT[task])(logits)
     return keras.layers.Activation("softmax" if task == "multiclass" else "sigmoid", name=OUTPUT[task])(logits)
 
 
-def _custom(m: CustomModel, p, label: dict[str, Any]) -> Any:
+def _custom(m: CustomModel, p, label: LabelEntry) -> Any:
     """The factory's model on the preprocessed inputs; a regression's standardized prediction de-standardized."""
     from tfdist.trainer.preprocessing import Destandardize
 
@@ -132,30 +133,30 @@ def _custom(m: CustomModel, p, label: dict[str, Any]) -> Any:
     factory = getattr(importlib.import_module(module), function)
     parameters = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    offered = {"task": label["task"], "feature_info": p.info}
+    offered = {"task": label.task, "feature_info": p.info}
     extra = {k: v for k, v in offered.items() if k in parameters or takes_any}
     width = output_width(label)
     shapes = {name: info["shape"] for name, info in p.info.items()}
     output = factory(features=shapes, num_classes=width, **m.kwargs, **extra)(p.values)
     if tuple(output.shape[1:]) != (width,):
         raise ValueError(
-            f"model.factory {m.factory}: returns outputs of shape {list(output.shape)}; task '{label['task']}' "
+            f"model.factory {m.factory}: returns outputs of shape {list(output.shape)}; task '{label.task}' "
             f"needs [batch, {width}]"
         )
-    if label["task"] == "regression":
-        return Destandardize(label["mean"], label["std"], name=OUTPUT["regression"])(output)
+    if label.task == "regression":
+        return Destandardize(*label.standardization, name=OUTPUT["regression"])(output)
     return output
 
 
-def table_bytes(spec: Spec, manifest: dict[str, Any]) -> dict[str, int]:
+def table_bytes(spec: Spec, manifest: Manifest) -> dict[str, int]:
     """The bytes each table of weights by id takes in training (with the optimizer's slots), by what it serves: a
     categorical feature (its embedding, and wide_deep's weight per id) or a cross ('a × b')."""
-    width = output_width(manifest["label"])
+    width = output_width(manifest.label)
     wide = isinstance(spec.model, WideDeepModel)
     found = {
-        f["name"]: embedding_bytes(f["ids"], f["embedding_dim"]) + (training_bytes(f["ids"], width) if wide else 0)
-        for f in manifest["features"]
-        if f["kind"] != "numeric"
+        f.name: embedding_bytes(f.ids, f.embedding_dim) + (training_bytes(f.ids, width) if wide else 0)
+        for f in manifest.features
+        if not isinstance(f, NumericEntry)
     }
     return found | cross_bytes(spec.model, width)
 
@@ -177,7 +178,7 @@ def build_embedding_optimizer(spec: Spec, scale: float = 1):
     return m.embedding_optimizer and SPARSE_OPTIMIZERS[m.embedding_optimizer](m.learning_rate * scale)
 
 
-def restore_model(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, checkpoint_path: str):
+def restore_model(tf, spec: Spec, manifest: Manifest, data_dir: str, checkpoint_path: str):
     """(the spec's model with the checkpoint's weights, the checkpoint's training step); fails if the
     checkpoint lacks any of the model's weights."""
     model = build_model(spec, manifest, data_dir)
@@ -194,7 +195,7 @@ class IntegrityError(Exception):
         super().__init__(f"integrity check '{check}' failed for {checkpoint}: {detail}")
 
 
-def restore_checked(tf, spec: Spec, manifest: dict[str, Any], data_dir: str, path: str):
+def restore_checked(tf, spec: Spec, manifest: Manifest, data_dir: str, path: str):
     """``restore_model`` from the checkpoint ``path`` (in an object store: its local copy), or
     IntegrityError('restores')."""
     try:

@@ -32,11 +32,34 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import fsspec
 import numpy as np
 
+from tfdist.contract.data_records import (
+    BinScheme,
+    CategoricalEntry,
+    CategoricalListEntry,
+    CategoricalStatistics,
+    ClassStatistics,
+    DataStatistics,
+    FeatureEntry,
+    InputFile,
+    LabelEntry,
+    Manifest,
+    ManifestHead,
+    Normalization,
+    NumericEntry,
+    NumericStatistics,
+    PrepareResult,
+    Shard,
+    Split,
+    SplitStatistics,
+    TargetStatistics,
+    VocabularyFile,
+)
 from tfdist.contract.launch import EXIT_REFUSED, THREADS_ENV
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record, read_record_if_exists, write_record
 from tfdist.contract.stages import PrepareArgs
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
+from tfdist.infra.jsonfiles import digest_json, read_json, sha256_file, write_json_atomic
 from tfdist.publishing import registry
 from tfdist.spec import CategoricalListFeature, NumericFeature
 from tfdist.spec.data import MAX_CLASSES
@@ -53,7 +76,7 @@ BYTES_PER_WRITER = 32 << 20
 this much input, up to the cores."""
 
 
-def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads: int) -> tuple[str, list[dict]]:
+def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads: int) -> tuple[str, list[InputFile]]:
     """The digest of the input files' contents, the data spec (as spec.json holds it) and the manifest version;
     each file's path, size and sha256."""
 
@@ -66,22 +89,21 @@ def input_fingerprint(files: list[tuple[str, int]], data_spec: DataSpec, threads
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:  # hashlib lets go of the GIL
         digests = list(pool.map(sha256, [url for url, _ in files]))
-    inputs = [{"path": url, "bytes": size, "sha256": d} for (url, size), d in zip(files, digests, strict=True)]
+    inputs = [InputFile(path=url, bytes=size, sha256=d) for (url, size), d in zip(files, digests, strict=True)]
     data_section = data_spec.model_dump(mode="json", exclude={"checks"})  # loosening a check prepares nothing again
-    return digest_json({"inputs": inputs, "data": data_section, "version": data.MANIFEST_VERSION}), inputs
+    listed = [i.model_dump(mode="json") for i in inputs]
+    return digest_json({"inputs": listed, "data": data_section, "version": data.MANIFEST_VERSION}), inputs
 
 
-def write_result(path: str, data_dir: str, manifest: dict) -> None:
+def write_result(path: str, data_dir: str, manifest: Manifest) -> None:
     """The stage's result record (the task's XCom)."""
-    write_json_atomic(
-        path,
-        {
-            "data_dir": data_dir,
-            "train_examples": manifest["train"]["examples"],
-            "eval_examples": manifest["eval"]["examples"],
-            "input_fingerprint": manifest["input_fingerprint"],
-        },
+    result = PrepareResult(
+        data_dir=data_dir,
+        train_examples=manifest.train.examples,
+        eval_examples=manifest.eval.examples,
+        input_fingerprint=manifest.input_fingerprint,
     )
+    write_record(path, result)
 
 
 @dataclass(frozen=True)
@@ -391,13 +413,13 @@ def join_parts(parts_dir: str, out_dir: str, split: str, shard: int, name: str) 
 def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bool:
     """Whether the output directory already holds data prepared from this input (then its result is written);
     refuse one holding anything else."""
-    manifest = read_json_if_exists(storage.join(args.out, MANIFEST))
-    if manifest:
-        if manifest["input_fingerprint"] == fingerprint:
+    path = storage.join(args.out, MANIFEST)
+    if head := read_record_if_exists(path, ManifestHead):
+        if head.input_fingerprint == fingerprint:  # of the same layout version: the fingerprint digests it
             if pods:
                 pods.publish_plan({"reuse": True})
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
-            write_result(args.result, args.out, manifest)
+            write_result(args.result, args.out, read_record(path, Manifest))
             return True
         fail(
             f"{args.out} holds data prepared from other input; move it away to prepare this run's data again",
@@ -464,7 +486,7 @@ def merged_results(done: list[dict], data_spec: DataSpec, parts_dir: str) -> Pie
     return total
 
 
-def train_stats(data_spec: DataSpec, total: PieceResult) -> dict[str, dict[str, list[float]]]:
+def train_stats(data_spec: DataSpec, total: PieceResult) -> dict[str, Normalization]:
     """Each numeric feature's mean and variance per element over the train rows' values; a feature element
     without a value in any train row is refused."""
     stats = {}
@@ -477,7 +499,7 @@ def train_stats(data_spec: DataSpec, total: PieceResult) -> dict[str, dict[str, 
                 "values; check the input's column (or field) name, or drop the feature. Nothing was published",
                 EXIT_REFUSED,
             )
-        stats[f.name] = {"mean": s["mean"].tolist(), "variance": (s["m2"] / s["count"]).tolist()}
+        stats[f.name] = Normalization(mean=s["mean"].tolist(), variance=(s["m2"] / s["count"]).tolist())
     return stats
 
 
@@ -501,28 +523,28 @@ def label_classes(label: Label, total: PieceResult) -> tuple[list, list[str | No
     return [name.encode() for name in seen], list(seen)
 
 
-def label_record(label: Label, total: PieceResult, classes: list[str | None]) -> dict[str, Any]:
+def label_record(label: Label, total: PieceResult, classes: list[str | None]) -> LabelEntry:
     """The manifest's label (docs/tabular.md)."""
-    record: dict[str, Any] = {
-        "name": label.name,
-        "task": label.task,
-        "stored": readers.label_storage(label),
-        "classes": classes or None,
-        "num_classes": len(classes) or None,
-        "positive": classes[1] if label.task == "binary" else None,
-        "mean": None,
-        "std": None,
-    }
+    mean, std = None, None
     if label.task == "regression":
         s = total.train[label.name]
-        mean, std = float(s["mean"][0]), math.sqrt(s["m2"][0] / max(int(s["count"][0]), 1))
-        record["mean"], record["std"] = (mean, std or 1.0) if label.standardize else (0.0, 1.0)
-    return record
+        seen, spread = float(s["mean"][0]), math.sqrt(s["m2"][0] / max(int(s["count"][0]), 1))
+        mean, std = (seen, spread or 1.0) if label.standardize else (0.0, 1.0)
+    return LabelEntry(
+        name=label.name,
+        task=label.task,
+        stored=readers.label_storage(label),
+        classes=classes or None,
+        num_classes=len(classes) or None,
+        positive=classes[1] if label.task == "binary" else None,
+        mean=mean,
+        std=std,
+    )
 
 
 def write_vocabularies(
     data_spec: DataSpec, ranked: dict[str, list[tuple[bytes, int]]], out_dir: str
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, VocabularyFile]:
     """Each vocabulary feature's tokens to ``vocabularies/<name>.json`` in ``out_dir``; its record (file, size,
     sha256). A vocabulary of no token is refused."""
     records = {}
@@ -545,24 +567,20 @@ def write_vocabularies(
         path = os.path.join(out_dir, name)
         with storage.naming(path), open(path, "wb") as file:
             file.write(content)
-        records[f.name] = {"file": name, "size": len(tokens), "sha256": hashlib.sha256(content).hexdigest()}
+        records[f.name] = VocabularyFile(file=name, size=len(tokens), sha256=hashlib.sha256(content).hexdigest())
     return records
 
 
-def feature_record(feature: Feature, vocabulary: dict[str, Any] | None) -> dict[str, Any]:
+def feature_record(feature: Feature, vocabulary: VocabularyFile | None) -> FeatureEntry:
     """The manifest's record of a feature (docs/tabular.md)."""
     if isinstance(feature, NumericFeature):
-        return {
-            "name": feature.name,
-            "kind": "numeric",
-            "shape": feature.shape,
-            "missing_indicator": feature.missing_indicator,
-        }
+        return NumericEntry(
+            name=feature.name, kind="numeric", shape=feature.shape, missing_indicator=feature.missing_indicator
+        )
     v = feature.encoding
-    ids = v.oov_buckets + vocabulary["size"] if v and vocabulary else feature.hash_buckets or 0
-    record = {
+    ids = v.oov_buckets + vocabulary.size if v and vocabulary else feature.hash_buckets or 0
+    common: dict[str, Any] = {
         "name": feature.name,
-        "kind": feature.kind,
         "dtype": feature.dtype,
         "ids": ids,
         "embedding_dim": embedding_dim(feature, ids),
@@ -571,8 +589,10 @@ def feature_record(feature: Feature, vocabulary: dict[str, Any] | None) -> dict[
         "hash_buckets": feature.hash_buckets,
     }
     if isinstance(feature, CategoricalListFeature):
-        record |= {"combiner": feature.combiner, "max_values": feature.max_values}
-    return record
+        return CategoricalListEntry(
+            **common, kind="categorical_list", combiner=feature.combiner, max_values=feature.max_values
+        )
+    return CategoricalEntry(**common, kind="categorical")
 
 
 def data_statistics(
@@ -581,63 +601,80 @@ def data_statistics(
     ranked: dict[str, list[tuple[bytes, int]]],
     keys: list,
     classes: list[str | None],
-) -> dict[str, Any]:
+) -> DataStatistics:
     """What the data gate compares (docs/tabular.md): every row's statistics per feature and of the label, and
     per split the rows and the class counts."""
     label = data_spec.label
+    label_stats: ClassStatistics | TargetStatistics
     if label.task == "regression":
         target = statistics.summary(total.statistics[label.name])
-        label_stats = {"task": label.task} | {
-            k: target[k][0] for k in ("count", "mean", "std", "min", "max", "histogram")
-        }
+        label_stats = TargetStatistics(
+            task=label.task, **{k: target[k][0] for k in ("count", "mean", "std", "min", "max", "histogram")}
+        )
     else:
         both = total.classes["train"] + total.classes["eval"]
-        label_stats = {"task": label.task, "classes": classes, "class_counts": [both[k] for k in keys]}
-    splits: dict[str, dict[str, Any]] = {}
-    for split in SPLITS:
-        splits[split] = {"rows": int(total.counts[split].sum())}
-        if label.task != "regression":
-            splits[split]["class_counts"] = [total.classes[split][k] for k in keys]
-    return {
-        "bins": statistics.SCHEME,
-        "features": {f.name: statistics.summary(total.statistics[f.name]) for f in data_spec.numeric_features},
-        "categorical": {f.name: total.values[f.name].summary(ranked[f.name]) for f in data_spec.categorical_features},
-        "label": label_stats,
-        **splits,
+        label_stats = ClassStatistics(task=label.task, classes=classes, class_counts=[both[k] for k in keys])
+    splits = {
+        split: SplitStatistics(rows=int(total.counts[split].sum()))
+        if label.task == "regression"
+        else SplitStatistics(rows=int(total.counts[split].sum()), class_counts=[total.classes[split][k] for k in keys])
+        for split in SPLITS
     }
+    return DataStatistics(
+        bins=BinScheme.model_validate(statistics.SCHEME),
+        features={
+            f.name: NumericStatistics.model_validate(statistics.summary(total.statistics[f.name]))
+            for f in data_spec.numeric_features
+        },
+        categorical={
+            f.name: CategoricalStatistics.model_validate(total.values[f.name].summary(ranked[f.name]))
+            for f in data_spec.categorical_features
+        },
+        label=label_stats,
+        train=splits["train"],
+        eval=splits["eval"],
+    )
 
 
 def data_manifest(
-    data_spec: DataSpec, fingerprint: str, inputs: list[dict], total: PieceResult, parts_dir: str, out_dir: str
-) -> dict[str, Any]:
+    data_spec: DataSpec, fingerprint: str, inputs: list[InputFile], total: PieceResult, parts_dir: str, out_dir: str
+) -> Manifest:
     """The manifest of the shards, joined into ``out_dir`` from the writers' parts, and of the vocabularies
     written there."""
     ranked = {f.name: total.values[f.name].ranked() for f in data_spec.categorical_features}
     vocabularies = write_vocabularies(data_spec, ranked, out_dir)
     keys, classes = label_classes(data_spec.label, total) if data_spec.label.task != "regression" else ([], [])
-    manifest: dict[str, Any] = {
-        "version": data.MANIFEST_VERSION,
-        "input_fingerprint": fingerprint,
-        "inputs": inputs,
-        "features": [feature_record(f, vocabularies.get(f.name)) for f in data_spec.features],
-        "label": label_record(data_spec.label, total, classes),
-        "eval_fraction": data_spec.eval_fraction,
-        "stats": train_stats(data_spec, total),
-        "statistics": data_statistics(data_spec, total, ranked, keys, classes),
-    }
-    if keys:
-        manifest["class_counts"] = manifest["statistics"]["label"]["class_counts"]
+    data_stats = data_statistics(data_spec, total, ranked, keys, classes)
     n = data_spec.num_shards
-    for split in SPLITS:
-        shards = [
-            {
-                **join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
-                "examples": int(total.counts[split][i]),
-            }
-            for i in range(n)
-        ]
-        manifest[split] = {"examples": int(total.counts[split].sum()), "shards": shards}
-    return manifest
+    splits = {
+        split: Split(
+            examples=int(total.counts[split].sum()),
+            shards=[
+                Shard(
+                    **join_parts(parts_dir, out_dir, split, i, data.shard_name(split, i, n)),
+                    examples=int(total.counts[split][i]),
+                )
+                for i in range(n)
+            ],
+        )
+        for split in SPLITS
+    }
+    classified: dict[str, Any] = {}  # the class counts: of a classified label only
+    if isinstance(data_stats.label, ClassStatistics):
+        classified["class_counts"] = data_stats.label.class_counts
+    return Manifest(
+        version=data.MANIFEST_VERSION,
+        input_fingerprint=fingerprint,
+        inputs=inputs,
+        features=[feature_record(f, vocabularies.get(f.name)) for f in data_spec.features],
+        label=label_record(data_spec.label, total, classes),
+        eval_fraction=data_spec.eval_fraction,
+        stats=train_stats(data_spec, total),
+        statistics=data_stats,
+        train=splits["train"],
+        eval=splits["eval"],
+        **classified,
+    )
 
 
 def main() -> None:
@@ -673,16 +710,16 @@ def main() -> None:
         if pods:
             storage.remove_tree(pods.dir)
         shutil.rmtree(parts_dir, ignore_errors=True)  # in tmp (on a volume, the pods' went with pods.dir)
-        write_json_atomic(os.path.join(tmp, MANIFEST), manifest)
+        write_record(os.path.join(tmp, MANIFEST), manifest)
     write_result(args.result, args.out, manifest)
     n = data_spec.num_shards
     say(
-        f"wrote {manifest['train']['examples']} train and {manifest['eval']['examples']} eval examples "
+        f"wrote {manifest.train.examples} train and {manifest.eval.examples} eval examples "
         f"in {n}+{n} shards to {args.out}"
     )
     seconds = time.monotonic() - started
-    records = manifest["train"]["examples"] + manifest["eval"]["examples"]
-    megabytes = sum(s["bytes"] for split in SPLITS for s in manifest[split]["shards"]) / 1e6
+    records = manifest.train.examples + manifest.eval.examples
+    megabytes = sum(s.bytes for split in SPLITS for s in manifest.split(split).shards) / 1e6
     say(
         f"throughput: {records} records, {megabytes:.2f} MB in {seconds:.3f}s: {records / seconds:.0f} records/s, "
         f"{megabytes / seconds:.2f} MB/s"

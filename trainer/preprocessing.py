@@ -17,6 +17,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdist.contract.data_records import (
+    CategoricalEntry,
+    CategoricalListEntry,
+    Manifest,
+    Normalization,
+    NumericEntry,
+    VocabularyFile,
+)
 from tfdist.trainer.data import MISSING_INT64
 
 OOV_TOKEN = "\x00tfdist-oov"
@@ -24,19 +32,18 @@ OOV_TOKEN = "\x00tfdist-oov"
 vocabulary starting with it would shift every id."""
 
 
-def read_vocabulary(data_dir: str, feature: dict[str, Any]) -> list[str]:
+def read_vocabulary(data_dir: str, entry: VocabularyFile) -> list[str]:
     """A categorical feature's tokens (its manifest entry's ``vocabulary.file``), once its sha256 is the manifest's."""
-    entry = feature["vocabulary"]
-    with open(os.path.join(data_dir, entry["file"]), "rb") as f:
+    with open(os.path.join(data_dir, entry.file), "rb") as f:
         content = f.read()
-    if hashlib.sha256(content).hexdigest() != entry["sha256"]:
-        raise ValueError(f"{entry['file']}: its content is not what prepare_data wrote (sha256 differs)")
+    if hashlib.sha256(content).hexdigest() != entry.sha256:
+        raise ValueError(f"{entry.file}: its content is not what prepare_data wrote (sha256 differs)")
     return json.loads(content)
 
 
-def vocabularies(data_dir: str, manifest: dict[str, Any]) -> dict[str, list[str]]:
+def vocabularies(data_dir: str, manifest: Manifest) -> dict[str, list[str]]:
     """The tokens of every categorical feature with a vocabulary, by feature name."""
-    return {f["name"]: read_vocabulary(data_dir, f) for f in manifest["features"] if f.get("vocabulary")}
+    return {f.name: read_vocabulary(data_dir, f.vocabulary) for f in manifest.with_vocabulary if f.vocabulary}
 
 
 class Impute(keras.layers.Normalization):
@@ -96,25 +103,25 @@ class Preprocessed:
     hash_buckets and combiner."""
 
 
-def preprocess(manifest: dict[str, Any], vocabulary: dict[str, list[str]]) -> Preprocessed:
+def preprocess(manifest: Manifest, vocabulary: dict[str, list[str]]) -> Preprocessed:
     """The preprocessing of every feature of the manifest, in its order (the model's inputs)."""
     out = Preprocessed()
-    for feature in manifest["features"]:
-        if feature["kind"] == "numeric":
-            _numeric(out, feature, manifest["stats"][feature["name"]])
+    for feature in manifest.features:
+        if isinstance(feature, NumericEntry):
+            _numeric(out, feature, manifest.stats[feature.name])
         else:
-            _categorical(out, feature, vocabulary.get(feature["name"]))
+            _categorical(out, feature, vocabulary.get(feature.name))
     return out
 
 
-def _numeric(out: Preprocessed, feature: dict[str, Any], stats: dict[str, list[float]]) -> None:
-    name, shape = feature["name"], tuple(feature["shape"])
+def _numeric(out: Preprocessed, feature: NumericEntry, stats: Normalization) -> None:
+    name, shape = feature.name, tuple(feature.shape)
     raw = out.inputs[name] = keras.Input(shape=shape, name=name)
     flat = keras.layers.Reshape((math.prod(shape),), name=f"{name}_flat")(raw)
-    norm = Impute(mean=np.array(stats["mean"]), variance=np.array(stats["variance"]), name=f"{name}_norm")(flat)
+    norm = Impute(mean=np.array(stats.mean), variance=np.array(stats.variance), name=f"{name}_norm")(flat)
     out.values[name] = keras.layers.Reshape(shape or (1,), name=f"{name}_normalized")(norm)
     out.info[name] = {"kind": "numeric", "dtype": "float32", "shape": shape or (1,)}
-    if feature["missing_indicator"]:
+    if feature.missing_indicator:
         out.values[f"{name}_missing"] = MissingIndicator(name=f"{name}_missing")(flat)
         out.info[f"{name}_missing"] = {
             "kind": "missing_indicator",
@@ -124,18 +131,18 @@ def _numeric(out: Preprocessed, feature: dict[str, Any], stats: dict[str, list[f
         }
 
 
-def _categorical(out: Preprocessed, feature: dict[str, Any], tokens: list[str] | None) -> None:
-    name, is_list = feature["name"], feature["kind"] == "categorical_list"
+def _categorical(out: Preprocessed, feature: CategoricalEntry | CategoricalListEntry, tokens: list[str] | None) -> None:
+    name, is_list = feature.name, isinstance(feature, CategoricalListEntry)
     shape = (None,) if is_list else ()
-    dtype = "int64" if feature["dtype"] == "int64" and not is_list else "string"  # lists are strings (contract)
+    dtype = "int64" if feature.dtype == "int64" and not is_list else "string"  # lists are strings (contract)
     raw = out.inputs[name] = keras.Input(shape=shape, dtype=dtype, name=name)
     strings = out.strings[name] = Int64ToString(name=f"{name}_string")(raw) if dtype == "int64" else raw
     if tokens is None:
-        lookup = keras.layers.Hashing(num_bins=feature["hash_buckets"], name=f"{name}_lookup")
+        lookup = keras.layers.Hashing(num_bins=feature.hash_buckets, name=f"{name}_lookup")
     else:
         lookup = keras.layers.StringLookup(
             vocabulary=tokens,
-            num_oov_indices=feature["oov_buckets"],
+            num_oov_indices=feature.oov_buckets,
             mask_token=None,
             oov_token=OOV_TOKEN,
             name=f"{name}_lookup",
@@ -143,12 +150,12 @@ def _categorical(out: Preprocessed, feature: dict[str, Any], tokens: list[str] |
     ids = Ids(name=f"{name}_ids")(lookup(strings), strings if is_list else None)
     out.values[name] = ids
     out.info[name] = {
-        "kind": feature["kind"],
+        "kind": feature.kind,
         "dtype": "int32",
         "shape": shape,
-        "ids": feature["ids"],
-        "embedding_dim": feature["embedding_dim"],
+        "ids": feature.ids,
+        "embedding_dim": feature.embedding_dim,
         "vocabulary_size": None if tokens is None else len(tokens),
-        "hash_buckets": feature["hash_buckets"],
-        "combiner": feature.get("combiner"),
+        "hash_buckets": feature.hash_buckets,
+        "combiner": feature.combiner if isinstance(feature, CategoricalListEntry) else None,
     }

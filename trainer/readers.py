@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfdist.contract.data_records import LabelStorage
 from tfdist.spec import Categorical, DataSpec, Feature, Label, NumericFeature, label_value
 from tfdist.trainer import statistics
 
@@ -114,7 +115,7 @@ class Chunk:
         return len(self.labels)
 
 
-def label_storage(label: Label) -> str:
+def label_storage(label: Label) -> LabelStorage:
     """How the label is held (chunks, shards): 'index' (multiclass with num_classes or classes), 'name' (multiclass
     learning its classes), 'binary' (0 or 1), 'value' (regression)."""
     if label.task != "multiclass":

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
 from tfdist.contract.progress import CurveWrite, TrainProgress, beat, curve_line, warm_start_summary
@@ -84,7 +85,7 @@ class TrainingRun:
     """One training process's run: its model and checkpoint (built on creation), the restore, the training loop
     (in the sync's worlds) with its progress and checkpoints, and the result."""
 
-    def __init__(self, tf, sync: Sync, spec: Spec, args: TrainArgs, manifest: dict[str, Any]) -> None:
+    def __init__(self, tf, sync: Sync, spec: Spec, args: TrainArgs, manifest: Manifest) -> None:
         import keras
 
         from tfdist.trainer.embeddings import tables, trained_weights
@@ -92,7 +93,7 @@ class TrainingRun:
         self.tf, self.sync, self.args, self.spec, self.training = tf, sync, args, spec, spec.training
         self.manifest = manifest
         self.global_batch = self.training.global_batch_size
-        self.steps_per_epoch = max(1, manifest["train"]["examples"] // self.global_batch)
+        self.steps_per_epoch = max(1, manifest.train.examples // self.global_batch)
         self.total_steps = self.training.epochs * self.steps_per_epoch
         self.uploads: Uploader | None = None
         self.pace = Pace(self.training.upload_every_seconds)  # of the chief's uploads
@@ -116,7 +117,7 @@ class TrainingRun:
             self.checkpoint_options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.files = data.shard_paths(args.data, manifest, "train")
         self.parse = data.parse_fn(tf, manifest)
-        self.task = TaskSums(manifest["label"], spec.loss)
+        self.task = TaskSums(manifest.label, spec.loss)
         self.managers: dict[str | None, Any] = {}
         self.latest, self.start_step = None, 0
         # the chief's TensorBoard writer, made before training (or at the first summary of a rank become rank 0)

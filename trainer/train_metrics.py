@@ -8,9 +8,10 @@ so the metrics, AUC included, are those of every example trained on, whichever t
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+
+from tfdist.contract.data_records import LabelEntry
 
 AUC_BUCKETS = 200
 """Probability buckets of the binary task's AUC (ties within a bucket count half)."""
@@ -25,12 +26,11 @@ LOSSES = {
 class TaskSums:
     """The loss and the sums of one task (``manifest.label``), trained with the loss ``loss`` (``Spec.loss``)."""
 
-    def __init__(self, label: dict[str, Any], loss: str) -> None:
+    def __init__(self, label: LabelEntry, loss: str) -> None:
         import keras
 
-        self.task = label["task"]
-        self.mean: float = label["mean"] if self.task == "regression" else 0.0
-        self.std: float = label["std"] if self.task == "regression" else 1.0
+        self.task = label.task
+        self.mean, self.std = label.standardization
         self.size = 1 + {"multiclass": 1, "binary": 1 + 2 * AUC_BUCKETS, "regression": 1}[self.task]
         """Of the step's vector: the loss and the sums."""
         self.loss_fn = getattr(keras.losses, LOSSES[loss])(reduction=None)

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json, read_json_if_exists
@@ -255,7 +256,7 @@ class ParentRestore:
         if self.reader:
             self.reader.release()
 
-    def restore(self, tf, model, optimizers: dict[str, Any], manifest: dict[str, Any], data_dir: str) -> dict[str, Any]:
+    def restore(self, tf, model, optimizers: dict[str, Any], manifest: Manifest, data_dir: str) -> dict[str, Any]:
         """Restore the parent into ``model`` (and ``optimizers``, by their part of the checkpoint: 'optimizer' and
         'embedding_optimizer', where they are the same, keeping this run's learning rate), the rows of tables by token
         (the vocabularies of ``manifest``, in ``data_dir``, and the parent's); the record of what was done. A mismatch
@@ -303,7 +304,7 @@ class ParentRestore:
         objects: dict[str, Any],
         optimizers: dict[str, Any],
         parent: dict[str, tuple],
-        manifest: dict[str, Any],
+        manifest: Manifest,
         data_dir: str,
         parent_dir: str,
     ) -> tuple[dict[str, TokenRows], dict[str, dict[str, Any]]]:
@@ -316,22 +317,22 @@ class ParentRestore:
         layers = {obj.name: obj for path, obj in objects.items() if re.fullmatch(r"model/_operations/\d+", path)}
         rows: dict[str, TokenRows] = {}
         counts = {}
-        for f in (f for f in manifest["features"] if f.get("vocabulary")):
-            tables = [layers[n] for n in (f"{f['name']}_embedding", f"{f['name']}_linear") if n in layers]
+        for f in manifest.with_vocabulary:
+            tables = [layers[n] for n in (f"{f.name}_embedding", f"{f.name}_linear") if n in layers]
             if not tables or path_of[id(tables[0].embeddings)] not in parent:
                 continue
-            parent_tokens = read_json_if_exists(storage.join(registry.vocabulary_dir(parent_dir), f"{f['name']}.json"))
-            if parent_tokens is None:
+            parent_tokens = read_json_if_exists(storage.join(registry.vocabulary_dir(parent_dir), f"{f.name}.json"))
+            if parent_tokens is None or f.vocabulary is None:
                 continue
             match = TokenRows.between(
-                read_vocabulary(data_dir, f),
-                f["oov_buckets"],
+                read_vocabulary(data_dir, f.vocabulary),
+                f.oov_buckets,
                 parent_tokens,
                 parent[path_of[id(tables[0].embeddings)]][0] - len(parent_tokens),
             )
             for layer in tables:
                 rows |= {path_of[id(v)]: match for v in (layer.embeddings, *slots_of(layer, optimizers))}
-            counts[f["name"]] = match.counts
+            counts[f.name] = match.counts
         return rows, counts
 
     def record(

@@ -39,6 +39,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
+from tfdist.contract.data_records import DataValidation
 from tfdist.contract.layout import CONTROL_CHARACTERS, run_path
 from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.dag import EMBEDDED_TAG
@@ -221,8 +222,8 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
         """The training curve by step (loss, train metrics, examples/s, learning rate), the parent's final values."""
         return run_record(pipeline_id, run_id, session, curve, f"no training curve of run {run_id!r} yet")
 
-    @app.get("/pipelines/{pipeline_id}/runs/{run_id}/data", dependencies=reads_runs)
-    def run_data_gate(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    @app.get("/pipelines/{pipeline_id}/runs/{run_id}/data", dependencies=reads_runs, response_model=DataValidation)
+    def run_data_gate(pipeline_id: str, run_id: str, session: SessionDep) -> DataValidation:
         """The data gate's record of the run: every check, what was not compared and why, this run's and the
         baseline's data statistics."""
         return run_record(pipeline_id, run_id, session, data_validation, f"no data gate record of run {run_id!r}")

@@ -26,8 +26,10 @@ from tests.conftest import REPO, make_spec
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.live_airflow import USERS, LiveAirflow
 from tests.publishing.test_withdraw import publish
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
 from tfdist.contract.progress import TrainProgress, read_curve
+from tfdist.contract.records import read_record
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
@@ -257,7 +259,7 @@ def serving_accuracy(export_path: str, data_dir: str) -> float:
 
     signature = tf.saved_model.load(export_path).signatures["serving_default"]
     correct = total = 0
-    for features, labels in eval_dataset(tf, data_dir, read_json(os.path.join(data_dir, MANIFEST))):
+    for features, labels in eval_dataset(tf, data_dir, read_record(os.path.join(data_dir, MANIFEST), Manifest)):
         predicted = np.argmax(signature(pixel=features["pixel"])["probabilities"].numpy(), axis=1)
         correct += int((predicted == labels.numpy()).sum())
         total += len(predicted)

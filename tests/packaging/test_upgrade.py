@@ -36,3 +36,37 @@ def test_a_train_task_deferred_by_the_last_release_resumes_following_the_same_ob
     assert watch.selector.endswith("=" + watch.name)
     assert trigger.serialize() == (stored["classpath"], stored["kwargs"])
     assert Watch.from_dict(watch.to_dict()) == watch
+
+
+DATA_RECORDS = {
+    "runs/*/data/manifest.json": "Manifest",
+    "models/digits_small/*/data_statistics.json": "DataStatistics",
+    "models/digits_small/.withdrawn/*/data_statistics.json": "DataStatistics",
+    "runs/*/validate_data/data_validation.json": "DataValidation",
+    "runs/*/prepare_data/result.json": "PrepareResult",
+    "runs/*/validate_data/result.json": "ValidateDataResult",
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(DATA_RECORDS))
+def test_the_last_releases_data_records_read_and_write_back_their_shape(pattern):
+    """Each data record 0.2.0 wrote reads through its model (contract.data_records) and writes back the same keys
+    and values, plus the schema versions."""
+    import glob
+
+    from tfdist.contract import data_records
+    from tfdist.contract.records import read_record
+
+    paths = glob.glob(os.path.join(RELEASE, pattern))
+    assert paths, pattern
+    for path in paths:
+        written = read_record(path, getattr(data_records, DATA_RECORDS[pattern])).payload()
+        with open(path) as f:
+            assert _unversioned(written) == json.load(f), path
+
+
+def _unversioned(record):
+    """The record without the schema version of it and of the records nested in it."""
+    if isinstance(record, dict):
+        return {k: _unversioned(v) for k, v in record.items() if k != "schema_version"}
+    return [_unversioned(v) for v in record] if isinstance(record, list) else record

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.conftest import make_spec
 from tests.spec.test_spec import problems
+from tfdist.contract.data_records import CategoricalEntry, LabelEntry, Manifest
 from tfdist.spec import CategoricalFeature, load_spec, sizing
 from tfdist.trainer.models import table_bytes
 
@@ -68,10 +69,13 @@ def test_the_trainer_counts_the_prepared_ids_by_the_same_formulas(tmp_path):
     """At the spec's most ids, the trainer's count of a feature's tables is the spec's bound of them."""
     spec = load_spec(make_spec(str(tmp_path), data=TABLES, model=WIDE))
     features = [
-        {"name": f.name, "kind": f.kind, "ids": f.max_ids, "embedding_dim": sizing.embedding_dim(f, f.max_ids)}
+        CategoricalEntry.model_construct(  # what table_bytes reads of a manifest's feature
+            name=f.name, kind=f.kind, ids=f.max_ids, embedding_dim=sizing.embedding_dim(f, f.max_ids)
+        )
         for f in spec.data.categorical_features
     ]
-    counted = table_bytes(spec, {"label": {"task": "multiclass", "num_classes": 10}, "features": features})
+    label = LabelEntry.model_construct(task="multiclass", num_classes=10)
+    counted = table_bytes(spec, Manifest.model_construct(label=label, features=features))
     bound = sizing.max_table_bytes(spec)
     assert counted == {
         "country": bound["country"] + bound["country (wide)"],

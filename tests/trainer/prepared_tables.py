@@ -11,7 +11,8 @@ import os
 import numpy as np
 
 from tests.conftest import prepare_once
-from tfdist.infra.jsonfiles import read_json
+from tfdist.contract.data_records import Manifest
+from tfdist.contract.records import read_record
 
 COUNTRIES = ["de", "fr", "us", "uk", "jp", "br", "in", "es", "it", "nl", "se", "pl"]
 DEVICES = ["ios", "android", "web", "tv", "car"]
@@ -90,7 +91,7 @@ def labels(task: str, data: dict) -> list:
     return [["low", "mid", "high"][k] for k in np.digitize(signal, [-1, 1])]
 
 
-def prepare(plan, n: int = 3000, seed: int = 0, **row_options) -> dict:
+def prepare(plan, n: int = 3000, seed: int = 0, **row_options) -> Manifest:
     """Write ``n`` rows of the plan's task as the JSON lines file of the day its source names, then prepare them
     with the prepare_data stage once per rows and data section (``prepare_once``); the manifest. A day's file is
     written once: other rows there are refused."""
@@ -111,4 +112,4 @@ def prepare(plan, n: int = 3000, seed: int = 0, **row_options) -> dict:
         with open(path, "w") as f:
             f.write(content)
     prepare_once(plan, hashlib.sha256(content.encode()).hexdigest())
-    return read_json(plan.layout.manifest_file)
+    return read_record(plan.layout.manifest_file, Manifest)

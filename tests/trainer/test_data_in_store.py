@@ -26,8 +26,8 @@ def test_data_in_a_bucket_is_checked_in_its_local_copy_and_a_changed_object_refu
 
     manifest, local = data.verified_manifest(url, "train")
     assert local.startswith(str(tmp_path / "scratch")) and manifest == data.verified_manifest(out)[0]
-    train = [s["file"] for s in manifest["train"]["shards"]]
-    vocabularies = [f["vocabulary"]["file"] for f in manifest["features"] if f.get("vocabulary")]
+    train = [s.file for s in manifest.train.shards]
+    vocabularies = [f.vocabulary.file for f in manifest.with_vocabulary if f.vocabulary]
     assert sorted(storage.files_under(local)) == sorted([MANIFEST, *train, *vocabularies])
     for name in storage.files_under(local):
         assert open(os.path.join(local, name), "rb").read() == open(os.path.join(out, name), "rb").read()

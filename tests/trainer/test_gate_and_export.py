@@ -9,7 +9,9 @@ import os
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
+from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
@@ -101,7 +103,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
 
     spec = load_spec(plan.layout.spec_file)
     manifest_path = plan.layout.manifest_file
-    manifest, manifest_sha = read_json(manifest_path), sha256_file(manifest_path)
+    manifest, manifest_sha = read_record(manifest_path, Manifest), sha256_file(manifest_path)
 
     def check_fails_with(check: str, train_result: dict = result) -> None:
         with pytest.raises(IntegrityError, match=f"integrity check '{check}' failed") as failure:
@@ -321,13 +323,29 @@ def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
 def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_other_classes():
     from tfdist.trainer.evaluate import class_columns
 
-    ours = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}
+    published = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}  # a version's metadata
+    ours = label_entry("multiclass", published["classes"])  # this run's manifest
     assert class_columns(None, ours) is None  # published before labels had tasks: integer classes, same order
-    assert class_columns(ours, ours) is None
-    assert class_columns({**ours, "classes": ["Gentoo", "Adelie", "Chinstrap"]}, ours) == [1, 2, 0]
+    assert class_columns(published, ours) is None
+    assert class_columns({**published, "classes": ["Gentoo", "Adelie", "Chinstrap"]}, ours) == [1, 2, 0]
     with pytest.raises(ValueError, match=r"its classes \['Adelie', 'Gentoo'\] are not this run's"):
-        class_columns({**ours, "classes": ["Adelie", "Gentoo"]}, ours)
+        class_columns({**published, "classes": ["Adelie", "Gentoo"]}, ours)
     with pytest.raises(ValueError, match="it predicts task 'binary', this run's is 'multiclass'"):
         class_columns({"task": "binary", "classes": ["no", "yes"]}, ours)
     with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
-        class_columns({"task": "binary", "classes": ["yes", "no"]}, {"task": "binary", "classes": ["no", "yes"]})
+        class_columns({"task": "binary", "classes": ["yes", "no"]}, label_entry("binary", ["no", "yes"]))
+
+
+def label_entry(task: str, classes: list[str] | None, std: float | None = None) -> LabelEntry:
+    """A manifest's label of ``task``: its classes, or a regression target's std."""
+    stored = {"multiclass": "name", "binary": "binary", "regression": "value"}[task]
+    return LabelEntry(
+        name="y",
+        task=task,
+        stored=stored,
+        classes=classes,
+        num_classes=len(classes) if classes else None,
+        positive=classes[1] if task == "binary" and classes else None,
+        mean=0.0 if std else None,
+        std=std,
+    )

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
+from tests.trainer.test_gate_and_export import label_entry
 from tfdist.trainer import metrics
 
 
@@ -61,13 +62,13 @@ def test_regression_metrics_in_target_units_and_the_loss_in_standardized_units(l
 
 
 def test_per_class_and_the_task_dispatch_key_by_class_name():
-    label = {"task": "binary", "classes": ["no", "yes"]}
+    label = label_entry("binary", ["no", "yes"])
     found, by_class = metrics.of_task(
         label, "binary_crossentropy", ["accuracy"], np.array([0.9, 0.2, 0.4]), np.array([1, 1, 0])
     )
     assert found["accuracy"] == pytest.approx(2 / 3)
     assert by_class == {"no": {"examples": 1, "accuracy": 1.0}, "yes": {"examples": 2, "accuracy": 0.5}}
-    label = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}
+    label = label_entry("multiclass", ["Adelie", "Chinstrap", "Gentoo"])
     probabilities = np.array([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7]])
     _, by_class = metrics.of_task(label, "sparse_categorical_crossentropy", [], probabilities, np.array([0, 0]))
     assert by_class == {
@@ -76,6 +77,6 @@ def test_per_class_and_the_task_dispatch_key_by_class_name():
         "Gentoo": {"examples": 0, "accuracy": None},
     }
     found, by_class = metrics.of_task(
-        {"task": "regression", "classes": None, "std": 2.0}, "mse", [], np.array([1.0]), np.array([3.0])
+        label_entry("regression", None, std=2.0), "mse", [], np.array([1.0]), np.array([3.0])
     )
     assert found == {"loss": 1.0} and by_class is None

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import make_spec, plan_for
 from tests.trainer import prepared_tables as tabular
+from tfdist.contract.data_records import Manifest
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 from tfdist.spec import load_spec
 
@@ -30,7 +32,7 @@ def prepared(tmp_path_factory):
             plan = plan_for(root, key, **sections)
             tabular.prepare(plan, 400)
             done[key] = plan.layout.data_dir
-        return load_spec(spec), read_json(f"{done[key]}/manifest.json"), done[key]
+        return load_spec(spec), read_record(f"{done[key]}/manifest.json", Manifest), done[key]
 
     return prepare
 
@@ -65,16 +67,14 @@ def test_each_raw_value_becomes_what_the_manifest_says(prepared):
     spec, manifest, data_dir = prepared("binary")
     model = build_model(spec, manifest, data_dir)
     inputs = raw()
-    stats = manifest["stats"]
+    age_stats = manifest.stats["age"]
     age = output_of(model, "age_normalized", inputs)
-    expected = (30.0 - stats["age"]["mean"][0]) / np.sqrt(stats["age"]["variance"][0])
+    expected = (30.0 - age_stats.mean[0]) / np.sqrt(age_stats.variance[0])
     np.testing.assert_allclose(age[:, 0], [expected, 0.0], rtol=1e-5)  # missing: the mean, normalized
     np.testing.assert_array_equal(output_of(model, "age_missing", inputs), [[0.0], [1.0]])
     assert output_of(model, "scores_normalized", inputs)[1, 1] == 0.0
 
-    vocabulary = {
-        f["name"]: tabular_vocabulary(data_dir, f["name"]) for f in manifest["features"] if f.get("vocabulary")
-    }
+    vocabulary = {f.name: tabular_vocabulary(data_dir, f.name) for f in manifest.with_vocabulary}
     country = output_of(model, "country_ids", inputs)
     assert country[0] == 2 + vocabulary["country"].index("de") and 0 <= country[1] < 2  # 2 OOV buckets by a hash
     assert OOV_TOKEN not in vocabulary["country"]
@@ -92,11 +92,8 @@ def test_each_raw_value_becomes_what_the_manifest_says(prepared):
     combined = output_of(model, "recent_embedding", inputs)
     np.testing.assert_allclose(combined[0], table[recent[0]].mean(axis=0), rtol=1e-6)
     np.testing.assert_array_equal(combined[1], 0.0)
-    store_entry = next(f for f in manifest["features"] if f["name"] == "store")
-    assert store_entry["embedding_dim"] == 0 and output_of(model, "store_onehot", inputs).shape == (
-        2,
-        store_entry["ids"],
-    )
+    store_entry = next(f for f in manifest.with_vocabulary if f.name == "store")
+    assert store_entry.embedding_dim == 0 and output_of(model, "store_onehot", inputs).shape == (2, store_entry.ids)
 
     probability = np.asarray(model(inputs))
     assert probability.shape == (2, 1) and ((probability > 0) & (probability < 1)).all()
@@ -124,7 +121,7 @@ def test_a_list_summed_and_the_outputs_by_task(prepared):
     for layer in ("deep_logits", "numeric_linear"):
         model.get_layer(layer).kernel.assign(np.zeros(model.get_layer(layer).kernel.shape))
     predicted = np.asarray(model(raw()))  # every weight of the logits 0: the train rows' mean, in target units
-    np.testing.assert_allclose(predicted, [[manifest["label"]["mean"]]] * 2, rtol=1e-5)
+    np.testing.assert_allclose(predicted, [[manifest.label.mean]] * 2, rtol=1e-5)
     assert model.output.name.startswith("prediction") or model.layers[-1].name == "prediction"
 
     spec, manifest, data_dir = prepared("multiclass", WIDE_DEEP)
@@ -211,7 +208,7 @@ def test_the_parser_gives_labels_by_task_and_raw_inputs_by_kind(prepared):
         data = tabular.rows(400, 0)
         expected = sorted(tabular.labels(task, data))
         if task == "multiclass":  # class names by the manifest's classes
-            expected = sorted(manifest["label"]["classes"].index(y) for y in expected)
+            expected = sorted(manifest.label.class_names.index(y) for y in expected)
         np.testing.assert_allclose(sorted(labels.numpy()), expected, rtol=1e-6)
     assert features["recent"].dtype == tf.string and features["recent"].shape[1] == 4
     assert sorted(features["store"].numpy()) == sorted(MISSING_INT64 if s is None else s for s in data["store"])
@@ -226,7 +223,7 @@ def test_auc_from_bucket_counts_summed_over_parts_is_the_whole_datas(prepared):
     from tfdist.trainer.train_metrics import AUC_BUCKETS, TaskSums
 
     _spec, manifest, _ = prepared("binary")
-    task = TaskSums(manifest["label"], "binary_crossentropy")
+    task = TaskSums(manifest.label, "binary_crossentropy")
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 1000)
     probability = np.clip(rng.normal(0.3 + 0.4 * labels, 0.2), 0, 1).astype(np.float32)[:, None]

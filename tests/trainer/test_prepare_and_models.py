@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, make_spec
+from tfdist.contract.data_records import LabelEntry, Manifest, Normalization, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record
 from tfdist.contract.stages import worker_command
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 
@@ -100,7 +102,7 @@ def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path
     assert result.returncode == 0, result.stderr
     line = r"^throughput: 300 records, [\d.]+ MB in [\d.]+s: \d+ records/s, [\d.]+ MB/s$"
     assert re.search(line, result.stdout, re.M)
-    manifest = read_json(os.path.join(out, MANIFEST))
+    manifest = read_record(os.path.join(out, MANIFEST), Manifest)
     files = shard_paths(out, manifest, "train") + shard_paths(out, manifest, "eval")
     features, labels = parse_fn(tf, manifest)(tf.data.TFRecordDataset(files).batch(1000).get_single_element())
     written = np.column_stack([features["image"].numpy().reshape(-1, 16), features["size"], labels])
@@ -138,11 +140,12 @@ def test_custom_model_factory_gets_normalized_features(tmp_path):
             },
         )
     )
-    manifest = {
-        "features": [{"name": "pixel", "kind": "numeric", "shape": [64], "missing_indicator": False}],
-        "label": {"task": "multiclass", "num_classes": 10},
-        "stats": {"pixel": {"mean": [8.0] * 64, "variance": [16.0] * 64}},
-    }
+    label = {"name": "label", "stored": "index", "positive": None, "mean": None, "std": None}
+    manifest = Manifest.model_construct(  # what build_model reads of a manifest
+        features=[NumericEntry(name="pixel", kind="numeric", shape=[64], missing_indicator=False)],
+        label=LabelEntry(**label, task="multiclass", classes=[str(i) for i in range(10)], num_classes=10),
+        stats={"pixel": Normalization(mean=[8.0] * 64, variance=[16.0] * 64)},
+    )
     model = build_model(spec, manifest, str(tmp_path))
     probabilities = np.asarray(model({"pixel": np.full((3, 64), 8.0, np.float32)}))
     assert probabilities.shape == (3, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from tests.trainer import tabular
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 from tfdist.spec import CategoricalFeature
@@ -38,7 +40,7 @@ def published(out: str) -> tuple[dict, dict[str, bytes]]:
 def examples(out: str, split: str) -> list:
     import tensorflow as tf
 
-    manifest = read_json(os.path.join(out, MANIFEST))
+    manifest = read_record(os.path.join(out, MANIFEST), Manifest)
     return [
         tf.train.Example.FromString(record).features.feature
         for path in data.shard_paths(out, manifest, split)
@@ -104,7 +106,8 @@ def test_the_shards_vocabularies_and_manifest_are_as_the_docs_say(tmp_path, task
     done, out = tabular.prepare(root, "run", tabular.data_spec("jsonl", task), source)
     assert done.returncode == 0, done.stderr
     manifest = read_json(os.path.join(out, MANIFEST))
-    assert manifest["version"] == 4
+    assert manifest["version"] == 4 and manifest["schema_version"] == 1 == manifest["statistics"]["schema_version"]
+    assert Manifest.parse(manifest, out).payload() == manifest  # the model holds every key the stage writes
     features = {f["name"]: f for f in manifest["features"]}
     assert features["age"] == {"name": "age", "kind": "numeric", "shape": [], "missing_indicator": True}
 
@@ -276,7 +279,7 @@ def test_a_vocabulary_file_changed_after_prepare_is_refused_before_use(tmp_path,
         root, "run", tabular.data_spec("csv"), tabular.partitions(root, "csv", tabular.table(600))
     )
     assert done.returncode == 0, done.stderr
-    assert data.verified_manifest(out, "train", "eval")[0]["version"] == 4
+    assert data.verified_manifest(out, "train", "eval")[0].version == 4
     path = os.path.join(out, "vocabularies", "city.json")
     open(path, "a").write(" ")
     with pytest.raises(SystemExit) as refused_exit:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from tests.trainer import tabular
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.infra.jsonfiles import read_json
+from tfdist.contract.records import read_record
 from tfdist.trainer.data import MISSING_INT64
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +69,7 @@ def exported(tmp_path_factory):
             prepared, data_dir = tabular.prepare(root, task, data, source)
             assert prepared.returncode == 0, prepared.stderr[-3000:]
             spec = load_spec(os.path.join(root, task, "spec.json"))
-            manifest = read_json(os.path.join(data_dir, "manifest.json"))
+            manifest = read_record(os.path.join(data_dir, "manifest.json"), Manifest)
             model = build_model(spec, manifest, data_dir)
             module, path = serving_module(tf, model, manifest), os.path.join(root, task, "model")
             tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
@@ -101,14 +102,14 @@ def test_raw_rows_through_the_loaded_signature_in_a_fresh_process_give_the_train
 
     _spec, manifest, _data_dir, model, path = exported(task)
     served = serve(path, tmp_path)
-    assert {k.split(".", 1)[1] for k in served} == set(serving_outputs(manifest["label"]))
+    assert {k.split(".", 1)[1] for k in served} == set(serving_outputs(manifest.label))
     for i, rows in enumerate(BATCHES):
         trained = model({k: tf.constant(v) for k, v in rows.items()}, training=False).numpy()
         expected = trained if task == "multiclass" else trained.reshape(-1)
         assert served[f"{i}.{OUTPUT[task]}"].shape == expected.shape
         np.testing.assert_allclose(served[f"{i}.{OUTPUT[task]}"], expected, rtol=1e-6, atol=1e-6)
         if task == "multiclass":
-            names = np.array(manifest["label"]["classes"], dtype=bytes)
+            names = np.array(manifest.label.classes, dtype=bytes)
             assert (served[f"{i}.classes"] == names[expected.argmax(axis=1)]).all()
     assert len(np.unique(served[f"0.{OUTPUT[task]}"], axis=0)) == len(ROWS["age"])  # each row its own prediction
 
@@ -132,7 +133,7 @@ def test_export_refuses_a_saved_model_whose_outputs_are_not_the_trained_models(e
 
     spec, manifest, data_dir, model, path = exported("binary")
     checked = serving_check(tf, spec, model, path, data_dir, manifest)
-    assert checked["skew"]["examples"] == manifest["eval"]["examples"]
+    assert checked["skew"]["examples"] == manifest.eval.examples
     assert checked["skew"]["max_abs_difference"] <= 1e-6 and sorted(checked["metrics"]) == ["accuracy", "auc", "loss"]
 
     other = build_model(spec, manifest, data_dir)  # another draw of the initial weights

@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
+from tfdist.contract.data_records import Manifest
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 
@@ -67,7 +69,7 @@ def restored_in_process(plan, parent_plan):
     from tfdist.trainer.warm_start import ParentRestore
 
     def model_and_optimizer(p, checkpoint=None):
-        manifest = read_json(p.layout.manifest_file)
+        manifest = read_record(p.layout.manifest_file, Manifest)
         model = build_model(p.spec, manifest, p.layout.data_dir)
         optimizer = build_optimizer(p.spec)
         optimizer.build(model.trainable_variables)

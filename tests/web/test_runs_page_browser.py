@@ -12,6 +12,7 @@ import time
 import urllib.parse
 
 import pytest
+from pydantic import BaseModel
 
 from tests.conftest import REPO
 from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gate, write_run
@@ -70,7 +71,8 @@ def respond(pipeline: dict, path: str) -> tuple[int, str, str]:
             found |= {"state": pipeline["states"][run_id]}
     if not found:
         return 404, "application/json", json.dumps({"detail": "not found"})
-    return 200, "application/json", json.dumps(found, allow_nan=False)  # as Starlette's JSONResponse
+    shape = found.model_dump(mode="json") if isinstance(found, BaseModel) else found  # as the route's response_model
+    return 200, "application/json", json.dumps(shape, allow_nan=False)  # as Starlette's JSONResponse
 
 
 @pytest.fixture

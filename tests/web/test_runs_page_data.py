@@ -9,13 +9,24 @@ import os
 import time
 
 from tests.dag.test_dag_parse import run_python
-from tests.publishing.test_data_gate import COUNTRIES, LABELS, classes, settings, tabular
+from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
+from tfdist.contract.data_records import BaselineRef, DataValidation
 from tfdist.contract.layout import RunLayout, run_key
 from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line
-from tfdist.infra.jsonfiles import write_json_atomic
+from tfdist.contract.records import write_record
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.cli import main
 from tfdist.operators.page_urls import page_url
-from tfdist.operators.report import AirflowRun, Backfill, curve, format_runs, list_runs, overview, progress
+from tfdist.operators.report import (
+    AirflowRun,
+    Backfill,
+    curve,
+    data_validation,
+    format_runs,
+    list_runs,
+    overview,
+    progress,
+)
 from tfdist.publishing import data_gate, registry
 from tfdist.publishing.gate import checks, failures
 
@@ -333,24 +344,45 @@ def write_data_gate(layout: RunLayout, mode: str = "warn") -> dict:
     moved = ["DE"] * 45 + ["FR"] * 20 + ["US"] * 15 + ["IT"] * 12 + ["PL"] * 5 + ["CZ"] * 3
     now = tabular(classes(LABELS[10:] + ["yes"] * 10, ["no", "yes"], "binary"), country=moved + [None] * 2, city=moved)
     vocabularies, rules = {"country": ["DE", "FR", "US", "IT", "ES"]}, settings(mode=mode)
-    rows = data_gate.checks(now, base, rules, vocabularies)
-    failed = {
-        m: [data_gate.failure_line(r) for r in rows if not r["passed"] and r["mode"] == m] for m in ("refuse", "warn")
-    }
-    record = {
-        "decision": "refused" if failed["refuse"] else "passed",
-        "baseline_version": 1,
-        "why_not_compared": None,
-        "not_compared": data_gate.not_compared(now, base, vocabularies),
-        "settings": rules,
-        "checks": rows,
-        "refused": failed["refuse"],
-        "warned": failed["warn"],
-        "statistics": now,
-        "baseline_statistics": base,
-    }
-    write_json_atomic(os.path.join(layout.data_validation_dir, data_gate.DATA_VALIDATION), record)
-    return record
+    now_read, base_read = as_read(now), as_read(base)
+    rows = data_gate.checks(now_read, base_read, rules, vocabularies)
+    failed = {m: [data_gate.failure_line(r) for r in rows if not r.passed and r.mode == m] for m in ("refuse", "warn")}
+    record = DataValidation(
+        decision="refused" if failed["refuse"] else "passed",
+        run_id=os.path.basename(layout.run_dir),
+        data_interval_end=None,
+        baseline=BaselineRef(version=1, run_id="scheduled__1", path="/models/churn/1"),
+        baseline_version=1,
+        compared=True,
+        why_not_compared=None,
+        not_compared=data_gate.not_compared(now_read, base_read, vocabularies),
+        settings=rules.model_dump(mode="json"),
+        formulas=data_gate.FORMULAS,
+        checks=rows,
+        checks_run=len(rows),
+        failed=sum(not r.passed for r in rows),
+        refused=failed["refuse"],
+        warned=failed["warn"],
+        statistics=now_read,
+        baseline_statistics=base_read,
+    )
+    write_record(os.path.join(layout.data_validation_dir, data_gate.DATA_VALIDATION), record)
+    return record.payload()
+
+
+def test_the_data_route_answers_the_data_gate_record_in_the_shape_of_its_file(tmp_path):
+    """The route's response_model (DataValidation) serializes the record as validate_data wrote it: the page reads
+    the file's shape (a categorical check's top_value, a numeric one without)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    layout = RunLayout(str(tmp_path))
+    write_data_gate(layout)
+    app = FastAPI()
+    app.get("/data", response_model=DataValidation)(lambda: data_validation(layout.run_dir))
+    answered = TestClient(app).get("/data").json()
+    assert answered == read_json(os.path.join(layout.data_validation_dir, data_gate.DATA_VALIDATION))
+    assert {"top_value" in row for row in answered["checks"]} == {True, False}
 
 
 def test_a_tasks_metrics_come_in_its_specs_order_then_the_loss_each_with_its_direction(tmp_path):

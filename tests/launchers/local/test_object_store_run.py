@@ -47,7 +47,7 @@ from tfdist.trainer.runtime import import_tensorflow
 tf = import_tensorflow()
 manifest, data_dir = data.verified_manifest(sys.argv[1] + "/data", "eval")
 outputs, labels = score(tf, serving_predict(tf, sys.argv[1] + "/model", "multiclass"), data_dir, manifest)
-print(json.dumps(metrics.of_task(manifest["label"], "auto", ["accuracy"], outputs, labels)[0]))
+print(json.dumps(metrics.of_task(manifest.label, "auto", ["accuracy"], outputs, labels)[0]))
 """
 
 
