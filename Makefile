@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev openssh-server cmake chromium postgresql
+DEBIAN_PACKAGES := openmpi-bin libopenmpi-dev openssh-server cmake chromium postgresql nodejs $(if $(shell command -v npm),,npm)
 
 export PATH := $(BIN):$(PATH)
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
@@ -18,7 +18,7 @@ export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
-	@echo "make lint   set up, then run ruff (lint and format check) and mypy (strict for the spec, the contract and the plan)"
+	@echo "make lint   set up, then run ruff (lint and format check), mypy (strict for the spec, the contract and the plan), ESLint and Prettier (the page)"
 	@echo "make test   set up, lint, then run the test suite (without the extended set)"
 	@echo "make test-extended  set up, then run the extended set: fault drills, scale, the install and mode matrices, the bench smoke run"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check, BENCH_SECTIONS=\"ctr serving\" for some); results in bench/results/"
@@ -28,7 +28,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
+$(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh package-lock.json
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -47,6 +47,7 @@ $(STAMP): pyproject.toml constraints.txt docker/build-horovod-wheel.sh
 	rm -rf airflow_tfdist.egg-info  # the build's leftover: on sys.path (from here) a second copy of the package's metadata
 	@echo "Horovod: building the CPU wheel once per machine (a few minutes), then reusing it"
 	wheel=$$(bash docker/build-horovod-wheel.sh $(BIN)/python) && $(BIN)/python -m pip install -q -c constraints.txt "$$wheel"
+	npm ci --no-audit --no-fund --loglevel=error  # ESLint and Prettier at package-lock.json's versions, in node_modules/
 	touch $@
 
 demo: setup
@@ -57,6 +58,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
+	npm run --silent lint
 
 # lint first; two test files at a time (pytest-xdist); CI then runs test-extended (with the benchmarks' smoke run)
 test: lint
@@ -86,4 +88,4 @@ wheel: setup
 	$(BIN)/python -m build --wheel --outdir dist
 
 clean:
-	rm -rf $(VENV) .airflow .demo dist site
+	rm -rf $(VENV) .airflow .demo dist site node_modules

@@ -58,8 +58,19 @@ from tfdist.operators.report import (
 )
 from tfdist.publishing import registry
 
-PAGE_FILES = {name: Path(__file__).with_name(name) for name in ("page.html", "page.js", "page.css")}
+MEDIA_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+PAGE_FILES = {path.name: path for path in sorted(Path(__file__).parent.iterdir()) if path.suffix in MEDIA_TYPES}
+"""The page's files by name: page.html, page.css and its ES modules (page.js, the entry, imports the others)."""
 NO_CACHE = {"Cache-Control": "no-cache"}  # a plugin upgrade shows at the next load
+
+
+def page_file(name: str) -> FileResponse:
+    """One of the page's files by its name, with its media type (a module script must be served as JavaScript);
+    404 for any other name (no path: the names are those of PAGE_FILES)."""
+    if name not in PAGE_FILES:
+        raise HTTPException(404, f"no file {name!r}")
+    path = PAGE_FILES[name]
+    return FileResponse(path, media_type=MEDIA_TYPES[path.suffix], headers=NO_CACHE)
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -377,16 +388,14 @@ def build_app() -> FastAPI:
 
     @app.get("/ui/", dependencies=signed_in)
     def index_page() -> FileResponse:
-        return FileResponse(PAGE_FILES["page.html"], headers=NO_CACHE)
+        return page_file("page.html")
 
     @app.get("/ui/{pipeline_id}", dependencies=reads_runs)
     def pipeline_page(pipeline_id: str) -> FileResponse:
-        return FileResponse(PAGE_FILES["page.html"], headers=NO_CACHE)
+        return page_file("page.html")
 
     @app.get("/static/{name}", dependencies=signed_in)
     def asset(name: str) -> FileResponse:
-        if name not in PAGE_FILES:
-            raise HTTPException(404, f"no file {name!r}")
-        return FileResponse(PAGE_FILES[name], headers=NO_CACHE)
+        return page_file(name)
 
     return add_version_routes(app)

@@ -19,7 +19,7 @@ from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gat
 from tfdist.contract.layout import RunLayout
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress
-from tfdist.operators.web.api import PAGE_FILES
+from tfdist.operators.web.api import MEDIA_TYPES, PAGE_FILES
 
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
 ORIGIN = "http://tfdist.test"
@@ -58,8 +58,7 @@ def respond(pipeline: dict, path: str) -> tuple[int, str, str]:
     prefix = f"/tfdist/pipelines/{DAG}"
     if path.startswith(("/tfdist/ui/", "/tfdist/static/")):
         name = "page.html" if "/ui/" in path else path.rsplit("/", 1)[1]
-        kind = {"html": "text/html", "js": "text/javascript", "css": "text/css"}[name.rsplit(".", 1)[1]]
-        return 200, kind, PAGE_FILES[name].read_text()
+        return 200, MEDIA_TYPES[PAGE_FILES[name].suffix], PAGE_FILES[name].read_text()
     if path == "/tfdist/pipelines":
         found: object = [{"pipeline_id": DAG, "dag_id": DAG, "description": "churn"}]
     elif path == prefix:
@@ -72,6 +71,8 @@ def respond(pipeline: dict, path: str) -> tuple[int, str, str]:
     if not found:
         return 404, "application/json", json.dumps({"detail": "not found"})
     shape = found.model_dump(mode="json") if isinstance(found, BaseModel) else found  # as the route's response_model
+    if isinstance(shape, dict):  # a typed record's key (tfdist.contract.records), on each: the page reads past it
+        shape = {"schema_version": 1} | shape
     return 200, "application/json", json.dumps(shape, allow_nan=False)  # as Starlette's JSONResponse
 
 
@@ -149,7 +150,7 @@ def test_the_page_shows_a_binary_tasks_metrics_curves_live_metrics_and_categoric
     assert "city new since the baseline" in details.locator(".not-compared").inner_text()
 
     # sorted by the gate: a check without a margin (its metric undefined on the eval data) is the worst failure
-    order = "checks => gateOrder({blessed: false, checks})"
+    order = "async checks => (await import('/tfdist/static/records.js')).gateOrder({blessed: false, checks})"
     assert page.evaluate(order, [{"margin": None}, {"margin": 0.2}]) < page.evaluate(order, [{"margin": -5.0}])
 
     # every column of the runs table in view at 1,280 px
