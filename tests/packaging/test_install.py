@@ -190,6 +190,18 @@ def wheel(tmp_path_factory) -> str:
     return build_wheel(str(built / "tree"), str(built / "dist"))
 
 
+def test_the_wheel_ships_the_pages_files_and_not_its_tools(wheel):
+    """Every file the plugin serves for the page (page.html, page.css, each ES module), none of the JavaScript tools
+    (node_modules/, package.json, eslint.config.js) nor their tests."""
+    from tfdist.operators.web.api import PAGE_FILES
+
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    page = {name for name in names if name.startswith("tfdist/operators/web/") and not name.endswith(".py")}
+    assert page == {f"tfdist/operators/web/{name}" for name in PAGE_FILES}
+    assert not [n for n in names if "node_modules" in n or n.endswith(("package.json", "eslint.config.js", ".mjs"))]
+
+
 @pytest.mark.parametrize("team_airflow", [None, "oldest"], ids=["constraints", "oldest-airflow-in-range"])
 def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(tmp_path, wheel, team_airflow):
     """``constraints``: installed with constraints.txt, the tested set; the team's own DAG runs beside tfdist's, and
