@@ -29,17 +29,16 @@ def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[d
     baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
     if baseline is None:
         return None, None, "no baseline: nothing published as of this data interval"
-    statistics = read_json_if_exists(storage.join(baseline["path"], registry.DATA_STATISTICS))
-    record = {"version": baseline["version"], "run_id": baseline["run_id"], "path": baseline["path"]}
+    statistics = read_json_if_exists(storage.join(baseline.path, registry.DATA_STATISTICS))
+    record = {"version": baseline.version, "run_id": baseline.metadata.run_id, "path": baseline.path}
     if statistics is None:
         return (
             record,
             None,
-            f"baseline version {baseline['version']} has no {registry.DATA_STATISTICS} (published "
-            "by an earlier tfdist)",
+            f"baseline version {baseline.version} has no {registry.DATA_STATISTICS} (published by an earlier tfdist)",
         )
     if statistics.get("bins") != now.get("bins"):
-        return record, None, f"baseline version {baseline['version']}'s histograms are binned otherwise"
+        return record, None, f"baseline version {baseline.version}'s histograms are binned otherwise"
     return record, statistics, ""
 
 
