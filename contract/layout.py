@@ -60,6 +60,8 @@ def run_path(artifact_root: str, pipeline_id: str, run_id: str) -> str:
 MANIFEST, BLESSING, APPROVAL = "manifest.json", "blessing.json", "approval.json"
 """In the data directory, what prepare_data produced (shards, counts, hashes, statistics); in the eval
 directory, the gate's decision; in the run directory, the human approval's (``export.approval``)."""
+EVAL_METRICS = "metrics.json"
+"""In the eval directory: the chosen checkpoint's metrics, and per class."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from tfdist.infra.jsonfiles import read_json
+from tfdist.contract.publish_records import Blessing
+from tfdist.contract.records import read_record
 from tfdist.operators.base import RunPlanned
 from tfdist.operators.plan import as_datetime
 from tfdist.publishing import approval
@@ -77,7 +78,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
 
     def execute(self, context: Any) -> None:
         layout = self.plan(context).layout
-        self.body = approval.approval_body(read_json(layout.blessing_file))
+        self.body = approval.approval_body(read_record(layout.blessing_file, Blessing))
         try:
             asked, excluded = self.respondents(context)
         except approval.Refused as refused:
@@ -136,7 +137,7 @@ class PublishApprovalOperator(RunPlanned, ApprovalOperator):
         if refused:
             self.log.warning("the answer does not count: %s", approval.approval_summary(record))
             return {**event, "chosen_options": [self.REJECT], "params_input": {}}
-        if record["timed_out"]:
+        if record.timed_out:
             self.log.warning(
                 "no answer within export.approval.timeout_minutes (%s): %s (export.approval.on_timeout)",
                 self.approval_rule.timeout_minutes,

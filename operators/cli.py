@@ -99,12 +99,12 @@ def list_models(model_dir: str) -> None:
     found = published_versions([model_dir])
     if not found:
         raise SystemExit(f"no versions published in {model_dir}")
-    for meta in (m for m in found if not m["withdrawn"]):
-        metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(meta["metrics"].items()))
-        say(f"{meta['path']}  run {meta['run_id']}  {metrics}  {started_from(meta['parent'], meta['cold_start'])}")
-    for meta in (m for m in found if m["withdrawn"]):
-        record = meta["withdrawn"]
-        say(f"{meta['path']}  WITHDRAWN by {record['by']} at {record['at']}: {record['reason']}")
+    for row in (m for m in found if not m.withdrawn):
+        metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(row.metrics.items()))
+        say(f"{row.path}  run {row.run_id}  {metrics}  {started_from(row.parent, row.cold_start)}")
+    for row in found:
+        if record := row.withdrawn:
+            say(f"{row.path}  WITHDRAWN by {record.by} at {record.at}: {record.reason}")
 
 
 MODEL_ACTIONS = ("withdraw", "restore")
@@ -116,17 +116,19 @@ def change_model(action: str, model_dir: str, version: int, reason: str, by: str
     from tfdist.operators.report import now_served
 
     if action == "withdraw":
-        result = registry.withdraw(model_dir, version, reason, by)
+        change = registry.withdraw(model_dir, version, reason, by)
         say(
-            f"withdrew version {version} of {model_dir} (by {by}: {result['reason']}); "
+            f"withdrew version {version} of {model_dir} (by {by}: {change.withdrawn.reason}); "
             f"moved to {registry.withdrawn_path(model_dir, version)}"
         )
-        extra = {"withdrawn": version, "reason": result["reason"], "by": by}
+        extra = {"withdrawn": version, "reason": change.withdrawn.reason, "by": by}
     else:
-        result = registry.restore(model_dir, version)
-        say(f"restored version {version} of {model_dir} (withdrawn by {result['by']}: {result['reason']})")
+        change = registry.restore(model_dir, version)
+        say(
+            f"restored version {version} of {model_dir} (withdrawn by {change.withdrawn.by}: {change.withdrawn.reason})"
+        )
         extra = {"restored": version, "by": by}
-    say(now_served(model_dir, result["live"]))
+    say(now_served(model_dir, change.live))
     say(
         f"no Asset event was emitted (the CLI does not reach Airflow): the plugin's API route does this and emits "
         f"one; to tell the consumers of model://{os.path.basename(model_dir)} now, POST /api/v2/assets/events "

@@ -171,14 +171,15 @@ def run_demo(artifact_root: str, logs_dir: str) -> int:
         print(f"\nthe DAG run did not succeed (state {outcome.state}); full log: {outcome.log_path}")
         return 1
     model_dir = os.path.join(artifact_root, "models", "digits")
-    for metadata in registry.versions(model_dir):
-        if metadata["run_id"] == outcome.run_id:
+    for found in registry.versions(model_dir):
+        metadata = found.metadata
+        if metadata.run_id == outcome.run_id:
             print(f"\nrun {outcome.run_id} succeeded; full log: {outcome.log_path}")
             print(f"Airflow process peak memory: {outcome.peak_rss_mb:.0f} MB (tasks run in it; workers excluded)")
-            print(f"exported model: {metadata['path']}")
+            print(f"exported model: {found.path}")
             print(
-                f"eval accuracy:  {metadata['metrics']['accuracy']:.4f} "
-                f"(serving signature on the held-out split: {metadata['serving_eval_metrics']['accuracy']:.4f})"
+                f"eval accuracy:  {metadata.metrics['accuracy']:.4f} "
+                f"(serving signature on the held-out split: {(metadata.serving_eval_metrics or {})['accuracy']:.4f})"
             )
             return 0
     print(f"run {outcome.run_id} succeeded but published no version in {model_dir}")

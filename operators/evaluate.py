@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from tfdist.contract.publish_records import EvaluateResult
 from tfdist.operators.base import StageOperator
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ class EvaluateOperator(StageOperator):
 
     Not blessed: the task fails without a retry (``validation.on_failure: fail``), or is skipped (``skip``);
     export does not run either way, and the reason is in the log. XCom: the decision, metrics and failures
-    (tfdist.trainer.evaluate.RESULT_FIELDS; the whole record is eval/blessing.json)."""
+    (``EvaluateResult``; the whole record is eval/blessing.json)."""
 
     stage = "evaluate"
 
@@ -28,10 +29,11 @@ class EvaluateOperator(StageOperator):
                 "no gate: validation.allow_unvalidated is set, so this model is published without "
                 "any threshold (recorded in blessing.json and the version's metadata.json)"
             )
-        if not record["blessed"]:
-            reason = "model not blessed: " + "; ".join(record["failures"])
+        result = EvaluateResult.parse(record, f"{self.task_id}'s result")
+        if not result.blessed:
+            reason = "model not blessed: " + "; ".join(result.failures)
             self.log.warning("%s", reason)
             if plan.spec.validation.on_failure == "skip":
                 raise AirflowSkipException(f"{reason} (validation.on_failure: skip, so export is skipped)")
             raise AirflowFailException(reason)  # no retry: a retry would reach the same decision
-        return record
+        return result.payload()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
+from tfdist.contract.publish_records import ExportResult
 from tfdist.operators.base import StageOperator
 from tfdist.operators.links import PublishedVersionLink, TrainingRunLink
 
@@ -46,7 +47,8 @@ class ExportModelOperator(StageOperator):
         return {"export_root": self.export_root or None}
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
-        context["outlet_events"][self.model_asset].extra = {
-            k: record.get(k) for k in ("version", "path", "parent_version", "cold_start")
-        }
-        return record
+        result = ExportResult.parse(record, f"{self.task_id}'s result")
+        context["outlet_events"][self.model_asset].extra = result.model_dump(
+            include={"version", "path", "parent_version", "cold_start"}
+        )
+        return result.payload()

@@ -10,9 +10,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from tfdist.contract.data_records import DataValidation
 from tfdist.contract.layout import RunLayout, printable, run_path, runs_root
 from tfdist.contract.progress import TrainProgress, read_curve, warm_start_summary
+from tfdist.contract.publish_records import Approval, Blessing, ExportResult, Metrics, Withdrawn
 from tfdist.contract.records import read_record_if_exists
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json_if_exists
@@ -105,18 +108,10 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
     run = read_json_if_exists(layout.run_file) or {"run_id": run_id or os.path.basename(run_dir)}
     train = read_json_if_exists(layout.result("train")) or {}
     start = _warm_start(layout)
-    blessing = read_json_if_exists(layout.blessing_file) or {}
-    export = read_json_if_exists(layout.result("export")) or {}
-    approved = read_json_if_exists(layout.approval_file)
+    export = read_record_if_exists(layout.result("export"), ExportResult)
+    approved = read_record_if_exists(layout.approval_file, Approval)
     data_gate = data_validation(run_dir)
     task, metric_names = task_metrics(read_json_if_exists(layout.spec_file))
-    baseline = blessing.get("baseline") or {}
-    metrics = blessing.get("metrics")
-    checks = blessing.get("checks")
-    if checks is None and metrics:  # written before blessing.json recorded its checks
-        checks = gate.checks(
-            metrics, blessing.get("thresholds") or {}, blessing.get("change_thresholds") or {}, baseline.get("metrics")
-        )
     return {
         **run,
         "overrides": run.get("overrides") or {},
@@ -133,20 +128,32 @@ def run_summary(run_dir: str, run_id: str | None = None) -> dict[str, Any]:
         "data_categorical_failures": categorical_failures(data_gate) if data_gate else [],
         "task": task,
         "metric_names": metric_names,
-        "metrics": metrics,
-        "blessed": blessing.get("blessed"),
-        "gate": blessing.get("gate"),
-        "baseline": {"version": baseline["version"], "metrics": baseline["metrics"]} if "metrics" in baseline else None,
-        "checks": checks or [],
-        "failures": blessing.get("failures") or [],
-        "report": blessing.get("report") or [],
-        "thresholds": blessing.get("thresholds"),
-        "change_thresholds": blessing.get("change_thresholds"),
-        "approval": approved,
+        **gate_summary(read_record_if_exists(layout.blessing_file, Blessing)),
+        "approval": approved and approved.model_dump(mode="json"),
         "approval_summary": approval.approval_summary(approved),
-        "export_version": export.get("version"),
-        "export_path": export.get("path"),
+        "export_version": export and export.version,
+        "export_path": export and export.path,
         "progress": progress(run_dir),
+    }
+
+
+GATE_FIELDS = ("metrics", "blessed", "gate", "failures", "report", "thresholds", "change_thresholds")
+"""What a run's summary takes of its blessing as it is (besides its baseline and checks)."""
+
+
+def gate_summary(blessing: Blessing | None) -> dict[str, Any]:
+    """What a run's summary says of the gate: its decision, each threshold as a check, the baseline it scored
+    (all empty before evaluate decided)."""
+    if blessing is None:
+        return dict.fromkeys(GATE_FIELDS) | {"failures": [], "report": [], "baseline": None, "checks": []}
+    scored, checks = blessing.scored_baseline, blessing.checks
+    if checks is None and blessing.metrics:  # written before blessing.json recorded its checks
+        rules = blessing.thresholds or {}, blessing.change_thresholds or {}
+        checks = gate.checks(blessing.metrics, *rules, scored.metrics if scored else None)
+    return {
+        **blessing.model_dump(mode="json", include=set(GATE_FIELDS)),
+        "baseline": scored and scored.model_dump(mode="json", include={"version", "metrics"}),
+        "checks": [c.model_dump(mode="json") for c in checks or []],
     }
 
 
@@ -160,29 +167,48 @@ def list_runs(pipeline_id: str, artifact_roots: Iterable[str]) -> list[dict[str,
     return _newest_first(run_summary(storage.join(d, key)) for d in runs_dirs for key in storage.names(d))
 
 
-VERSION_FIELDS = ("version", "run_id", "data_interval_start", "data_interval_end", "metrics", "gate", "path")
+class VersionRow(BaseModel):
+    """A published or withdrawn version as ``tfdist models`` and the training-runs page list it: ``baseline``, the
+    current baseline (the newest published); ``withdrawn``, who withdrew it, when and why (None: published);
+    ``parent``, the version it was warm-started from (None: a cold start, whose reason is ``cold_start``, or a
+    version older than the record)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    run_id: str
+    data_interval_start: str | None
+    data_interval_end: str
+    metrics: Metrics
+    gate: str | None
+    path: str
+    baseline: bool
+    withdrawn: Withdrawn | None
+    parent: int | None
+    cold_start: str | None
+
+    @classmethod
+    def of(cls, found: registry.PublishedVersion, baseline: bool) -> VersionRow:
+        metadata = found.metadata
+        return cls(
+            **metadata.model_dump(include={"version", "run_id", "data_interval_start", "data_interval_end", "gate"}),
+            metrics=metadata.metrics,
+            path=found.path,
+            baseline=baseline,
+            withdrawn=found.withdrawn,
+            parent=metadata.parent.version if metadata.parent else None,
+            cold_start=metadata.warm_start.cold_start,
+        )
 
 
-def published_versions(model_dirs: Iterable[str]) -> list[dict[str, Any]]:
-    """The published versions and the withdrawn ones, newest first; ``withdrawn`` says who withdrew a version,
-    when and why (None: published). The newest published one is the current baseline (what the next run of the
-    latest data interval compares with). Each names its parent version (None for a cold start, whose reason is
-    ``cold_start``, and for a version older than the record)."""
+def published_versions(model_dirs: Iterable[str]) -> list[VersionRow]:
+    """The published versions and the withdrawn ones, newest first. The newest published one is the current
+    baseline (what the next run of the latest data interval compares with)."""
     dirs = list(dict.fromkeys(model_dirs))
-    live = sorted((m for d in dirs for m in registry.versions(d)), key=lambda m: m["version"], reverse=True)
-    rows = [_version_row(m, baseline=i == 0) for i, m in enumerate(live)]
-    rows += [_version_row(m, baseline=False) for d in dirs for m in registry.withdrawn(d)]
-    return sorted(rows, key=lambda m: m["version"], reverse=True)
-
-
-def _version_row(metadata: dict[str, Any], baseline: bool) -> dict[str, Any]:
-    return {
-        **{k: metadata.get(k) for k in VERSION_FIELDS},
-        "baseline": baseline,
-        "withdrawn": metadata.get("withdrawn"),
-        "parent": (metadata.get("parent") or {}).get("version"),
-        "cold_start": (metadata.get("warm_start") or {}).get("cold_start"),
-    }
+    live = sorted((m for d in dirs for m in registry.versions(d)), key=lambda m: m.version, reverse=True)
+    rows = [VersionRow.of(m, baseline=i == 0) for i, m in enumerate(live)]
+    rows += [VersionRow.of(m, baseline=False) for d in dirs for m in registry.withdrawn(d)]
+    return sorted(rows, key=lambda m: m.version, reverse=True)
 
 
 def all_model_dirs(runs: Iterable[dict[str, Any]], declared: Iterable[str]) -> list[str]:
@@ -279,7 +305,7 @@ def overview(
         )
     runs = _newest_first(runs)
     versions = published_versions(all_model_dirs(runs, model_dirs))
-    withdrawn = {v["version"]: v["withdrawn"] for v in versions if v["withdrawn"]}
+    withdrawn = {v.version: v.withdrawn.model_dump(mode="json") for v in versions if v.withdrawn}
     for run in runs:
         run["export_withdrawn"] = withdrawn.get(run["export_version"])
     evaluated = [r for r in runs if r.get("thresholds") is not None]
@@ -293,7 +319,7 @@ def overview(
         "thresholds": evaluated[0]["thresholds"] if evaluated else {},
         "change_thresholds": evaluated[0]["change_thresholds"] if evaluated else {},
         "runs": runs,
-        "versions": versions,
+        "versions": [v.model_dump(mode="json") for v in versions],
     }
 
 

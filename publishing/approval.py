@@ -9,9 +9,12 @@ import datetime as dt
 import unicodedata
 from typing import Any
 
-from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
+from tfdist.contract.publish_records import Approval, Blessing, Decision
+from tfdist.contract.records import read_record_if_exists, write_record
 
-AWAITING, APPROVED, REJECTED = "awaiting", "approved", "rejected"
+AWAITING: Decision = "awaiting"
+APPROVED: Decision = "approved"
+REJECTED: Decision = "rejected"
 MAX_COMMENT = 500
 """The most characters an answer's comment may have."""
 UNATTENDED_RUNS = ("scheduled", "asset_triggered")
@@ -90,49 +93,55 @@ def comment_refusal(comment: Any) -> str | None:
     return None
 
 
-def approval_body(blessing: dict[str, Any]) -> str:
+def approval_body(blessing: Blessing) -> str:
     """The approval form's body (markdown): the gate's decision, each check with its value, rule and margin, and
     the metrics' changes against the baseline."""
     lines = [
-        f"**Gate: {'blessed' if blessing['blessed'] else 'NOT blessed'}** ({blessing['gate']}), checkpoint "
-        f"step {blessing['step']} on {blessing['eval_examples']} eval examples.",
+        f"**Gate: {'blessed' if blessing.blessed else 'NOT blessed'}** ({blessing.gate}), checkpoint "
+        f"step {blessing.step} on {blessing.eval_examples} eval examples.",
         "",
     ]
-    if blessing["checks"]:
+    if blessing.checks:
         lines += ["| check | metric | value | rule | margin | passed |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| {c['kind']} | {c['metric']} | {c['value']:.4f} | {c['rule']} | {c['margin']:+.4f} | "
-            f"{'yes' if c['passed'] else 'NO'} |"
-            for c in blessing["checks"]
+            f"| {c.kind} | {c.metric} | {c.value:.4f} | {c.rule} | {c.margin:+.4f} | {'yes' if c.passed else 'NO'} |"
+            for c in blessing.checks
         ]
     else:
         lines.append("No threshold applies.")
-    baseline = blessing.get("baseline") or {}
-    if "metrics" in baseline:
-        lines += [
-            "",
-            f"Against the baseline, version {baseline['version']}:",
-            "",
-            "| metric | baseline | this run | change |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {m} | {baseline['metrics'][m]:.4f} | {blessing['metrics'][m]:.4f} | {d['absolute']:+.4f} |"
-            for m, d in blessing["deltas"].items()
-        ]
-    else:
-        lines += [
+    return "\n".join(lines + _baseline_lines(blessing))
+
+
+def _baseline_lines(blessing: Blessing) -> list[str]:
+    """The approval body's lines on the baseline: the metrics' changes against it, or why there are none."""
+    scored, metrics = blessing.scored_baseline, blessing.metrics or {}
+    if scored is None:
+        return [
             "",
             "No baseline compared: "
-            + ("it cannot score this run's eval data." if baseline else "nothing published as of this data interval."),
+            + (
+                "it cannot score this run's eval data."
+                if blessing.baseline
+                else "nothing published as of this data interval."
+            ),
         ]
-    return "\n".join(lines)
+    return [
+        "",
+        f"Against the baseline, version {scored.version}:",
+        "",
+        "| metric | baseline | this run | change |",
+        "|---|---|---|---|",
+        *(
+            f"| {m} | {scored.metrics[m]:.4f} | {metrics[m]:.4f} | {d.absolute:+.4f} |"
+            for m, d in blessing.deltas.items()
+        ),
+    ]
 
 
 def record_approval(
     path: str,
     run_id: str,
-    decision: str,
+    decision: Decision,
     by: str | None = None,
     at: dt.datetime | None = None,
     comment: str | None = None,
@@ -140,42 +149,42 @@ def record_approval(
     asked: list[str] | None = None,
     excluded: str | None = None,
     refused: str | None = None,
-) -> dict[str, Any]:
+) -> Approval:
     """Write the run's approval record: ``decision`` (awaiting, approved or rejected), who decided (None: the
     timeout), when, their comment, whether no answer came in time, who was asked (None: anyone who may act on
     the DAG), whom four-eyes left out, and why the answer or the request was refused (then rejected)."""
-    record = {
-        "run_id": run_id,
-        "decision": decision,
-        "by": by,
-        "comment": comment or None,
-        "timed_out": timed_out,
-        "at": (at or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
-        "asked": asked,
-        "excluded": excluded,
-        "refused": refused,
-    }
-    write_json_atomic(path, record)
+    record = Approval(
+        run_id=run_id,
+        decision=decision,
+        by=by,
+        comment=comment or None,
+        timed_out=timed_out,
+        at=(at or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
+        asked=asked,
+        excluded=excluded,
+        refused=refused,
+    )
+    write_record(path, record)
     return record
 
 
 def approval_refusal(path: str, run_id: str) -> str | None:
     """Why the run may not be published for want of an approval (None: it is approved)."""
-    record = read_json_if_exists(path)
-    if record is None or record["run_id"] != run_id:
+    record = read_record_if_exists(path, Approval)
+    if record is None or record.run_id != run_id:
         return f"export.approval is configured and {path} holds no approval of this run"
-    if record["decision"] != APPROVED:
+    if record.decision != APPROVED:
         return f"export.approval: the run is {approval_summary(record)}"
     return None
 
 
-def approval_summary(record: dict[str, Any] | None) -> str | None:
+def approval_summary(record: Approval | None) -> str | None:
     """The decision in words: 'awaiting approval', 'approved by X', 'rejected by X (comment)', or the timeout's."""
     if record is None:
         return None
-    if record["decision"] == AWAITING:
+    if record.decision == AWAITING:
         return "awaiting approval"
-    if record.get("refused"):
-        return f"rejected: {record['refused']}"
-    by = "the timeout (no answer in time)" if record["timed_out"] else record["by"]
-    return f"{record['decision']} by {by}" + (f" ({record['comment']})" if record["comment"] else "")
+    if record.refused:
+        return f"rejected: {record.refused}"
+    by = "the timeout (no answer in time)" if record.timed_out else record.by
+    return f"{record.decision} by {by}" + (f" ({record.comment})" if record.comment else "")

@@ -6,6 +6,7 @@ live version for TF Serving (docs/object-storage.md)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import json
@@ -20,6 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from tfdist.contract.layout import CONTROL_CHARACTERS
+from tfdist.contract.publish_records import Claim, VersionMetadata, Withdrawn
+from tfdist.contract.records import read_record_if_exists, write_record
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 
@@ -116,30 +119,43 @@ class UnknownVersion(RegistryError):
     """No such version to withdraw (or restore)."""
 
 
-def _versions_in(parent: str) -> list[dict[str, Any]]:
-    """The metadata (plus ``path``) of each ``<parent>/<integer>/`` with ``metadata.json``, oldest first."""
+@dataclasses.dataclass(frozen=True)
+class PublishedVersion:
+    """A version in a model directory: where it is, its metadata, and its withdrawal (None: published)."""
+
+    path: str
+    metadata: VersionMetadata
+    withdrawn: Withdrawn | None = None
+
+    @property
+    def version(self) -> int:
+        return self.metadata.version
+
+
+def _versions_in(parent: str) -> list[PublishedVersion]:
+    """Each ``<parent>/<integer>/`` with ``metadata.json``, oldest first."""
     found = []
     for name in storage.names(parent):
         path = storage.join(parent, name)
-        if is_version_name(name) and (metadata := read_json_if_exists(metadata_file(path))) is not None:
-            found.append({**metadata, "path": path})
-    return sorted(found, key=lambda m: m["version"])
+        if is_version_name(name) and (metadata := read_record_if_exists(metadata_file(path), VersionMetadata)):
+            found.append(PublishedVersion(path, metadata))
+    return sorted(found, key=lambda m: m.version)
 
 
-def versions(model_dir: str) -> list[dict[str, Any]]:
-    """Every published version's metadata (plus its ``path``), oldest first; withdrawn ones are not listed."""
+def versions(model_dir: str) -> list[PublishedVersion]:
+    """Every published version, oldest first; withdrawn ones are not listed."""
     found = _versions_in(model_dir)
     if not storage.is_object_store(model_dir):
         return found
-    return [m for m in found if not storage.exists(storage.join(m["path"], WITHDRAWN))]
+    return [m for m in found if not storage.exists(storage.join(m.path, WITHDRAWN))]
 
 
-def withdrawn(model_dir: str) -> list[dict[str, Any]]:
-    """Every withdrawn version's metadata (plus its ``path`` and ``withdrawn``: who, when, why), oldest first."""
+def withdrawn(model_dir: str) -> list[PublishedVersion]:
+    """Every withdrawn version (with its ``withdrawn``: who, when, why), oldest first."""
     aside = storage.is_object_store(model_dir)
     found = _versions_in(model_dir if aside else os.path.join(model_dir, WITHDRAWN_DIR))
-    records = [(m, read_json_if_exists(storage.join(m["path"], WITHDRAWN))) for m in found]
-    return [{**m, "withdrawn": record} for m, record in records if record is not None]
+    records = [(m, read_record_if_exists(storage.join(m.path, WITHDRAWN), Withdrawn)) for m in found]
+    return [dataclasses.replace(m, withdrawn=record) for m, record in records if record is not None]
 
 
 def withdrawn_path(model_dir: str, version: int) -> str:
@@ -156,7 +172,7 @@ def is_withdrawn(model_dir: str, version: int) -> bool:
 def live(model_dir: str) -> int | None:
     """The version TF Serving's "latest" policy serves: the newest published one (None: there is none)."""
     found = versions(model_dir)
-    return found[-1]["version"] if found else None
+    return found[-1].version if found else None
 
 
 def _check_withdrawable(model_dir: str, version: int, reason: str) -> str:
@@ -167,7 +183,7 @@ def _check_withdrawable(model_dir: str, version: int, reason: str) -> str:
     if is_withdrawn(model_dir, version):
         raise RegistryError(f"version {version} of {model_dir} is already withdrawn")
     if not storage.exists(metadata_file(path)):
-        published = ", ".join(str(m["version"]) for m in versions(model_dir)) or "none"
+        published = ", ".join(str(m.version) for m in versions(model_dir)) or "none"
         raise UnknownVersion(f"{model_dir} has no published version {version} (published: {published})")
     return path
 
@@ -184,18 +200,22 @@ def reason_problem(reason: str) -> str | None:
     return None
 
 
-def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class VersionChange:
+    """A withdrawal or restore done: the version's withdrawal record, and ``live``: the version served now (None:
+    no version is left)."""
+
+    withdrawn: Withdrawn
+    live: int | None
+
+
+def withdraw(model_dir: str, version: int, reason: str, by: str) -> VersionChange:
     """Withdraw ``version``: its ``withdrawn.json`` (who, when, why) written inside it, then (locally) the version
-    moved aside to ``.withdrawn/<version>/`` in one rename; TF Serving's config rewritten. The record, plus
-    ``live``: the version served now (None: no version is left)."""
+    moved aside to ``.withdrawn/<version>/`` in one rename; TF Serving's config rewritten."""
     path = _check_withdrawable(model_dir, version, reason)
-    record = {
-        "version": version,
-        "by": by,
-        "reason": reason.strip(),
-        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-    write_json_atomic(storage.join(path, WITHDRAWN), record)
+    at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    record = Withdrawn(version=version, by=by, reason=reason.strip(), at=at)
+    write_record(storage.join(path, WITHDRAWN), record)
     if not storage.is_object_store(model_dir):
         os.makedirs(os.path.join(model_dir, WITHDRAWN_DIR), exist_ok=True)
         try:
@@ -203,14 +223,14 @@ def withdraw(model_dir: str, version: int, reason: str, by: str) -> dict[str, An
         except OSError:
             os.remove(os.path.join(path, WITHDRAWN))  # still published: no record claims otherwise
             raise
-    return {**record, "live": write_serving_config(model_dir)}
+    return VersionChange(record, write_serving_config(model_dir))
 
 
-def restore(model_dir: str, version: int) -> dict[str, Any]:
+def restore(model_dir: str, version: int) -> VersionChange:
     """Put a withdrawn version back (locally renamed into place; refused while a version of that number is
-    published); TF Serving's config rewritten. Its withdrawal record, plus ``live``: the version served now."""
+    published); TF Serving's config rewritten. The withdrawal record it had."""
     aside, path = withdrawn_path(model_dir, version), storage.join(model_dir, str(version))
-    record = read_json_if_exists(storage.join(aside, WITHDRAWN))
+    record = read_record_if_exists(storage.join(aside, WITHDRAWN), Withdrawn)
     if record is None or not storage.exists(metadata_file(aside)):
         raise UnknownVersion(f"version {version} of {model_dir} is not withdrawn")
     if aside != path:
@@ -218,7 +238,7 @@ def restore(model_dir: str, version: int) -> dict[str, Any]:
             raise RegistryError(f"{path} exists: a version {version} is published; refusing to replace it")
         os.rename(aside, path)
     storage.remove(storage.join(path, WITHDRAWN))
-    return {**record, "live": write_serving_config(model_dir)}
+    return VersionChange(record, write_serving_config(model_dir))
 
 
 def serving_config(model_dir: str, live_version: int | None) -> str:
@@ -249,27 +269,28 @@ def warm_start_checkpoint(version_dir: str) -> str:
     return os.path.join(version_dir, WARM_START_CHECKPOINT)
 
 
-def lineage(model_dir: str, version: int) -> list[dict[str, Any]]:
-    """``version``'s metadata, then its parent's (the version it was warm-started from), and so on back to a cold
-    start or to a parent no longer kept (its number is in the last one's ``parent``). A withdrawn version is in
-    the chain with its ``withdrawn`` record."""
-    by_version = {m["version"]: m for m in [*withdrawn(model_dir), *versions(model_dir)]}
-    chain: list[dict[str, Any]] = []
+def lineage(model_dir: str, version: int) -> list[PublishedVersion]:
+    """``version``, then its parent (the version it was warm-started from), and so on back to a cold start or to a
+    parent no longer kept (its number is in the last one's ``parent``). A withdrawn version is in the chain with
+    its ``withdrawn`` record."""
+    by_version = {m.version: m for m in [*withdrawn(model_dir), *versions(model_dir)]}
+    chain: list[PublishedVersion] = []
     at: int | None = version
     while at in by_version and len(chain) < len(by_version):
         chain.append(by_version[at])
-        at = (by_version[at].get("parent") or {}).get("version")
+        parent = by_version[at].metadata.parent
+        at = parent.version if parent else None
     return chain
 
 
-def baseline_for(model_dir: str, interval_end: str, run_id: str) -> dict[str, Any] | None:
+def baseline_for(model_dir: str, interval_end: str, run_id: str) -> PublishedVersion | None:
     """The newest version published for a data interval ending no later than ``interval_end`` by another
     run: what was live for this run's window (a backfill of last Tuesday compares with last Tuesday's)."""
     end = dt.datetime.fromisoformat(interval_end)
     earlier = [
         m
         for m in versions(model_dir)
-        if m["run_id"] != run_id and dt.datetime.fromisoformat(m["data_interval_end"]) <= end
+        if m.metadata.run_id != run_id and dt.datetime.fromisoformat(m.metadata.data_interval_end) <= end
     ]
     return earlier[-1] if earlier else None
 
@@ -404,7 +425,7 @@ class Reader:
 
 
 @contextlib.contextmanager
-def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[dict[str, Any] | None]:
+def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[PublishedVersion | None]:
     """``baseline_for``'s version, chosen under ``locked`` and held (``Reader``) while the caller reads it: no prune
     deletes it meanwhile. Without a model directory there is none (and none is made)."""
     if not storage.names(model_dir):
@@ -412,7 +433,7 @@ def held_baseline(model_dir: str, interval_end: str, run_id: str) -> Iterator[di
         return
     with locked(model_dir):
         baseline = baseline_for(model_dir, interval_end, run_id)
-        reader = Reader(model_dir, baseline["version"], run_id) if baseline else None
+        reader = Reader(model_dir, baseline.version, run_id) if baseline else None
     try:
         yield baseline
     finally:
@@ -457,7 +478,7 @@ def prune(model_dir: str, keep: int, protect: set[int]) -> list[int]:
     with locked(model_dir) as check:
         left = _unfinished_deletions(model_dir)
         spared = protect | held(model_dir)
-        doomed = [v for v in [m["version"] for m in versions(model_dir)][:-keep] if v not in spared]
+        doomed = [v for v in [m.version for m in versions(model_dir)][:-keep] if v not in spared]
         for version in doomed:
             check()
             _hide(model_dir, version)
@@ -475,7 +496,7 @@ def _hide(model_dir: str, version: int) -> None:
     """Make a version invisible to every reader: locally renamed aside; in a store, claimed for its deletion, then
     its metadata.json deleted."""
     if storage.is_object_store(model_dir):
-        write_json_atomic(claim_path(model_dir, version), {"pruning": True})
+        write_record(claim_path(model_dir, version), Claim(pruning=True))
         storage.remove(metadata_file(storage.join(model_dir, str(version))))
         return
     os.rename(os.path.join(model_dir, str(version)), _hidden(model_dir, version))
@@ -498,7 +519,7 @@ def _unfinished_deletions(model_dir: str) -> list[int]:
     return [
         v
         for v in _marked_versions(model_dir, CLAIM_PREFIX)
-        if (read_json_if_exists(claim_path(model_dir, v)) or {}).get("pruning")
+        if (claim := read_record_if_exists(claim_path(model_dir, v), Claim)) and claim.pruning
     ]
 
 

@@ -22,11 +22,24 @@ import numpy as np
 
 from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.contract.layout import BLESSING, MANIFEST
+from tfdist.contract.layout import BLESSING, EVAL_METRICS, MANIFEST
 from tfdist.contract.progress import CHECKPOINT_STATE, kept_checkpoints
+from tfdist.contract.publish_records import (
+    Blessing,
+    Candidate,
+    CheckpointChoice,
+    Delta,
+    EvalMetrics,
+    EvaluateResult,
+    Integrity,
+    Metrics,
+    ScoredBaseline,
+    UnscoredBaseline,
+)
+from tfdist.contract.records import write_record
 from tfdist.contract.stages import EvaluateArgs
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, sha256_file, write_json_atomic
+from tfdist.infra.jsonfiles import read_json, sha256_file
 from tfdist.publishing import gate, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
@@ -49,12 +62,12 @@ def score(tf, predict, data_dir: str, manifest: Manifest) -> tuple[np.ndarray, n
     return (joined if manifest.label.task == "multiclass" else joined.reshape(-1)), np.concatenate(labels)
 
 
-def deltas(found: dict[str, float | None], baseline: dict[str, float | None]) -> dict[str, dict[str, float | None]]:
+def deltas(found: Metrics, baseline: Metrics) -> dict[str, Delta]:
     changes = {}
     for k, value in found.items():
         base = baseline.get(k)
         if value is not None and base is not None:
-            changes[k] = {"absolute": value - base, "relative": (value - base) / abs(base) if base else None}
+            changes[k] = Delta(absolute=value - base, relative=(value - base) / abs(base) if base else None)
     return changes
 
 
@@ -115,17 +128,15 @@ def class_columns(published: dict[str, Any] | None, label: LabelEntry) -> list[i
     return [theirs.index(c) for c in ours]
 
 
-def baseline_metrics(tf, spec: Spec, baseline: dict, data_dir: str, manifest: Manifest) -> dict[str, float | None]:
+def baseline_metrics(
+    tf, spec: Spec, baseline: registry.PublishedVersion, data_dir: str, manifest: Manifest
+) -> dict[str, float | None]:
     """The baseline SavedModel's metrics on this run's eval data, through its serving signature."""
     label = manifest.label
-    columns = class_columns(baseline.get("label"), label)
-    served = serving_predict(tf, scratch.local_tree(baseline["path"]), label.task, columns)
+    columns = class_columns(baseline.metadata.label, label)
+    served = serving_predict(tf, scratch.local_tree(baseline.path), label.task, columns)
     outputs, labels = score(tf, served, data_dir, manifest)
     return metrics.of_task(label, spec.loss, spec.metrics, outputs, labels)[0]
-
-
-RESULT_FIELDS = ("blessed", "gate", "run_id", "checkpoint", "step", "eval_examples", "metrics", "deltas", "failures")
-"""What of the blessing record the task's XCom holds (the whole record is eval/blessing.json)."""
 
 
 def scored_candidates(
@@ -143,17 +154,15 @@ def scored_candidates(
         try:
             model, step = check_candidate(tf, spec, manifest, args.data, manifest_sha, path, train_result)
         except IntegrityError as exc:
-            write_json_atomic(
-                os.path.join(args.out, BLESSING),
-                {
-                    "blessed": False,
-                    "checkpoint": path,
-                    "integrity": {"failed": exc.check},
-                    "failures": [str(exc)],
-                    "report": [str(exc)],
-                    "run_id": run["run_id"],
-                },
+            refused = Blessing(
+                blessed=False,
+                checkpoint=path,
+                integrity=Integrity(failed=exc.check),
+                failures=[str(exc)],
+                report=[str(exc)],
+                run_id=run["run_id"],
             )
+            write_record(os.path.join(args.out, BLESSING), refused)
             fail(str(exc), EXIT_REFUSED)
         outputs, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
         found, by_class = metrics.of_task(manifest.label, spec.loss, spec.metrics, outputs, labels)
@@ -168,8 +177,8 @@ def scored_candidates(
 
 
 def compare_with_baseline(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, found: dict[str, float | None]
-) -> tuple[dict | None, dict, list[str]]:
+    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, found: Metrics
+) -> tuple[ScoredBaseline | UnscoredBaseline | None, dict[str, Delta], list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
     Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply. The
     baseline is held while it is scored: another run's export never prunes it meanwhile."""
@@ -178,8 +187,8 @@ def compare_with_baseline(
 
 
 def compared(
-    tf, args: EvaluateArgs, spec: Spec, manifest: Manifest, found: dict[str, float | None], baseline: dict | None
-) -> tuple[dict | None, dict, list[str]]:
+    tf, args: EvaluateArgs, spec: Spec, manifest: Manifest, found: Metrics, baseline: registry.PublishedVersion | None
+) -> tuple[ScoredBaseline | UnscoredBaseline | None, dict[str, Delta], list[str]]:
     """``compare_with_baseline`` against ``baseline`` (None: there is none)."""
     if baseline is None:
         if not spec.validation.change_thresholds:
@@ -196,20 +205,20 @@ def compared(
         base = baseline_metrics(tf, spec, baseline, args.data, manifest)
     except Exception as exc:
         return (
-            {"version": baseline["version"], "path": baseline["path"], "error": str(exc)},
+            UnscoredBaseline(version=baseline.version, path=baseline.path, error=str(exc)),
             {},
             [
-                f"  baseline version {baseline['version']} cannot score this run's eval data ({exc}); "
+                f"  baseline version {baseline.version} cannot score this run's eval data ({exc}); "
                 "only value thresholds apply"
             ],
         )
     changes = deltas(found, base)
-    record = {"version": baseline["version"], "path": baseline["path"], "run_id": baseline["run_id"], "metrics": base}
+    record = ScoredBaseline(version=baseline.version, path=baseline.path, run_id=baseline.metadata.run_id, metrics=base)
     return (
         record,
         changes,
         [
-            f"  vs baseline version {baseline['version']}: {k} {base[k]:.4f} → {found[k]:.4f} ({d['absolute']:+.4f})"
+            f"  vs baseline version {baseline.version}: {k} {base[k]:.4f} → {found[k]:.4f} ({d.absolute:+.4f})"
             for k, d in changes.items()
         ],
     )
@@ -224,7 +233,7 @@ def chosen_candidate(spec: Spec, scored: list[dict[str, Any]]) -> dict[str, Any]
 
 def blessing_record(
     tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, scored: list[dict[str, Any]]
-) -> dict[str, Any]:
+) -> Blessing:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
     chosen = chosen_candidate(spec, scored)
     found = chosen["metrics"]
@@ -234,38 +243,38 @@ def blessing_record(
     report += [f"  {k} = {shown(v)}" for k, v in found.items()]
     baseline, changes, lines = compare_with_baseline(tf, args, spec, run, manifest, found)
     report += lines
-    gate_rules = gate.resolved(spec.validation.model_dump(mode="json"), spec.change_direction)
-    checks = gate.checks(
-        found, gate_rules["thresholds"], gate_rules["change_thresholds"], (baseline or {}).get("metrics")
-    )
-    failures = gate.failures(checks, baseline["version"] if baseline else None)
-    decided_by = gate.decided_by(gate_rules, bool(changes))
+    rules = gate.resolved(spec.validation, spec.change_direction)
+    scored_base = baseline if isinstance(baseline, ScoredBaseline) else None
+    checks = gate.checks(found, rules.thresholds, rules.change_thresholds, scored_base.metrics if scored_base else None)
+    failures = gate.failures(checks, baseline.version if baseline else None)
+    decided_by = gate.decided_by(rules, bool(changes))
     if spec.validation.allow_unvalidated:
         report.append("  published without a gate: validation.allow_unvalidated is set, no threshold was applied")
     report.append(("BLESSED" if not failures else "NOT BLESSED: " + "; ".join(failures)) + f" (gate: {decided_by})")
-    return {
-        "blessed": not failures,
-        "gate": decided_by,
-        "run_id": run["run_id"],
-        "data_interval_end": run["data_interval_end"],
-        "checkpoint": chosen["checkpoint"],
-        "step": chosen["step"],
-        "integrity": {"checks": ["restores", "finite_weights", "step", "data_manifest"], "failed": None},
-        "eval_examples": chosen["examples"],
-        "task": manifest.label.task,
-        "metrics": found,
-        "directions": {k: spec.direction(k) for k in found},
-        "per_class": chosen["per_class"],
-        "candidates": [{k: c[k] for k in ("checkpoint", "step", "metrics")} for c in scored],
-        "checkpoint_selection": dict(zip(("metric", "direction"), spec.checkpoint_selection, strict=True)),
-        "thresholds": gate_rules["thresholds"],
-        "change_thresholds": gate_rules["change_thresholds"],
-        "baseline": baseline,
-        "deltas": changes,
-        "checks": checks,
-        "failures": failures,
-        "report": report,
-    }
+    metric, direction = spec.checkpoint_selection
+    return Blessing(
+        blessed=not failures,
+        gate=decided_by,
+        run_id=run["run_id"],
+        data_interval_end=run["data_interval_end"],
+        checkpoint=chosen["checkpoint"],
+        step=chosen["step"],
+        integrity=Integrity(),
+        eval_examples=chosen["examples"],
+        task=manifest.label.task,
+        metrics=found,
+        directions={k: spec.direction(k) for k in found},
+        per_class=chosen["per_class"],
+        candidates=[Candidate(checkpoint=c["checkpoint"], step=c["step"], metrics=c["metrics"]) for c in scored],
+        checkpoint_selection=CheckpointChoice(metric=metric, direction=direction),
+        thresholds=rules.thresholds,
+        change_thresholds=rules.change_thresholds,
+        baseline=baseline,
+        deltas=changes,
+        checks=checks,
+        failures=failures,
+        report=report,
+    )
 
 
 def main() -> None:
@@ -279,19 +288,16 @@ def main() -> None:
     tf = import_tensorflow()
     scored = scored_candidates(tf, args, spec, run, manifest, train_result)
     blessing = blessing_record(tf, args, spec, run, manifest, scored)
-    write_json_atomic(
-        os.path.join(args.out, "metrics.json"), {"metrics": blessing["metrics"], "per_class": blessing["per_class"]}
+    chosen = chosen_candidate(spec, scored)
+    write_record(
+        os.path.join(args.out, EVAL_METRICS), EvalMetrics(metrics=chosen["metrics"], per_class=chosen["per_class"])
     )
-    write_json_atomic(os.path.join(args.out, BLESSING), blessing)
-    scalar_writer(tf, args.tensorboard)(blessing["step"], blessing["metrics"])
+    write_record(os.path.join(args.out, BLESSING), blessing)
+    scalar_writer(tf, args.tensorboard)(chosen["step"], chosen["metrics"])
     if storage.is_object_store(args.tensorboard):
         retried(*summaries_upload(args.tensorboard))
-    write_json_atomic(
-        args.result,
-        {k: blessing[k] for k in RESULT_FIELDS}
-        | {"baseline_version": blessing["baseline"] and blessing["baseline"]["version"]},
-    )
-    for line in blessing["report"]:
+    write_record(args.result, EvaluateResult.of(blessing))
+    for line in blessing.report:
         say(line)
 
 

@@ -15,6 +15,7 @@ numbered from the future is refused, and so is any export while the live version
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import glob
@@ -28,10 +29,23 @@ import numpy as np
 from tfdist.contract.data_records import LabelEntry, Manifest, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import BLESSING, MANIFEST
-from tfdist.contract.records import write_record
+from tfdist.contract.publish_records import (
+    Approval,
+    Blessing,
+    Claim,
+    ExportResult,
+    Metrics,
+    ParentVersion,
+    PublishedBlessing,
+    ServingSkew,
+    Signature,
+    VersionMetadata,
+    WarmStart,
+)
+from tfdist.contract.records import RecordError, read_record, read_record_if_exists, write_record
 from tfdist.contract.stages import ExportArgs
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
+from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file
 from tfdist.publishing import approval, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.data import MISSING_INT64
@@ -98,7 +112,15 @@ def serving_module(tf, model, manifest: Manifest):
     return module
 
 
-def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: Manifest) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """What the reloaded SavedModel's signature did on the eval examples: its skew, and the task's metrics."""
+
+    skew: ServingSkew
+    metrics: Metrics
+
+
+def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: Manifest) -> Served:
     """Reload the SavedModel and run its signature on every eval example: the largest difference from the Keras
     model's outputs (refused above the tolerance, naming it), and the task's metrics through the signature."""
     label = manifest.label
@@ -113,10 +135,10 @@ def serving_check(tf, spec: Spec, model, path: str, data_dir: str, manifest: Man
             "published",
             EXIT_REFUSED,
         )
-    return {
-        "skew": {"examples": len(labels), "max_abs_difference": difference, "tolerance": tolerance},
-        "metrics": metrics.of_task(label, spec.loss, spec.metrics, served, labels)[0],
-    }
+    return Served(
+        ServingSkew(examples=len(labels), max_abs_difference=difference, tolerance=tolerance),
+        metrics.of_task(label, spec.loss, spec.metrics, served, labels)[0],
+    )
 
 
 def copy_vocabularies(data_dir: str, manifest: Manifest, version_dir: str) -> None:
@@ -156,17 +178,17 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     published, withdrawn nor claimed by another export or a prune. The claim (``registry.claim_path``) naming the
     run and checkpoint is created exclusively, so that exports running at once get distinct versions; a rerun of
     the run takes its own claim back (a claim whose export was killed for good leaves that version unused)."""
-    owner = {"run_id": run_id, "source_checkpoint": checkpoint}
+    owner = (run_id, checkpoint)
     for version in range(base, base + registry.MAX_VERSIONS_PER_INTERVAL):
         path, claim = storage.join(model_dir, str(version)), registry.claim_path(model_dir, version)
         if registry.is_withdrawn(model_dir, version):
             continue  # a withdrawn version's number is never published again (restore brings it back)
         if storage.exists(registry.metadata_file(path)):
-            if _owner(registry.metadata_file(path)) == owner:
+            if _owner(registry.metadata_file(path), VersionMetadata) == owner:
                 return version, True
             continue
-        if not storage.create(claim, json.dumps(owner).encode()):
-            if _owner(claim) == owner:
+        if not storage.create(claim, json.dumps(Claim(run_id=run_id, source_checkpoint=checkpoint).payload()).encode()):
+            if _owner(claim, Claim) == owner:
                 return version, False
             continue
         if storage.exists(registry.metadata_file(path)):  # published (and its claim removed) after the check above
@@ -178,13 +200,13 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
     )
 
 
-def _owner(path: str) -> dict | None:
+def _owner(path: str, model: type[Claim] | type[VersionMetadata]) -> tuple[str | None, str | None] | None:
     """The run and checkpoint a claim or a version's metadata names (None while it is being written)."""
     try:
-        record = read_json(path)
-    except (FileNotFoundError, ValueError):
+        record = read_record(path, model)
+    except (FileNotFoundError, RecordError):
         return None
-    return {"run_id": record.get("run_id"), "source_checkpoint": record.get("source_checkpoint")}
+    return record.run_id, record.source_checkpoint
 
 
 def keep_checkpoint(checkpoint: str, prefix: str) -> None:
@@ -194,15 +216,26 @@ def keep_checkpoint(checkpoint: str, prefix: str) -> None:
         shutil.copyfile(path, prefix + path[len(checkpoint) :])
 
 
-def lineage(args: ExportArgs) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Origin:
     """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
+
+    parent: ParentVersion | None
+    warm_start: WarmStart
+    train_metrics: Metrics | None
+
+
+def lineage(args: ExportArgs) -> Origin:
+    """The version's origin, from the train stage's warm start record and result."""
     record = read_json_if_exists(args.warm_start_record) or {}
     parent = record.get("parent")
-    return {
-        "parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
-        "warm_start": {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")},
-        "train_metrics": read_json(args.train_result).get("metrics"),
-    }
+    return Origin(
+        parent=parent and ParentVersion(version=parent["version"], run_id=parent["run_id"]),
+        warm_start=WarmStart.model_validate(
+            {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")}
+        ),
+        train_metrics=read_json(args.train_result).get("metrics"),
+    )
 
 
 def main() -> None:
@@ -210,25 +243,25 @@ def main() -> None:
     if refusal := version_refusal(args.model_dir, args.version_base, dt.datetime.now(dt.UTC)):
         fail(f"refusing to export: {refusal}; nothing was published", EXIT_REFUSED)
     spec, run = load_spec(args.spec), read_json(args.run)
-    blessing = read_json(os.path.join(args.eval, BLESSING))
-    if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
+    blessing = read_record(os.path.join(args.eval, BLESSING), Blessing)
+    if not blessing.blessed or blessing.run_id != run["run_id"]:
         fail(
-            f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
+            f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing.failures)})",
             EXIT_REFUSED,
         )
     if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
         fail(f"refusing to export: {refusal}", EXIT_REFUSED)
-    version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
+    version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing.checkpoint)
     out = storage.join(args.model_dir, str(version))
     origin = lineage(args)
-    result = {
-        "path": out,
-        "version": version,
-        "model_name": os.path.basename(args.model_dir),
-        "metrics": blessing["metrics"],
-        "parent_version": (origin["parent"] or {}).get("version"),
-        "cold_start": (origin["warm_start"]["cold_start"] or "")[:200] or None,
-    }
+    result = ExportResult(
+        path=out,
+        version=version,
+        model_name=os.path.basename(args.model_dir),
+        metrics=blessing.metrics,
+        parent_version=origin.parent.version if origin.parent else None,
+        cold_start=(origin.warm_start.cold_start or "")[:200] or None,
+    )
     if done:
         say(f"{out} already holds this run's export; nothing to do")
     else:
@@ -237,20 +270,21 @@ def main() -> None:
         publish(args, spec, run, blessing, out, version, origin)
     say(f"TF Serving's {registry.SERVING_CONFIG} serves version {registry.write_serving_config(args.model_dir)}")
     storage.remove(registry.claim_path(args.model_dir, version))
-    write_json_atomic(args.result, result)
+    write_record(args.result, result)
     keep = spec.export.keep_versions
     if keep:
-        baseline = blessing["baseline"]
-        protected = {version} | ({baseline["version"]} if baseline else set())
+        protected = {version} | ({blessing.baseline.version} if blessing.baseline else set())
         for deleted in registry.prune(args.model_dir, keep, protected):
             say(f"deleted version {deleted} (export.keep_versions = {keep})")
 
 
-def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int, origin: dict) -> None:
+def publish(
+    args: ExportArgs, spec: Spec, run: dict, blessing: Blessing, out: str, version: int, origin: Origin
+) -> None:
     manifest, data_dir = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
     try:
-        model, _ = restore_checked(tf, spec, manifest, data_dir, blessing["checkpoint"])
+        model, _ = restore_checked(tf, spec, manifest, data_dir, blessing.checkpoint)
     except IntegrityError as exc:
         fail(str(exc), EXIT_REFUSED)
     with storage.staged(out, last=(SAVED_MODEL, registry.METADATA)) as tmp:
@@ -259,48 +293,54 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
         served = serving_check(tf, spec, model, tmp, data_dir, manifest)
         copy_vocabularies(data_dir, manifest, tmp)
         write_record(os.path.join(tmp, registry.DATA_STATISTICS), manifest.statistics)
-        keep_checkpoint(scratch.local_checkpoint(blessing["checkpoint"]), registry.warm_start_checkpoint(tmp))
-        write_json_atomic(
-            registry.metadata_file(tmp),
-            {
-                "model_name": os.path.basename(args.model_dir),
-                "version": version,
-                "run_id": run["run_id"],
-                "data_interval_start": run["data_interval_start"],
-                "data_interval_end": run["data_interval_end"],
-                "spec_sha256": digest_json(spec.to_json_dict()),
-                "data_manifest_sha256": sha256_file(os.path.join(data_dir, MANIFEST)),
-                "input_fingerprint": manifest.input_fingerprint,
-                "metrics": blessing["metrics"],
-                "gate": blessing["gate"],
-                "blessing": {
-                    k: blessing[k]
-                    for k in (
-                        "blessed",
-                        "gate",
-                        "metrics",
-                        "baseline",
-                        "deltas",
-                        "thresholds",
-                        "change_thresholds",
-                        "step",
-                    )
-                },
-                "serving_eval_metrics": served["metrics"],
-                "serving_skew": served["skew"],
-                "approval": read_json_if_exists(args.approval) if args.approval else None,
-                "source_checkpoint": blessing["checkpoint"],
-                **origin,
-                "label": manifest.label.model_dump(mode="json"),
-                "signature": {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)},
-                "tensorflow_version": tf.__version__,
-            },
+        keep_checkpoint(scratch.local_checkpoint(blessing.checkpoint), registry.warm_start_checkpoint(tmp))
+        metadata = VersionMetadata(
+            **published_run(args, spec, run, blessing, origin, version),
+            **published_model(manifest, data_dir, served, tf.__version__),
         )
-    skew = served["skew"]
+        write_record(registry.metadata_file(tmp), metadata)
     say(
-        f"exported {out}: its serving signature matches the trained model on the {skew['examples']} eval examples "
-        f"within {skew['max_abs_difference']:.2g}"
+        f"exported {out}: its serving signature matches the trained model on the {served.skew.examples} eval "
+        f"examples within {served.skew.max_abs_difference:.2g}"
     )
+
+
+def published_run(
+    args: ExportArgs, spec: Spec, run: dict, blessing: Blessing, origin: Origin, version: int
+) -> dict[str, Any]:
+    """The version's metadata of the run it was published from: which run, spec and checkpoint, and why."""
+    return {
+        "model_name": os.path.basename(args.model_dir),
+        "version": version,
+        "run_id": run["run_id"],
+        "data_interval_start": run["data_interval_start"],
+        "data_interval_end": run["data_interval_end"],
+        "spec_sha256": digest_json(spec.to_json_dict()),
+        "metrics": blessing.metrics or {},
+        "gate": blessing.gate,
+        "blessing": PublishedBlessing.of(blessing),
+        "approval": read_record_if_exists(args.approval, Approval) if args.approval else None,
+        "source_checkpoint": blessing.checkpoint,
+        "parent": origin.parent,
+        "warm_start": origin.warm_start,
+        "train_metrics": origin.train_metrics,
+    }
+
+
+def published_model(manifest: Manifest, data_dir: str, served: Served, tensorflow_version: str) -> dict[str, Any]:
+    """The version's metadata of the model published: the data it was trained on, its serving signature and how
+    that did on the eval examples."""
+    return {
+        "data_manifest_sha256": sha256_file(os.path.join(data_dir, MANIFEST)),
+        "input_fingerprint": manifest.input_fingerprint,
+        "serving_eval_metrics": served.metrics,
+        "serving_skew": served.skew,
+        "label": manifest.label.model_dump(mode="json"),
+        "signature": Signature.model_validate(
+            {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)}
+        ),
+        "tensorflow_version": tensorflow_version,
+    }
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ def baseline_statistics(
     baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
     if baseline is None:
         return None, None, "no baseline: nothing published as of this data interval"
-    statistics = read_record_if_exists(storage.join(baseline["path"], registry.DATA_STATISTICS), DataStatistics)
-    record = BaselineRef(version=baseline["version"], run_id=baseline["run_id"], path=baseline["path"])
+    statistics = read_record_if_exists(storage.join(baseline.path, registry.DATA_STATISTICS), DataStatistics)
+    record = BaselineRef(version=baseline.version, run_id=baseline.metadata.run_id, path=baseline.path)
     if statistics is None:
         return (
             record,

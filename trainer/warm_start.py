@@ -205,14 +205,16 @@ CHOICE = "warm_start_parent.json"
 """In the train stage's directory: the parent version the run's first process chose, which the others take."""
 
 
-def agreed_parent(found: dict | None, model_dir: str, choice_file: str) -> tuple[dict | None, str | None]:
+def agreed_parent(
+    found: registry.PublishedVersion | None, model_dir: str, choice_file: str
+) -> tuple[registry.PublishedVersion | None, str | None]:
     """(the parent every process of the run starts from, why there is none though one was chosen): ``found`` if this
     process is the first to record its choice (created whole, once: ``storage.create``), else the version
     recorded, if it is still published."""
-    if storage.create(choice_file, json.dumps({"version": found and found["version"]}).encode()):
+    if storage.create(choice_file, json.dumps({"version": found and found.version}).encode()):
         return found, None
     version = read_json(choice_file)["version"]
-    chosen = next((m for m in registry.versions(model_dir) if m["version"] == version), None)
+    chosen = next((m for m in registry.versions(model_dir) if m.version == version), None)
     gone = version is not None and chosen is None
     return (
         chosen,
@@ -226,7 +228,7 @@ class ParentRestore:
     def __init__(self, spec, run_file: str, model_dir: str, record_file: str):
         self.settings = spec.training.warm_start
         self.reader: registry.Reader | None = None
-        self.parent: dict[str, Any] | None = None
+        self.parent: registry.PublishedVersion | None = None
         self.cold_start: str | None = None
         if self.settings.source == "none":
             self.cold_start = "training.warm_start is none"
@@ -239,13 +241,12 @@ class ParentRestore:
                 storage.join(storage.parent(record_file), CHOICE),
             )
             if self.parent:
-                self.reader = registry.Reader(model_dir, self.parent["version"], run["run_id"])
+                self.reader = registry.Reader(model_dir, self.parent.version, run["run_id"])
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
-        elif not storage.exists(registry.warm_start_checkpoint(self.parent["path"]) + ".index"):
+        elif not storage.exists(registry.warm_start_checkpoint(self.parent.path) + ".index"):
             self.cold_start = (
-                f"baseline version {self.parent['version']} keeps no training checkpoint "
-                "(published by an earlier tfdist)"
+                f"baseline version {self.parent.version} keeps no training checkpoint (published by an earlier tfdist)"
             )
 
     def __enter__(self) -> ParentRestore:
@@ -263,7 +264,7 @@ class ParentRestore:
         starts cold, or refuses the stage with ``on_mismatch: fail``."""
         if self.cold_start or self.parent is None:
             return self.record(model)
-        prefix = scratch.local_checkpoint(registry.warm_start_checkpoint(self.parent["path"]))
+        prefix = scratch.local_checkpoint(registry.warm_start_checkpoint(self.parent.path))
         checkpoint = tf.train.Checkpoint(model=model, **optimizers)
         with tempfile.TemporaryDirectory(prefix="tfdist-warm-start-") as ours_dir:
             written = stored_variables(tf, checkpoint.write(os.path.join(ours_dir, "ckpt")))
@@ -271,12 +272,12 @@ class ParentRestore:
         ours = {path: shape for path, (_, shape) in written.items()}
         stored = stored_variables(tf, prefix)
         parent = {path: shape for path, (_, shape) in stored.items()}
-        rows, vocabularies = self.token_rows(objects, optimizers, parent, manifest, data_dir, self.parent["path"])
+        rows, vocabularies = self.token_rows(objects, optimizers, parent, manifest, data_dir, self.parent.path)
         mismatched = differences(ours, parent, "model", model, frozenset(rows))
         if mismatched:
             reason = (
                 f"{len(mismatched)} variable(s) of the model do not match baseline version "
-                f"{self.parent['version']}: " + "; ".join(mismatched[:SHOWN_MISMATCHES])
+                f"{self.parent.version}: " + "; ".join(mismatched[:SHOWN_MISMATCHES])
             )
             if self.settings.on_mismatch == "fail":
                 fail(f"refusing to start cold (training.warm_start.on_mismatch is fail): {reason}", EXIT_REFUSED)
@@ -346,8 +347,12 @@ class ParentRestore:
         return {
             "from": self.settings.source,
             "on_mismatch": self.settings.on_mismatch,
-            "parent": parent and {k: parent[k] for k in ("version", "run_id", "path", "data_interval_end")},
-            "parent_final": parent and parent.get("train_metrics"),
+            "parent": parent
+            and {
+                **parent.metadata.model_dump(include={"version", "run_id", "data_interval_end"}),
+                "path": parent.path,
+            },
+            "parent_final": parent and parent.metadata.train_metrics,
             "restored": restored,
             "cold_start": self.cold_start,
             "mismatched": list(mismatched),

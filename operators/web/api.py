@@ -36,11 +36,12 @@ from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from sqlalchemy import select
 
 from tfdist.contract.data_records import DataValidation
 from tfdist.contract.layout import CONTROL_CHARACTERS, run_path
+from tfdist.contract.publish_records import Withdrawn
 from tfdist.operators.artifact_store import StoreUnreachable, connect
 from tfdist.operators.dag import EMBEDDED_TAG
 from tfdist.operators.export import model_asset
@@ -48,6 +49,7 @@ from tfdist.operators.plan import pipeline_id
 from tfdist.operators.report import (
     AirflowRun,
     Backfill,
+    VersionRow,
     all_model_dirs,
     curve,
     data_validation,
@@ -57,6 +59,8 @@ from tfdist.operators.report import (
     progress,
 )
 from tfdist.publishing import registry
+from tfdist.spec.tasks import Direction
+from tfdist.spec.validation import ChangeThreshold, Threshold
 
 MEDIA_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 PAGE_FILES = {path.name: path for path in sorted(Path(__file__).parent.iterdir()) if path.suffix in MEDIA_TYPES}
@@ -205,6 +209,24 @@ def pipeline_overview(pipeline: str, session: Any) -> dict[str, Any]:
     }
 
 
+class PipelineOverview(BaseModel):
+    """The page's data for one pipeline (``report.overview``), its DAG and what it trains."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    dag_id: str
+    description: str | None
+    model_name: str | None
+    metrics: list[str]
+    directions: dict[str, Direction | None]
+    thresholds: dict[str, Threshold]
+    change_thresholds: dict[str, ChangeThreshold]
+    runs: list[dict[str, Any]]
+    """Each run's summary (``report.run_summary``), newest data interval first."""
+    versions: list[VersionRow]
+
+
 def run_record(pipeline: str, run_id: str, session: Any, read: Any, missing: str) -> Any:
     """What ``read`` finds in the run's directory under any of the pipeline's artifact roots; 404 saying
     ``missing`` where it finds nothing."""
@@ -257,7 +279,7 @@ def version_model_dir(pipeline: str, version: int, session: Any) -> str:
     model_dirs = all_model_dirs(list_runs(pipeline, roots), declared)
     reach(*model_dirs)
     for model_dir in model_dirs:
-        if version in {m["version"] for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]}:
+        if version in {m.version for m in [*registry.versions(model_dir), *registry.withdrawn(model_dir)]}:
             return model_dir
     raise HTTPException(404, f"no version {version} of {pipeline!r}, published or withdrawn")
 
@@ -277,32 +299,50 @@ def emit_model_event(model_dir: str, extra: dict[str, Any], user: Any, session: 
     return callbacks
 
 
+class VersionChanged(Withdrawn):
+    """A withdrawal or restore done: the version's withdrawal record, ``live`` (the version served now, None:
+    none is left), the model directory, what TF Serving serves now in words, and the Asset event emitted."""
+
+    live: int | None
+    model_dir: str
+    message: str
+    asset_event: dict[str, Any]
+
+
 def change_version(
     pipeline: str, version: int, extra: dict[str, Any], user: Any, session: Any, change: Any
-) -> dict[str, Any]:
+) -> VersionChanged:
     """Emit the model's Asset event, then ``change(model_dir)`` (a withdrawal or restore): if it is refused,
     the request's session rolls the event back. The change's record, the model directory and what is served."""
     model_dir = version_model_dir(pipeline, version, session)
     callbacks = emit_model_event(model_dir, extra, user, session)
     try:
-        result = change(model_dir)
+        done: registry.VersionChange = change(model_dir)
     except registry.UnknownVersion as exc:
         raise HTTPException(404, str(exc)) from exc
     except registry.RegistryError as exc:
         raise HTTPException(409, str(exc)) from exc
     for callback in callbacks:
         callback()
-    return {**result, "model_dir": model_dir, "message": now_served(model_dir, result["live"]), "asset_event": extra}
+    return VersionChanged(
+        **dict(done.withdrawn),
+        live=done.live,
+        model_dir=model_dir,
+        message=now_served(model_dir, done.live),
+        asset_event=extra,
+    )
 
 
 def add_version_routes(app: FastAPI) -> FastAPI:
     """Withdraw and restore a published version: for who may edit the DAG and create asset events."""
     edits_dag = [Depends(requires_pipeline_access("PUT")), Depends(requires_access_asset("POST"))]
 
-    @app.post("/pipelines/{pipeline_id}/versions/{version}/withdraw", dependencies=edits_dag)
+    @app.post(
+        "/pipelines/{pipeline_id}/versions/{version}/withdraw", dependencies=edits_dag, response_model=VersionChanged
+    )
     def withdraw(
         pipeline_id: str, version: int, body: Withdrawal, user: GetUserDep, session: SessionDep
-    ) -> dict[str, Any]:
+    ) -> VersionChanged:
         """Withdraw a published version (moved aside; TF Serving serves the previous one), recording who and
         why, and tell the model's consumers with an Asset event."""
         by = user.get_name()
@@ -315,8 +355,10 @@ def add_version_routes(app: FastAPI) -> FastAPI:
             lambda model_dir: registry.withdraw(model_dir, version, body.reason, by),
         )
 
-    @app.post("/pipelines/{pipeline_id}/versions/{version}/restore", dependencies=edits_dag)
-    def restore(pipeline_id: str, version: int, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+    @app.post(
+        "/pipelines/{pipeline_id}/versions/{version}/restore", dependencies=edits_dag, response_model=VersionChanged
+    )
+    def restore(pipeline_id: str, version: int, user: GetUserDep, session: SessionDep) -> VersionChanged:
         """Put a withdrawn version back (refused while a version of that number is published); an Asset event
         says so."""
         return change_version(
@@ -374,7 +416,7 @@ def build_app() -> FastAPI:
         """The tfdist pipelines the user may read (invalid specs left out), those embedded in DAGs included."""
         return readable_pipelines(user, session)
 
-    @app.get("/pipelines/{pipeline_id}", dependencies=reads_runs)
+    @app.get("/pipelines/{pipeline_id}", dependencies=reads_runs, response_model=PipelineOverview)
     def pipeline(pipeline_id: str, session: SessionDep) -> dict[str, Any]:
         """Every run side by side, the metrics and thresholds to chart, the published versions."""
         return pipeline_overview(pipeline_id, session)

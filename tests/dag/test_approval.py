@@ -15,7 +15,10 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import START, make_spec, plan_for, run
 from tests.spec.test_spec import problems
+from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.publish_records import Approval, Blessing
+from tfdist.contract.records import read_record, write_record
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.dag import build_dag
 from tfdist.operators.launchers import StageFailed
@@ -89,25 +92,32 @@ def test_approval_is_the_authors_and_no_run_can_change_it(tmp_path, field):
         spec.with_overrides({"export.approval": None})
 
 
-def blessing(baseline: dict | None, accuracy: float = 0.93) -> dict:
+def blessing(baseline: dict | None, accuracy: float = 0.93) -> Blessing:
     metrics = {"accuracy": accuracy, "loss": 0.2}
     compared = (baseline or {}).get("metrics")
-    rows = gate.checks(metrics, {"accuracy": {"lower": 0.9, "upper": None}}, CHANGE, compared)
-    changes = {m: {"absolute": metrics[m] - compared[m]} for m in metrics} if compared else {}
-    return {
+    rows = gate.checks(metrics, *rules_of({"accuracy": {"lower": 0.9, "upper": None}}, CHANGE), compared)
+    changes = {m: {"absolute": metrics[m] - compared[m], "relative": None} for m in metrics} if compared else {}
+    record = {
         "blessed": not gate.failures(rows),
+        "run_id": "manual__1",
+        "checkpoint": "/ckpt-120",
         "gate": "value thresholds and change thresholds",
         "step": 120,
         "eval_examples": 360,
         "metrics": metrics,
-        "checks": rows,
-        "baseline": baseline,
+        "checks": [row.model_dump(mode="json") for row in rows],
+        "baseline": baseline and {"path": "/models/digits/7", **baseline},
         "deltas": changes,
+        "failures": gate.failures(rows),
+        "report": [],
     }
+    return Blessing.parse(record, "a blessing")
 
 
 def test_the_form_shows_the_gates_decision_each_check_with_its_margin_and_the_baseline_deltas():
-    body = approval.approval_body(blessing({"version": 7, "metrics": {"accuracy": 0.95, "loss": 0.15}}))
+    body = approval.approval_body(
+        blessing({"version": 7, "run_id": "earlier", "metrics": {"accuracy": 0.95, "loss": 0.15}})
+    )
     assert body.startswith(
         "**Gate: NOT blessed** (value thresholds and change thresholds), checkpoint step 120 on 360 eval examples."
     ), body
@@ -161,7 +171,7 @@ def approve_task(root: str, rule, monkeypatch, triggered_by: str | None = "tom",
         "task": task,
     }
     layout = task.plan(context).layout
-    write_json_atomic(layout.blessing_file, blessing(None))
+    write_record(layout.blessing_file, blessing(None))
     return task, context, layout, warned
 
 
@@ -196,7 +206,7 @@ def test_the_approve_task_records_awaiting_then_who_decided_and_a_timeout_never_
     with pytest.raises(TaskAwaitingInput):
         task.execute(context)
     assert task.body.startswith("**Gate: blessed**")
-    assert approval.approval_summary(read_json(layout.approval_file)) == "awaiting approval"
+    assert approval.approval_summary(read_record(layout.approval_file, Approval)) == "awaiting approval"
 
     rejected(task, context, answer("Reject", "ana", "class 3 got worse"))
     record = read_json(layout.approval_file)
@@ -210,11 +220,14 @@ def test_the_approve_task_records_awaiting_then_who_decided_and_a_timeout_never_
         "asked": None,
         "excluded": "tom",
         "refused": None,
+        "schema_version": 1,
     }
 
     assert not timeouts(warned)
     rejected(task, context, answer("Reject", None, timedout=True))  # on_timeout: reject
-    assert approval.approval_summary(read_json(layout.approval_file)) == ("rejected by the timeout (no answer in time)")
+    assert approval.approval_summary(read_record(layout.approval_file, Approval)) == (
+        "rejected by the timeout (no answer in time)"
+    )
     assert timeouts(warned) == [
         "no answer within export.approval.timeout_minutes (5): rejected by the timeout (no "
         "answer in time) (export.approval.on_timeout)"
@@ -247,19 +260,19 @@ def test_four_eyes_refuses_the_triggering_users_answer_and_the_record_says_why(t
     rejected(task, context, answer("Approve", "tom", "looks fine"))
     record = read_json(layout.approval_file)
     assert (record["decision"], record["by"], record["comment"]) == ("rejected", "tom", None), record
-    assert approval.approval_summary(record) == (
+    assert approval.approval_summary(Approval.parse(record, "approval.json")) == (
         "rejected: tom triggered the run and may not answer it (export.approval.four_eyes)"
     )
-    assert f"the answer does not count: {approval.approval_summary(record)}" in warned
+    assert f"the answer does not count: {approval.approval_summary(Approval.parse(record, 'approval.json'))}" in warned
     rejected(task, context, answer("Approve", None))  # no user named, not the timeout: who it was is unknown
     assert read_json(layout.approval_file)["refused"].startswith("the answer names no user")
     assert task.execute_complete(context, answer("Approve", "ana"))["chosen_options"] == ["Approve"]
-    assert approval.approval_summary(read_json(layout.approval_file)) == "approved by ana"
+    assert approval.approval_summary(read_record(layout.approval_file, Approval)) == "approved by ana"
 
     rule = {"timeout_minutes": 5, "on_timeout": "approve"}
     task, context, layout, warned = approve_task(str(tmp_path), rule, monkeypatch)
     rejected(task, context, answer("Approve", None, timedout=True))  # tom could just wait: no
-    assert approval.approval_summary(read_json(layout.approval_file)) == (
+    assert approval.approval_summary(read_record(layout.approval_file, Approval)) == (
         "rejected: no answer in time, and on_timeout: approve does not publish a run tom triggered "
         "(export.approval.four_eyes)"
     )
@@ -339,7 +352,8 @@ def test_a_comment_over_the_limit_or_with_a_control_character_does_not_count(tmp
 )
 def test_export_refuses_to_publish_without_this_runs_approval(tmp_path, record, refusal):
     plan = plan_for(str(tmp_path), "approval_export", export={"model_name": "digits_small", "approval": True})
-    write_json_atomic(plan.layout.blessing_file, {"blessed": True, "run_id": "approval_export", "failures": []})
+    blessed = {"blessed": True, "run_id": "approval_export", "checkpoint": "/ckpt-1", "failures": [], "report": []}
+    write_json_atomic(plan.layout.blessing_file, blessed)
     if record:
         approval.record_approval(plan.layout.approval_file, **{"run_id": "approval_export", **record})
     with pytest.raises(StageFailed) as failed:

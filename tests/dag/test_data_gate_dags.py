@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import collecting_logger, dags_folder, make_spec, plan_for, run
+from tests.publishing.versions import published_metadata
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
@@ -125,7 +126,7 @@ def test_each_breakage_is_refused_before_training_and_an_ordinary_day_passes(pip
     outcome, states, log = day_run(root, "data_gate", FIRST, None, tmp_path)
     assert outcome.state == "success", log[-4000:]
     assert "no baseline: nothing published as of this data interval" in log
-    (first,) = registry.versions(os.path.join(root, "models", "data_gate"))
+    (first,) = published_metadata(os.path.join(root, "models", "data_gate"))
     assert os.path.exists(os.path.join(first["path"], registry.DATA_STATISTICS))
     for n, (how, named) in enumerate(BREAKAGES.items(), start=1):
         day = FIRST + dt.timedelta(days=n)

@@ -19,13 +19,13 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import DAY, make_spec
+from tests.publishing.versions import published_metadata
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import SpecError, build_dag, build_task_group
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions
 from tfdist.operators.launchers.kubernetes.objects import object_name
 from tfdist.operators.links import TrainingRunLink
-from tfdist.publishing import registry
 
 START = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
@@ -204,7 +204,7 @@ def test_airflow_runs_a_dag_with_an_upstream_task_and_two_embedded_pipelines(tmp
     outcome = airflow_dags_test("team_etl", DAY + dt.timedelta(days=1), str(tmp_path / "dags-test.log"), echo=False)
     assert outcome.state == "success", open(outcome.log_path).read()[-4000:]
     for name in ("digits_a", "digits_b"):
-        (version,) = registry.versions(os.path.join(root, "models", name))
+        (version,) = published_metadata(os.path.join(root, "models", name))
         assert version["run_id"] == outcome.run_id
         run = read_json(RunLayout(run_path(root, f"team_etl.{name}", outcome.run_id)).run_file)
         # '@daily' is a cron trigger: an empty interval at the logical date, so the day before is trained on

@@ -18,6 +18,7 @@ import pytest
 from sklearn import metrics
 
 from tests.conftest import dags_folder
+from tests.publishing.versions import published_metadata
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, example_table, write_table_partitions
@@ -133,7 +134,7 @@ def published(tmp_path_factory) -> dict[str, tuple[dict, pd.DataFrame, dict]]:
         for name in PIPELINES:
             outcome = airflow_dags_test(f"{name}_tabular", DAY + dt.timedelta(days=1), str(logs / f"{name}.log"))
             assert outcome.state == "success", open(outcome.log_path).read()[-5000:]
-            (version,) = registry.versions(os.path.join(root, "models", name))
+            (version,) = published_metadata(os.path.join(root, "models", name))
             blessing = read_json(RunLayout(run_path(root, f"{name}_tabular", outcome.run_id)).blessing_file)
             found[name] = (version, held_out[name], blessing)
     return found

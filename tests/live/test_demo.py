@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tfdist.publishing import registry
+from tests.publishing.versions import published_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def test_demo_runs_the_example_dag_and_shows_its_exported_model(tmp_path):
     )
     log = (logs / "dags-test.log").read_text() if (logs / "dags-test.log").exists() else ""
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + log[-5000:]
-    (published,) = registry.versions(str(root / "models" / "digits"))
+    (published,) = published_metadata(str(root / "models" / "digits"))
     assert f"exported model: {published['path']}" in done.stdout
     shown = float(re.search(r"eval accuracy:\s+([\d.]+)", done.stdout)[1])
     assert shown == pytest.approx(published["metrics"]["accuracy"], abs=1e-4) and shown >= 0.9

@@ -26,6 +26,7 @@ from tests.conftest import REPO, make_spec
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.live_airflow import USERS, LiveAirflow
 from tests.publishing.test_withdraw import publish
+from tests.publishing.versions import published_metadata
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
 from tfdist.contract.progress import TrainProgress, read_curve
@@ -283,7 +284,7 @@ def test_unpaused_nightly_dag_is_scheduled_on_its_data_interval_and_publishes(ai
         assert f"[{worker}] {worker}: step " in log, f"no progress lines from {worker} in the task log"
 
     model_dir = os.path.join(airflow.root, "models", "digits")
-    (published,) = [m for m in registry.versions(model_dir) if m["run_id"] == run_id]
+    (published,) = [m for m in published_metadata(model_dir) if m["run_id"] == run_id]
     assert published["version"] == int(end.strftime("%Y%m%d%H%M")) * 100
     assert published["metrics"]["accuracy"] >= 0.9 and published["gate"] == "value thresholds"
     assert serving_accuracy(published["path"], os.path.join(directory, "data")) >= 0.9
@@ -363,7 +364,7 @@ def test_backfill_experiment_compares_each_date_with_what_was_live_then(airflow,
     backfill = backfill_experiment
     assert [r["state"] for r in backfill] == ["success"] * 2
     model_dir = os.path.join(airflow.backfill_root, "models", "digits_backfill")
-    published = {m["run_id"]: m for m in registry.versions(model_dir)}
+    published = {m["run_id"]: m for m in published_metadata(model_dir)}
     versions = [published[r["dag_run_id"]] for r in backfill]
     assert [str(v["version"])[:8] for v in versions] == [r["data_interval_end"][:10].replace("-", "") for r in backfill]
     # the later date is compared, on its own eval data, with the version live as of its date: the earlier one's
@@ -436,7 +437,7 @@ def test_a_broken_yaml_spec_leaves_the_others_scheduled_and_shows_its_problem(ai
     assert {run["run_type"] for run in finished.values()} == {"scheduled"}
     assert finished["team_a"]["state"] == "success"
     # team_a's author opted out of the gate: said in the evaluate log, blessing.json and the version's metadata
-    (version,) = registry.versions(os.path.join(airflow.root, "models", "team_a"))
+    (version,) = published_metadata(os.path.join(airflow.root, "models", "team_a"))
     unvalidated = "none: published without a gate (validation.allow_unvalidated)"
     assert version["gate"] == unvalidated == version["blessing"]["gate"]
     blessing = read_json(os.path.join(run_path(airflow.root, "team_a", runs["team_a"]), "eval", BLESSING))
@@ -718,7 +719,7 @@ def assert_runs_table_fits(page, frame) -> None:
 
 def backfill_version(airflow, run_id: str) -> int:
     model_dir = os.path.join(airflow.backfill_root, "models", "digits_backfill")
-    return next(m["version"] for m in registry.versions(model_dir) if m["run_id"] == run_id)
+    return next(m.version for m in registry.versions(model_dir) if m.metadata.run_id == run_id)
 
 
 def test_a_drifted_day_is_refused_by_the_data_gate_and_the_page_shows_its_drift(airflow):
@@ -882,7 +883,7 @@ def test_a_run_in_a_bucket_is_on_the_runs_page_behind_auth_and_its_version_is_wi
     withdrawn = airflow.request("POST", withdrawal, body={"reason": "trained on a bad day"})
     assert withdrawn.status_code == 200 and withdrawn.json()["live"] is None, withdrawn.text
     model_dir = storage.join(airflow.bucket_root, "models", "digits_bucket")
-    assert registry.versions(model_dir) == [] and registry.withdrawn(model_dir)[0]["withdrawn"]["by"] == "admin"
+    assert registry.versions(model_dir) == [] and registry.withdrawn(model_dir)[0].withdrawn.by == "admin"
 
 
 @pytest.mark.extended
@@ -914,9 +915,9 @@ def test_a_pipeline_scheduled_on_partitioned_assets_trains_on_each_day_its_upstr
         (published,) = [
             m
             for m in registry.versions(os.path.join(airflow.root, "models", "digits_on_assets"))
-            if m["run_id"] == run_id
+            if m.metadata.run_id == run_id
         ]
-        assert published["version"] in [e["extra"]["version"] for e in events if e["source_run_id"] == run_id]
+        assert published.version in [e["extra"]["version"] for e in events if e["source_run_id"] == run_id]
         assert window in airflow.task_log("digits_on_assets", run_id, "prepare_data")
 
 
@@ -983,7 +984,7 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
     assert "**Gate: blessed**" in asked["body"] and "| value | accuracy |" in asked["body"], asked["body"]
     assert "No baseline compared" in asked["body"], asked["body"]
     assert airflow.wait_for_run(dag_id, approved)["state"] == "success", airflow.task_states(dag_id, approved)
-    (version,) = registry.versions(model_dir)
+    (version,) = published_metadata(model_dir)
     assert version["run_id"] == approved and version["approval"]["by"] == "ml_op", version
     assert (version["approval"]["asked"], version["approval"]["excluded"]) == (["ml_op", "other_op"], "editor")
     assert run_row(airflow, dag_id, approved)["approval_summary"] == "approved by ml_op"
@@ -997,7 +998,7 @@ def test_an_approved_run_publishes_and_a_rejected_one_does_not_and_says_who_reje
     assert airflow.wait_for_run(dag_id, rejected)["state"] == "success"
     states = airflow.task_states(dag_id, rejected)
     assert (states["approve"], states["export"]) == ("success", "skipped"), states
-    assert [v["version"] for v in registry.versions(model_dir)] == [version["version"]]
+    assert [v.version for v in registry.versions(model_dir)] == [version["version"]]
     record = read_json(RunLayout(run_path(airflow.root, dag_id, rejected)).approval_file)
     assert (record["decision"], record["by"], record["comment"], record["timed_out"], record["excluded"]) == (
         "rejected",

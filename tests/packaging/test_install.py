@@ -25,8 +25,8 @@ from packaging.version import Version
 from tests.conftest import DAY, REPO
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.packaging.test_packaging import pinned, pyproject
+from tests.publishing.versions import published_metadata
 from tfdist.operators.demo import write_digits_partitions
-from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
@@ -245,7 +245,7 @@ def test_the_wheel_installs_beside_a_team_project_and_runs_the_readme_pipeline(t
     if team_airflow:  # the pipeline once, on the oldest Airflow (the pinned one runs it in every other e2e test)
         out = project.run("airflow", "dags", "test", "digits_cnn", run_day, timeout=900)
         assert re.search(r"DagRun Finished: .*state=success", out), out[-3000:]
-        (published,) = registry.versions(os.path.join(artifacts, "models", "digits"))
+        (published,) = published_metadata(os.path.join(artifacts, "models", "digits"))
         assert published["metrics"]["accuracy"] >= 0.9
         assert os.path.exists(os.path.join(published["path"], "saved_model.pb"))
         assert project.files() == ours  # nothing of tfdist was copied into the team's folders

@@ -350,7 +350,8 @@ def test_validate_data_checks_the_vocabulary_of_each_feature_mapped_through_one_
     checked against it, a hashed one is not, and one the version has no vocabulary of is recorded as such."""
     version = str(tmp_path / "models" / "m" / "1")
     end = "2026-11-17T00:00:00+00:00"
-    write_json_atomic(registry.metadata_file(version), {"version": 1, "run_id": "a", "data_interval_end": end})
+    metadata = {"version": 1, "run_id": "a", "data_interval_end": end, "metrics": {"accuracy": 0.9}}
+    write_json_atomic(registry.metadata_file(version), metadata)
     base = tabular(classes(LABELS, ["no", "yes"]), country=COUNTRIES, city=COUNTRIES, device=COUNTRIES)
     write_json_atomic(os.path.join(version, registry.DATA_STATISTICS), base)
     for feature in ("country", "city"):

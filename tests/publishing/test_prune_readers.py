@@ -103,7 +103,7 @@ def holders(store):
 
 
 def published(model_dir: str) -> list[int]:
-    return [m["version"] for m in registry.versions(model_dir)]
+    return [m.version for m in registry.versions(model_dir)]
 
 
 def markers(model_dir: str) -> list[str]:
@@ -185,7 +185,7 @@ def test_the_baseline_an_evaluation_scores_is_held_until_it_is_done(store):
     """evaluate reads its baseline through ``held_baseline``: a prune meanwhile spares it."""
     model_dir = store[0]
     with registry.held_baseline(model_dir, "2026-11-02T00:00:00+00:00", "run-evaluating") as baseline:
-        assert baseline["version"] == 2 and registry.held(model_dir) == {2}
+        assert baseline and baseline.version == 2 and registry.held(model_dir) == {2}
         assert registry.prune(model_dir, 1, set()) == [1]
     assert registry.held(model_dir) == set()
     assert registry.prune(model_dir, 1, set()) == [2]

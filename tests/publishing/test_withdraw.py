@@ -82,9 +82,9 @@ def test_a_withdrawn_version_moves_aside_whole_in_one_rename_and_serving_falls_b
     assert renames == [(os.path.join(model_dir, "3"), aside)]
     assert tree(aside) == before | {registry.WITHDRAWN} and not os.path.exists(os.path.join(model_dir, "3"))
     assert sorted(os.listdir(model_dir)) == [registry.WITHDRAWN_DIR, "1", "2", registry.SERVING_CONFIG]
-    assert tf_serving_latest(model_dir) == 2 == result["live"] == served_by_config(model_dir)
+    assert tf_serving_latest(model_dir) == 2 == result.live == served_by_config(model_dir)
     record = read_json(os.path.join(aside, registry.WITHDRAWN))
-    assert record == {k: result[k] for k in ("version", "by", "reason", "at")}
+    assert record == result.withdrawn.payload()
     assert (record["version"], record["by"], record["reason"]) == (3, "alice", "labels of 2026-11-03 were shifted")
 
 
@@ -97,18 +97,23 @@ def test_in_a_bucket_a_withdrawal_is_its_record_in_place_and_the_serving_config_
         storage.write_bytes(storage.join(path, "saved_model.pb"), b"")
         write_json_atomic(
             registry.metadata_file(path),
-            {"version": version, "run_id": f"run-{version}", "data_interval_end": f"2026-11-0{version}T00:00:00+00:00"},
+            {
+                "version": version,
+                "run_id": f"run-{version}",
+                "data_interval_end": f"2026-11-0{version}T00:00:00+00:00",
+                "metrics": {"accuracy": 0.9},
+            },
         )
     assert registry.write_serving_config(model_dir) == 3 == served_by_config(model_dir)
     result = registry.withdraw(model_dir, 3, "shifted labels", by="alice")
-    assert result["live"] == 2 == served_by_config(model_dir) == registry.live(model_dir)
-    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2]
-    assert [(m["version"], m["withdrawn"]["by"]) for m in registry.withdrawn(model_dir)] == [(3, "alice")]
+    assert result.live == 2 == served_by_config(model_dir) == registry.live(model_dir)
+    assert [m.version for m in registry.versions(model_dir)] == [1, 2]
+    assert [(m.version, m.withdrawn and m.withdrawn.by) for m in registry.withdrawn(model_dir)] == [(3, "alice")]
     assert storage.exists(registry.metadata_file(storage.join(model_dir, "3")))
     assert claim_version(model_dir, 3, "other-run", "ckpt")[0] == 4  # a withdrawn number is not published again
     with pytest.raises(registry.RegistryError, match="already withdrawn"):
         registry.withdraw(model_dir, 3, "again", by="bob")
-    assert registry.restore(model_dir, 3)["live"] == 3 == served_by_config(model_dir)
+    assert registry.restore(model_dir, 3).live == 3 == served_by_config(model_dir)
     assert registry.withdrawn(model_dir) == [] and len(registry.versions(model_dir)) == 3
     for version in (1, 2, 3):
         registry.withdraw(model_dir, version, "all bad", by="alice")
@@ -117,26 +122,26 @@ def test_in_a_bucket_a_withdrawal_is_its_record_in_place_and_the_serving_config_
 
 def test_a_withdrawn_version_is_no_baseline_but_stays_in_the_lineage(model_dir):
     registry.withdraw(model_dir, 2, "bad", by="alice")
-    assert [m["version"] for m in registry.versions(model_dir)] == [1, 3]
+    assert [m.version for m in registry.versions(model_dir)] == [1, 3]
     (gone,) = registry.withdrawn(model_dir)
-    assert (gone["version"], gone["withdrawn"]["by"], gone["withdrawn"]["reason"]) == (2, "alice", "bad")
+    assert gone.withdrawn and (gone.version, gone.withdrawn.by, gone.withdrawn.reason) == (2, "alice", "bad")
     # the next run of 2026-11-02's interval (a backfill) compares with, and warm-starts from, version 1
-    assert registry.baseline_for(model_dir, "2026-11-02T00:00:00+00:00", "backfill")["version"] == 1
-    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly")["version"] == 3
+    assert registry.baseline_for(model_dir, "2026-11-02T00:00:00+00:00", "backfill").version == 1
+    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly").version == 3
     chain = registry.lineage(model_dir, 3)
-    assert [(m["version"], (m.get("withdrawn") or {}).get("reason")) for m in chain] == [
+    assert [(m.version, m.withdrawn and m.withdrawn.reason) for m in chain] == [
         (3, None),
         (2, "bad"),
         (1, None),
     ]
     registry.withdraw(model_dir, 3, "bad too", by="bob")
-    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly")["version"] == 1
+    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly").version == 1
 
 
 def test_restore_renames_back_and_refuses_over_a_published_version(model_dir):
     registry.withdraw(model_dir, 3, "bad", by="alice")
     result = registry.restore(model_dir, 3)
-    assert (result["by"], result["reason"], result["live"]) == ("alice", "bad", 3)
+    assert (result.withdrawn.by, result.withdrawn.reason, result.live) == ("alice", "bad", 3)
     assert tf_serving_latest(model_dir) == 3 and registry.withdrawn(model_dir) == []
     assert not os.path.exists(os.path.join(model_dir, "3", registry.WITHDRAWN))
     with pytest.raises(registry.UnknownVersion, match=r"version 3 of .* is not withdrawn"):
@@ -146,7 +151,7 @@ def test_restore_renames_back_and_refuses_over_a_published_version(model_dir):
     publish(model_dir, 3)  # say, copied back by hand
     with pytest.raises(registry.RegistryError, match="a version 3 is published; refusing to replace it"):
         registry.restore(model_dir, 3)
-    assert [m["version"] for m in registry.withdrawn(model_dir)] == [3]
+    assert [m.version for m in registry.withdrawn(model_dir)] == [3]
 
 
 def test_bad_withdrawals_are_refused_and_change_nothing(model_dir):
@@ -165,7 +170,7 @@ def test_bad_withdrawals_are_refused_and_change_nothing(model_dir):
 def test_withdrawing_the_only_version_leaves_none_live(tmp_path):
     model_dir = str(tmp_path / "digits")
     publish(model_dir, 1)
-    assert registry.withdraw(model_dir, 1, "bad", by="alice")["live"] is None
+    assert registry.withdraw(model_dir, 1, "bad", by="alice").live is None
     assert tf_serving_latest(model_dir) is None and registry.versions(model_dir) == []
 
 
@@ -243,8 +248,8 @@ def test_a_reason_is_one_line_of_at_most_the_limit_and_a_refused_one_changes_not
             registry.withdraw(model_dir, 3, reason, "mallory")
         assert main(["models", "withdraw", model_dir, "3", "--reason", reason]) == 2
         assert problem in capsys.readouterr().err
-    assert registry.withdraw(model_dir, 3, "y" * registry.REASON_MAX_CHARS, "alice")["reason"] == "y" * 2000
-    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2]
+    assert registry.withdraw(model_dir, 3, "y" * registry.REASON_MAX_CHARS, "alice").withdrawn.reason == "y" * 2000
+    assert [m.version for m in registry.versions(model_dir)] == [1, 2]
 
 
 def test_the_cli_escapes_control_characters_of_a_record_it_prints(model_dir, capsys):
@@ -266,12 +271,12 @@ def test_the_cli_takes_a_version_in_ascii_digits_only(model_dir, capsys, version
     with pytest.raises(SystemExit):
         main(["models", "withdraw", model_dir, version, "--reason", "bad"])
     assert "VERSION (ASCII digits 0-9" in capsys.readouterr().err
-    assert [m["version"] for m in registry.versions(model_dir)] == [1, 2, 3]
+    assert [m.version for m in registry.versions(model_dir)] == [1, 2, 3]
 
 
 def test_a_version_directory_named_in_other_digits_is_no_version(model_dir):
     os.rename(os.path.join(model_dir, "1"), os.path.join(model_dir, "\u0661"))
-    assert [m["version"] for m in registry.versions(model_dir)] == [2, 3]
+    assert [m.version for m in registry.versions(model_dir)] == [2, 3]
 
 
 def test_tfdist_runs_never_reads_outside_the_artifact_root(tmp_path, capsys, monkeypatch):

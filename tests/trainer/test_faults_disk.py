@@ -14,11 +14,11 @@ import threading
 import pytest
 
 from tests.conftest import DAY, needs_root, plan_for, run, wait_for
+from tests.publishing.versions import published_metadata
 from tfdist.contract.progress import checkpoint_step
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.demo import write_digits_partitions
 from tfdist.operators.launchers import StageFailed
-from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.extended, needs_root("mounting a tmpfs needs root")]
 SECTIONS = {
@@ -97,13 +97,18 @@ def test_a_full_disk_fails_each_stage_naming_the_path_and_keeps_what_was_publish
     earlier = os.path.join(plan.model_dir, "20261119000000")  # a version published before, by another run
     write_json_atomic(
         os.path.join(earlier, "metadata.json"),
-        {"version": 20261119000000, "run_id": "earlier", "data_interval_end": "2026-11-20T00:00:00+00:00"},
+        {
+            "version": 20261119000000,
+            "run_id": "earlier",
+            "data_interval_end": "2026-11-20T00:00:00+00:00",
+            "metrics": {"accuracy": 0.9},
+        },
     )
     shutil.copy(plan.layout.spec_file, os.path.join(earlier, "saved_model.pb"))  # stands for its SavedModel
     before = {name: open(os.path.join(earlier, name), "rb").read() for name in os.listdir(earlier)}
     filler = fill(small_disk, leave=64 * 1024)  # export: the SavedModel does not fit
     refused_for_space(plan, "export", small_disk)
-    assert [m["run_id"] for m in registry.versions(plan.model_dir)] == ["earlier"]
+    assert [m["run_id"] for m in published_metadata(plan.model_dir)] == ["earlier"]
     assert {name: open(os.path.join(earlier, name), "rb").read() for name in os.listdir(earlier)} == before
     assert [d for d in os.listdir(plan.model_dir) if d.startswith(".tmp-")] == []
     fault_figures(

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from tests.conftest import FAULT_TRIALS, collecting_logger, plan_for, run, wait_for
+from tests.publishing.versions import published_metadata
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
@@ -58,7 +59,7 @@ def visible_versions(model_dir: str) -> list[int]:
         path = os.path.join(model_dir, str(version))
         assert {"saved_model.pb", "variables", "metadata.json"} <= set(os.listdir(path)), f"partial {path}"
         assert read_json(os.path.join(path, "metadata.json"))["version"] == version
-    assert [m["version"] for m in registry.versions(model_dir)] == found  # each once
+    assert [m.version for m in registry.versions(model_dir)] == found  # each once
     return found
 
 
@@ -88,7 +89,7 @@ def test_two_runs_of_one_interval_at_once_keep_their_own_directories_and_get_dis
         assert read_json(plan.layout.blessing_file)["run_id"] == plan.context.run_id
         result = read_json(plan.layout.result("train"))
         assert result["checkpoint"].startswith(plan.layout.checkpoint_dir) and result["resumed_from_step"] == 0
-    published = {m["run_id"]: m["version"] for m in registry.versions(a.model_dir)}
+    published = {m["run_id"]: m["version"] for m in published_metadata(a.model_dir)}
     assert sorted(published) == sorted(RUNS) and len(set(published.values())) == 2, published
     assert sorted(published.values()) == visible_versions(a.model_dir) and leftovers(a.model_dir) == []
     for plan in concurrent_runs:  # each run's export record names its own version
@@ -126,7 +127,13 @@ def test_exports_claiming_a_version_at_the_same_moment_get_distinct_ones(tmp_pat
     version = claims["run-0"][0]
     write_json_atomic(
         os.path.join(tmp_path, str(version), "metadata.json"),
-        {"version": version, "run_id": "run-0", "source_checkpoint": "run-0/ckpt-1"},
+        {
+            "version": version,
+            "run_id": "run-0",
+            "source_checkpoint": "run-0/ckpt-1",
+            "data_interval_end": "2026-11-20T00:00:00+00:00",
+            "metrics": {"accuracy": 0.9},
+        },
     )
     assert claim_version(str(tmp_path), BASE, "run-0", "run-0/ckpt-1") == (version, True)
     assert claim_version(str(tmp_path), BASE, "run-9", "run-9/ckpt-1") == (BASE + 8, False)
@@ -142,7 +149,7 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
     model_dir, run_id = plan.model_dir, plan.context.run_id
 
     def unpublish() -> None:
-        for m in registry.versions(model_dir):
+        for m in published_metadata(model_dir):
             if m["run_id"] == run_id:
                 shutil.rmtree(m["path"])
 
@@ -154,7 +161,7 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
     started = time.monotonic()
     thread.join()
     duration = time.monotonic() - started  # what the kills land in
-    others = [m["version"] for m in registry.versions(model_dir) if m["run_id"] != run_id]
+    others = [m.version for m in registry.versions(model_dir) if m.metadata.run_id != run_id]
     for trial in range(EXPORT_KILLS):
         unpublish()
         launcher, failure = LocalLauncher(plan), []
@@ -175,14 +182,14 @@ def test_an_export_killed_at_random_moments_never_shows_a_partial_version_and_th
         thread.join(60)
         killed = bool(failure) and failure[0].returncode == -signal.SIGKILL
         after_kill = visible_versions(model_dir)  # complete versions only, each once
-        mine = [m["version"] for m in registry.versions(model_dir) if m["run_id"] == run_id]
+        mine = [m.version for m in registry.versions(model_dir) if m.metadata.run_id == run_id]
         assert len(mine) <= 1 and [v for v in after_kill if v not in mine] == others
 
         started = time.monotonic()
         _, lines = run(plan, "export")
         recovered_after = time.monotonic() - started
         version = read_json(plan.layout.result("export"))["version"]
-        assert [m["version"] for m in registry.versions(model_dir) if m["run_id"] == run_id] == [version]
+        assert [m.version for m in registry.versions(model_dir) if m.metadata.run_id == run_id] == [version]
         assert mine in ([], [version]) and (not mine) == any(line.startswith("[export-0] exported ") for line in lines)
         _, again = run(plan, "export")
         assert any("already holds this run's export; nothing to do" in line for line in again)

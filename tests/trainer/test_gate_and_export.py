@@ -9,6 +9,8 @@ import os
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
+from tests.publishing.versions import published_metadata
+from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.records import read_record
@@ -40,7 +42,7 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
     assert blessing["blessed"] and blessing["baseline"] is None
     run(first, "export")
     model_dir = first.model_dir
-    (v1,) = [m["version"] for m in registry.versions(model_dir)]
+    (v1,) = [m.version for m in registry.versions(model_dir)]
     assert v1 == 20261119000000
 
     worse, blessing = train_and_evaluate(root, "gate_worse", DAY - dt.timedelta(days=1), POOR)
@@ -51,21 +53,21 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
     assert blessing["deltas"]["accuracy"]["absolute"] < -0.01
     with pytest.raises(StageFailed, match="refusing to export: this run's checkpoint was not blessed"):
         run(worse, "export")
-    assert [m["version"] for m in registry.versions(model_dir)] == [v1]
+    assert [m.version for m in registry.versions(model_dir)] == [v1]
 
     better, blessing = train_and_evaluate(root, "gate_better", DAY, {"epochs": 10, **ONE_WORKER})
     assert blessing["blessed"] and blessing["baseline"]["version"] == v1, blessing["report"]
     run(better, "export")
-    v3 = registry.versions(model_dir)[-1]
+    v3 = published_metadata(model_dir)[-1]
     assert v3["version"] == 20261121000000 and v3["blessing"]["baseline"]["version"] == v1
-    assert registry.baseline_for(model_dir, "2026-11-22T00:00:00+00:00", "next run")["version"] == v3["version"]
+    assert registry.baseline_for(model_dir, "2026-11-22T00:00:00+00:00", "next run").version == v3["version"]
 
     # a backfill of a past day compares with what was live then, not with v3: see the baseline lookup test
     # below and the live backfill experiment (tests/live/test_live_airflow.py)
 
     # the same run exported again: same version, nothing duplicated
     run(better, "export")
-    assert [m["version"] for m in registry.versions(model_dir)] == [v1, v3["version"]]
+    assert [m.version for m in registry.versions(model_dir)] == [v1, v3["version"]]
 
 
 @pytest.mark.e2e
@@ -132,7 +134,7 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
 def write_version(model_dir: str, version: int, run_id: str, interval_end: str) -> None:
     write_json_atomic(
         os.path.join(model_dir, str(version), "metadata.json"),
-        {"version": version, "run_id": run_id, "data_interval_end": interval_end},
+        {"version": version, "run_id": run_id, "data_interval_end": interval_end, "metrics": {"accuracy": 0.9}},
     )
 
 
@@ -141,11 +143,11 @@ def test_baseline_lookup_honours_the_data_interval(tmp_path):
     for day in (10, 15, 20):
         write_version(model_dir, 20261100000000 + day * 10000, f"run-{day}", f"2026-11-{day}T00:00:00+00:00")
     os.makedirs(os.path.join(model_dir, ".tmp-20261125000000-x"))  # an export in progress is not a version
-    assert registry.baseline_for(model_dir, "2026-11-16T00:00:00+00:00", "backfill")["run_id"] == "run-15"
-    assert registry.baseline_for(model_dir, "2026-11-15T00:00:00+00:00", "backfill")["run_id"] == "run-15"
-    assert registry.baseline_for(model_dir, "2026-11-15T00:00:00+00:00", "run-15")["run_id"] == "run-10"
+    assert registry.baseline_for(model_dir, "2026-11-16T00:00:00+00:00", "backfill").metadata.run_id == "run-15"
+    assert registry.baseline_for(model_dir, "2026-11-15T00:00:00+00:00", "backfill").metadata.run_id == "run-15"
+    assert registry.baseline_for(model_dir, "2026-11-15T00:00:00+00:00", "run-15").metadata.run_id == "run-10"
     assert registry.baseline_for(model_dir, "2026-11-09T00:00:00+00:00", "backfill") is None
-    assert registry.baseline_for(model_dir, "2026-12-01T00:00:00+00:00", "nightly")["run_id"] == "run-20"
+    assert registry.baseline_for(model_dir, "2026-12-01T00:00:00+00:00", "nightly").metadata.run_id == "run-20"
 
 
 def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
@@ -153,7 +155,7 @@ def test_pruning_keeps_the_newest_and_the_baseline(tmp_path):
     for n in range(1, 6):
         write_version(model_dir, n, f"run-{n}", f"2026-11-0{n}T00:00:00+00:00")
     assert registry.prune(model_dir, keep=2, protect={1}) == [2, 3]
-    assert [m["version"] for m in registry.versions(model_dir)] == [1, 4, 5]
+    assert [m.version for m in registry.versions(model_dir)] == [1, 4, 5]
     assert sorted(os.listdir(model_dir)) == [registry.LOCK, "1", "4", "5"]  # nothing half-deleted left
 
 
@@ -161,7 +163,7 @@ def test_relative_change_thresholds_and_the_stricter_of_two_tolerances():
     from tfdist.publishing.gate import checks, failures
 
     def change_failures(metrics, baseline, change_thresholds):
-        return failures(checks(metrics, {}, change_thresholds, baseline), 7)
+        return failures(checks(metrics, *rules_of({}, change_thresholds), baseline), 7)
 
     relative = {"accuracy": {"direction": "higher_is_better", "absolute": None, "relative": 0.05}}
     assert change_failures({"accuracy": 0.86}, {"accuracy": 0.9}, relative) == []  # lost 0.04 ≤ 5% of 0.9
@@ -182,11 +184,13 @@ def test_each_threshold_is_one_check_with_its_margin_for_the_page():
 
     rows = checks(
         {"accuracy": 0.95, "loss": 0.3},
-        {"accuracy": {"lower": 0.9, "upper": 0.94}},
-        {"loss": {"direction": "lower_is_better", "absolute": 0.05, "relative": None}},
+        *rules_of(
+            {"accuracy": {"lower": 0.9, "upper": 0.94}},
+            {"loss": {"direction": "lower_is_better", "absolute": 0.05, "relative": None}},
+        ),
         {"loss": 0.2},
     )
-    assert [(r["metric"], r["rule"], round(r["margin"], 4), r["passed"]) for r in rows] == [
+    assert [(r.metric, r.rule, round(r.margin, 4), r.passed) for r in rows] == [
         ("accuracy", "≥ 0.9", 0.05, True),
         ("accuracy", "≤ 0.94", -0.01, False),
         ("loss", "≤ baseline + 0.05", -0.05, False),
@@ -197,12 +201,18 @@ def test_each_threshold_is_one_check_with_its_margin_for_the_page():
     ]
     assert checks(
         {"accuracy": 0.9},
-        {"accuracy": {"lower": 0.9}},
-        {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}},
+        *rules_of({"accuracy": {"lower": 0.9}}, {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}}),
         None,
-    )[0]["passed"]
+    )[0].passed
     assert (
-        len(checks({"accuracy": 0.9}, {}, {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}}, None)) == 0
+        len(
+            checks(
+                {"accuracy": 0.9},
+                *rules_of({}, {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}}),
+                None,
+            )
+        )
+        == 0
     )  # no baseline: no change check
 
 
@@ -224,13 +234,17 @@ def test_top_5_accuracy_counts_a_label_among_the_five_likeliest():
 
 
 def test_the_gate_says_what_decided_it():
-    from tfdist.publishing.gate import decided_by as gate
+    from tfdist.publishing.gate import decided_by
+    from tfdist.spec.validation import ValidationSpec
+
+    def gate(validation: dict, compared: bool) -> str:
+        return decided_by(ValidationSpec.model_validate(validation), compared)
 
     assert gate({"allow_unvalidated": True, "thresholds": {}, "change_thresholds": {}}, False) == (
         "none: published without a gate (validation.allow_unvalidated)"
     )
     change = {"accuracy": {"direction": "higher_is_better"}}
-    assert gate({"thresholds": {"accuracy": {}}, "change_thresholds": change}, True) == (
+    assert gate({"thresholds": {"accuracy": {"lower": 0.5}}, "change_thresholds": change}, True) == (
         "value thresholds and change thresholds"
     )
     assert gate({"thresholds": {}, "change_thresholds": change}, False) == "change thresholds (no baseline compared)"
@@ -288,8 +302,8 @@ def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_p
             validation=validation,
         )
     )
-    rules = resolved(spec.validation.model_dump(mode="json"), spec.change_direction)
-    assert {m: r["direction"] for m, r in rules["change_thresholds"].items()} == {
+    rules = resolved(spec.validation, spec.change_direction)
+    assert {m: r.direction for m, r in rules.change_thresholds.items()} == {
         "auc": "higher_is_better",
         "log_loss": "lower_is_better",
         "calibration": "lower_is_better",
@@ -297,10 +311,10 @@ def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_p
     rows = checks(
         {"auc": 0.80, "log_loss": 0.40, "calibration": 1.0},
         {},
-        rules["change_thresholds"],
+        rules.change_thresholds,
         {"auc": 0.85, "log_loss": 0.35, "calibration": 1.05},
     )
-    assert [(r["metric"], r["passed"]) for r in rows] == [("auc", False), ("log_loss", False), ("calibration", True)]
+    assert [(r.metric, r.passed) for r in rows] == [("auc", False), ("log_loss", False), ("calibration", True)]
 
 
 def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
@@ -308,11 +322,13 @@ def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
 
     rows = checks(
         {"auc": None, "accuracy": 0.9},
-        {"auc": {"lower": 0.7}, "accuracy": {"lower": 0.8}},
-        {"auc": {"direction": "higher_is_better", "absolute": 0.0}},
+        *rules_of(
+            {"auc": {"lower": 0.7}, "accuracy": {"lower": 0.8}},
+            {"auc": {"direction": "higher_is_better", "absolute": 0.0}},
+        ),
         {"auc": None, "accuracy": 0.85},
     )
-    assert [(r["metric"], r["kind"], r["margin"], r["passed"]) for r in rows] == [
+    assert [(r.metric, r.kind, r.margin, r.passed) for r in rows] == [
         ("auc", "value", None, False),
         ("accuracy", "value", pytest.approx(0.1), True),
         ("auc", "change", None, False),

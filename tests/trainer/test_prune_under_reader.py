@@ -44,7 +44,7 @@ def test_a_warm_starts_parent_survives_another_runs_prune_until_its_training_end
     for task_id in ("train", "evaluate", "export"):
         run(first, task_id)
     model_dir = first.model_dir
-    (parent,) = [m["version"] for m in registry.versions(model_dir)]
+    (parent,) = [m.version for m in registry.versions(model_dir)]
 
     short = plan(digits_root, "prune_short", day1, warm_start="baseline", epochs=1)
     run(short, "train")  # a warm start that ended: it holds nothing
@@ -62,7 +62,7 @@ def test_a_warm_starts_parent_survives_another_runs_prune_until_its_training_end
         assert [(m["version"], m["run_id"]) for m in held] == [(parent, "prune_reader")]
         _, lines = run(later, "export")  # publishes the newest version and prunes to 1
         assert not any("deleted version" in line for line in lines), lines
-        assert [m["version"] for m in registry.versions(model_dir)] == [
+        assert [m.version for m in registry.versions(model_dir)] == [
             parent,
             read_json(later.layout.result("export"))["version"],
         ]

@@ -48,7 +48,7 @@ def test_no_version_is_published_under_a_live_one_numbered_from_the_future_until
     refusal = refused_export(plan)
     assert f"the live version {pinned} of {plan.model_dir} is numbered from a data interval ending in the " in refusal
     assert f"Withdraw it (tfdist models withdraw {plan.model_dir} {pinned} --reason ...)" in refusal
-    assert [m["version"] for m in registry.versions(plan.model_dir)] == [pinned]
+    assert [m.version for m in registry.versions(plan.model_dir)] == [pinned]
     registry.withdraw(plan.model_dir, pinned, "numbered from the future", "ops")
     assert version_refusal(plan.model_dir, version_base(plan.context), dt.datetime.now(dt.UTC)) is None
 

@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
+from tests.publishing.versions import published_metadata
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.progress import read_curve
 from tfdist.infra.jsonfiles import read_json
@@ -81,7 +82,7 @@ def digests(record: dict) -> list[str]:
 def first(digits_root):
     """Day 1: no baseline yet, a cold start, published as the first version."""
     plan, record = train(digits_root, "warm_day1", DAY - dt.timedelta(days=2), "mirrored, 1 worker")
-    (version,) = registry.versions(plan.model_dir)
+    (version,) = published_metadata(plan.model_dir)
     return plan, record, version
 
 
@@ -109,15 +110,15 @@ def test_each_mode_warm_starts_from_the_version_live_as_of_its_interval_with_lin
     assert record["parent"]["version"] == v1["version"] and record["restored"] == "model and optimizer"
     assert digests(record) == parent_weights(day2, v1)  # the weights restored are the parent's
     assert read_json(day2.layout.result("train"))["warm_start"]["parent_version"] == v1["version"]
-    v2 = registry.versions(day2.model_dir)[-1]
+    v2 = published_metadata(day2.model_dir)[-1]
     assert v2["parent"] == {"version": v1["version"], "run_id": "warm_day1"}
     assert read_json(day2.layout.result("export"))["parent_version"] == v1["version"]  # the Asset event's extra
 
     day3, record = train(root, "warm_day3", DAY, "parameter server")
     assert record["parent"]["version"] == v2["version"]
     assert digests(record) == parent_weights(day3, v2)
-    v3 = registry.versions(day3.model_dir)[-1]
-    assert [m["version"] for m in registry.lineage(day3.model_dir, v3["version"])] == [
+    v3 = published_metadata(day3.model_dir)[-1]
+    assert [m.version for m in registry.lineage(day3.model_dir, v3["version"])] == [
         v3["version"],
         v2["version"],
         v1["version"],

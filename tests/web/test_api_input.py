@@ -92,6 +92,6 @@ def test_a_withdrawal_reason_is_one_line_of_at_most_the_limit(airflow):
         response = airflow.request("POST", path, body={"reason": reason})
         assert response.status_code == 422 and problem in response.text
         assert response.json()["detail"][0]["loc"] == ["body", "reason"]
-    assert [m["version"] for m in registry.versions(model_dir)] == [1]
+    assert [m.version for m in registry.versions(model_dir)] == [1]
     longest = airflow.request("POST", path, body={"reason": "y" * registry.REASON_MAX_CHARS})
     assert longest.status_code == 200, longest.text

@@ -29,10 +29,19 @@ from tfdist.operators.report import (
 )
 from tfdist.publishing import data_gate, registry
 from tfdist.publishing.gate import checks, failures
+from tfdist.spec.validation import ChangeThreshold, Threshold
 
 DAG = "digits"
 THRESHOLDS = {"accuracy": {"lower": 0.9, "upper": None}}
 CHANGE = {"accuracy": {"direction": "higher_is_better", "absolute": 0.01, "relative": None}}
+
+
+def rules_of(thresholds: dict, change: dict) -> tuple[dict[str, Threshold], dict[str, ChangeThreshold]]:
+    """The gate's rules as the spec gives them, from their JSON."""
+    return (
+        {m: Threshold.model_validate(t) for m, t in thresholds.items()},
+        {m: ChangeThreshold.model_validate(c) for m, c in change.items()},
+    )
 
 
 def write_run(
@@ -75,21 +84,27 @@ def write_run(
         write_warm_start(layout, warm_start)
     thresholds, change = (THRESHOLDS, CHANGE) if metrics is None else ({"auc": {"lower": 0.7, "upper": None}}, {})
     metrics = metrics or {"accuracy": accuracy, "loss": 0.1}
-    rows = checks(metrics, thresholds, change, baseline and baseline["metrics"])
+    rules = rules_of(thresholds, change)
+    rows = checks(metrics, *rules, baseline and baseline["metrics"])
     blessing = {
         "blessed": not failures(rows),
+        "run_id": run_id,
+        "checkpoint": os.path.join(layout.checkpoint_dir, "ckpt-180"),
         "gate": "value thresholds",
         "metrics": metrics,
         "thresholds": thresholds,
         "change_thresholds": change,
-        "baseline": baseline,
+        "baseline": baseline and {"path": f"/models/digits/{baseline['version']}", "run_id": "earlier", **baseline},
         "failures": failures(rows),
         "report": ["validated"],
     }
-    write_json_atomic(layout.blessing_file, blessing | ({"checks": rows} if with_checks else {}))
+    dumped = [row.model_dump(mode="json") for row in rows]
+    write_json_atomic(layout.blessing_file, blessing | ({"checks": dumped} if with_checks else {}))
     if version:
         path = os.path.join(root, "models", "digits", str(version))
-        write_json_atomic(layout.result("export"), {"version": version, "path": path})
+        write_json_atomic(
+            layout.result("export"), {"version": version, "path": path, "model_name": "digits", "metrics": metrics}
+        )
         write_json_atomic(
             registry.metadata_file(path),
             {"version": version, "run_id": run_id, "data_interval_end": end, "metrics": metrics, **(lineage or {})},
@@ -290,7 +305,7 @@ def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_a
     while version in versions:
         chain.append(version)
         version = versions[version]["parent"]
-    assert chain == [m["version"] for m in registry.lineage(model_dir, 4)] == [4, 3, 2]
+    assert chain == [m.version for m in registry.lineage(model_dir, 4)] == [4, 3, 2]
 
     table = format_runs(list_runs(DAG, [str(tmp_path)])).splitlines()
     column = table[0].index("parent")

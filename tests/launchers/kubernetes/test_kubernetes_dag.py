@@ -22,12 +22,12 @@ from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_b
 from tests.k8s_standin import StandInCluster
 from tests.launchers.kubernetes import store_secret
 from tests.object_store import gcs_connection
+from tests.publishing.versions import published_metadata
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.operators.launchers.kubernetes.objects import object_name
-from tfdist.publishing import registry
 
 pytestmark = [pytest.mark.e2e, needs_root(STANDIN_NEEDS_ROOT)]
 CONNECTION = "k8s_dag_standin"
@@ -132,7 +132,7 @@ def test_the_dag_runs_on_kubernetes_published_and_blessed_without_touching_the_v
     if mode == "horovod":  # 2 pods meeting through pod 0's rendezvous server: every rank ends alike
         found = dict(re.findall(r"\[(rank-\d)\] [\w-]+: done at step \d+; weights sha256 (\w+)", log))
         assert set(found) == {"rank-0", "rank-1"} and len(set(found.values())) == 1, found
-    (published,) = registry.versions(storage.join(root, "models", dag_id))
+    (published,) = published_metadata(storage.join(root, "models", dag_id))
     assert published["run_id"] == outcome.run_id and published["metrics"]["accuracy"] >= 0.8
     run_dir = run_path(root, dag_id, outcome.run_id)
     assert read_json(storage.join(run_dir, "run.json"))["run_id"] == outcome.run_id  # recorded by the pods

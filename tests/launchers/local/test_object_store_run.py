@@ -107,7 +107,7 @@ def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(buck
     live = registry.live(model_dir)
     assert live is not None and live > version
     assert f"versions: {live}" in storage.read_bytes(storage.join(model_dir, registry.SERVING_CONFIG)).decode()
-    assert [m["version"] for m in registry.versions(model_dir)] == [
+    assert [m.version for m in registry.versions(model_dir)] == [
         version,
         live,
     ]  # keep_versions 1 spared the baseline

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import DAY, collecting_logger, dags_folder, make_spec, plan_for
 from tests.object_store import S3Server, StoreProxy, airflow_connection
+from tests.publishing.versions import published_metadata
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import artifact_store
@@ -128,7 +129,7 @@ def test_an_export_killed_mid_upload_leaves_no_version_visible_and_its_retry_pub
 
     connected_through(s3.endpoint)
     published, _ = run_stage(plan, "export")  # the task's retry
-    (version,) = registry.versions(model_dir)
+    (version,) = published_metadata(model_dir)
     assert version["version"] == published["version"] and registry.live(model_dir) == published["version"]
     assert [n for n in storage.names(model_dir) if n.isdigit()] == [str(published["version"])]
     assert (
