@@ -34,6 +34,13 @@ class NewerRecord(RecordError):
     read."""
 
 
+class Part(BaseModel):
+    """A record nested in another (its schema version is the enclosing record's): frozen, and no key it does not
+    name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class Record(BaseModel):
     """A record both sides agree on. ``SCHEMA_VERSION`` is the version this release writes and the newest it reads;
     a change to a record's shape raises it (and reads the older shape too)."""

@@ -27,7 +27,9 @@ import numpy as np
 
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import BLESSING, MANIFEST
+from tfdist.contract.records import read_record, read_record_if_exists
 from tfdist.contract.stages import ExportArgs
+from tfdist.contract.train_records import RunRecord, TrainResult, WarmStartRecord
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file, write_json_atomic
 from tfdist.publishing import approval, registry
@@ -193,12 +195,15 @@ def keep_checkpoint(checkpoint: str, prefix: str) -> None:
 
 def lineage(args: ExportArgs) -> dict:
     """What metadata.json says of the version's parent (None: a cold start, and why) and its training."""
-    record = read_json_if_exists(args.warm_start_record) or {}
-    parent = record.get("parent")
+    record = read_record_if_exists(args.warm_start_record, WarmStartRecord)
+    parent = record and record.parent
+    kept = {"source", "restored", "cold_start", "mismatched"}
     return {
-        "parent": parent and {"version": parent["version"], "run_id": parent["run_id"]},
-        "warm_start": {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")},
-        "train_metrics": read_json(args.train_result).get("metrics"),
+        "parent": parent and {"version": parent.version, "run_id": parent.run_id},
+        "warm_start": record.model_dump(mode="json", include=kept)
+        if record
+        else dict.fromkeys(("from", "restored", "cold_start", "mismatched")),
+        "train_metrics": read_record(args.train_result, TrainResult).metrics,
     }
 
 
@@ -206,16 +211,16 @@ def main() -> None:
     args = ExportArgs.parse()
     if refusal := version_refusal(args.model_dir, args.version_base, dt.datetime.now(dt.UTC)):
         fail(f"refusing to export: {refusal}; nothing was published", EXIT_REFUSED)
-    spec, run = load_spec(args.spec), read_json(args.run)
+    spec, run = load_spec(args.spec), read_record(args.run, RunRecord)
     blessing = read_json(os.path.join(args.eval, BLESSING))
-    if not blessing["blessed"] or blessing["run_id"] != run["run_id"]:
+    if not blessing["blessed"] or blessing["run_id"] != run.run_id:
         fail(
             f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing['failures'])})",
             EXIT_REFUSED,
         )
-    if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
+    if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run.run_id)):
         fail(f"refusing to export: {refusal}", EXIT_REFUSED)
-    version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing["checkpoint"])
+    version, done = claim_version(args.model_dir, args.version_base, run.run_id, blessing["checkpoint"])
     out = storage.join(args.model_dir, str(version))
     origin = lineage(args)
     result = {
@@ -243,7 +248,7 @@ def main() -> None:
             say(f"deleted version {deleted} (export.keep_versions = {keep})")
 
 
-def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, version: int, origin: dict) -> None:
+def publish(args: ExportArgs, spec: Spec, run: RunRecord, blessing: dict, out: str, version: int, origin: dict) -> None:
     manifest, data_dir = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
     try:
@@ -262,9 +267,9 @@ def publish(args: ExportArgs, spec: Spec, run: dict, blessing: dict, out: str, v
             {
                 "model_name": os.path.basename(args.model_dir),
                 "version": version,
-                "run_id": run["run_id"],
-                "data_interval_start": run["data_interval_start"],
-                "data_interval_end": run["data_interval_end"],
+                "run_id": run.run_id,
+                "data_interval_start": run.data_interval_start,
+                "data_interval_end": run.data_interval_end,
                 "spec_sha256": digest_json(spec.to_json_dict()),
                 "data_manifest_sha256": sha256_file(os.path.join(data_dir, MANIFEST)),
                 "input_fingerprint": manifest["input_fingerprint"],

@@ -9,9 +9,11 @@ import os
 from typing import Any
 
 from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.records import read_record
 from tfdist.contract.stages import ValidateDataArgs
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, read_json_if_exists, write_json_atomic
+from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 from tfdist.publishing import registry
 from tfdist.publishing.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
 from tfdist.spec.model import Spec
@@ -24,9 +26,9 @@ SHOWN_FAILURES, SHOWN_CHARACTERS = 5, 200
 characters (it must fit a pod's termination message; the whole record is validate_data/data_validation.json)."""
 
 
-def baseline_statistics(args: ValidateDataArgs, run: dict, now: dict) -> tuple[dict | None, dict | None, str]:
+def baseline_statistics(args: ValidateDataArgs, run: RunRecord, now: dict) -> tuple[dict | None, dict | None, str]:
     """(the baseline version's record, its data statistics, why there is none to compare with)."""
-    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    baseline = registry.baseline_for(args.model_dir, run.data_interval_end, run.run_id)
     if baseline is None:
         return None, None, "no baseline: nothing published as of this data interval"
     statistics = read_json_if_exists(storage.join(baseline["path"], registry.DATA_STATISTICS))
@@ -53,7 +55,7 @@ def baseline_vocabularies(spec: Spec, baseline: dict | None) -> Vocabularies:
     return {name: read_json_if_exists(path) for name, path in paths.items()}
 
 
-def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) -> dict[str, Any]:
+def decision_record(args: ValidateDataArgs, spec: Spec, run: RunRecord, now: dict) -> dict[str, Any]:
     baseline, base, missing = baseline_statistics(args, run, now)
     settings = spec.data.checks.model_dump(mode="json")
     vocabularies = baseline_vocabularies(spec, baseline if base is not None else None)
@@ -62,8 +64,8 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) ->
     warned = [failure_line(r) for r in rows if not r["passed"] and r["mode"] == "warn"]
     return {
         "decision": "refused" if refused else "passed",
-        "run_id": run["run_id"],
-        "data_interval_end": run["data_interval_end"],
+        "run_id": run.run_id,
+        "data_interval_end": run.data_interval_end,
         "baseline": baseline,
         "baseline_version": baseline and baseline["version"],
         "compared": base is not None,
@@ -83,7 +85,7 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: dict) ->
 
 def main() -> None:
     args = ValidateDataArgs.parse()
-    spec, run = load_spec(args.spec), read_json(args.run)
+    spec, run = load_spec(args.spec), read_record(args.run, RunRecord)
     now = data.verified_manifest(args.data)[0]["statistics"]
     record = decision_record(args, spec, run, now)
     write_json_atomic(os.path.join(args.out, DATA_VALIDATION), record)
