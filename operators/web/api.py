@@ -47,6 +47,10 @@ from tfdist.operators.plan import pipeline_id
 from tfdist.operators.report import (
     AirflowRun,
     Backfill,
+    Curve,
+    PipelineRuns,
+    Progress,
+    RunRow,
     all_model_dirs,
     curve,
     data_validation,
@@ -165,7 +169,21 @@ def embedded_pipelines(dag_ids: list[str], session: Any) -> list[dict[str, Any]]
     return found
 
 
-def pipeline_overview(pipeline: str, session: Any) -> dict[str, Any]:
+class PipelinePage(PipelineRuns):
+    """A pipeline's page data: its runs and versions, and the DAG holding it."""
+
+    dag_id: str
+    description: str | None
+    model_name: str | None
+
+
+class LiveProgress(Progress):
+    """The train stage's progress and the run's state in Airflow."""
+
+    state: str
+
+
+def pipeline_overview(pipeline: str, session: Any) -> PipelinePage:
     dag, roots, model_dirs = _pipeline(pipeline, session)
     rows = session.scalars(select(DagRun).where(DagRun.dag_id == dag.dag_id)).all()
     runs = {
@@ -185,12 +203,12 @@ def pipeline_overview(pipeline: str, session: Any) -> dict[str, Any]:
         b.id: Backfill(b.id, b.from_date.isoformat(), b.to_date.isoformat(), b.dag_run_conf or {})
         for b in session.scalars(select(BackfillRow).where(BackfillRow.id.in_(backfill_ids)))
     }
-    return {
-        **overview(pipeline, roots, model_dirs, runs, backfills),
-        "dag_id": dag.dag_id,
-        "description": _description(dag, pipeline, model_dirs),
-        "model_name": os.path.basename(model_dirs[0]) if model_dirs else None,
-    }
+    return PipelinePage(
+        **dict(overview(pipeline, roots, model_dirs, runs, backfills)),
+        dag_id=dag.dag_id,
+        description=_description(dag, pipeline, model_dirs),
+        model_name=os.path.basename(model_dirs[0]) if model_dirs else None,
+    )
 
 
 def run_record(pipeline: str, run_id: str, session: Any, read: Any, missing: str) -> Any:
@@ -207,17 +225,18 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
     """One run's records: its live progress, training curve and data gate record (404 before there is one)."""
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/progress", dependencies=reads_runs)
-    def run_progress(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    def run_progress(pipeline_id: str, run_id: str, session: SessionDep) -> LiveProgress:
         """The train stage's live progress (step, epoch, loss, train metrics, examples/s, time left)."""
         dag, _ = _holding_dag(pipeline_id, session)
         state = dag and session.scalar(select(DagRun.state).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id))
         missing = f"no training progress of run {run_id!r} yet"
         if not state:
             raise HTTPException(404, missing)
-        return {**run_record(pipeline_id, run_id, session, progress, missing), "state": str(state)}
+        found: Progress = run_record(pipeline_id, run_id, session, progress, missing)
+        return LiveProgress(**dict(found), state=str(state))
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/curve", dependencies=reads_runs)
-    def run_curve(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    def run_curve(pipeline_id: str, run_id: str, session: SessionDep) -> Curve:
         """The training curve by step (loss, train metrics, examples/s, learning rate), the parent's final values."""
         return run_record(pipeline_id, run_id, session, curve, f"no training curve of run {run_id!r} yet")
 
@@ -363,16 +382,16 @@ def build_app() -> FastAPI:
         return readable_pipelines(user, session)
 
     @app.get("/pipelines/{pipeline_id}", dependencies=reads_runs)
-    def pipeline(pipeline_id: str, session: SessionDep) -> dict[str, Any]:
+    def pipeline(pipeline_id: str, session: SessionDep) -> PipelinePage:
         """Every run side by side, the metrics and thresholds to chart, the published versions."""
         return pipeline_overview(pipeline_id, session)
 
     add_run_routes(app, reads_runs)
 
     @app.get("/runs/{pipeline_id}", dependencies=reads_runs)
-    def runs(pipeline_id: str, session: SessionDep) -> list[dict[str, Any]]:
+    def runs(pipeline_id: str, session: SessionDep) -> list[RunRow]:
         """Every run of the pipeline, newest data interval first."""
-        return pipeline_overview(pipeline_id, session)["runs"]
+        return pipeline_overview(pipeline_id, session).runs
 
     @app.get("/ui/", dependencies=signed_in)
     def index_page() -> FileResponse:

@@ -42,10 +42,12 @@ def train_result(**fields: Any) -> TrainResult:
 
 
 def warm_start_record(parent_version: int | None, cold_start: str | None = None, **fields: Any) -> WarmStartRecord:
-    """The chief's warm-start record: warm from ``parent_version``, else cold for ``cold_start``."""
+    """The chief's warm-start record: warm from ``parent_version`` (of run ``parent_run_id``, its final values
+    ``parent_final``), else cold for ``cold_start``."""
+    run_id = fields.pop("parent_run_id", f"scheduled__{parent_version}")
     parent = parent_version and WarmStartParent(
         version=parent_version,
-        run_id=fields.pop("parent_run_id", f"scheduled__{parent_version}"),
+        run_id=run_id,
         path=f"/models/digits/{parent_version}",
         data_interval_end="2026-11-17T00:00:00+00:00",
     )
@@ -54,7 +56,7 @@ def warm_start_record(parent_version: int | None, cold_start: str | None = None,
         "on_mismatch": "cold",
         "parent": parent or None,
         "parent_final": fields.pop("parent_final", parent and {"loss": 0.2, "accuracy": 0.95}) or None,
-        "restored": parent and "model and optimizer" or None,
+        "restored": (parent and "model and optimizer") or None,
         "cold_start": cold_start,
         "mismatched": [],
         "normalization": "this run's data",
