@@ -413,3 +413,25 @@ def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its
     write_json_atomic(layout.progress_file, record | {"accuracy": 0.8})  # written before the train metrics
     live = progress(layout.run_dir).model_dump()
     assert live["metrics"] == {"accuracy": 0.8} and "accuracy" not in live
+
+
+def test_the_plugin_api_answers_with_the_records_models_in_the_shapes_the_page_reads(tmp_path):
+    """The routes' response models are the report's (built from the records); a curve's points over the wire keep
+    the train metrics at their top level and no schema version (the page charts every other key)."""
+    from fastapi.encoders import jsonable_encoder
+
+    from tfdist.operators.report import Curve, RunRow
+    from tfdist.operators.web.api import LiveProgress, PipelinePage, build_app
+
+    models = {route.path: route.response_model for route in build_app().routes if hasattr(route, "response_model")}
+    assert models["/pipelines/{pipeline_id}"] is PipelinePage and models["/runs/{pipeline_id}"] == list[RunRow]
+    assert models["/pipelines/{pipeline_id}/runs/{run_id}/progress"] is LiveProgress
+    assert models["/pipelines/{pipeline_id}/runs/{run_id}/curve"] is Curve
+    layout = RunLayout(str(tmp_path))
+    point = CurvePoint(step=1, loss=2.0, metrics={"auc": None}, examples_per_sec=None, learning_rate=0.1)
+    CurveWrite(layout.curve_file, curve_line(point))()
+    assert jsonable_encoder(curve(layout.run_dir)) == {
+        "points": [{"step": 1, "loss": 2.0, "auc": None, "examples_per_sec": None, "learning_rate": 0.1}],
+        "parent_final": None,
+        "parent_version": None,
+    }
