@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.contract.records import write_record
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
 
 RUN_KEY_READABLE = 64
@@ -99,7 +101,7 @@ class RunMismatch(ValueError):
     """The run directory was produced from another spec."""
 
 
-def record_run(layout: RunLayout, spec: dict[str, Any], run: dict[str, Any]) -> None:
+def record_run(layout: RunLayout, spec: dict[str, Any], run: RunRecord) -> None:
     """Write the run's record (identity, window, overrides) and effective spec once; refuse a run directory
     that was made from another spec. Safe to call from every process of a stage at once."""
     recorded = read_json_if_exists(layout.spec_file)
@@ -110,5 +112,5 @@ def record_run(layout: RunLayout, spec: dict[str, Any], run: dict[str, Any]) -> 
                 "use a new run, or move that directory away to redo this run"
             )
         return
-    write_json_atomic(layout.run_file, run)
+    write_record(layout.run_file, run)
     write_json_atomic(layout.spec_file, spec)

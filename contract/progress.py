@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -12,8 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from pydantic import model_validator
+
+from tfdist.contract.records import Metrics, Record, read_record_if_exists
+from tfdist.contract.train_records import CurvePoint, WarmStartRecord, WarmStartSummary
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, read_json_if_exists, write_json_atomic
 
 CHECKPOINT_STATE = "checkpoint"
 """In a checkpoint directory: TensorFlow's state file, naming the latest checkpoint and the ones kept (relative to
@@ -68,8 +70,7 @@ def longest_silent(beats: dict[str, Beat]) -> tuple[str, str]:
     )
 
 
-@dataclass(frozen=True)
-class TrainProgress:
+class TrainProgress(Record):
     """Where the train stage is, written by its chief (``progress.json``) at most every few seconds while it
     trains and once at the end; the training-runs page shows it live."""
 
@@ -80,7 +81,7 @@ class TrainProgress:
     epochs: int
     loss: float
     """The current epoch's mean training loss so far."""
-    metrics: dict[str, float | None]
+    metrics: Metrics
     """The current epoch's train metrics so far, by name (the task's: multiclass accuracy; binary accuracy and auc;
     regression rmse); None where there is no value yet (an AUC without both classes)."""
     examples_per_sec: float | None
@@ -91,6 +92,14 @@ class TrainProgress:
     updated_at: float
     """Unix time of the write."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _accuracy_alone(cls, data: Any) -> Any:
+        """A record from before the train metrics has ``accuracy`` alone."""
+        if isinstance(data, dict) and "metrics" not in data and "accuracy" in data:
+            data = {k: v for k, v in data.items() if k != "accuracy"} | {"metrics": {"accuracy": data["accuracy"]}}
+        return data
+
     @property
     def seconds_left(self) -> float | None:
         """At the current rate (None until there is one)."""
@@ -98,23 +107,11 @@ class TrainProgress:
             return None
         return round((self.total_steps - self.step) * self.global_batch_size / self.examples_per_sec, 1)
 
-    def write(self, path: str) -> None:
-        write_json_atomic(path, dataclasses.asdict(self))
 
-    @classmethod
-    def read(cls, path: str) -> TrainProgress | None:
-        """The progress at ``path``, None when training has not written one yet."""
-        try:
-            return cls(**read_json(path))
-        except FileNotFoundError:
-            return None
-
-
-def curve_line(point: dict[str, Any]) -> bytes:
-    """One point of the training curve (``curve.jsonl``) as its line: ``{step, loss, <train metric names>,
-    examples_per_sec, learning_rate}``, the values the chief writes to TensorBoard at the first step call at or past
-    every ``training.summary_every_steps`` steps and at the last."""
-    return (json.dumps(point) + "\n").encode()
+def curve_line(point: CurvePoint) -> bytes:
+    """One point of the training curve (``curve.jsonl``) as its line: the values the chief writes to TensorBoard at
+    the first step call at or past every ``training.summary_every_steps`` steps and at the last."""
+    return (json.dumps(point.payload()) + "\n").encode()
 
 
 @dataclass(frozen=True)
@@ -141,37 +138,30 @@ def curve_before(path: str) -> bytes:
     return earlier[: earlier.rfind(b"\n") + 1]  # a line cut short by a crash dropped
 
 
-def read_curve(path: str) -> list[dict[str, Any]]:
+def read_curve(path: str) -> list[CurvePoint]:
     """The training curve by step: a step written again (a resumed or restarted training) keeps its last point; a
-    line cut short by a crash is skipped."""
-    points: dict[int, dict[str, Any]] = {}
+    line cut short by a crash is skipped (a whole line that is no point raises a RecordError naming it)."""
+    points: dict[int, CurvePoint] = {}
     try:
         lines = storage.read_bytes(path).decode().splitlines()  # one request: an object rewritten meanwhile is whole
     except FileNotFoundError:
         return []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         try:
-            point = json.loads(line)
+            payload = json.loads(line)
         except ValueError:
             continue
-        points[point["step"]] = point
+        point = CurvePoint.parse(payload, f"{path}, line {number}")
+        points[point.step] = point
     return [points[step] for step in sorted(points)]
 
 
-def warm_start_summary(path: str) -> dict[str, Any] | None:
+def warm_start_summary(path: str) -> WarmStartSummary | None:
     """What the train stage's result (the task's XCom) and the runs page keep of its warm-start record at ``path``
     (``RunLayout.warm_start_file``, written by the chief as training starts); None before, or for a run that
     started before tfdist recorded it."""
-    record = read_json_if_exists(path)
-    if record is None:
-        return None
-    parent = record["parent"] or {}
-    return {
-        "parent_version": parent.get("version"),
-        "parent_run_id": parent.get("run_id"),
-        "cold_start": record["cold_start"] and record["cold_start"][:200],
-        "parent_final": record["parent_final"],
-    }
+    record = read_record_if_exists(path, WarmStartRecord)
+    return record.summary() if record else None
 
 
 def kept_checkpoints(state: str) -> list[str]:

@@ -9,12 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from tfdist.contract.records import Part, Record
+from tfdist.contract.records import Metrics, Part, Record
 from tfdist.spec.tasks import Direction
 from tfdist.spec.validation import ChangeThreshold, Threshold
-
-Metrics = dict[str, float | None]
-"""A task's metrics by name (None: undefined on the data, e.g. an AUC with one class)."""
 
 INTEGRITY_CHECKS = ("restores", "finite_weights", "step", "data_manifest")
 """The integrity checks evaluate applies to each candidate checkpoint, in order."""

@@ -15,6 +15,10 @@ from tfdist.infra.jsonfiles import read_json, write_json_atomic
 
 R = TypeVar("R", bound="Record")
 
+Metrics = dict[str, float | None]
+"""Metric values by name (the task's metrics and the loss); None where there is no value (an AUC without both
+classes)."""
+
 
 class RecordError(ValueError):
     """A record that this release cannot read: ``source`` (its file, or what handed it over) and ``field`` (a dotted

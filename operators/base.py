@@ -27,15 +27,18 @@ else:
 def earlier_windows(artifact_root: str, pipeline: str) -> tuple[tuple[str, dt.datetime], ...] | None:
     """(run id, window end) of every recorded run of the pipeline; None where the artifact root is not visible."""
     from tfdist.contract.layout import RunLayout, runs_root
+    from tfdist.contract.records import read_record_if_exists
+    from tfdist.contract.train_records import RunRecord
     from tfdist.infra import storage
-    from tfdist.infra.jsonfiles import read_json_if_exists
     from tfdist.operators.plan import as_datetime
 
     if not storage.exists(artifact_root):
         return None
     root = runs_root(artifact_root, pipeline)
-    records = (read_json_if_exists(RunLayout(storage.join(root, key)).run_file) for key in storage.names(root))
-    return tuple((r["run_id"], as_datetime(r["data_interval_end"])) for r in records if r and "data_interval_end" in r)
+    records = (
+        read_record_if_exists(RunLayout(storage.join(root, key)).run_file, RunRecord) for key in storage.names(root)
+    )
+    return tuple((r.run_id, as_datetime(r.data_interval_end)) for r in records if r)
 
 
 class RunPlanned(_Operator):
@@ -114,7 +117,8 @@ class RunPlanned(_Operator):
         """What the run's context and the artifact root tell of its window; the other runs' records are read
         only for a run without a data interval or a recorded window."""
         from tfdist.contract.layout import RunLayout, run_path
-        from tfdist.infra.jsonfiles import read_json_if_exists
+        from tfdist.contract.records import read_record_if_exists
+        from tfdist.contract.train_records import RunRecord
         from tfdist.operators.plan import RunFacts, as_datetime
 
         run_id, dag_run = context["run_id"], context.get("dag_run")
@@ -126,7 +130,7 @@ class RunPlanned(_Operator):
             interval = (as_datetime(start), as_datetime(end))
             return RunFacts(run_id, run_after, interval, embedded=bool(self.pipeline_group))
         layout = RunLayout(self.run_dir or run_path(spec.artifact_root, self.pipeline_id, run_id))
-        recorded = read_json_if_exists(layout.run_file)
+        recorded = read_record_if_exists(layout.run_file, RunRecord)
         partition_date = getattr(dag_run, "partition_date", None)
         return RunFacts(
             run_id,
@@ -135,7 +139,7 @@ class RunPlanned(_Operator):
             partition_date=as_datetime(partition_date) if partition_date else None,
             recorded=recorded,
             earlier_windows=()
-            if recorded and "window" in recorded
+            if recorded and recorded.window is not None
             else earlier_windows(spec.artifact_root, self.pipeline_id),
         )
 

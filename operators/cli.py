@@ -82,7 +82,7 @@ def print_runs(pipeline_id: str, as_json: bool) -> None:
     root = default_artifact_root()
     connect(root)
     found = list_runs(pipeline_id, [root])
-    print(json.dumps(found, indent=2) if as_json else format_runs(found))
+    print(json.dumps([r.model_dump(mode="json") for r in found], indent=2) if as_json else format_runs(found))
 
 
 def say(line: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from tfdist.contract.publish_records import ChangeCheck, Check, Metrics, ValueCheck
+from tfdist.contract.publish_records import ChangeCheck, Check, ValueCheck
+from tfdist.contract.records import Metrics
 from tfdist.spec.tasks import Direction
 from tfdist.spec.validation import ChangeThreshold, Threshold, ValidationSpec
 

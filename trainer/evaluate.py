@@ -32,14 +32,14 @@ from tfdist.contract.publish_records import (
     EvalMetrics,
     EvaluateResult,
     Integrity,
-    Metrics,
     ScoredBaseline,
     UnscoredBaseline,
 )
-from tfdist.contract.records import write_record
+from tfdist.contract.records import Metrics, read_record, write_record
 from tfdist.contract.stages import EvaluateArgs
+from tfdist.contract.train_records import RunRecord, TrainResult
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, sha256_file
+from tfdist.infra.jsonfiles import sha256_file
 from tfdist.publishing import gate, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.models import OUTPUT, IntegrityError, restore_checked
@@ -75,25 +75,25 @@ def shown(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.4f}"
 
 
-def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, path: str, train_result: dict):
+def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, path: str, train_result: TrainResult):
     """Restore one checkpoint and run every integrity check; return the model or raise IntegrityError."""
     model, step = restore_checked(tf, spec, manifest, data_dir, path)
     non_finite = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]
     if non_finite:
         raise IntegrityError("finite_weights", path, f"non-finite values in {', '.join(non_finite[:5])}")
     named_step = int(path.rsplit("-", 1)[1])
-    if step != named_step or (path == train_result["checkpoint"] and step != train_result["final_step"]):
+    if step != named_step or (path == train_result.checkpoint and step != train_result.final_step):
         raise IntegrityError(
             "step",
             path,
-            f"holds step {step}; training reported step {train_result['final_step']} for {train_result['checkpoint']}",
+            f"holds step {step}; training reported step {train_result.final_step} for {train_result.checkpoint}",
         )
-    if train_result["data_manifest_sha256"] != manifest_sha:
+    if train_result.data_manifest_sha256 != manifest_sha:
         raise IntegrityError(
             "data_manifest",
             path,
             "was trained on another data manifest than this run's "
-            f"({train_result['data_manifest_sha256'][:12]} ≠ {manifest_sha[:12]})",
+            f"({train_result.data_manifest_sha256[:12]} ≠ {manifest_sha[:12]})",
         )
     return model, step
 
@@ -140,12 +140,12 @@ def baseline_metrics(
 
 
 def scored_candidates(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, train_result: dict
+    tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, train_result: TrainResult
 ) -> list[dict[str, Any]]:
     """Each candidate checkpoint's step, metrics and examples and accuracy per class, once it passes every
     integrity check; the first one failing one refuses the stage, its blessing record naming the check."""
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
-    candidates = [train_result["checkpoint"]]
+    candidates = [train_result.checkpoint]
     if spec.validation.checkpoint.mode == "best":
         state = storage.read_bytes(storage.join(args.checkpoints, CHECKPOINT_STATE)).decode()
         candidates = [storage.join(args.checkpoints, name) for name in kept_checkpoints(state)]
@@ -160,7 +160,7 @@ def scored_candidates(
                 integrity=Integrity(failed=exc.check),
                 failures=[str(exc)],
                 report=[str(exc)],
-                run_id=run["run_id"],
+                run_id=run.run_id,
             )
             write_record(os.path.join(args.out, BLESSING), refused)
             fail(str(exc), EXIT_REFUSED)
@@ -177,12 +177,12 @@ def scored_candidates(
 
 
 def compare_with_baseline(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, found: Metrics
+    tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, found: Metrics
 ) -> tuple[ScoredBaseline | UnscoredBaseline | None, dict[str, Delta], list[str]]:
     """(the baseline's record for blessing.json, the metrics' changes against it, the report's lines about it).
     Without a baseline, or with one that cannot score this run's eval data, only value thresholds apply. The
     baseline is held while it is scored: another run's export never prunes it meanwhile."""
-    with registry.held_baseline(args.model_dir, run["data_interval_end"], run["run_id"]) as baseline:
+    with registry.held_baseline(args.model_dir, run.data_interval_end, run.run_id) as baseline:
         return compared(tf, args, spec, manifest, found, baseline)
 
 
@@ -232,7 +232,7 @@ def chosen_candidate(spec: Spec, scored: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def blessing_record(
-    tf, args: EvaluateArgs, spec: Spec, run: dict, manifest: Manifest, scored: list[dict[str, Any]]
+    tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, scored: list[dict[str, Any]]
 ) -> Blessing:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
     chosen = chosen_candidate(spec, scored)
@@ -255,8 +255,8 @@ def blessing_record(
     return Blessing(
         blessed=not failures,
         gate=decided_by,
-        run_id=run["run_id"],
-        data_interval_end=run["data_interval_end"],
+        run_id=run.run_id,
+        data_interval_end=run.data_interval_end,
         checkpoint=chosen["checkpoint"],
         step=chosen["step"],
         integrity=Integrity(),
@@ -279,12 +279,12 @@ def blessing_record(
 
 def main() -> None:
     args = EvaluateArgs.parse()
-    spec, run = load_spec(args.spec), read_json(args.run)
+    spec, run = load_spec(args.spec), read_record(args.run, RunRecord)
     manifest, local_data = data.verified_manifest(args.data, "eval")
     args = dataclasses.replace(args, data=local_data)
     if not storage.exists(args.train_result):
         fail(f"no training result at {args.train_result}: run the train task first")
-    train_result = read_json(args.train_result)
+    train_result = read_record(args.train_result, TrainResult)
     tf = import_tensorflow()
     scored = scored_candidates(tf, args, spec, run, manifest, train_result)
     blessing = blessing_record(tf, args, spec, run, manifest, scored)

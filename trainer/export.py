@@ -34,7 +34,6 @@ from tfdist.contract.publish_records import (
     Blessing,
     Claim,
     ExportResult,
-    Metrics,
     ParentVersion,
     PublishedBlessing,
     ServingSkew,
@@ -42,10 +41,11 @@ from tfdist.contract.publish_records import (
     VersionMetadata,
     WarmStart,
 )
-from tfdist.contract.records import RecordError, read_record, read_record_if_exists, write_record
+from tfdist.contract.records import Metrics, RecordError, read_record, read_record_if_exists, write_record
 from tfdist.contract.stages import ExportArgs
+from tfdist.contract.train_records import RunRecord, TrainResult, WarmStartRecord
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import digest_json, read_json, read_json_if_exists, sha256_file
+from tfdist.infra.jsonfiles import digest_json, sha256_file
 from tfdist.publishing import approval, registry
 from tfdist.trainer import data, metrics, scratch
 from tfdist.trainer.data import MISSING_INT64
@@ -227,14 +227,16 @@ class Origin:
 
 def lineage(args: ExportArgs) -> Origin:
     """The version's origin, from the train stage's warm start record and result."""
-    record = read_json_if_exists(args.warm_start_record) or {}
-    parent = record.get("parent")
+    record = read_record_if_exists(args.warm_start_record, WarmStartRecord)
+    parent = record.parent if record else None
     return Origin(
-        parent=parent and ParentVersion(version=parent["version"], run_id=parent["run_id"]),
-        warm_start=WarmStart.model_validate(
-            {k: record.get(k) for k in ("from", "restored", "cold_start", "mismatched")}
-        ),
-        train_metrics=read_json(args.train_result).get("metrics"),
+        parent=ParentVersion(version=parent.version, run_id=parent.run_id) if parent else None,
+        warm_start=WarmStart(
+            source=record.source, restored=record.restored, cold_start=record.cold_start, mismatched=record.mismatched
+        )
+        if record
+        else WarmStart(),
+        train_metrics=read_record(args.train_result, TrainResult).metrics,
     )
 
 
@@ -242,16 +244,16 @@ def main() -> None:
     args = ExportArgs.parse()
     if refusal := version_refusal(args.model_dir, args.version_base, dt.datetime.now(dt.UTC)):
         fail(f"refusing to export: {refusal}; nothing was published", EXIT_REFUSED)
-    spec, run = load_spec(args.spec), read_json(args.run)
+    spec, run = load_spec(args.spec), read_record(args.run, RunRecord)
     blessing = read_record(os.path.join(args.eval, BLESSING), Blessing)
-    if not blessing.blessed or blessing.run_id != run["run_id"]:
+    if not blessing.blessed or blessing.run_id != run.run_id:
         fail(
             f"refusing to export: this run's checkpoint was not blessed ({'; '.join(blessing.failures)})",
             EXIT_REFUSED,
         )
-    if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run["run_id"])):
+    if spec.export.approval and (refusal := approval.approval_refusal(args.approval, run.run_id)):
         fail(f"refusing to export: {refusal}", EXIT_REFUSED)
-    version, done = claim_version(args.model_dir, args.version_base, run["run_id"], blessing.checkpoint)
+    version, done = claim_version(args.model_dir, args.version_base, run.run_id, blessing.checkpoint)
     out = storage.join(args.model_dir, str(version))
     origin = lineage(args)
     result = ExportResult(
@@ -279,7 +281,7 @@ def main() -> None:
 
 
 def publish(
-    args: ExportArgs, spec: Spec, run: dict, blessing: Blessing, out: str, version: int, origin: Origin
+    args: ExportArgs, spec: Spec, run: RunRecord, blessing: Blessing, out: str, version: int, origin: Origin
 ) -> None:
     manifest, data_dir = data.verified_manifest(args.data, "eval")
     tf = import_tensorflow()
@@ -306,15 +308,15 @@ def publish(
 
 
 def published_run(
-    args: ExportArgs, spec: Spec, run: dict, blessing: Blessing, origin: Origin, version: int
+    args: ExportArgs, spec: Spec, run: RunRecord, blessing: Blessing, origin: Origin, version: int
 ) -> dict[str, Any]:
     """The version's metadata of the run it was published from: which run, spec and checkpoint, and why."""
     return {
         "model_name": os.path.basename(args.model_dir),
         "version": version,
-        "run_id": run["run_id"],
-        "data_interval_start": run["data_interval_start"],
-        "data_interval_end": run["data_interval_end"],
+        "run_id": run.run_id,
+        "data_interval_start": run.data_interval_start,
+        "data_interval_end": run.data_interval_end,
         "spec_sha256": digest_json(spec.to_json_dict()),
         "metrics": blessing.metrics or {},
         "gate": blessing.gate,

@@ -46,6 +46,8 @@ from tfdist.contract.launch import (
 )
 from tfdist.contract.layout import RunLayout, RunMismatch, record_run
 from tfdist.contract.progress import Beat, last_beats, longest_silent, stalled
+from tfdist.contract.records import RecordError
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.infra.stopping import is_stopped, stop_processes
@@ -315,9 +317,12 @@ def main(argv: list[str] | None = None) -> int:
             "give a command after '--', and --job with either --cluster or --horovod-slots and --pods, or --hostfile"
         )
     try:
-        record_run(RunLayout(args.run_dir), json.loads(os.environ[SPEC_ENV]), json.loads(os.environ[RUN_ENV]))
+        run = RunRecord.parse(json.loads(os.environ[RUN_ENV]), RUN_ENV)
+        record_run(RunLayout(args.run_dir), json.loads(os.environ[SPEC_ENV]), run)
     except KeyError as exc:
         return _error(f"the pod's environment lacks {exc}: the run's spec and record come from there")
+    except RecordError as exc:
+        return _error(str(exc))
     except RunMismatch as exc:
         return _error(str(exc), EXIT_REFUSED)
     index = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))

@@ -27,9 +27,11 @@ from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
 from tfdist.contract.progress import CurveWrite, TrainProgress, beat, curve_line, warm_start_summary
+from tfdist.contract.records import write_record
 from tfdist.contract.stages import TrainArgs
+from tfdist.contract.train_records import CurvePoint, TrainResult
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import sha256_file, write_json_atomic
+from tfdist.infra.jsonfiles import sha256_file
 from tfdist.trainer import data, scratch
 from tfdist.trainer.memory_guard import refuse_tables_over_memory
 from tfdist.trainer.models import IntegrityError, build_embedding_optimizer, build_model, build_optimizer
@@ -222,15 +224,14 @@ class TrainingRun:
         )
         record = parent.restore(self.tf, self.model, self.optimizers, self.manifest, self.args.data)
         if self.sync.is_chief:
-            write_json_atomic(self.args.warm_start_record, record)
-            parent = record["parent"]
+            write_record(self.args.warm_start_record, record)
+            chosen = record.parent
             say(
                 f"{self.sync.name}: "
                 + (
-                    f"warm start from version {parent['version']} (run {parent['run_id']}): "
-                    f"restored the {record['restored']}"
-                    if parent
-                    else f"cold start: {record['cold_start']}"
+                    f"warm start from version {chosen.version} (run {chosen.run_id}): restored the {record.restored}"
+                    if chosen
+                    else f"cold start: {record.cold_start}"
                 )
             )
 
@@ -372,7 +373,7 @@ class TrainingRun:
         if self.summaries is None:
             self.summaries = scalar_writer(self.tf, self.args.tensorboard)
         self.summaries(step, {k: v for k, v in point.items() if k != "step"})
-        self.curve_lines += curve_line(point)
+        self.curve_lines += curve_line(CurvePoint.model_validate(point))
         self.write_record(CurveWrite(self.args.curve, self.curve_lines), "the training curve", step)
         job, what = summaries_upload(self.args.tensorboard)
         if (uploads := self.uploader()) and self.pace.due(what, step == self.total_steps):
@@ -397,19 +398,19 @@ class TrainingRun:
         rate = steady_rate(step, now, self.warm, self.global_batch)
         if sync.is_chief:
             record = TrainProgress(
-                step,
-                self.total_steps,
-                round(epoch, 3),
-                self.training.epochs,
-                loss,
-                metrics,
-                rate,
-                sync.workers,
-                self.global_batch,
-                round(now - self.started, 1),
-                time.time(),
+                step=step,
+                total_steps=self.total_steps,
+                epoch=round(epoch, 3),
+                epochs=self.training.epochs,
+                loss=loss,
+                metrics=metrics,
+                examples_per_sec=rate,
+                workers=sync.workers,
+                global_batch_size=self.global_batch,
+                elapsed_seconds=round(now - self.started, 1),
+                updated_at=time.time(),
             )
-            self.write_record(functools.partial(record.write, self.args.progress), "the progress", step)
+            self.write_record(functools.partial(write_record, self.args.progress, record), "the progress", step)
         shown = " ".join(f"{k} {v:.4f}" for k, v in {"loss": loss, **metrics}.items() if v is not None)
         say(
             f"{sync.name}: step {step}/{self.total_steps} epoch {epoch:.2f} {shown}"
@@ -434,21 +435,21 @@ class TrainingRun:
             return
         if uploads := self.uploader():
             uploads.close()  # the result names the last checkpoint: it is in the store first
-        write_json_atomic(
+        write_record(
             args.result,
-            {
-                "checkpoint": storage.join(args.checkpoints, os.path.basename(saver.latest_checkpoint)),
-                "checkpoint_dir": args.checkpoints,
-                "final_step": p.step,
-                "resumed_from_step": self.start_step,
-                "data_manifest_sha256": sha256_file(os.path.join(args.data, MANIFEST)),
-                "metrics": history[-1] if history else {},
-                "loss_per_epoch": [round(m["loss"], 5) for m in history],
-                "examples_per_sec": steady_rate(p.step, self.stepped, self.warm, self.global_batch),
-                "workers": sync.workers,
-                "train_seconds": round(finished - self.started, 2),
-                "warm_start": warm_start_summary(self.args.warm_start_record),
-            },
+            TrainResult(
+                checkpoint=storage.join(args.checkpoints, os.path.basename(saver.latest_checkpoint)),
+                checkpoint_dir=args.checkpoints,
+                final_step=p.step,
+                resumed_from_step=self.start_step,
+                data_manifest_sha256=sha256_file(os.path.join(args.data, MANIFEST)),
+                metrics=history[-1] if history else {},
+                loss_per_epoch=[round(m["loss"], 5) for m in history],
+                examples_per_sec=steady_rate(p.step, self.stepped, self.warm, self.global_batch),
+                workers=sync.workers,
+                train_seconds=round(finished - self.started, 2),
+                warm_start=warm_start_summary(self.args.warm_start_record),
+            ),
         )
         say(f"{sync.name}: wrote {args.result}: {json.dumps(history[-1] if history else {})}")
 

@@ -9,10 +9,11 @@ import os
 
 from tfdist.contract.data_records import BaselineRef, DataStatistics, DataValidation, ValidateDataResult
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.contract.records import read_record_if_exists, write_record
+from tfdist.contract.records import read_record, read_record_if_exists, write_record
 from tfdist.contract.stages import ValidateDataArgs
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, read_json_if_exists
+from tfdist.infra.jsonfiles import read_json_if_exists
 from tfdist.publishing import registry
 from tfdist.publishing.data_gate import DATA_VALIDATION, FORMULAS, Vocabularies, checks, failure_line, not_compared
 from tfdist.spec.model import Spec
@@ -21,10 +22,10 @@ from tfdist.trainer.runtime import fail, load_spec, run_stage, say
 
 
 def baseline_statistics(
-    args: ValidateDataArgs, run: dict, now: DataStatistics
+    args: ValidateDataArgs, run: RunRecord, now: DataStatistics
 ) -> tuple[BaselineRef | None, DataStatistics | None, str]:
     """(the baseline version's record, its data statistics, why there is none to compare with)."""
-    baseline = registry.baseline_for(args.model_dir, run["data_interval_end"], run["run_id"])
+    baseline = registry.baseline_for(args.model_dir, run.data_interval_end, run.run_id)
     if baseline is None:
         return None, None, "no baseline: nothing published as of this data interval"
     statistics = read_record_if_exists(storage.join(baseline.path, registry.DATA_STATISTICS), DataStatistics)
@@ -50,7 +51,7 @@ def baseline_vocabularies(spec: Spec, baseline: BaselineRef | None) -> Vocabular
     return {name: read_json_if_exists(path) for name, path in paths.items()}
 
 
-def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: DataStatistics) -> DataValidation:
+def decision_record(args: ValidateDataArgs, spec: Spec, run: RunRecord, now: DataStatistics) -> DataValidation:
     baseline, base, missing = baseline_statistics(args, run, now)
     vocabularies = baseline_vocabularies(spec, baseline if base is not None else None)
     rows = checks(now, base, spec.data.checks, vocabularies)
@@ -58,8 +59,8 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: DataStat
     warned = [failure_line(r) for r in rows if not r.passed and r.mode == "warn"]
     return DataValidation(
         decision="refused" if refused else "passed",
-        run_id=run["run_id"],
-        data_interval_end=run["data_interval_end"],
+        run_id=run.run_id,
+        data_interval_end=run.data_interval_end,
         baseline=baseline,
         baseline_version=baseline.version if baseline else None,
         compared=base is not None,
@@ -79,7 +80,7 @@ def decision_record(args: ValidateDataArgs, spec: Spec, run: dict, now: DataStat
 
 def main() -> None:
     args = ValidateDataArgs.parse()
-    spec, run = load_spec(args.spec), read_json(args.run)
+    spec, run = load_spec(args.spec), read_record(args.run, RunRecord)
     now = data.verified_manifest(args.data)[0].statistics
     record = decision_record(args, spec, run, now)
     write_record(os.path.join(args.out, DATA_VALIDATION), record)

@@ -39,8 +39,10 @@ import numpy as np
 
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.records import read_record
+from tfdist.contract.train_records import RunRecord, VocabularyRows, WarmStartChoice, WarmStartParent, WarmStartRecord
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json, read_json_if_exists
+from tfdist.infra.jsonfiles import read_json_if_exists
 from tfdist.publishing import registry
 from tfdist.trainer import scratch
 from tfdist.trainer.runtime import fail
@@ -123,8 +125,7 @@ class TokenRows:
 
     ours: np.ndarray
     parents: np.ndarray
-    counts: dict[str, Any]
-    """Rows carried, new and dropped, and whether the out-of-vocabulary rows were carried."""
+    counts: VocabularyRows
 
     @classmethod
     def between(cls, tokens: list[str], oov: int, parent_tokens: list[str], parent_oov: int) -> TokenRows:
@@ -134,12 +135,12 @@ class TokenRows:
         if oov == parent_oov:
             pairs += [(i, i) for i in range(oov)]
         ours, parents = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
-        counts = {
-            "carried": carried,
-            "new": len(tokens) - carried,
-            "dropped": len(parent_tokens) - carried,
-            "oov_rows": "carried" if oov == parent_oov else f"fresh ({parent_oov} buckets in the parent, {oov} here)",
-        }
+        counts = VocabularyRows(
+            carried=carried,
+            new=len(tokens) - carried,
+            dropped=len(parent_tokens) - carried,
+            oov_rows="carried" if oov == parent_oov else f"fresh ({parent_oov} buckets in the parent, {oov} here)",
+        )
         return cls(ours, parents, counts)
 
     def carried(self, ours: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -196,9 +197,9 @@ def readable(path: str, model) -> str:
     return f"{model.operations[int(found[1])].name}/{found[2]} ({path})"
 
 
-def weight_digests(model) -> list[list[str]]:
+def weight_digests(model) -> list[tuple[str, str]]:
     """Each model variable's Keras path and sha256, in the model's order: which weights a run started from."""
-    return [[v.path, hashlib.sha256(v.numpy().tobytes()).hexdigest()[:16]] for v in model.weights]
+    return [(v.path, hashlib.sha256(v.numpy().tobytes()).hexdigest()[:16]) for v in model.weights]
 
 
 CHOICE = "warm_start_parent.json"
@@ -211,9 +212,10 @@ def agreed_parent(
     """(the parent every process of the run starts from, why there is none though one was chosen): ``found`` if this
     process is the first to record its choice (created whole, once: ``storage.create``), else the version
     recorded, if it is still published."""
-    if storage.create(choice_file, json.dumps({"version": found and found.version}).encode()):
+    choice = WarmStartChoice(version=found.version if found else None)
+    if storage.create(choice_file, json.dumps(choice.payload()).encode()):
         return found, None
-    version = read_json(choice_file)["version"]
+    version = read_record(choice_file, WarmStartChoice).version
     chosen = next((m for m in registry.versions(model_dir) if m.version == version), None)
     gone = version is not None and chosen is None
     return (
@@ -233,15 +235,15 @@ class ParentRestore:
         if self.settings.source == "none":
             self.cold_start = "training.warm_start is none"
             return
-        run = read_json(run_file)
+        run = read_record(run_file, RunRecord)
         with registry.locked(model_dir):  # no prune between the choice and its hold
             self.parent, gone = agreed_parent(
-                registry.baseline_for(model_dir, run["data_interval_end"], run["run_id"]),
+                registry.baseline_for(model_dir, run.data_interval_end, run.run_id),
                 model_dir,
                 storage.join(storage.parent(record_file), CHOICE),
             )
             if self.parent:
-                self.reader = registry.Reader(model_dir, self.parent.version, run["run_id"])
+                self.reader = registry.Reader(model_dir, self.parent.version, run.run_id)
         if self.parent is None:
             self.cold_start = gone or "no baseline: nothing published as of this data interval"
         elif not storage.exists(registry.warm_start_checkpoint(self.parent.path) + ".index"):
@@ -257,7 +259,7 @@ class ParentRestore:
         if self.reader:
             self.reader.release()
 
-    def restore(self, tf, model, optimizers: dict[str, Any], manifest: Manifest, data_dir: str) -> dict[str, Any]:
+    def restore(self, tf, model, optimizers: dict[str, Any], manifest: Manifest, data_dir: str) -> WarmStartRecord:
         """Restore the parent into ``model`` (and ``optimizers``, by their part of the checkpoint: 'optimizer' and
         'embedding_optimizer', where they are the same, keeping this run's learning rate), the rows of tables by token
         (the vocabularies of ``manifest``, in ``data_dir``, and the parent's); the record of what was done. A mismatch
@@ -308,7 +310,7 @@ class ParentRestore:
         manifest: Manifest,
         data_dir: str,
         parent_dir: str,
-    ) -> tuple[dict[str, TokenRows], dict[str, dict[str, Any]]]:
+    ) -> tuple[dict[str, TokenRows], dict[str, VocabularyRows]]:
         """(the tables whose rows are matched by token, and their optimizer slots, by path; per feature, the rows
         carried, new and dropped), for each feature with a vocabulary whose tables the parent (in ``parent_dir``)
         has, with its vocabulary."""
@@ -341,22 +343,25 @@ class ParentRestore:
         model,
         mismatched: Sequence[str] = (),
         restored: str | None = None,
-        vocabularies: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+        vocabularies: dict[str, VocabularyRows] | None = None,
+    ) -> WarmStartRecord:
         parent = self.parent if restored else None
-        return {
-            "from": self.settings.source,
-            "on_mismatch": self.settings.on_mismatch,
-            "parent": parent
-            and {
-                **parent.metadata.model_dump(include={"version", "run_id", "data_interval_end"}),
-                "path": parent.path,
-            },
-            "parent_final": parent and parent.metadata.train_metrics,
-            "restored": restored,
-            "cold_start": self.cold_start,
-            "mismatched": list(mismatched),
-            "vocabularies": vocabularies or {},
-            "normalization": "this run's data",
-            "weights": weight_digests(model),
-        }
+        return WarmStartRecord(
+            source=self.settings.source,
+            on_mismatch=self.settings.on_mismatch,
+            parent=WarmStartParent(
+                version=parent.version,
+                run_id=parent.metadata.run_id,
+                path=parent.path,
+                data_interval_end=parent.metadata.data_interval_end,
+            )
+            if parent
+            else None,
+            parent_final=parent.metadata.train_metrics if parent else None,
+            restored=restored,
+            cold_start=self.cold_start,
+            mismatched=list(mismatched),
+            vocabularies=vocabularies or {},
+            normalization="this run's data",
+            weights=weight_digests(model),
+        )

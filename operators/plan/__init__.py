@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.contract.stages import EvaluateArgs, ExportArgs, PrepareArgs, TrainArgs, ValidateDataArgs
+from tfdist.contract.train_records import RunRecord
 from tfdist.operators.plan.stages import (
     Elastic,
     Following,
@@ -89,18 +90,18 @@ class Plan:
         """spec.json: the run's effective spec, as the workers read it."""
         return self.spec.to_json_dict()
 
-    def run_record(self) -> dict[str, Any]:
+    def run_record(self) -> RunRecord:
         """run.json: what identifies the run and what its trigger changed."""
         ctx = self.context
-        return {
-            "pipeline_id": ctx.pipeline_id,
-            "run_id": ctx.run_id,
-            "overrides": self.overrides,
-            "data_interval_start": ctx.interval_start.isoformat(),
-            "data_interval_end": ctx.interval_end.isoformat(),
-            "window": ctx.window,
-            "partition_key": ctx.partition_key,
-        }
+        return RunRecord(
+            pipeline_id=ctx.pipeline_id,
+            run_id=ctx.run_id,
+            overrides=self.overrides,
+            data_interval_start=ctx.interval_start.isoformat(),
+            data_interval_end=ctx.interval_end.isoformat(),
+            window=ctx.window,
+            partition_key=ctx.partition_key,
+        )
 
 
 def version_base(ctx: RunContext) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from croniter import croniter
 
+from tfdist.contract.train_records import RunRecord
 from tfdist.publishing.registry import CLOCK_SKEW
 from tfdist.spec import PARTITION_KEY_FORMATS, AssetSchedule, Spec
 
@@ -58,7 +59,7 @@ class RunFacts:
     """The pipeline is a task group of a DAG someone wrote (its DAG's schedule drives it)."""
     partition_key: str | None = None
     partition_date: dt.datetime | None = None
-    recorded: dict[str, Any] | None = None
+    recorded: RunRecord | None = None
     """The run's run.json, written by its first stage."""
     earlier_windows: tuple[tuple[str, dt.datetime], ...] | None = ()
     """(run id, window end) of the pipeline's other recorded runs; None: the artifact root is not visible here."""
@@ -205,9 +206,9 @@ def run_window(spec: Spec, pipeline: str, facts: RunFacts) -> RunContext:
             pipeline, facts.run_id, start, end, "the schedule's period before its DAG run's (empty) data interval"
         )
     recorded = facts.recorded
-    if recorded and "window" in recorded:
-        start, end = as_datetime(recorded["data_interval_start"]), as_datetime(recorded["data_interval_end"])
-        return RunContext(pipeline, facts.run_id, start, end, recorded["window"], recorded.get("partition_key"))
+    if recorded and recorded.window is not None:
+        start, end = as_datetime(recorded.data_interval_start), as_datetime(recorded.data_interval_end)
+        return RunContext(pipeline, facts.run_id, start, end, recorded.window, recorded.partition_key)
     return inferred_window(spec, pipeline, facts)
 
 

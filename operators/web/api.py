@@ -36,7 +36,7 @@ from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel
 from sqlalchemy import select
 
 from tfdist.contract.data_records import DataValidation
@@ -49,7 +49,10 @@ from tfdist.operators.plan import pipeline_id
 from tfdist.operators.report import (
     AirflowRun,
     Backfill,
-    VersionRow,
+    Curve,
+    PipelineRuns,
+    Progress,
+    RunRow,
     all_model_dirs,
     curve,
     data_validation,
@@ -59,8 +62,6 @@ from tfdist.operators.report import (
     progress,
 )
 from tfdist.publishing import registry
-from tfdist.spec.tasks import Direction
-from tfdist.spec.validation import ChangeThreshold, Threshold
 
 MEDIA_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 PAGE_FILES = {path.name: path for path in sorted(Path(__file__).parent.iterdir()) if path.suffix in MEDIA_TYPES}
@@ -181,7 +182,21 @@ def embedded_pipelines(dag_ids: list[str], session: Any) -> list[dict[str, Any]]
     return found
 
 
-def pipeline_overview(pipeline: str, session: Any) -> dict[str, Any]:
+class PipelinePage(PipelineRuns):
+    """A pipeline's page data: its runs and versions, and the DAG holding it."""
+
+    dag_id: str
+    description: str | None
+    model_name: str | None
+
+
+class LiveProgress(Progress):
+    """The train stage's progress and the run's state in Airflow."""
+
+    state: str
+
+
+def pipeline_overview(pipeline: str, session: Any) -> PipelinePage:
     dag, roots, model_dirs = _pipeline(pipeline, session)
     rows = session.scalars(select(DagRun).where(DagRun.dag_id == dag.dag_id)).all()
     runs = {
@@ -201,30 +216,12 @@ def pipeline_overview(pipeline: str, session: Any) -> dict[str, Any]:
         b.id: Backfill(b.id, b.from_date.isoformat(), b.to_date.isoformat(), b.dag_run_conf or {})
         for b in session.scalars(select(BackfillRow).where(BackfillRow.id.in_(backfill_ids)))
     }
-    return {
-        **overview(pipeline, roots, model_dirs, runs, backfills),
-        "dag_id": dag.dag_id,
-        "description": _description(dag, pipeline, model_dirs),
-        "model_name": os.path.basename(model_dirs[0]) if model_dirs else None,
-    }
-
-
-class PipelineOverview(BaseModel):
-    """The page's data for one pipeline (``report.overview``), its DAG and what it trains."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    pipeline_id: str
-    dag_id: str
-    description: str | None
-    model_name: str | None
-    metrics: list[str]
-    directions: dict[str, Direction | None]
-    thresholds: dict[str, Threshold]
-    change_thresholds: dict[str, ChangeThreshold]
-    runs: list[dict[str, Any]]
-    """Each run's summary (``report.run_summary``), newest data interval first."""
-    versions: list[VersionRow]
+    return PipelinePage(
+        **dict(overview(pipeline, roots, model_dirs, runs, backfills)),
+        dag_id=dag.dag_id,
+        description=_description(dag, pipeline, model_dirs),
+        model_name=os.path.basename(model_dirs[0]) if model_dirs else None,
+    )
 
 
 def run_record(pipeline: str, run_id: str, session: Any, read: Any, missing: str) -> Any:
@@ -241,17 +238,18 @@ def add_run_routes(app: FastAPI, reads_runs: list) -> None:
     """One run's records: its live progress, training curve and data gate record (404 before there is one)."""
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/progress", dependencies=reads_runs)
-    def run_progress(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    def run_progress(pipeline_id: str, run_id: str, session: SessionDep) -> LiveProgress:
         """The train stage's live progress (step, epoch, loss, train metrics, examples/s, time left)."""
         dag, _ = _holding_dag(pipeline_id, session)
         state = dag and session.scalar(select(DagRun.state).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id))
         missing = f"no training progress of run {run_id!r} yet"
         if not state:
             raise HTTPException(404, missing)
-        return {**run_record(pipeline_id, run_id, session, progress, missing), "state": str(state)}
+        found: Progress = run_record(pipeline_id, run_id, session, progress, missing)
+        return LiveProgress(**dict(found), state=str(state))
 
     @app.get("/pipelines/{pipeline_id}/runs/{run_id}/curve", dependencies=reads_runs)
-    def run_curve(pipeline_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    def run_curve(pipeline_id: str, run_id: str, session: SessionDep) -> Curve:
         """The training curve by step (loss, train metrics, examples/s, learning rate), the parent's final values."""
         return run_record(pipeline_id, run_id, session, curve, f"no training curve of run {run_id!r} yet")
 
@@ -416,17 +414,17 @@ def build_app() -> FastAPI:
         """The tfdist pipelines the user may read (invalid specs left out), those embedded in DAGs included."""
         return readable_pipelines(user, session)
 
-    @app.get("/pipelines/{pipeline_id}", dependencies=reads_runs, response_model=PipelineOverview)
-    def pipeline(pipeline_id: str, session: SessionDep) -> dict[str, Any]:
+    @app.get("/pipelines/{pipeline_id}", dependencies=reads_runs)
+    def pipeline(pipeline_id: str, session: SessionDep) -> PipelinePage:
         """Every run side by side, the metrics and thresholds to chart, the published versions."""
         return pipeline_overview(pipeline_id, session)
 
     add_run_routes(app, reads_runs)
 
     @app.get("/runs/{pipeline_id}", dependencies=reads_runs)
-    def runs(pipeline_id: str, session: SessionDep) -> list[dict[str, Any]]:
+    def runs(pipeline_id: str, session: SessionDep) -> list[RunRow]:
         """Every run of the pipeline, newest data interval first."""
-        return pipeline_overview(pipeline_id, session)["runs"]
+        return pipeline_overview(pipeline_id, session).runs
 
     @app.get("/ui/", dependencies=signed_in)
     def index_page() -> FileResponse:

@@ -364,9 +364,9 @@ def test_export_refuses_to_publish_without_this_runs_approval(tmp_path, record, 
 
 def test_the_runs_page_says_who_approved_or_rejected(tmp_path):
     plan = plan_for(str(tmp_path), "approval_page", export={"model_name": "digits_small", "approval": True})
-    assert run_summary(plan.layout.run_dir)["approval_summary"] is None
+    assert run_summary(plan.layout.run_dir).approval_summary is None
     approval.record_approval(plan.layout.approval_file, "approval_page", approval.REJECTED, "ana", comment="drift")
     row = run_summary(plan.layout.run_dir)
-    assert row["approval_summary"] == "rejected by ana (drift)" and row["approval"]["by"] == "ana"
+    assert row.approval_summary == "rejected by ana (drift)" and row.approval and row.approval["by"] == "ana"
     approval.record_approval(plan.layout.approval_file, "approval_page", approval.APPROVED, "bo")
-    assert run_summary(plan.layout.run_dir)["approval_summary"] == "approved by bo"
+    assert run_summary(plan.layout.run_dir).approval_summary == "approved by bo"

@@ -187,7 +187,7 @@ API_CHECK = textwrap.dedent("""
 
     with create_session() as session:
         print(json.dumps({"listed": embedded_pipelines(["team_etl"], session),
-                          "runs": {p: [r["run_id"] for r in pipeline_overview(p, session)["runs"]]
+                          "runs": {p: [r.run_id for r in pipeline_overview(p, session).runs]
                                    for p in ("team_etl.digits_a", "team_etl.digits_b")}}))
 """)
 

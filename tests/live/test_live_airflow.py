@@ -30,7 +30,7 @@ from tests.publishing.versions import published_metadata
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
 from tfdist.contract.progress import TrainProgress, read_curve
-from tfdist.contract.records import read_record
+from tfdist.contract.records import read_record, read_record_if_exists
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
@@ -603,7 +603,7 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
     )
     assert f"version={version}" in links["Published version"] and "run=" in links["Training run"]
     later_dir = run_path(airflow.backfill_root, "digits_backfill", later)
-    points = read_curve(RunLayout(later_dir).curve_file)
+    points = [p.model_dump(mode="json") for p in read_curve(RunLayout(later_dir).curve_file)]
     assert len(points) >= 2
     curve = airflow.request("GET", f"/tfdist/pipelines/digits_backfill/runs/{later}/curve").json()
     assert curve["points"] == points
@@ -654,11 +654,11 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
             assert chart.get_attribute("data-points") == str(len(points))
             assert chart.locator("path.curve-line").get_attribute("d").count("L") == len(points) - 1
         summary = run_summary(later_dir)
-        started = started_from(summary["parent_version"], summary["cold_start"])
+        started = started_from(summary.parent_version, summary.cold_start)
         parent_lines = curves.locator("line.parent-final")
         assert parent_lines.count() == 2 and started == f"warm start from v{backfill_version(airflow, earlier)}"
         label = curves.locator("text.parent-final-label").first.text_content()  # SVG: no inner_text
-        assert f"parent v{summary['parent_version']} final" in label
+        assert f"parent v{summary.parent_version} final" in label
         assert started in frame.locator(f"tr.details[data-run-id='{later}']").inner_text()
         # the later version's lineage, as the registry follows it
         frame.locator(f"tr.version[data-version='{version}'] td").first.click()
@@ -697,7 +697,7 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
 
 
 def trained_step(layout: RunLayout) -> int:
-    found = TrainProgress.read(layout.progress_file)
+    found = read_record_if_exists(layout.progress_file, TrainProgress)
     return found.step if found else 0
 
 
@@ -865,7 +865,8 @@ def test_a_run_in_a_bucket_is_on_the_runs_page_behind_auth_and_its_version_is_wi
     assert summary["run_id"] == run_id and summary["run_dir"] == run_path(airflow.bucket_root, "digits_bucket", run_id)
     assert summary["blessed"] is True and summary["export_version"]
     curve = airflow.api("GET", f"/tfdist/pipelines/digits_bucket/runs/{run_id}/curve")
-    assert curve["points"] == read_curve(RunLayout(summary["run_dir"]).curve_file) != []
+    points = [p.model_dump(mode="json") for p in read_curve(RunLayout(summary["run_dir"]).curve_file)]
+    assert curve["points"] == points != []
     (listed,) = airflow.api("GET", "/tfdist/pipelines/digits_bucket")["versions"]
     version = summary["export_version"]
     assert listed["version"] == version and listed["path"].startswith(airflow.bucket_root)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import make_spec
+from tfdist.contract.train_records import RunRecord
 from tfdist.operators.plan import (
     RunFacts,
     WindowRefused,
@@ -77,11 +78,12 @@ CASES = [
         RunFacts(
             "r",
             run_after=AFTER,
-            recorded={
-                "data_interval_start": "2026-11-01T00:00:00+00:00",
-                "data_interval_end": "2026-11-02T00:00:00+00:00",
-                "window": "kept",
-            },
+            recorded=RunRecord(
+                run_id="r",
+                data_interval_start="2026-11-01T00:00:00+00:00",
+                data_interval_end="2026-11-02T00:00:00+00:00",
+                window="kept",
+            ),
         ),
         at(1),
         at(2),

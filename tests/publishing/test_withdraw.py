@@ -193,7 +193,7 @@ def test_the_runs_page_marks_a_withdrawn_version_with_who_and_why(tmp_path):
     model_dir = os.path.join(root, "models", "digits")
     registry.withdraw(model_dir, 2, "shifted labels", by="alice")
 
-    page = overview(DAG, [root], [model_dir], {}, {})
+    page = overview(DAG, [root], [model_dir], {}, {}).model_dump()
 
     versions = {v["version"]: v for v in page["versions"]}
     assert [(v["version"], v["baseline"]) for v in page["versions"]] == [(2, False), (1, True)]

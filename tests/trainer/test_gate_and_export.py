@@ -13,7 +13,8 @@ from tests.publishing.versions import published_metadata
 from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.contract.records import read_record
+from tfdist.contract.records import read_record, write_record
+from tfdist.contract.train_records import TrainResult
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
@@ -80,19 +81,19 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     )
     for task_id in ("train", "evaluate"):
         run(plan, task_id)
-    result = read_json(plan.layout.result("train"))
+    result = read_record(plan.layout.result("train"), TrainResult)
     blessing = read_json(plan.layout.blessing_file)
     assert [c["step"] for c in blessing["candidates"]] == [40, 60, 76]  # keep_checkpoints = 3, every 20 steps
     assert blessing["metrics"]["loss"] == min(c["metrics"]["loss"] for c in blessing["candidates"])
     assert blessing["checkpoint"] in [c["checkpoint"] for c in blessing["candidates"]]
 
     # through the stage: the failed check is named in blessing.json, and the exit code refuses (no retry)
-    write_json_atomic(plan.layout.result("train"), {**result, "final_step": result["final_step"] + 1})
+    write_record(plan.layout.result("train"), result.model_copy(update={"final_step": result.final_step + 1}))
     with pytest.raises(StageFailed, match="integrity check 'step' failed") as failure:
         run(plan, "evaluate")
     assert failure.value.returncode == EXIT_REFUSED
     assert read_json(plan.layout.blessing_file)["integrity"]["failed"] == "step"
-    write_json_atomic(plan.layout.result("train"), result)
+    write_record(plan.layout.result("train"), result)
 
     # the other checks, called as the stage calls them
     import numpy as np
@@ -107,24 +108,20 @@ def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(dig
     manifest_path = plan.layout.manifest_file
     manifest, manifest_sha = read_record(manifest_path, Manifest), sha256_file(manifest_path)
 
-    def check_fails_with(check: str, train_result: dict = result) -> None:
+    def check_fails_with(check: str, train_result: TrainResult = result) -> None:
         with pytest.raises(IntegrityError, match=f"integrity check '{check}' failed") as failure:
-            check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result["checkpoint"], train_result)
+            check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result.checkpoint, train_result)
         assert failure.value.check == check
 
-    check_candidate(
-        tf, spec, manifest, plan.layout.data_dir, manifest_sha, result["checkpoint"], result
-    )  # intact: passes
-    check_fails_with("data_manifest", {**result, "data_manifest_sha256": "0" * 64})
-    model, step = restore_model(tf, spec, manifest, plan.layout.data_dir, result["checkpoint"])
+    check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result.checkpoint, result)  # intact: passes
+    check_fails_with("data_manifest", result.model_copy(update={"data_manifest_sha256": "0" * 64}))
+    model, step = restore_model(tf, spec, manifest, plan.layout.data_dir, result.checkpoint)
     kernel = model.trainable_weights[0]
     kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
-    tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64)).write(result["checkpoint"])
+    tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64)).write(result.checkpoint)
     check_fails_with("finite_weights")
     (data_file,) = [
-        f
-        for f in os.listdir(plan.layout.checkpoint_dir)
-        if f.startswith(os.path.basename(result["checkpoint"]) + ".data")
+        f for f in os.listdir(plan.layout.checkpoint_dir) if f.startswith(os.path.basename(result.checkpoint) + ".data")
     ]
     path = os.path.join(plan.layout.checkpoint_dir, data_file)
     os.truncate(path, os.path.getsize(path) // 2)

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import DAY, plan_for, run
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.progress import TrainProgress, read_curve
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 
 pytestmark = pytest.mark.e2e
@@ -71,10 +72,12 @@ def test_each_mode_trains_binary_and_regression_tasks_on_categorical_features(tm
         assert metrics["rmse"] < 5, metrics
     assert result["loss_per_epoch"][-1] < result["loss_per_epoch"][0]
 
-    progress = TrainProgress.read(plan.layout.progress_file)
+    progress = read_record(plan.layout.progress_file, TrainProgress)
     assert progress.step == result["final_step"] and sorted(progress.metrics) == METRICS[task]
     curve = read_curve(plan.layout.curve_file)
-    assert [list(p) for p in curve[:1]] == [["step", "loss", *METRICS[task], "examples_per_sec", "learning_rate"]]
-    assert curve[-1]["step"] == result["final_step"]
+    assert [list(p.model_dump()) for p in curve[:1]] == [
+        ["step", "loss", *METRICS[task], "examples_per_sec", "learning_rate"]
+    ]
+    assert curve[-1].step == result["final_step"]
     digests = dict(m.groups() for m in map(DIGEST.match, lines) if m)
     assert len(set(digests.values())) <= 1, f"ranks diverged: {digests}"

@@ -136,8 +136,8 @@ def test_each_mode_warm_starts_from_the_version_live_as_of_its_interval_with_lin
     scalars = tensorboard_scalars(day2.layout.tensorboard("train"))
     assert sorted(scalars) == ["accuracy", "examples_per_sec", "learning_rate", "loss"]
     steps = read_json(day2.layout.result("train"))["final_step"]
-    assert sorted(scalars["loss"]) == [p["step"] for p in curve] == [*range(20, steps, 20), steps]
-    assert [round(scalars["loss"][p["step"]], 4) for p in curve] == [round(p["loss"], 4) for p in curve]
+    assert sorted(scalars["loss"]) == [p.step for p in curve] == [*range(20, steps, 20), steps]
+    assert [round(scalars["loss"][p.step], 4) for p in curve] == [round(p.loss, 4) for p in curve]
     assert list(scalars["learning_rate"].values()) == pytest.approx([0.003 * 2] * len(curve))  # this run's: 2 ranks
     evaluated = tensorboard_scalars(day2.layout.tensorboard("eval"))
     assert evaluated["accuracy"] == {
@@ -146,7 +146,7 @@ def test_each_mode_warm_starts_from_the_version_live_as_of_its_interval_with_lin
         )
     }
     # the warm start shows: its first 20 steps' loss is far below the cold run's first 20
-    assert curve[0]["loss"] < read_curve(day1.layout.curve_file)[0]["loss"] / 2
+    assert curve[0].loss < read_curve(day1.layout.curve_file)[0].loss / 2
 
 
 def test_a_wider_model_starts_cold_naming_the_variables_or_is_refused(first):

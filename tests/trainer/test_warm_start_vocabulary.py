@@ -85,7 +85,7 @@ def restored_in_process(plan, parent_plan):
         record = parent.restore(tf, model, {"optimizer": optimizer}, manifest, plan.layout.data_dir)
     published = os.path.join(plan.model_dir, str(version_of(parent_plan)))
     theirs = model_and_optimizer(parent_plan, registry.warm_start_checkpoint(published))
-    return record, (model, optimizer), before, theirs[:2]
+    return record.model_dump(mode="json"), (model, optimizer), before, theirs[:2]
 
 
 def rows_of(model, optimizer, table: str) -> dict[str, np.ndarray]:

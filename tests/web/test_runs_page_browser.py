@@ -19,7 +19,7 @@ from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gat
 from tfdist.contract.layout import RunLayout
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress
-from tfdist.operators.web.api import MEDIA_TYPES, PAGE_FILES
+from tfdist.operators.web.api import MEDIA_TYPES, PAGE_FILES, LiveProgress, PipelinePage
 
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
 ORIGIN = "http://tfdist.test"
@@ -49,7 +49,8 @@ def pipeline(tmp_path) -> dict:
     write_json_atomic(live.progress_file, record | {"metrics": {"accuracy": 0.7, "auc": 0.7512}})
     states = {"scheduled__1": "success", "scheduled__2": "success", "manual__now": "running"}
     airflow = {r: AirflowRun("scheduled", s, None, None, None, None) for r, s in states.items()}
-    data = overview(DAG, [root], [], airflow, {}) | {"dag_id": DAG, "description": "churn", "model_name": "churn"}
+    runs = overview(DAG, [root], [], airflow, {})
+    data = PipelinePage(**dict(runs), dag_id=DAG, description="churn", model_name="churn").model_dump(mode="json")
     return {"root": root, "data": data, "states": states}
 
 
@@ -67,7 +68,9 @@ def respond(pipeline: dict, path: str) -> tuple[int, str, str]:
         run_id, record = urllib.parse.unquote(path[len(prefix) + len("/runs/") :]).split("/")
         found = RUN_RECORDS[record](os.path.join(pipeline["root"], DAG, "runs", run_id))
         if found and record == "progress":
-            found |= {"state": pipeline["states"][run_id]}
+            found = LiveProgress(**dict(found), state=pipeline["states"][run_id])
+        if isinstance(found, BaseModel):  # the route's response model
+            found = found.model_dump(mode="json")
     if not found:
         return 404, "application/json", json.dumps({"detail": "not found"})
     shape = found.model_dump(mode="json") if isinstance(found, BaseModel) else found  # as the route's response_model

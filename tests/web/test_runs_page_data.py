@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import time
 
+from tests.contract.test_train_records import train_result, warm_start_record
 from tests.dag.test_dag_parse import run_python
 from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
 from tfdist.contract.data_records import BaselineRef, DataValidation
 from tfdist.contract.layout import RunLayout, run_key
 from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line
 from tfdist.contract.records import write_record
+from tfdist.contract.train_records import CurvePoint
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.cli import main
 from tfdist.operators.page_urls import page_url
@@ -79,7 +81,7 @@ def write_run(
         )
     if accuracy is None:
         return layout
-    write_json_atomic(layout.result("train"), {"final_step": 180, "examples_per_sec": 9000.0, "train_seconds": 20})
+    write_record(layout.result("train"), train_result(final_step=180, examples_per_sec=9000.0, train_seconds=20))
     if warm_start:
         write_warm_start(layout, warm_start)
     thresholds, change = (THRESHOLDS, CHANGE) if metrics is None else ({"auc": {"lower": 0.7, "upper": None}}, {})
@@ -127,7 +129,7 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
         with_checks=False,
     )
     running = write_run(root, "manual__now", "manual__now", "2026-11-19T00:00:00+00:00", None)
-    TrainProgress(
+    progress_record = TrainProgress(
         step=100,
         total_steps=400,
         epoch=1.25,
@@ -139,7 +141,8 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
         global_batch_size=64,
         elapsed_seconds=3.0,
         updated_at=time.time(),
-    ).write(running.progress_file)
+    )
+    write_record(running.progress_file, progress_record)
     airflow_runs = {
         "scheduled__2026-11-17": AirflowRun(
             "scheduled", "success", None, None, "2026-11-24T10:00:00+00:00", "2026-11-24T10:01:07+00:00"
@@ -154,7 +157,7 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
     }
     backfills = {3: Backfill(3, "2026-11-18T00:00:00+00:00", "2026-11-18T00:00:00+00:00", {"training.epochs": 8})}
 
-    page = overview(DAG, [root], [os.path.join(root, "models", "digits")], airflow_runs, backfills)
+    page = overview(DAG, [root], [os.path.join(root, "models", "digits")], airflow_runs, backfills).model_dump()
 
     runs = {r["run_id"]: r for r in page["runs"]}
     assert [r["run_id"] for r in page["runs"]] == [
@@ -200,7 +203,7 @@ def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path
     old = "scheduled__2026-11-17T00_00_00_00_00"
     write_run(str(tmp_path), old, "scheduled__2026-11-17T00:00:00+00:00", "2026-11-17T00:00:00+00:00", 0.95, 1)
     new = write_run(str(tmp_path), run_key("manual__x"), "manual__x", "2026-11-18T00:00:00+00:00", 0.96, 2)
-    listed = {r["run_id"]: r["run_dir"] for r in list_runs(DAG, [str(tmp_path)])}
+    listed = {r.run_id: r.run_dir for r in list_runs(DAG, [str(tmp_path)])}
     assert listed == {
         "scheduled__2026-11-17T00:00:00+00:00": os.path.join(tmp_path, DAG, "runs", old),
         "manual__x": new.run_dir,
@@ -212,10 +215,14 @@ NO_BASELINE = "no baseline: nothing published as of this data interval"
 
 def write_warm_start(layout: RunLayout, summary: dict) -> None:
     """The chief's warm-start record, as it writes it when training starts, of which ``summary`` is the part kept."""
-    parent = summary["parent_version"] and {"version": summary["parent_version"], "run_id": summary["parent_run_id"]}
-    write_json_atomic(
+    write_record(
         layout.warm_start_file,
-        {"parent": parent, "cold_start": summary["cold_start"], "parent_final": summary["parent_final"]},
+        warm_start_record(
+            summary["parent_version"],
+            summary["cold_start"],
+            parent_run_id=summary["parent_run_id"],
+            parent_final=summary["parent_final"],
+        ),
     )
 
 
@@ -263,11 +270,11 @@ def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
         }
         for step, loss in ((0, 2.3), (20, 0.9), (40, 0.5), (40, 0.45), (60, 0.3))  # from step 40 again: resumed
     ]
-    CurveWrite(layout.curve_file, b"".join(map(curve_line, points)))()
+    CurveWrite(layout.curve_file, b"".join(curve_line(CurvePoint.model_validate(p)) for p in points))()
     with open(layout.curve_file, "a") as f:
         f.write('{"step": 80, "loss": 0.2')  # the chief died while writing
 
-    before = curve(layout.run_dir)  # a run older than the warm-start record: no parent known
+    before = curve(layout.run_dir).model_dump()  # a run older than the warm-start record: no parent known
     assert [(p["step"], p["loss"]) for p in before["points"]] == [(0, 2.3), (20, 0.9), (40, 0.45), (60, 0.3)]
     assert tuple(before["points"][0]) == ("step", "loss", "accuracy", "examples_per_sec", "learning_rate")
     assert (before["parent_version"], before["parent_final"]) == (None, None)
@@ -280,19 +287,19 @@ def test_a_runs_training_curve_by_step_and_its_parents_final_values(tmp_path):
             "parent_final": {"loss": 0.21, "accuracy": 0.94},
         },
     )
-    training = curve(layout.run_dir)  # known while it trains, from the record the chief writes as training starts
+    training = curve(layout.run_dir).model_dump()  # known while it trains: the chief's record as training starts
     assert (training["parent_version"], training["parent_final"]) == (3, {"loss": 0.21, "accuracy": 0.94})
     assert training["points"] == before["points"]
 
 
 def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_and_why(tmp_path):
     model_dir = write_lineage(str(tmp_path))
-    runs = {r["run_id"][-2:]: r for r in list_runs(DAG, [str(tmp_path)])}
+    runs = {r.run_id[-2:]: r.model_dump() for r in list_runs(DAG, [str(tmp_path)])}
     assert [
         (runs[d]["parent_version"], runs[d]["parent_run_id"], runs[d]["cold_start"]) for d in ("11", "12", "13")
     ] == [(None, None, None), (None, None, MISMATCH), (2, "scheduled__2026-11-12", None)]
 
-    page = overview(DAG, [str(tmp_path)], [model_dir], {}, {})
+    page = overview(DAG, [str(tmp_path)], [model_dir], {}, {}).model_dump()
     versions = {v["version"]: v for v in page["versions"]}
     assert [(v, versions[v]["parent"], versions[v]["cold_start"]) for v in (1, 2, 3, 4)] == [
         (1, None, None),
@@ -327,13 +334,13 @@ def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys
 
 def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
     layout = RunLayout(str(tmp_path))
-    CurveWrite(layout.curve_file, curve_line({"step": 1, "loss": 2.0}))()
+    CurveWrite(layout.curve_file, curve_line(CurvePoint(step=1, loss=2.0, examples_per_sec=None)))()
     out = run_python(f"""
         import sys
         from tfdist.operators.web.api import build_app, curve
         build_app()
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
-        print("POINTS", len(curve({layout.run_dir!r})["points"]), "HEAVY", heavy)
+        print("POINTS", len(curve({layout.run_dir!r}).points), "HEAVY", heavy)
     """)
     assert "POINTS 1 HEAVY []" in out
 
@@ -411,7 +418,7 @@ def test_a_tasks_metrics_come_in_its_specs_order_then_the_loss_each_with_its_dir
         metrics={"auc": 0.7, "pr_auc": 0.6},
         task=BINARY,
     )
-    page = overview(DAG, [str(tmp_path)], [], {}, {})
+    page = overview(DAG, [str(tmp_path)], [], {}, {}).model_dump()
     assert page["metrics"] == ["auc", "accuracy", "calibration", "loss"]  # pr_auc: not a metric of the spec
     assert page["directions"] == {
         "auc": "higher_is_better",
@@ -447,8 +454,30 @@ def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its
     record = {"step": 10, "total_steps": 40, "epoch": 0.5, "epochs": 2, "loss": 0.6, "examples_per_sec": 640.0}
     record |= {"workers": 2, "global_batch_size": 64, "elapsed_seconds": 1.0, "updated_at": time.time()}
     write_json_atomic(layout.progress_file, record | {"metrics": {"accuracy": 0.7, "auc": 0.75}})  # docs/tabular.md
-    live = progress(layout.run_dir)
+    live = progress(layout.run_dir).model_dump()
     assert (live["metrics"], live["seconds_left"], live["finished"]) == ({"accuracy": 0.7, "auc": 0.75}, 3.0, False)
     write_json_atomic(layout.progress_file, record | {"accuracy": 0.8})  # written before the train metrics
-    live = progress(layout.run_dir)
+    live = progress(layout.run_dir).model_dump()
     assert live["metrics"] == {"accuracy": 0.8} and "accuracy" not in live
+
+
+def test_the_plugin_api_answers_with_the_records_models_in_the_shapes_the_page_reads(tmp_path):
+    """The routes' response models are the report's (built from the records); a curve's points over the wire keep
+    the train metrics at their top level and no schema version (the page charts every other key)."""
+    from fastapi.encoders import jsonable_encoder
+
+    from tfdist.operators.report import Curve, RunRow
+    from tfdist.operators.web.api import LiveProgress, PipelinePage, build_app
+
+    models = {route.path: route.response_model for route in build_app().routes if hasattr(route, "response_model")}
+    assert models["/pipelines/{pipeline_id}"] is PipelinePage and models["/runs/{pipeline_id}"] == list[RunRow]
+    assert models["/pipelines/{pipeline_id}/runs/{run_id}/progress"] is LiveProgress
+    assert models["/pipelines/{pipeline_id}/runs/{run_id}/curve"] is Curve
+    layout = RunLayout(str(tmp_path))
+    point = CurvePoint(step=1, loss=2.0, metrics={"auc": None}, examples_per_sec=None, learning_rate=0.1)
+    CurveWrite(layout.curve_file, curve_line(point))()
+    assert jsonable_encoder(curve(layout.run_dir)) == {
+        "points": [{"step": 1, "loss": 2.0, "auc": None, "examples_per_sec": None, "learning_rate": 0.1}],
+        "parent_final": None,
+        "parent_version": None,
+    }

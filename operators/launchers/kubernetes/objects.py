@@ -175,7 +175,7 @@ def _env(plan: Plan, stage: StagePlan, role: str, per_pod: int = 1, horovod: boo
     threads = {THREADS_ENV: str(max(1, int(cpu) // per_pod))} if cpu and cpu.isdigit() else {}
     record = {
         SPEC_ENV: json.dumps(plan.spec_record(), sort_keys=True),
-        RUN_ENV: json.dumps(plan.run_record(), sort_keys=True),
+        RUN_ENV: json.dumps(plan.run_record().payload(), sort_keys=True),
     }
     scratch = {} if placement(stage).artifact_claim else {SCRATCH_ENV: SCRATCH_MOUNT}
     return {"PYTHONUNBUFFERED": "1", **(HOROVOD_SHARED_CORES_ENV if horovod else {}), **threads, **scratch, **record}

@@ -27,6 +27,8 @@ import yaml
 from tests.conftest import REPO, make_spec, wait_for
 from tfdist.contract import launch, progress
 from tfdist.contract.launch import SCRATCH_ENV
+from tfdist.contract.records import read_record
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra import stopping
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.cli import main as cli
@@ -224,7 +226,7 @@ def test_single_process_stages_are_one_pod_jobs_without_a_service(tmp_path):
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["TFDIST_THREADS"] == "4" and "TFDIST_CORES" not in env  # the pod's CPUs, not this machine's
         assert json.loads(env["TFDIST_SPEC"]) == spec.to_json_dict()
-        assert json.loads(env["TFDIST_RUN"]) == plan.run_record()
+        assert json.loads(env["TFDIST_RUN"]) == plan.run_record().payload()
 
 
 def test_horovod_pods_start_their_ranks_themselves_and_kubeflow_mpijob_runs_mpirun(tmp_path):
@@ -383,13 +385,14 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
         f"import json, os; os.makedirs({os.path.dirname(result)!r}); "
         f"json.dump({{'final_step': 7}}, open({result!r}, 'w'))"
     )
-    env = {**os.environ, "TFDIST_SPEC": json.dumps(spec.to_json_dict()), "TFDIST_RUN": json.dumps(plan.run_record())}
+    run = json.dumps(plan.run_record().payload())
+    env = {**os.environ, "TFDIST_SPEC": json.dumps(spec.to_json_dict()), "TFDIST_RUN": run}
     argv = launch.pod_argv(sys.executable, run_dir, result, [sys.executable, "-c", write])
     done = subprocess.run([*argv[:3], "--message", str(message), *argv[3:]], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(message.read_text()) == {"final_step": 7}
     assert read_json(os.path.join(run_dir, "spec.json")) == spec.to_json_dict()
-    assert read_json(os.path.join(run_dir, "run.json")) == plan.run_record()
+    assert read_record(os.path.join(run_dir, "run.json"), RunRecord) == plan.run_record()
     other = {**env, "TFDIST_SPEC": json.dumps({**spec.to_json_dict(), "name": "other"})}
     refused = subprocess.run(argv, env=other, capture_output=True, text=True)
     assert refused.returncode == launch.EXIT_REFUSED and "produced from a different spec" in refused.stderr

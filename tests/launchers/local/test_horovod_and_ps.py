@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
 from tfdist.contract.progress import TrainProgress
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageStopped
 from tfdist.operators.launchers.local import LocalLauncher
@@ -39,7 +40,7 @@ def test_horovod_ranks_end_with_identical_weights_and_lower_loss(digits_root, co
     result = read_json(plan.layout.result("train"))
     assert result["workers"] == 2 and result["loss_per_epoch"][-1] < result["loss_per_epoch"][0] / 2
     assert f"ckpt-{result['final_step']}.index" in os.listdir(plan.layout.checkpoint_dir)  # written by rank 0
-    progress = TrainProgress.read(plan.layout.progress_file)  # the training-runs page's live record, by rank 0
+    progress = read_record(plan.layout.progress_file, TrainProgress)  # the training-runs page's live record, by rank 0
     assert (progress.step, progress.total_steps, progress.workers) == (result["final_step"], result["final_step"], 2)
     assert progress.examples_per_sec > 0 and progress.seconds_left == 0 and progress.epoch == progress.epochs
 

@@ -46,5 +46,5 @@ def test_the_chief_uploads_the_first_and_the_last_of_each_and_between_at_most_on
     # the last of each is whole
     kept = kept_checkpoints(storage.read_bytes(f"{checkpoints}/checkpoint").decode())
     assert kept[-1] == f"ckpt-{final}" and set(kept) <= {"ckpt-10", f"ckpt-{final}"}
-    assert [p["step"] for p in read_curve(layout.curve_file)] == [*range(10, final, 10), final]
+    assert [p.step for p in read_curve(layout.curve_file)] == [*range(10, final, 10), final]
     assert read_json(layout.progress_file)["step"] == final
