@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from tfdist.contract.publish_records import EvaluateResult
 from tfdist.operators.base import StageOperator
 
 if TYPE_CHECKING:
@@ -29,6 +28,10 @@ class EvaluateOperator(StageOperator):
                 "no gate: validation.allow_unvalidated is set, so this model is published without "
                 "any threshold (recorded in blessing.json and the version's metadata.json)"
             )
+        from tfdist.contract.publish_records import (
+            EvaluateResult,
+        )  # a record of the runtime: not imported where a DAG file is parsed
+
         result = EvaluateResult.parse(record, f"{self.task_id}'s result")
         if not result.blessed:
             reason = "model not blessed: " + "; ".join(result.failures)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
-from tfdist.contract.publish_records import ExportResult
 from tfdist.operators.base import StageOperator
 from tfdist.operators.links import PublishedVersionLink, TrainingRunLink
 
@@ -47,6 +46,10 @@ class ExportModelOperator(StageOperator):
         return {"export_root": self.export_root or None}
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+        from tfdist.contract.publish_records import (
+            ExportResult,
+        )  # a record of the runtime: not imported where a DAG file is parsed
+
         result = ExportResult.parse(record, f"{self.task_id}'s result")
         context["outlet_events"][self.model_asset].extra = result.model_dump(
             include={"version", "path", "parent_version", "cold_start"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tfdist.contract.data_records import ValidateDataResult
 from tfdist.operators.base import StageOperator
 
 if TYPE_CHECKING:
@@ -21,6 +20,10 @@ class ValidateDataOperator(StageOperator):
     stage = "validate_data"
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
+        from tfdist.contract.data_records import (
+            ValidateDataResult,
+        )  # a record of the runtime: not imported where a DAG file is parsed
+
         result = ValidateDataResult.parse(record, f"{self.task_id}'s result")
         for line in result.warned:
             self.log.warning("data check failed, warn only: %s", line)

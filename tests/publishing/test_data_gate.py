@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import make_spec
 from tfdist.contract.data_records import CheckRow, DataStatistics
 from tfdist.contract.stages import ValidateDataArgs
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.publishing import data_gate, registry
 from tfdist.spec.data_checks import DataChecks
@@ -369,7 +370,7 @@ def test_validate_data_checks_the_vocabulary_of_each_feature_mapped_through_one_
         },
     )
     args = ValidateDataArgs("", "", "", os.path.dirname(version), "", "")
-    run = {"run_id": "b", "data_interval_end": end}
+    run = RunRecord(run_id="b", data_interval_start="2026-11-16T00:00:00+00:00", data_interval_end=end)
     record = validate_data.decision_record(args, load_spec(spec), run, as_read(base)).payload()
     (row,) = by(record["checks"], "vocabulary")
     assert (row["feature"], row["value"]) == ("country", pytest.approx(0.45))  # US, IT, ES
