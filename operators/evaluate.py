@@ -28,9 +28,8 @@ class EvaluateOperator(StageOperator):
                 "no gate: validation.allow_unvalidated is set, so this model is published without "
                 "any threshold (recorded in blessing.json and the version's metadata.json)"
             )
-        from tfdist.contract.publish_records import (
-            EvaluateResult,
-        )  # a record of the runtime: not imported where a DAG file is parsed
+        # a record of the runtime: not imported where a DAG file is parsed
+        from tfdist.contract.publish_records import EvaluateResult
 
         result = EvaluateResult.parse(record, f"{self.task_id}'s result")
         if not result.blessed:

@@ -46,9 +46,8 @@ class ExportModelOperator(StageOperator):
         return {"export_root": self.export_root or None}
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
-        from tfdist.contract.publish_records import (
-            ExportResult,
-        )  # a record of the runtime: not imported where a DAG file is parsed
+        # a record of the runtime: not imported where a DAG file is parsed
+        from tfdist.contract.publish_records import ExportResult
 
         result = ExportResult.parse(record, f"{self.task_id}'s result")
         context["outlet_events"][self.model_asset].extra = result.model_dump(

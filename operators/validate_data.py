@@ -20,9 +20,8 @@ class ValidateDataOperator(StageOperator):
     stage = "validate_data"
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> dict[str, Any]:
-        from tfdist.contract.data_records import (
-            ValidateDataResult,
-        )  # a record of the runtime: not imported where a DAG file is parsed
+        # a record of the runtime: not imported where a DAG file is parsed
+        from tfdist.contract.data_records import ValidateDataResult
 
         result = ValidateDataResult.parse(record, f"{self.task_id}'s result")
         for line in result.warned:
