@@ -31,6 +31,7 @@ from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
 from tfdist.contract.progress import TrainProgress, read_curve
 from tfdist.contract.records import read_record, read_record_if_exists
+from tfdist.contract.train_records import RunRecord
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions
@@ -1076,7 +1077,8 @@ def test_an_embedded_pipeline_is_listed_and_served_under_its_id_with_its_dags_pe
 
     # a run its artifact root remembers (written here, as a run's first task writes it) is on its page
     run_dir = run_path(airflow.root, mine, "manual__embedded")
-    record_run(RunLayout(run_dir), {}, {"pipeline_id": mine, "run_id": "manual__embedded", "overrides": {}})
+    interval = {"data_interval_start": "2026-11-19T00:00:00+00:00", "data_interval_end": "2026-11-20T00:00:00+00:00"}
+    record_run(RunLayout(run_dir), {}, RunRecord(pipeline_id=mine, run_id="manual__embedded", **interval))
     assert [r["run_id"] for r in airflow.request("GET", f"/tfdist/runs/{mine}").json()] == ["manual__embedded"]
     with signed_in_page(airflow, "analyst") as page:
         page.goto(f"{airflow.url}/plugin/training-runs")

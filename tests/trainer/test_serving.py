@@ -133,8 +133,8 @@ def test_export_refuses_a_saved_model_whose_outputs_are_not_the_trained_models(e
 
     spec, manifest, data_dir, model, path = exported("binary")
     checked = serving_check(tf, spec, model, path, data_dir, manifest)
-    assert checked["skew"]["examples"] == manifest.eval.examples
-    assert checked["skew"]["max_abs_difference"] <= 1e-6 and sorted(checked["metrics"]) == ["accuracy", "auc", "loss"]
+    assert checked.skew.examples == manifest.eval.examples
+    assert checked.skew.max_abs_difference <= 1e-6 and sorted(checked.metrics) == ["accuracy", "auc", "loss"]
 
     other = build_model(spec, manifest, data_dir)  # another draw of the initial weights
     with pytest.raises(SystemExit) as refused:
