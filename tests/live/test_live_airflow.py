@@ -664,9 +664,9 @@ def test_training_runs_page_compares_a_backfill_experiment_and_is_linked_from_it
         # the later version's lineage, as the registry follows it
         frame.locator(f"tr.version[data-version='{version}'] td").first.click()
         chain = registry.lineage(os.path.join(airflow.backfill_root, "models", "digits_backfill"), version)
-        end = started_from(None, (chain[-1].get("warm_start") or {}).get("cold_start"))
+        end = started_from(None, chain[-1].metadata.warm_start.cold_start)
         assert frame.locator("tr.lineage").inner_text().strip() == "Lineage: " + " ← ".join(
-            f"v{m['version']}" for m in chain
+            f"v{m.version}" for m in chain
         ) + (f" ({end})" if end != "-" else " (start not recorded)")
         # every column of the runs table in view at 1,400 and 1,280 px (the whole page tall enough to show in
         # Airflow's frame); narrower, the table scrolls sideways, its hidden side marked
