@@ -10,8 +10,10 @@ import pytest
 
 from tests.conftest import DAY, prepared_plan, run
 from tests.publishing.versions import published_metadata
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.progress import read_curve
+from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.publishing import registry
@@ -66,7 +68,7 @@ def parent_weights(plan, version: dict) -> list[str]:
     model, _ = restore_model(
         import_tensorflow(),
         plan.spec,
-        read_json(plan.layout.manifest_file),
+        read_record(plan.layout.manifest_file, Manifest),
         plan.layout.data_dir,
         registry.warm_start_checkpoint(version["path"]),
     )
