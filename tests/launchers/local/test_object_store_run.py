@@ -86,7 +86,10 @@ def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(buck
     trained = read_json(layout.result("train"))
     assert trained["checkpoint"].startswith(layout.checkpoint_dir + "/ckpt-")
     checkpoints = storage.names(layout.checkpoint_dir)
-    assert "checkpoint" in checkpoints and len({n.split(".")[0] for n in checkpoints} - {"checkpoint"}) == 2
+    kept = {n.split(".")[0] for n in checkpoints} - {"checkpoint"}
+    # paced uploads: the first checkpoint's is dropped when the last's is queued behind it (as it is on a busy host,
+    # before this change too), so the store holds the last and at most keep_checkpoints
+    assert "checkpoint" in checkpoints and os.path.basename(trained["checkpoint"]) in kept and 1 <= len(kept) <= 2
     assert read_json(layout.progress_file)["step"] == trained["final_step"]
     assert storage.names(layout.tensorboard("train"))
     evaluated = read_json(layout.result("evaluate"))
