@@ -28,6 +28,7 @@ from kubernetes import client, config
 from tests.conftest import wait_for
 from tests.k8s_standin import StandInCluster
 from tfdist.operators.launchers.kubernetes.api import Watch
+from tfdist.operators.plan.stages import Following
 
 CONNECTION = "bench_k8s_standin"
 NAMESPACE = "ml"
@@ -69,18 +70,18 @@ def job(name: str, pods: int) -> dict:
 
 
 def watch_of(name: str, pods: int) -> Watch:
+    following = Following(
+        connection_id=CONNECTION, namespace=NAMESPACE, startup_timeout_seconds=120, log_members=LOG_MEMBERS
+    )
     return Watch(
-        CONNECTION,
-        NAMESPACE,
-        "bench",
-        "Job",
-        name,
-        (("Job", name),),
-        tuple(f"worker-{i}" for i in range(pods)),
-        False,
-        "worker-0",
-        120,
-        LOG_MEMBERS,
+        following=following,
+        task_id="bench",
+        kind="Job",
+        name=name,
+        objects=(("Job", name),),
+        members=tuple(f"worker-{i}" for i in range(pods)),
+        rank_tagged=False,
+        result_member="worker-0",
     )
 
 
