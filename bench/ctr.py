@@ -298,7 +298,7 @@ def measure(work: str, budget) -> dict:
             )
         )
     samples: dict[str, list] = {name: [] for name, _ in cases}
-    for r in range(budget.repetitions):
+    for r in range(budget.ctr_repetitions):
         for name, measured in cases if r % 2 == 0 else cases[::-1]:
             samples[name].append(measured(r))
             print(f"  ctr {name}: {samples[name][-1]}", flush=True)

@@ -84,7 +84,9 @@ class Budget:
     """... its table sizes (rows of its large tables; the step-time scaling and the Keras optimizer's contrast need
     two),"""
     ctr_modes: tuple[str, ...]
-    """... and its distribution modes (the goal's comparison needs one with parameter servers and one all-reduce)."""
+    """... its distribution modes (the goal's comparison needs one with parameter servers and one all-reduce),"""
+    ctr_repetitions: int
+    """... and its repetitions (its runs at the largest tables are the bench's longest)."""
     store_records: int
     """Object storage (bench/object_store.py): the records of the shards read from the S3 server,"""
     store_checkpoint_mb: int
@@ -117,20 +119,21 @@ BUDGETS = {
         ctr_epochs=2,
         ctr_tables=(1_000,),
         ctr_modes=("parameter_server",),
+        ctr_repetitions=1,
         store_records=20_000,
         store_checkpoint_mb=4,
         store_epochs=8,
     ),
     "full": Budget(
         repetitions=3,
-        epochs=20,
+        epochs=12,
         worker_counts=(1, 2),
         shard_sizes=(20_000, 200_000),
         parse_repetitions=7,
         modes=tuple(MODES),
         sparse_tables=(1_000, 200_000),
         airflow_run=True,
-        prepare_base_mb=50,
+        prepare_base_mb=25,
         follow_pods=(2, 8, 32, 64, 128),
         follow_seconds=30,
         warm_start_epochs=20,
@@ -139,8 +142,9 @@ BUDGETS = {
         serving_calls=2000,
         ctr_examples=100_000,
         ctr_epochs=2,
-        ctr_tables=(10_000, 1_000_000, 4_000_000),
+        ctr_tables=(10_000, 4_000_000),
         ctr_modes=tuple(ctr.MODES),
+        ctr_repetitions=2,
         store_records=400_000,
         store_checkpoint_mb=64,
         store_epochs=80,
@@ -681,12 +685,15 @@ def main() -> None:
     chosen = [name for name in every if name in args.sections]
     os.chdir(REPO)  # worker processes run "python -m bench.handwritten"
     work = tempfile.mkdtemp(prefix="tfdist-bench-")
-    results, started = {}, time.monotonic()
+    results, section_minutes, started = {}, {}, time.monotonic()
     try:
         for name in chosen:
             print(SECTIONS[name].title, flush=True)
             os.makedirs(directory := os.path.join(work, name))
+            section_started = time.monotonic()
             results[name] = SECTIONS[name].measure(directory, budget, args)
+            section_minutes[name] = round((time.monotonic() - section_started) / 60, 1)
+            print(f"  ({section_minutes[name]} min)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [row for name in chosen for row in SECTIONS[name].rows(results[name], budget)]
@@ -697,7 +704,8 @@ def main() -> None:
     if "training" in results:
         header += f", {results['training']['steps']} training steps per run"
     minutes = (time.monotonic() - started) / 60
-    header += f") on {os.cpu_count()} cores, in {minutes:.0f} min."
+    header += f") on {os.cpu_count()} cores, in {minutes:.0f} min ("
+    header += ", ".join(f"{name} {m:.0f}" for name, m in section_minutes.items()) + ")."
     os.makedirs(args.out, exist_ok=True)
     name = results_name(chosen, every)
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
@@ -705,6 +713,7 @@ def main() -> None:
             {
                 "budget": args.budget,
                 "minutes": round(minutes, 1),
+                "section_minutes": section_minutes,
                 "rows": rows,
                 "absolute": absolute,
                 "results": results,

@@ -67,8 +67,9 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
     assert all(f"{member} " in ctr for member in ("chief-0", "ps-0", "ps-1", "worker-0", "worker-1")), ctr
     assert "nan" not in ctr, ctr
     text = (out / "latest.md").read_text()
-    assert text.count("|") > 20 and re.search(r"^Measured \d{4}-\d\d-\d\d .* cores, in \d+ min\.$", text, re.M), text[
-        :300
-    ]
+    header = re.search(r"^Measured \d{4}-\d\d-\d\d .* cores, in \d+ min \((.*)\)\.$", text, re.M)
+    assert text.count("|") > 20 and header, text[:300]
+    assert [part.split()[0] for part in header[1].split(", ")] == list(report["section_minutes"]), header[1]
+    assert "training" in report["section_minutes"] and "serving" in report["section_minutes"], report
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "none" in dict(report["absolute"])["TensorFlow modules imported by parsing the DAG files"]
