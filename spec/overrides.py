@@ -90,12 +90,15 @@ def field_value(spec: BaseModel, path: str) -> Any:
 
 
 def with_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """``data`` (a spec as a dict, changed in place) with '{dotted path: value}' set, missing sections added."""
+    """``data`` (a spec as a dict, changed in place) with '{dotted path: value}' set, missing sections (absent or
+    null) added."""
     for path, value in values.items():
         *parents, leaf = path.split(".")
         node = data
         for part in parents:
-            node = node[part] if node.get(part) is not None else node.setdefault(part, {})
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
         node[leaf] = value
     return data
 
