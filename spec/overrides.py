@@ -90,15 +90,12 @@ def field_value(spec: BaseModel, path: str) -> Any:
 
 
 def with_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """``data`` (a spec as a dict, changed in place) with '{dotted path: value}' set, missing sections (absent or
-    null) added."""
+    """``data`` (a spec as a dict, changed in place) with '{dotted path: value}' set, missing sections added."""
     for path, value in values.items():
         *parents, leaf = path.split(".")
         node = data
         for part in parents:
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
+            node = node[part] if node.get(part) is not None else node.setdefault(part, {})
         node[leaf] = value
     return data
 

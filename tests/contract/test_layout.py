@@ -48,7 +48,9 @@ def test_a_refused_run_directory_is_named_with_what_to_do_and_its_spec_stays(tmp
 
 
 def test_a_run_key_is_the_readable_run_id_and_a_hash_of_all_of_it():
-    assert run_key("manual__2026-11-22") == "manual__2026-11-22-" + hashlib.sha256(b"manual__2026-11-22").hexdigest()[:16]
+    assert (
+        run_key("manual__2026-11-22") == "manual__2026-11-22-" + hashlib.sha256(b"manual__2026-11-22").hexdigest()[:16]
+    )
     assert run_key("a/b c").startswith("a_b_c-") and run_key("..").startswith("_-")
     assert run_key("").startswith("run-") and len(run_key("")) == len("run-") + 16
     long = "x" * 300

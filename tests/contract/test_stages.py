@@ -43,12 +43,18 @@ def test_what_the_airflow_side_writes_the_stage_reads_back_as_the_same_arguments
         PrepareArgs(spec="/s", out="/o", result="/r", source=("/a",), pods=2, coordination="/c"),
         PrepareArgs(spec="/s", out="/o", result="/r", source=("/a", "/b")),
         ExportArgs(
-            spec="/s", run="/run", data="/d", model_dir="/m", eval="/e", train_result="/t",
-            warm_start_record="/w", version_base=202611210000, result="/r",
-        ),  # fmt: skip
+            spec="/s",
+            run="/run",
+            data="/d",
+            model_dir="/m",
+            eval="/e",
+            train_result="/t",
+            warm_start_record="/w",
+            version_base=202611210000,
+            result="/r",
+        ),
     ):
-        parsed = type(args).parse(args.to_argv())
-        assert parsed == args and isinstance(parsed.pods if isinstance(parsed, PrepareArgs) else 0, int)
+        assert type(args).parse(args.to_argv()) == args  # numbers as numbers: "2" != 2
 
 
 def test_a_missing_required_argument_is_refused_by_its_flag(capsys):
@@ -56,4 +62,6 @@ def test_a_missing_required_argument_is_refused_by_its_flag(capsys):
         ValidateDataArgs.parse(["--spec", "/s", "--run", "/run", "--data", "/d", "--out", "/o", "--result", "/r"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "python -m tfdist.trainer.validate_data" in err and "the following arguments are required: --model-dir" in err
+    assert (
+        "python -m tfdist.trainer.validate_data" in err and "the following arguments are required: --model-dir" in err
+    )

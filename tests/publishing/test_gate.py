@@ -6,16 +6,32 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.contract.publish_records import ChangeCheck, ValueCheck
+from tfdist.contract.publish_records import ChangeCheck
 from tfdist.publishing.gate import checks, decided_by, failures, resolved
 from tfdist.spec.validation import ChangeThreshold, Threshold, ValidationSpec
 
 
 def test_each_bound_is_a_check_whose_margin_is_how_far_inside_it_the_value_is():
     rows = checks({"accuracy": 0.9, "loss": 0.3}, {"accuracy": Threshold(lower=0.8, upper=0.95)}, {}, None)
-    assert rows == [
-        ValueCheck(metric="accuracy", rule="≥ 0.8", bound=0.8, value=0.9, margin=pytest.approx(0.1), passed=True),
-        ValueCheck(metric="accuracy", rule="≤ 0.95", bound=0.95, value=0.9, margin=pytest.approx(0.05), passed=True),
+    assert [row.model_dump() for row in rows] == [
+        {
+            "metric": "accuracy",
+            "kind": "value",
+            "rule": "≥ 0.8",
+            "bound": 0.8,
+            "value": 0.9,
+            "margin": 0.9 - 0.8,
+            "passed": True,
+        },
+        {
+            "metric": "accuracy",
+            "kind": "value",
+            "rule": "≤ 0.95",
+            "bound": 0.95,
+            "value": 0.9,
+            "margin": 0.95 - 0.9,
+            "passed": True,
+        },
     ]
     (below,) = checks({"accuracy": 0.75}, {"accuracy": Threshold(lower=0.8)}, {}, None)
     assert (below.margin, below.passed) == (pytest.approx(-0.05), False)
@@ -45,7 +61,9 @@ def test_a_change_exactly_at_its_tolerance_passes_despite_rounding_and_none_is_c
 
 def test_a_failure_line_names_the_metric_its_value_and_by_how_much_it_missed():
     rows = [
-        *checks({"accuracy": 0.75, "loss": 0.5}, {"accuracy": Threshold(lower=0.8), "loss": Threshold(upper=0.4)}, {}, None),
+        *checks(
+            {"accuracy": 0.75, "loss": 0.5}, {"accuracy": Threshold(lower=0.8), "loss": Threshold(upper=0.4)}, {}, None
+        ),
         *checks({"auc": 0.8}, {}, {"auc": ChangeThreshold(direction="higher_is_better", absolute=0.01)}, {"auc": 0.85}),
         *checks({"auc": None}, {"auc": Threshold(lower=0.5)}, {}, None),
     ]

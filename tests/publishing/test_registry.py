@@ -49,7 +49,9 @@ def test_the_listing_is_every_numbered_directory_with_metadata_oldest_first(mode
 def test_the_baseline_is_the_newest_version_another_run_published_for_an_interval_ending_by_this_ones(model_dir):
     assert registry.baseline_for(model_dir, "2026-11-02T12:00:00+00:00", "run-9").version == 2
     assert registry.baseline_for(model_dir, "2026-11-03T00:00:00+00:00", "run-3").version == 2  # not its own
-    assert registry.baseline_for(model_dir, "2026-11-03T09:00:00+09:00", "run-9").version == 2  # 00:00 UTC
+    assert (
+        registry.baseline_for(model_dir, "2026-11-03T08:00:00+09:00", "run-9").version == 2
+    )  # 23:00 UTC the day before
     assert registry.baseline_for(model_dir, "2026-10-31T00:00:00+00:00", "run-9") is None
 
 
@@ -86,8 +88,14 @@ def test_the_serving_config_names_the_live_version_alone(model_dir):
         ("", "reason: a reason is required to withdraw a version (say why it is bad)"),
         (" \t", "reason: a reason is required to withdraw a version (say why it is bad)"),
         ("x" * 2001, "reason: 2001 characters; at most 2000 (link to a longer account)"),
-        ("bad\nrow", "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text"),
-        ("\x1b[2J", "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text"),
+        (
+            "bad\nrow",
+            "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text",
+        ),
+        (
+            "\x1b[2J",
+            "reason: control characters (escape codes, newlines, NUL) are refused; write it as one line of text",
+        ),
     ],
 )
 def test_a_withdrawal_reason_is_one_line_of_at_most_the_limit(reason, problem):
@@ -103,7 +111,7 @@ def test_a_prune_keeps_the_newest_and_the_protected_and_finishes_an_unfinished_o
     os.makedirs(os.path.join(model_dir, f"{registry.HIDDEN_PREFIX}0", "variables"))  # a prune died deleting 0
     assert registry.prune(model_dir, keep=2, protect={1}) == [2]
     assert numbers(registry.versions(model_dir)) == [1, 3, 4]
-    assert sorted(os.listdir(model_dir)) == ["1", "3", "4", registry.LOCK]
+    assert sorted(os.listdir(model_dir)) == [registry.LOCK, "1", "3", "4"]
     assert registry.prune(model_dir, keep=5, protect=set()) == []
 
 
@@ -283,5 +291,3 @@ def test_withdrawing_the_only_version_leaves_none_live(tmp_path):
     publish(model_dir, 1)
     assert registry.withdraw(model_dir, 1, "bad", by="alice").live is None
     assert tf_serving_latest(model_dir) is None and registry.versions(model_dir) == []
-
-

@@ -68,7 +68,10 @@ def test_a_labels_class_names_are_its_own_or_its_numbers():
             {"label": {"name": "label", "task": "binary", "num_classes": 2}},
             "data.label.num_classes: not a field of task 'binary' (it takes positive)",
         ),
-        ({"label": {"name": "label", "classes": ["a", "b", "a"]}}, "data.label.classes: each class once, got ['a', 'b', 'a']"),
+        (
+            {"label": {"name": "label", "classes": ["a", "b", "a"]}},
+            "data.label.classes: each class once, got ['a', 'b', 'a']",
+        ),
         (
             {"label": {"name": "label", "classes": ["a", "b"], "num_classes": 3}},
             "data.label.num_classes: 3, but classes names 2; drop one",

@@ -30,8 +30,14 @@ def test_the_root_is_a_location_and_approval_true_is_the_defaults():
             "export.approval: on_timeout: 'approve' needs timeout_minutes (after how long no answer approves)",
         ),
         ({"model_name": "m", "approval": {"approvers": {"roles": ["viewer"]}}}, "export.approval.approvers.roles[0]"),
-        ({"model_name": "m", "approval": {"approvers": {"users": ["ann smith"]}}}, "export.approval.approvers.users[0]"),
-        ({"model_name": "m", "root": "models"}, "export.root: must be an absolute path (after expanding ~ and $VARS), got 'models'"),
+        (
+            {"model_name": "m", "approval": {"approvers": {"users": ["ann smith"]}}},
+            "export.approval.approvers.users[0]",
+        ),
+        (
+            {"model_name": "m", "root": "models"},
+            "export.root: must be an absolute path (after expanding ~ and $VARS), got 'models'",
+        ),
     ],
 )
 def test_a_bad_export_section_is_refused_naming_the_field(tmp_path, export, problem):

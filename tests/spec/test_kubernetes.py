@@ -31,7 +31,12 @@ def test_a_roles_pods_get_the_fields_it_sets_over_every_pods():
         {**KUBERNETES, "roles": {"ps": {"memory": "8Gi", "node_selector": {"pool": "big"}}, "worker": {}}}
     )
     ps = section.for_role("ps")
-    assert (ps.image, ps.memory, ps.node_selector, ps.cpu) == (KUBERNETES["pods"]["image"], "8Gi", {"pool": "big"}, None)
+    assert (ps.image, ps.memory, ps.node_selector, ps.cpu) == (
+        KUBERNETES["pods"]["image"],
+        "8Gi",
+        {"pool": "big"},
+        None,
+    )
     assert section.for_role("worker") == section.pods == section.for_role("chief")
     assert section.for_role("no such role") == section.pods
 

@@ -32,7 +32,9 @@ def test_a_spec_is_returned_as_it_is_and_an_origin_given_names_the_problems(tmp_
     assert load_spec(spec) is spec
     with pytest.raises(SpecError) as err:
         load_spec({**make_spec(str(tmp_path)), "colour": "blue"}, origin="spec of DAG file x.py")
-    assert str(err.value).startswith("Invalid pipeline spec of DAG file x.py:\n  colour: ")
+    assert str(err.value).startswith(
+        "Invalid pipeline spec of DAG file x.py:\n  <spec>: unknown key 'colour'; allowed keys: name, "
+    )
 
 
 def test_a_file_that_is_no_yaml_or_is_missing_is_named_as_unreadable(tmp_path):

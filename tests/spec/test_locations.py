@@ -36,7 +36,10 @@ def test_a_bucket_url_keeps_its_prefix_without_the_trailing_slash():
         ("hdfs://nn/path", "'hdfs://nn/path': the object stores taken are s3://, gs://; or give a local path"),
         ("s3://key:secret@bucket/x", "holds credentials or a port: credentials never go in the spec"),
         ("s3://bucket:9000/x", "holds credentials or a port"),
-        ("s3://Bucket/x", "'s3://Bucket/x': 'Bucket' is no bucket name (3-63 lowercase letters, digits, '.', '-', '_')"),
+        (
+            "s3://Bucket/x",
+            "'s3://Bucket/x': 'Bucket' is no bucket name (3-63 lowercase letters, digits, '.', '-', '_')",
+        ),
         ("s3://ab", "'ab' is no bucket name"),
         ("s3://bucket/a//b", "the prefix has an empty, '.' or '..' part or a control character"),
         ("s3://bucket/a/../b", "the prefix has an empty, '.' or '..' part"),

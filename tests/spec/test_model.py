@@ -109,8 +109,6 @@ def test_a_worker_reads_spec_json_as_the_same_spec(tmp_path, monkeypatch, sectio
     assert digest_json(again.data.model_dump(mode="json")) == digest_json(written["data"])
 
 
-
-
 def test_the_loss_metrics_and_directions_come_from_the_task_unless_the_model_gives_them(tmp_path):
     spec = load_spec(make_spec(str(tmp_path)))
     assert (spec.loss, spec.metrics, spec.checkpoint_selection) == (
@@ -123,7 +121,10 @@ def test_the_loss_metrics_and_directions_come_from_the_task_unless_the_model_giv
             str(tmp_path),
             data={"label": {"name": "label", "task": "binary"}},
             model={"family": "mlp", "metrics": ["log_loss", "auc"]},
-            validation={"thresholds": {}, "change_thresholds": {"auc": {}, "log_loss": {"direction": "higher_is_better"}}},
+            validation={
+                "thresholds": {},
+                "change_thresholds": {"auc": {}, "log_loss": {"direction": "higher_is_better"}},
+            },
         )
     )
     assert (binary.loss, binary.metrics, binary.checkpoint_selection) == (
@@ -143,7 +144,9 @@ def test_the_schedule_a_cron_or_assets_gives_the_cron_and_the_partitions(tmp_pat
     assets = {"assets": ["s3://lake/raw/digits"], "cron": "@hourly"}
     spec = load_spec(make_spec(str(tmp_path), schedule=assets))
     assert (spec.cron, spec.partitioned) == ("@hourly", None)
-    partitioned = load_spec(make_spec(str(tmp_path), schedule={"assets": ["s3://lake/raw/digits"], "partitions": "day"}))
+    partitioned = load_spec(
+        make_spec(str(tmp_path), schedule={"assets": ["s3://lake/raw/digits"], "partitions": "day"})
+    )
     assert (partitioned.cron, partitioned.partitioned) == (None, "day")
     assert load_spec(make_spec(str(tmp_path), schedule=None)).cron is None
 
@@ -162,11 +165,3 @@ def test_the_export_root_is_its_own_else_the_artifact_roots_models(tmp_path):
     own = load_spec(make_spec(str(tmp_path), export={"model_name": "m", "root": "s3://bucket/models/"}))
     assert own.export_root == "s3://bucket/models"
     assert load_spec(make_spec("s3://bucket/art")).export_root == "s3://bucket/art/models"
-
-
-def test_an_override_below_a_section_the_spec_sets_to_null_fills_it_in(tmp_path):
-    """A bug fixed: ``mpi: null`` written out, an override of training.mpi.controller raised a TypeError."""
-    spec = load_spec(
-        make_spec(str(tmp_path), overridable=["training.mpi.controller"], training={"backend": "mpi", "mpi": None})
-    )
-    assert spec.with_overrides({"training.mpi.controller": "gloo"}).training.mpi.controller == "gloo"

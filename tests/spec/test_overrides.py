@@ -12,7 +12,6 @@ from tests.spec.test_errors import problems
 from tfdist.spec import Spec, field_doc, field_value, load_spec, override_policy, override_refusal
 from tfdist.spec.overrides import FREE_FORM, with_values
 
-
 CUSTOM = {"family": "custom", "factory": "tests.fixtures.custom_model:small_classifier", "kwargs": {"units": 8}}
 
 
@@ -74,8 +73,6 @@ def test_override_policy_is_a_property_of_each_fields_type_and_marker():
     assert seen >= 20
 
 
-
-
 def test_a_refusal_of_a_section_covers_every_path_below_it():
     assert override_refusal(Spec, "training.epochs") is None
     assert override_refusal(Spec, "validation.thresholds.accuracy.lower") == (
@@ -95,7 +92,7 @@ def test_the_value_at_a_dotted_path(tmp_path):
 
 
 def test_values_are_set_at_their_paths_and_missing_sections_added():
-    data = {"training": {"epochs": 4}, "kubernetes": None}
+    data = {"training": {"epochs": 4}}
     assert with_values(data, {"training.epochs": 2, "model.learning_rate": 0.1, "kubernetes.namespace": "ml"}) == {
         "training": {"epochs": 2},
         "model": {"learning_rate": 0.1},

@@ -36,7 +36,7 @@ class Top(BaseModel):
 
 def test_each_field_is_an_entry_with_its_type_allowed_values_default_and_policy():
     top, inner, items = sections(Top)
-    assert (top.path, top.title, top.anchor) == ("", "top level", "spec-top")
+    assert (top.path, top.title, top.anchor) == ("", "top level", "spec-top-level")
     assert top.fields == (
         Entry("title", "string", "not empty; at most 8 characters", "required", OVERRIDABLE, "The title."),
         Entry("choice", "choice", '`"a"`, `"b"`', '`"a"`', OVERRIDABLE, "One of two, with ``code`` and a_b."),
@@ -55,8 +55,8 @@ def test_each_field_is_an_entry_with_its_type_allowed_values_default_and_policy(
 
 def test_the_markdown_is_a_heading_and_a_table_per_section_with_code_kept_and_the_rest_escaped():
     text = render(Top)
-    assert "## `top level` {#spec-top}" in text and "## `items[]` {#spec-items}" in text
-    assert "| `choice` | choice | `\"a\"`, `\"b\"` | `\"a\"` | yes | One of two, with `code` and a\\_b. |" in text
+    assert "## `top level` {#spec-top-level}" in text and "## `items[]` {#spec-items}" in text
+    assert '| `choice` | choice | `"a"`, `"b"` | `"a"` | yes | One of two, with `code` and a\\_b. |' in text
     assert "| `secret` | string or null |  | `null` | no: it is the author's | Set by the author. |" in text
     assert _markdown("a ``code_x`` b_c <t> |") == "a `code_x` b\\_c &lt;t&gt; \\|"
 

@@ -46,7 +46,10 @@ def test_an_asset_schedule_takes_its_defaults():
         ({"assets": ["s3://lake/raw digits"]}, "an asset URI is ASCII, without spaces, at most 1500 characters"),
         ({"assets": ["airflow://x"]}, "the scheme 'airflow' is Airflow's own"),
         ({"assets": ["s3://u:pw@lake/x"]}, "carries no password and no '#fragment'"),
-        ({"assets": ["s3://lake/x", "s3://lake/x"]}, "schedule.assets: each asset once, got ['s3://lake/x', 's3://lake/x']"),
+        (
+            {"assets": ["s3://lake/x", "s3://lake/x"]},
+            "schedule.assets: each asset once, got ['s3://lake/x', 's3://lake/x']",
+        ),
         ({"assets": ["s3://lake/x"], "partition_key_format": "day"}, "a strftime format of the upstream's keys"),
         ({"assets": ["s3://lake/x"], "cron": "sometimes"}, "schedule.cron: not a valid cron expression"),
         (
