@@ -57,5 +57,5 @@ def test_yaml_reads_as_pyyamls_safe_loader_reads_it():
 
 def test_a_files_problems_name_the_origin_given_instead_of_the_file(tmp_path):
     (path := tmp_path / "bad.yaml").write_text("name: x\n")
-    with pytest.raises(SpecError, match="^Invalid pipeline spec of DAG file x.py:\n"):
+    with pytest.raises(SpecError, match=r"^Invalid pipeline spec of DAG file x\.py:\n"):
         load_spec(path, origin="spec of DAG file x.py")
