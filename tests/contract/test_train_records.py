@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tfdist.contract.layout import RunLayout, RunMismatch, record_run
+from tfdist.contract.layout import RunLayout
 from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line, read_curve, warm_start_summary
 from tfdist.contract.records import MalformedRecord, NewerRecord, read_record, write_record
 from tfdist.contract.train_records import (
@@ -167,12 +167,3 @@ def test_the_warm_start_summary_is_what_the_train_result_keeps(tmp_path):
     write_record(layout.warm_start_file, warm_start_record(3))
     summary = warm_start_summary(layout.warm_start_file)
     assert summary and (summary.parent_version, summary.parent_run_id) == (3, "scheduled__3")
-
-
-def test_the_run_record_is_written_once_and_another_spec_is_refused(tmp_path):
-    layout = RunLayout(str(tmp_path))
-    record_run(layout, {"model": 1}, RUN)
-    record_run(layout, {"model": 1}, RUN.model_copy(update={"run_id": "other"}))  # a second process: no rewrite
-    assert read_record(layout.run_file, RunRecord) == RUN
-    with pytest.raises(RunMismatch):
-        record_run(layout, {"model": 2}, RUN)

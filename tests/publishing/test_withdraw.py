@@ -1,7 +1,7 @@
-"""Withdrawing a published version and restoring it (issue 29), without Airflow or TensorFlow: the registry on
-real directories (one rename, TF Serving's "latest" then the previous version), the baseline and lineage, the
-export's version numbers, the runs page's data and ``tfdist models withdraw|restore``. Through the plugin's API on
-a live Airflow (auth, the Asset event): tests/live/test_live_airflow.py."""
+"""Withdrawing a published version and restoring it (issue 29), without Airflow or TensorFlow: the export's version
+numbers, the runs page's data and ``tfdist models withdraw|restore``; the registry's own withdraw and restore on
+real directories: test_registry.py. Through the plugin's API on a live Airflow (auth, the Asset event):
+tests/live/test_live_airflow.py."""
 
 from __future__ import annotations
 
@@ -54,124 +54,6 @@ def served_by_config(model_dir: str) -> int | None:
 
 def tree(path: str) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), path) for d, dirs, files in os.walk(path) for f in [*dirs, *files]}
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> str:
-    model_dir = str(tmp_path / "digits")
-    for version in (1, 2, 3):
-        publish(model_dir, version, parent=version - 1 or None)
-    return model_dir
-
-
-def test_a_withdrawn_version_moves_aside_whole_in_one_rename_and_serving_falls_back(model_dir, monkeypatch):
-    before = tree(os.path.join(model_dir, "3"))
-    renames = []
-
-    def watched_rename(src, dst):
-        # just before the move: the version complete in place with its record, nothing aside yet
-        assert tree(src) == before | {registry.WITHDRAWN} and not os.path.exists(dst)
-        renames.append((src, dst))
-        real_rename(src, dst)
-
-    real_rename = os.rename
-    monkeypatch.setattr(registry.os, "rename", watched_rename)
-    result = registry.withdraw(model_dir, 3, "  labels of 2026-11-03 were shifted  ", by="alice")
-
-    aside = os.path.join(model_dir, registry.WITHDRAWN_DIR, "3")
-    assert renames == [(os.path.join(model_dir, "3"), aside)]
-    assert tree(aside) == before | {registry.WITHDRAWN} and not os.path.exists(os.path.join(model_dir, "3"))
-    assert sorted(os.listdir(model_dir)) == [registry.WITHDRAWN_DIR, "1", "2", registry.SERVING_CONFIG]
-    assert tf_serving_latest(model_dir) == 2 == result.live == served_by_config(model_dir)
-    record = read_json(os.path.join(aside, registry.WITHDRAWN))
-    assert record == result.withdrawn.payload()
-    assert (record["version"], record["by"], record["reason"]) == (3, "alice", "labels of 2026-11-03 were shifted")
-
-
-def test_in_a_bucket_a_withdrawal_is_its_record_in_place_and_the_serving_config_follows(s3):
-    """An object store has no rename: the version stays where it is with its withdrawn.json, and TF Serving's config
-    names the live version; a restore deletes the record."""
-    model_dir = f"s3://{s3.new_bucket()}/models/digits"
-    for version in (1, 2, 3):
-        path = storage.join(model_dir, str(version))
-        storage.write_bytes(storage.join(path, "saved_model.pb"), b"")
-        write_json_atomic(
-            registry.metadata_file(path),
-            {
-                "version": version,
-                "run_id": f"run-{version}",
-                "data_interval_end": f"2026-11-0{version}T00:00:00+00:00",
-                "metrics": {"accuracy": 0.9},
-            },
-        )
-    assert registry.write_serving_config(model_dir) == 3 == served_by_config(model_dir)
-    result = registry.withdraw(model_dir, 3, "shifted labels", by="alice")
-    assert result.live == 2 == served_by_config(model_dir) == registry.live(model_dir)
-    assert [m.version for m in registry.versions(model_dir)] == [1, 2]
-    assert [(m.version, m.withdrawn and m.withdrawn.by) for m in registry.withdrawn(model_dir)] == [(3, "alice")]
-    assert storage.exists(registry.metadata_file(storage.join(model_dir, "3")))
-    assert claim_version(model_dir, 3, "other-run", "ckpt")[0] == 4  # a withdrawn number is not published again
-    with pytest.raises(registry.RegistryError, match="already withdrawn"):
-        registry.withdraw(model_dir, 3, "again", by="bob")
-    assert registry.restore(model_dir, 3).live == 3 == served_by_config(model_dir)
-    assert registry.withdrawn(model_dir) == [] and len(registry.versions(model_dir)) == 3
-    for version in (1, 2, 3):
-        registry.withdraw(model_dir, version, "all bad", by="alice")
-    assert served_by_config(model_dir) is None
-
-
-def test_a_withdrawn_version_is_no_baseline_but_stays_in_the_lineage(model_dir):
-    registry.withdraw(model_dir, 2, "bad", by="alice")
-    assert [m.version for m in registry.versions(model_dir)] == [1, 3]
-    (gone,) = registry.withdrawn(model_dir)
-    assert gone.withdrawn and (gone.version, gone.withdrawn.by, gone.withdrawn.reason) == (2, "alice", "bad")
-    # the next run of 2026-11-02's interval (a backfill) compares with, and warm-starts from, version 1
-    assert registry.baseline_for(model_dir, "2026-11-02T00:00:00+00:00", "backfill").version == 1
-    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly").version == 3
-    chain = registry.lineage(model_dir, 3)
-    assert [(m.version, m.withdrawn and m.withdrawn.reason) for m in chain] == [
-        (3, None),
-        (2, "bad"),
-        (1, None),
-    ]
-    registry.withdraw(model_dir, 3, "bad too", by="bob")
-    assert registry.baseline_for(model_dir, "2026-11-30T00:00:00+00:00", "nightly").version == 1
-
-
-def test_restore_renames_back_and_refuses_over_a_published_version(model_dir):
-    registry.withdraw(model_dir, 3, "bad", by="alice")
-    result = registry.restore(model_dir, 3)
-    assert (result.withdrawn.by, result.withdrawn.reason, result.live) == ("alice", "bad", 3)
-    assert tf_serving_latest(model_dir) == 3 and registry.withdrawn(model_dir) == []
-    assert not os.path.exists(os.path.join(model_dir, "3", registry.WITHDRAWN))
-    with pytest.raises(registry.UnknownVersion, match=r"version 3 of .* is not withdrawn"):
-        registry.restore(model_dir, 3)
-
-    registry.withdraw(model_dir, 3, "bad", by="alice")
-    publish(model_dir, 3)  # say, copied back by hand
-    with pytest.raises(registry.RegistryError, match="a version 3 is published; refusing to replace it"):
-        registry.restore(model_dir, 3)
-    assert [m.version for m in registry.withdrawn(model_dir)] == [3]
-
-
-def test_bad_withdrawals_are_refused_and_change_nothing(model_dir):
-    with pytest.raises(registry.UnknownVersion, match=r"has no published version 7 \(published: 1, 2, 3\)"):
-        registry.withdraw(model_dir, 7, "bad", by="alice")
-    with pytest.raises(registry.RegistryError, match="a reason is required"):
-        registry.withdraw(model_dir, 3, " \n", by="alice")
-    assert sorted(os.listdir(model_dir)) == ["1", "2", "3"] and registry.WITHDRAWN not in os.listdir(
-        os.path.join(model_dir, "3")
-    )
-    registry.withdraw(model_dir, 3, "bad", by="alice")
-    with pytest.raises(registry.RegistryError, match=r"version 3 of .* is already withdrawn"):
-        registry.withdraw(model_dir, 3, "bad", by="alice")
-
-
-def test_withdrawing_the_only_version_leaves_none_live(tmp_path):
-    model_dir = str(tmp_path / "digits")
-    publish(model_dir, 1)
-    assert registry.withdraw(model_dir, 1, "bad", by="alice").live is None
-    assert tf_serving_latest(model_dir) is None and registry.versions(model_dir) == []
 
 
 def test_an_export_never_publishes_under_a_withdrawn_number(model_dir):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import make_spec
-from tests.spec.test_spec import problems
+from tests.spec.test_errors import problems
 from tfdist.spec import load_spec
 
 BINARY = {"checks": {}}

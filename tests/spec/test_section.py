@@ -4,7 +4,7 @@ its rules checked in order, the first broken one the error."""
 from __future__ import annotations
 
 from tests.conftest import make_spec
-from tests.spec.test_spec import problems
+from tests.spec.test_errors import problems
 from tfdist.spec.training import TrainingSpec
 
 
