@@ -119,7 +119,9 @@ class CategoricalListFeature(_CategoricalBase):
         return value
 
 
-def _feature_kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """A raw feature's 'kind' (default 'numeric'): the union's discriminator, named after the field it reads, as
+    pydantic names a callable discriminator in its errors ('kind()')."""
     return (value.get("kind", "numeric") if isinstance(value, dict) else getattr(value, "kind", "numeric")) or ""
 
 
@@ -127,7 +129,7 @@ Feature = Annotated[
     Annotated[NumericFeature, Tag("numeric")]
     | Annotated[CategoricalFeature, Tag("categorical")]
     | Annotated[CategoricalListFeature, Tag("categorical_list")],
-    Discriminator(_feature_kind),
+    Discriminator(kind),
 ]
 """A raw input feature; its 'kind' (default 'numeric') says which fields it takes."""
 Categorical = CategoricalFeature | CategoricalListFeature

@@ -45,7 +45,7 @@ def _problems(error: ValidationError, data: Any, fields: list[str]) -> list[str]
             problems.append(message)  # cross-field checks name their own field
             continue
         if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # name the tag field and its choices
-            path = f"{path}.{e['ctx']['discriminator'].strip(chr(39))}"
+            path = f"{path}.{e['ctx']['discriminator'].strip(chr(39)).removesuffix('()')}"  # a callable's: its name
             if e["type"] == "union_tag_invalid":
                 choices = " or ".join(e["ctx"]["expected_tags"].rsplit(", ", 1))
                 message = f"Input should be {choices} (got {e['ctx']['tag']!r})"

@@ -83,7 +83,6 @@ def test_a_problem_in_a_list_item_and_behind_a_union_tag_is_named_by_the_input_s
     assert problems(spec) == ["model.family: required field is missing"]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: a callable discriminator is named by its function, not 'kind'")
 def test_an_unknown_feature_kind_is_named_by_its_kind_field(tmp_path):
     assert problems(make_spec(str(tmp_path), data={"features": [{"name": "x", "kind": "text"}]})) == [
         "data.features[0].kind: Input should be 'numeric', 'categorical' or 'categorical_list' (got 'text')"
