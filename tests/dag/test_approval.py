@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import START, make_spec, plan_for, run
 from tests.spec.test_spec import problems
-from tests.operators.web.test_runs_page_data import rules_of
+from tests.operators.test_report import rules_of
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.publish_records import Approval, Blessing
 from tfdist.contract.records import read_record, write_record

@@ -1,6 +1,6 @@
 """The training-runs page's ES modules (operators/web/*.js): their pure helpers under Node's own test runner
-(tests/operators/web/js/*.test.mjs), every module the page imports served by the plugin, with JavaScript's media type, and
-nothing else. The page itself runs in Chromium in test_runs_page_browser.py."""
+(tests/operators/web/js/*.test.mjs), every module the page imports served by the plugin, with JavaScript's media
+type, and nothing else. The page itself runs in Chromium in test_runs_page_browser.py."""
 
 from __future__ import annotations
 
