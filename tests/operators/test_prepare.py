@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_spec, plan_for
+from airflow.sdk import DAG
+
+from tests.conftest import START, make_spec
+from tests.operators.test_base import END, context
 from tfdist.operators.prepare import PrepareDataOperator
 
 
-def test_a_templated_source_replaces_the_specs_and_without_one_the_specs_holds(tmp_path):
+def planned_source(spec: dict, **kwargs) -> tuple[str, ...]:
+    """What the prepare stage of a run reads, as the operator plans it."""
+    with DAG("digits_test", schedule=None):
+        task = PrepareDataOperator(task_id="prepare_data", spec=spec, **kwargs)
+    plan = task.plan(context(data_interval_start=START, data_interval_end=END))
+    return plan.stage("prepare_data").args.source
+
+
+def test_a_templated_source_replaces_the_specs_and_an_empty_one_leaves_the_specs(tmp_path):
     spec = make_spec(str(tmp_path))
     assert "source" in PrepareDataOperator.template_fields
-    assert PrepareDataOperator(task_id="prepare_data", spec=spec).plan_overrides() == {"source": None}
-    given = PrepareDataOperator(task_id="prepare_data", spec=spec, source=f"{tmp_path}/other/*.csv")
-    assert given.plan_overrides() == {"source": f"{tmp_path}/other/*.csv"}
-    rendered_empty = PrepareDataOperator(task_id="prepare_data", spec=spec, source="")
-    assert rendered_empty.plan_overrides() == {"source": None}  # a template that rendered to nothing
-    default = plan_for(str(tmp_path), "manual__1").stage("prepare_data").args.source
-    assert all(path.startswith(f"{tmp_path}/raw/digits/") for path in default)
+    assert planned_source(spec, source=f"{tmp_path}/other/*.csv") == (f"{tmp_path}/other/*.csv",)
+    the_specs = (f"{tmp_path}/raw/digits/2026-11-20/*.csv",)
+    assert planned_source(spec) == planned_source(spec, source="") == the_specs  # "": a template rendered to nothing
