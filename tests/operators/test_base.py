@@ -51,7 +51,7 @@ def test_a_run_overrides_only_what_the_spec_declares_overridable_and_only_what_i
     assert task.effective_spec(context(params={"training.epochs": 4})) == (task.spec, {})
     spec, changed = task.effective_spec(context(conf={"training.epochs": 2}, params={"training.epochs": 4}))
     assert (spec.training.epochs, changed) == (2, {"training.epochs": 2})
-    with pytest.raises(AirflowFailException, match="training.num_workers: not overridable in this pipeline"):
+    with pytest.raises(AirflowFailException, match=r"training\.num_workers: not overridable in this pipeline"):
         task.effective_spec(context(conf={"training.num_workers": 3}))
 
 
@@ -67,7 +67,7 @@ def test_an_embedded_pipeline_reads_only_its_own_mapping_of_the_conf(tmp_path):
     task = group.children["digits_test.train"]
     own = {"digits_test": {"training.epochs": 2}, "host_setting": 1}
     assert task.run_overrides(context(conf=own, params={"training.epochs": 9})) == ({"training.epochs": 2}, {})
-    with pytest.raises(AirflowFailException, match="conf.digits_test: must be a mapping"):
+    with pytest.raises(AirflowFailException, match=r"conf\.digits_test: must be a mapping"):
         task.run_overrides(context(conf={"digits_test": 5}))
 
 
@@ -76,4 +76,4 @@ def test_the_plan_of_a_run_with_a_data_interval_is_under_the_pipelines_runs_by_i
     plan = task.plan(context(data_interval_start=START, data_interval_end=END))
     assert plan.layout.run_dir == str(tmp_path / "digits_test" / "runs" / run_key("manual__1"))
     assert (plan.context.interval_start, plan.context.interval_end) == (START, END)
-    assert [s.task_id for s in plan.stages][0] == "prepare_data"
+    assert plan.stage("prepare_data").task_id == "prepare_data"

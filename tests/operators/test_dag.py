@@ -48,7 +48,7 @@ def test_an_invalid_specs_dag_is_paused_unscheduled_and_its_task_fails_with_the_
     dag = build_dags_from_directory(tmp_path)["broken"]
     assert (dag.is_paused_upon_creation, type(dag.timetable).__name__) == (True, "NullTimetable")
     assert "`training.num_workers: Input should be greater than or equal to 1 (got 0)`" in dag.doc_md
-    with pytest.raises(AirflowFailException, match="training.num_workers"):
+    with pytest.raises(AirflowFailException, match=r"training\.num_workers"):
         dag.get_task("invalid_spec").execute({})
     assert dag.get_task("invalid_spec").retries == 0
 

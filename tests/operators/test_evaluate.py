@@ -38,5 +38,5 @@ def test_a_model_not_blessed_ends_the_task_as_the_spec_says_naming_the_failures(
     sections = {"validation": {"thresholds": {"accuracy": {"lower": 0.9}}, "on_failure": on_failure}}
     plan = plan_for(str(tmp_path), "manual__1", **sections)
     task = EvaluateOperator(task_id="evaluate", spec=make_spec(str(tmp_path), **sections))
-    with pytest.raises(raised, match="model not blessed: accuracy 0.5 is below its lower bound 0.9"):
+    with pytest.raises(raised, match=r"model not blessed: accuracy 0\.5 is below its lower bound 0\.9"):
         task.return_value(result(False), plan, {})

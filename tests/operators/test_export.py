@@ -14,7 +14,7 @@ from tfdist.operators.export import ExportModelOperator, model_asset
 def test_export_is_an_outlet_of_its_models_asset_and_names_the_model_directory(tmp_path):
     spec = make_spec(str(tmp_path))
     task = ExportModelOperator(task_id="export", spec=spec)
-    assert task.model_asset == model_asset("digits_small") and task.model_asset.uri == "model://digits_small"
+    assert task.model_asset == model_asset("digits_small") and task.model_asset.name == "model://digits_small"
     assert task.outlets == [task.model_asset]
     assert task.model_dir == os.path.join(tmp_path, "models", "digits_small")
     assert "model_dir" in ExportModelOperator.get_serialized_fields()

@@ -56,7 +56,6 @@ def test_every_module_and_class_the_provider_info_names_imports_and_is_what_it_s
         assert issubclass(getattr(importlib.import_module(module), name), BaseOperatorLink), path
 
 
-
 def test_the_version_is_the_installed_distributions_and_each_option_has_a_default_airflow_can_read():
     assert version() == metadata.version(DISTRIBUTION)
     for name, option in CONFIG["tfdist"]["options"].items():

@@ -37,6 +37,7 @@ def test_a_pipeline_id_is_looked_up_under_few_dag_ids_however_long_it_is():
     assert holding_dag_ids(".x") == [".x"]
 
 
+@pytest.mark.e2e  # starts a Python process that imports the API server (~9 s)
 def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
     layout = RunLayout(str(tmp_path))
     CurveWrite(layout.curve_file, curve_line(CurvePoint(step=1, loss=2.0, examples_per_sec=None)))()
