@@ -6,5 +6,5 @@ import globals from "globals";
 export default [
   js.configs.recommended,
   {files: ["operators/web/**/*.js"], languageOptions: {globals: globals.browser}},
-  {files: ["tests/web/**/*.mjs", "eslint.config.js"], languageOptions: {globals: globals.node}},
+  {files: ["tests/operators/web/**/*.mjs", "eslint.config.js"], languageOptions: {globals: globals.node}},
 ];

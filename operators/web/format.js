@@ -1,4 +1,4 @@
-// Numbers, durations, times and ids as the page shows them (no DOM: tests/web/js/format.test.mjs).
+// Numbers, durations, times and ids as the page shows them (no DOM: tests/operators/web/js/format.test.mjs).
 
 export const isNum = (v) => typeof v === "number" && Number.isFinite(v);
 export const fixed = (v, digits = 4) => (isNum(v) ? v.toFixed(digits) : "—");

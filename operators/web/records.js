@@ -1,5 +1,5 @@
 // What the page computes from the plugin's records without the DOM: a run's overrides, verdict and start, the
-// table's order and filters, a delta's verdict, a version's lineage, a curve's metrics (tests/web/js/).
+// table's order and filters, a delta's verdict, a version's lineage, a curve's metrics (tests/operators/web/js/).
 
 import {isNum} from "./format.js";
 

@@ -1,5 +1,5 @@
 // The charts' scales and what they say without the DOM: ticks, extents, series colours, the gate's rules
-// (tests/web/js/scales.test.mjs).
+// (tests/operators/web/js/scales.test.mjs).
 
 import {isNum, pad2} from "./format.js";
 

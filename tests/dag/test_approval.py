@@ -14,8 +14,8 @@ from airflow.sdk.api.datamodels._generated import DagRunType
 from airflow.sdk.exceptions import AirflowFailException
 
 from tests.conftest import START, make_spec, plan_for, run
+from tests.operators.test_report import rules_of
 from tests.spec.test_errors import problems
-from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.publish_records import Approval, Blessing
 from tfdist.contract.records import read_record, write_record

@@ -115,25 +115,6 @@ def test_a_dag_file_written_as_the_readme_shows_is_found_in_safe_mode(tmp_path):
     assert "DAGS ['digits_cnn'] {}" in out
 
 
-def test_trigger_form_params_carry_the_spec_models_types_bounds_and_docs():
-    from tfdist.operators.dag import build_dag
-    from tfdist.spec import load_spec
-    from tfdist.spec.training import MAX_EPOCHS
-
-    spec = load_spec(make_spec("/tmp/tfdist-unused", overridable=["training.epochs", "training.backend"]))
-    params = build_dag(spec).params
-    epochs, backend = params.get_param("training.epochs"), params.get_param("training.backend")
-    assert (epochs.value, epochs.schema["type"], epochs.schema["minimum"], epochs.schema["maximum"]) == (
-        4,
-        "integer",
-        1,
-        MAX_EPOCHS,
-    )
-    assert epochs.description.startswith("Passes over the training shards, at most 1,000; ``timeout_minutes``")
-    assert backend.schema["enum"] == ["tf", "mpi"]
-    assert backend.description == "'tf': a TF cluster from TF_CONFIG; 'mpi': Horovod ranks."
-
-
 def test_with_plugins_loaded_airflow_itself_imports_and_warms_the_dag_builder_but_not_tensorflow():
     # AIRFLOW__CORE__LAZY_LOAD_PLUGINS=False (conftest, Makefile): what the dag-processor has before it forks a parse
     out = run_python("""
@@ -164,18 +145,3 @@ def test_with_plugins_loaded_a_parse_imports_nothing_the_dag_processor_could_hav
         print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("tfdist", "boto3", "botocore")))
     """)
     assert out.strip() == "[]", out
-
-
-def test_tasks_retry_as_the_spec_says():
-    from tfdist.operators.dag import build_dag
-    from tfdist.spec import load_spec
-
-    dag = build_dag(load_spec(make_spec("/tmp/tfdist-unused", retries={"train": 3, "delay_seconds": 5})))
-    assert {t.task_id: t.retries for t in dag.tasks} == {
-        "prepare_data": 1,
-        "validate_data": 1,
-        "train": 3,
-        "evaluate": 1,
-        "export": 1,
-    }
-    assert {t.retry_delay.total_seconds() for t in dag.tasks} == {5}

@@ -8,13 +8,11 @@ from __future__ import annotations
 import ast
 import glob
 import itertools
-import json
 import os
 import re
 import subprocess
 import sys
 import tomllib
-import types
 from functools import cache
 from importlib import metadata
 
@@ -22,8 +20,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO, make_spec, plan_for
-from tfdist.contract.layout import run_key
+from tests.conftest import REPO, plan_for
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.processes import local_processes
 
@@ -326,52 +323,6 @@ NOT_EXPORTED = {
 """Operator classes of operators/*.py that tfdist.operators does not export, and why."""
 
 
-def test_provider_info_passes_airflows_schema_and_names_this_distribution():
-    import airflow
-    import jsonschema
-
-    from tfdist.operators import operator_modules
-    from tfdist.operators.provider_info import get_provider_info
-
-    info = get_provider_info()
-    with open(os.path.join(os.path.dirname(airflow.__file__), "provider_info.schema.json")) as f:
-        jsonschema.validate(info, json.load(f))
-    project = pyproject()["project"]
-    assert (info["package-name"], info["versions"]) == (project["name"], [project["version"]])
-    assert info["description"] == project["description"]
-    assert operator_modules() == OPERATOR_MODULES
-    assert info["operators"] == [{"integration-name": "TensorFlow", "python-modules": OPERATOR_MODULES}]
-    assert info["triggers"] == [
-        {"integration-name": "TensorFlow", "python-modules": ["tfdist.operators.launchers.kubernetes.trigger"]}
-    ]
-    assert list(info["config"]) == ["tfdist"]
-    integrations = {i["integration-name"] for i in info["integrations"]}
-    assert {entry["integration-name"] for entry in info["operators"] + info["triggers"]} <= integrations
-
-
-def test_every_module_and_class_the_provider_info_names_imports_and_is_what_it_says():
-    import importlib
-    import inspect
-
-    from airflow.sdk import BaseOperator, BaseOperatorLink
-    from airflow.triggers.base import BaseTrigger
-
-    from tfdist.operators.provider_info import get_provider_info
-
-    def defined(module: str, base: type) -> list[str]:
-        found = inspect.getmembers(importlib.import_module(module), inspect.isclass)
-        return [name for name, cls in found if issubclass(cls, base) and cls.__module__ == module]
-
-    info = get_provider_info()
-    for module in info["operators"][0]["python-modules"]:
-        assert set(defined(module, BaseOperator)) - set(NOT_EXPORTED), module
-    (triggers,) = [entry["python-modules"] for entry in info["triggers"]]
-    assert [defined(module, BaseTrigger) for module in triggers] == [["StageTrigger"]]
-    for path in info["extra-links"]:
-        module, name = path.rsplit(".", 1)
-        assert issubclass(getattr(importlib.import_module(module), name), BaseOperatorLink), path
-
-
 def test_tfdist_operators_exports_every_operator_class_lazily():
     """``__all__`` names every operator class of operators/*.py (but NOT_EXPORTED), each resolving to the class
     of its module; importing tfdist.operators imports none of them, nor Airflow."""
@@ -502,21 +453,3 @@ def test_the_plugin_serves_the_page_and_the_provider_declares_the_operators_extr
     assert sorted(EXTRA_LINKS) == sorted(set(ours))
     assert [v["url_route"] for v in TfdistPlugin.external_views] == ["training-runs", "training-runs-of-dag"]
     assert [a["url_prefix"] for a in TfdistPlugin.fastapi_apps] == ["/tfdist"]
-
-
-def test_train_links_to_its_run_in_tensorboard_where_the_spec_or_airflow_names_one(tmp_path, monkeypatch):
-    from airflow.serialization.serialized_objects import DagSerialization
-
-    from tfdist.operators import build_dag
-    from tfdist.operators.links import TensorBoardLink
-
-    key = types.SimpleNamespace(dag_id="digits_test", run_id="manual__2026-11-24T10:00:00+00:00")
-    named = build_dag(make_spec(str(tmp_path), training={"tensorboard_url": "https://tb.example.com/ml/"}))
-    served = DagSerialization.from_dict(DagSerialization.to_dict(named)).get_task("train")  # what the API server reads
-    assert TensorBoardLink().get_link(served, ti_key=key) == (
-        f"https://tb.example.com/ml/?runFilter=%5E{run_key(key.run_id)}%2F#timeseries"
-    )
-    unnamed = build_dag(make_spec(str(tmp_path))).get_task("train")
-    assert TensorBoardLink().get_link(unnamed, ti_key=key) == ""
-    monkeypatch.setenv("AIRFLOW__TFDIST__TENSORBOARD_URL", "http://tensorboard:6006")
-    assert TensorBoardLink().get_link(unnamed, ti_key=key).startswith("http://tensorboard:6006/?runFilter=%5Emanual__")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.web.test_runs_page_data import DAG, write_run
+from tests.operators.test_report import DAG, write_run
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.cli import main

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
+from tests.operators.test_report import rules_of
 from tests.publishing.versions import published_metadata
-from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.records import read_record, write_record

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.conftest import REPO
-from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gate, write_run
+from tests.operators.test_report import DAG, write_binary_runs, write_data_gate, write_run
 from tfdist.contract.layout import RunLayout
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress

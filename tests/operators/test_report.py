@@ -1,7 +1,8 @@
-"""The training-runs page's data without a browser: how Airflow's runs and the run directories are joined
-(series per backfill experiment, durations, the gate's checks, the current baseline, live progress, a task's
-metrics and directions) and where the links lead; ``tfdist runs``. The page itself is driven in Chromium on a live
-Airflow in tests/live/test_live_airflow.py, and on a binary task's runs in test_runs_page_browser.py."""
+"""operators/report.py: what each run produced, for the training-runs page and the CLI: how Airflow's runs and
+the run directories are joined (series per backfill experiment, durations, the gate's checks, the current baseline,
+live progress, a task's metrics and directions), curves, warm starts. The page itself is driven in Chromium on a live
+Airflow in tests/live/test_live_airflow.py, and on a binary task's runs in web/test_runs_page_browser.py; the API
+that serves these records: web/test_api.py; `tfdist runs` and `tfdist models`: test_cli.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import os
 import time
 
 from tests.contract.test_train_records import train_result, warm_start_record
-from tests.dag.test_dag_parse import run_python
 from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
 from tfdist.contract.data_records import BaselineRef, DataValidation
 from tfdist.contract.layout import RunLayout, run_key
@@ -17,8 +17,6 @@ from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line
 from tfdist.contract.records import write_record
 from tfdist.contract.train_records import CurvePoint
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
-from tfdist.operators.cli import main
-from tfdist.operators.page_urls import page_url
 from tfdist.operators.report import (
     AirflowRun,
     Backfill,
@@ -189,14 +187,6 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
     assert [(v["version"], v["baseline"]) for v in page["versions"]] == [(2, True), (1, False)]
 
 
-def test_links_lead_into_airflows_ui_under_its_base_path(monkeypatch):
-    assert page_url("digits", run="manual__2026-11-24T10:00:00+00:00") == (
-        "/plugin/training-runs/tfdist/ui/digits?run=manual__2026-11-24T10%3A00%3A00%2B00%3A00"
-    )
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/ml/")
-    assert page_url("digits", version=7) == "/ml/plugin/training-runs/ml/tfdist/ui/digits?version=7"
-
-
 def test_run_directories_written_under_the_old_run_key_are_still_listed(tmp_path):
     """Before 0.2.0 a run's directory was its run id with unsafe characters replaced: such directories are
     found by their run record, not by their name."""
@@ -319,32 +309,6 @@ def test_each_run_and_version_says_how_it_started_warm_from_its_parent_or_cold_a
     assert [row[column:].split("  ")[0] for row in table[1:]] == ["v3", "v2", "cold: variables do not match", "-"]
 
 
-def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys):
-    model_dir = write_lineage(str(tmp_path))
-    assert main(["models", model_dir]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("accuracy=0.9500 loss=0.1000  ")[1] for line in lines] == [
-        "warm start from v3",
-        "warm start from v2",
-        f"cold start: {MISMATCH}",
-        "-",
-    ]
-    assert lines[0].startswith(os.path.join(model_dir, "4") + "  run scheduled__2026-11-14  ")
-
-
-def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
-    layout = RunLayout(str(tmp_path))
-    CurveWrite(layout.curve_file, curve_line(CurvePoint(step=1, loss=2.0, examples_per_sec=None)))()
-    out = run_python(f"""
-        import sys
-        from tfdist.operators.web.api import build_app, curve
-        build_app()
-        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))
-        print("POINTS", len(curve({layout.run_dir!r}).points), "HEAVY", heavy)
-    """)
-    assert "POINTS 1 HEAVY []" in out
-
-
 BINARY = {"task": "binary", "metrics": ["auc", "accuracy", "calibration"]}
 
 
@@ -429,26 +393,6 @@ def test_a_tasks_metrics_come_in_its_specs_order_then_the_loss_each_with_its_dir
     assert {r["task"] for r in page["runs"]} == {"binary"}
 
 
-def test_tfdist_runs_shows_the_specs_first_metric_and_the_loss_and_the_data_gates_categorical_failures(
-    tmp_path, capsys, monkeypatch
-):
-    _, warned = write_binary_runs(str(tmp_path))
-    record = write_data_gate(warned)
-    regression = {"task": "regression", "metrics": ["rmse", "r2"]}
-    write_run(str(tmp_path), "manual__r", "manual__r", "2026-11-19T00:00:00+00:00", None, task=regression)
-    monkeypatch.setenv("TFDIST_ARTIFACT_ROOT", str(tmp_path))
-    assert main(["runs", DAG]) == 0
-    table, failures = capsys.readouterr().out.split("\n\ndata gate, categorical features:\n")
-    header, *rows = table.splitlines()
-    assert header.split() == ["run", "window", "overrides", "data", "parent", "rmse", "auc", "loss", "gate", "version"]
-    assert rows[1].split()[-5:] == ["-", "0.8200", "0.4300", "blessed", "2"]  # no rmse: a binary run
-    assert rows[1].split()[5:7] == ["passed", "(warned)"]
-    expected = [line for line in record["warned"] if line.startswith(("drift: country", "vocabulary: country"))]
-    assert failures.splitlines() == [f"  scheduled__2  {line}" for line in expected] and len(expected) == 2
-    assert len(record["warned"]) == 3 and record["warned"][2].startswith("labels: class yes")  # not categorical
-    assert "(value 'DE': share 0.45, baseline 0.3)" in expected[0]
-
-
 def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its_accuracy(tmp_path):
     layout = RunLayout(str(tmp_path))
     record = {"step": 10, "total_steps": 40, "epoch": 0.5, "epochs": 2, "loss": 0.6, "examples_per_sec": 640.0}
@@ -461,23 +405,41 @@ def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its
     assert live["metrics"] == {"accuracy": 0.8} and "accuracy" not in live
 
 
-def test_the_plugin_api_answers_with_the_records_models_in_the_shapes_the_page_reads(tmp_path):
-    """The routes' response models are the report's (built from the records); a curve's points over the wire keep
-    the train metrics at their top level and no schema version (the page charts every other key)."""
-    from fastapi.encoders import jsonable_encoder
+def test_a_metrics_direction_is_the_same_in_every_task_that_has_it():
+    from tfdist.operators.report import metric_direction
 
-    from tfdist.operators.report import Curve, RunRow
-    from tfdist.operators.web.api import LiveProgress, PipelinePage, build_app
+    assert (metric_direction("accuracy"), metric_direction("loss")) == ("higher_is_better", "lower_is_better")
+    assert metric_direction("rmse") == "lower_is_better"
+    assert metric_direction("calibration") is None and metric_direction("no_such_metric") is None
 
-    models = {route.path: route.response_model for route in build_app().routes if hasattr(route, "response_model")}
-    assert models["/pipelines/{pipeline_id}"] is PipelinePage and models["/runs/{pipeline_id}"] == list[RunRow]
-    assert models["/pipelines/{pipeline_id}/runs/{run_id}/progress"] is LiveProgress
-    assert models["/pipelines/{pipeline_id}/runs/{run_id}/curve"] is Curve
-    layout = RunLayout(str(tmp_path))
-    point = CurvePoint(step=1, loss=2.0, metrics={"auc": None}, examples_per_sec=None, learning_rate=0.1)
-    CurveWrite(layout.curve_file, curve_line(point))()
-    assert jsonable_encoder(curve(layout.run_dir)) == {
-        "points": [{"step": 1, "loss": 2.0, "auc": None, "examples_per_sec": None, "learning_rate": 0.1}],
-        "parent_final": None,
-        "parent_version": None,
-    }
+
+def test_a_runs_task_and_metrics_come_from_its_spec_and_a_spec_from_before_tasks_is_multiclass():
+    from tfdist.operators.report import task_metrics
+
+    assert task_metrics(None) == (None, []) and task_metrics({}) == (None, [])
+    old = {"data": {"label": {"name": "label"}}, "model": {}}
+    task, metrics = task_metrics(old)
+    assert task == "multiclass" and metrics and "accuracy" in metrics
+    assert task_metrics({"data": {"label": {"task": "binary"}}, "model": {"metrics": ["auc"]}}) == ("binary", ["auc"])
+
+
+def test_how_a_run_started_in_words_long_and_short():
+    from tfdist.operators.report import started_from
+
+    assert (started_from(3, None), started_from(3, None, short=True)) == ("warm start from v3", "v3")
+    assert started_from(None, MISMATCH) == f"cold start: {MISMATCH}"
+    assert started_from(None, MISMATCH, short=True) == "cold: variables do not match"
+    assert started_from(None, None) == started_from(None, None, short=True) == "-"
+
+
+def test_a_run_directory_without_records_has_no_progress_curve_or_data_gate_and_lists_without_them(tmp_path):
+    assert progress(str(tmp_path)) is None and curve(str(tmp_path)) is None and data_validation(str(tmp_path)) is None
+    assert list_runs(DAG, [str(tmp_path / "absent")]) == []
+    assert format_runs([]).split() == ["run", "window", "overrides", "data", "parent", "loss", "gate", "version"]
+
+
+def test_what_tf_serving_serves_after_a_withdrawal_or_restore_in_words(tmp_path):
+    from tfdist.operators.report import now_served
+
+    assert now_served(str(tmp_path / "digits"), 7) == "TF Serving now serves version 7, the newest published one"
+    assert now_served(str(tmp_path / "digits"), None).startswith("no published version of digits is left")

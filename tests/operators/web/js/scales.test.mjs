@@ -2,7 +2,15 @@
 import assert from "node:assert/strict";
 import {test} from "node:test";
 
-import {DAY, extent, gateRules, niceTicks, seriesColors, timeTicks, valueAxis} from "../../../operators/web/scales.js";
+import {
+  DAY,
+  extent,
+  gateRules,
+  niceTicks,
+  seriesColors,
+  timeTicks,
+  valueAxis,
+} from "../../../../operators/web/scales.js";
 
 test("value ticks: steps of 1, 2 or 5 times a power of ten, covering the range, with the digits they need", () => {
   assert.deepEqual(niceTicks(0.81, 0.97, 5), {min: 0.8, max: 1, digits: 2, ticks: [0.8, 0.85, 0.9, 0.95, 1]});

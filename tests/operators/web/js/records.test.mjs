@@ -13,7 +13,7 @@ import {
   sortRuns,
   startOf,
   verdictOf,
-} from "../../../operators/web/records.js";
+} from "../../../../operators/web/records.js";
 
 const run = (runId, fields = {}) => ({run_id: runId, run_type: "scheduled", overrides: {}, checks: [], ...fields});
 

@@ -12,7 +12,7 @@ import {
   shortValue,
   signed,
   timestamp,
-} from "../../../operators/web/format.js";
+} from "../../../../operators/web/format.js";
 
 test("numbers: fixed digits, a real minus sign, thousands; a dash for what is no number", () => {
   assert.equal(fixed(0.91234), "0.9123");

@@ -1,6 +1,6 @@
 """The training-runs page's ES modules (operators/web/*.js): their pure helpers under Node's own test runner
-(tests/web/js/*.test.mjs), every module the page imports served by the plugin, with JavaScript's media type, and
-nothing else. The page itself runs in Chromium in test_runs_page_browser.py."""
+(tests/operators/web/js/*.test.mjs), every module the page imports served by the plugin, with JavaScript's media
+type, and nothing else. The page itself runs in Chromium in test_runs_page_browser.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi import HTTPException
 from tests.conftest import REPO
 from tfdist.operators.web.api import PAGE_FILES, page_file
 
-NODE_TESTS = sorted(glob.glob(os.path.join(REPO, "tests", "web", "js", "*.test.mjs")))
+NODE_TESTS = sorted(glob.glob(os.path.join(REPO, "tests", "operators", "web", "js", "*.test.mjs")))
 IMPORT = re.compile(r'^import [^;]*? from "\./([^"]+)";', re.M | re.S)
 
 
