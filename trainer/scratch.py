@@ -175,8 +175,8 @@ writer while it trains. One that fails forgets it (what a failed upload left is 
 class CheckpointUpload:
     """The upload of the checkpoint ``latest`` from a ``snapshot`` of its files: its files, then a state file
     keeping it and the last checkpoints the store's state keeps, ``keep`` in all (a reader restores only what the
-    state names: never a partial checkpoint), then the deletion of the store's others. Discarded, as when a later
-    one follows it in the queue, it removes its snapshot."""
+    state names: never a partial checkpoint), then the deletion of the store's others. Discarded, as when ``keep``
+    later ones follow it in the queue, it removes its snapshot."""
 
     snapshot: str
     url_dir: str
@@ -195,6 +195,12 @@ class CheckpointUpload:
         storage.remove_all([storage.join(self.url_dir, name) for name in sorted(stale)])
         STORED[self.url_dir] = (state, (present - stale) | set(os.listdir(self.snapshot)))
         self.discard()
+
+    @property
+    def needless_after(self) -> int:
+        """How many later uploads queued behind this one make it needless (``uploads.needless``): ``keep`` (the
+        state of the ``keep``-th no longer keeps this checkpoint; a nearer one's does)."""
+        return self.keep
 
     def read_store(self) -> tuple[str | None, frozenset[str]]:
         """The store's state file (None if none) and the names in its checkpoint directory."""

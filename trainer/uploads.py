@@ -78,10 +78,10 @@ class Pace:
 
 class Uploader:
     """Runs uploads to the store of ``store_url`` in order, in the upload process. Each job is ``retried``; one
-    that a later job of the same key follows in the queue is skipped (and ``discard``-ed, if it has that method);
-    after one fails for good the rest are skipped and ``check`` and ``close`` raise. The upload process ends with
-    this one, whatever it had left to upload (the checkpoint state is uploaded last: never a partial one): at
-    once when this one exits, within ``STOP_GRACE_SECONDS`` when it is killed."""
+    that later jobs of the same key make needless (``needless``) is skipped (and ``discard``-ed, if it has that
+    method); after one fails for good the rest are skipped and ``check`` and ``close`` raise. The upload process
+    ends with this one, whatever it had left to upload (the checkpoint state is uploaded last: never a partial
+    one): at once when this one exits, within ``STOP_GRACE_SECONDS`` when it is killed."""
 
     def __init__(self, store_url: str) -> None:
         self.failures, written = os.pipe()
@@ -94,8 +94,8 @@ class Uploader:
         self.failure: str | None = None
 
     def submit(self, job: Job, what: str, key: str | None = None) -> None:
-        """Queue ``job``, which the logs call ``what``; its ``key`` (``what`` if none) names the jobs a later one
-        makes needless. Raise if the upload process ended before its time."""
+        """Queue ``job``, which the logs call ``what``; its ``key`` (``what`` if none) names the jobs later ones
+        make needless (``needless``). Raise if the upload process ended before its time."""
         self._send((job, what, key or what))
 
     def _send(self, item: Item) -> None:
@@ -136,10 +136,18 @@ def receive(stream: IO[bytes], items: queue.SimpleQueue[Item]) -> None:
     items.put(None)
 
 
+def needless(job: Job, key: str, waiting: collections.deque[Item]) -> bool:
+    """Whether the jobs of ``key`` queued after ``job`` make it needless: as many as its ``needless_after`` (1 if
+    it has none: a tree's upload uploads the tree as it is when it runs, a record's write writes it whole; a
+    checkpoint's upload is needless only behind ``keep_checkpoints`` later ones, whose state no longer keeps it)."""
+    later = sum(1 for item in waiting if item is not None and item[2] == key)
+    return later >= getattr(job, "needless_after", 1)
+
+
 def run_jobs(items: queue.SimpleQueue[Item], failures: int) -> None:
     """Run each job in turn until the None that ends them, skipping all after a failure (written to ``failures``)
-    and a job a later one of the same key follows in the queue (a tree's upload uploads the tree as it is when it
-    runs, a checkpoint's upload makes the checkpoints before it needless: the later one covers it)."""
+    and a job the later ones queued make ``needless``: what the store ends with is what running every job would
+    leave."""
     failed, waiting = False, collections.deque[Item]()
     while True:
         if not waiting:
@@ -152,7 +160,7 @@ def run_jobs(items: queue.SimpleQueue[Item], failures: int) -> None:
         if (item := waiting.popleft()) is None:
             return
         job, what, key = item
-        if failed or any(later is not None and later[2] == key for later in waiting):
+        if failed or needless(job, key, waiting):
             if discard := getattr(job, "discard", None):
                 discard()
             continue

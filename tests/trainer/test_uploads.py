@@ -91,8 +91,9 @@ def save_checkpoint(directory: str, step: int) -> None:
         f.write(checkpoint_state([f"ckpt-{s}" for s in (step - 1, step) if s > 0], time.time()))
 
 
-def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_path):
-    """The later upload uploads its checkpoint alone: the store's state keeps none of the discarded ones."""
+def test_a_checkpoint_upload_is_discarded_only_behind_keep_checkpoints_later_ones(tmp_path):
+    """Of the uploads queued, those the last ``keep`` follow are discarded (their state would not keep them): the
+    store ends with the last ``keep`` queued, as if every one had run."""
     log, saved, store = str(tmp_path / "log"), tmp_path / "saved", str(tmp_path / "store")
     saved.mkdir()
     uploads = Uploader(str(tmp_path))
@@ -103,12 +104,13 @@ def test_a_checkpoint_upload_a_later_one_follows_in_the_queue_is_discarded(tmp_p
     for step in (1, 2, 3, 4):
         save_checkpoint(str(saved), step)
         jobs.append(scratch.checkpoint_upload(str(saved), store, 2))
-    shutil.rmtree(jobs[0].snapshot)  # were it run, the first upload would fail: its files are gone
+    for job in jobs[:2]:
+        shutil.rmtree(job.snapshot)  # were they run, the first two uploads would fail: their files are gone
     for step, job in enumerate(jobs, 1):
         uploads.submit(job, f"the upload of ckpt-{step}", key="the checkpoints' upload")
     uploads.close()
-    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-4.{x}" for x in DATA_AND_INDEX)]
-    assert kept_checkpoints((Path(store) / "checkpoint").read_text()) == ["ckpt-4"]
+    assert sorted(os.listdir(store)) == ["checkpoint", *(f"ckpt-{s}.{x}" for s in (3, 4) for x in DATA_AND_INDEX)]
+    assert kept_checkpoints((Path(store) / "checkpoint").read_text()) == ["ckpt-3", "ckpt-4"]
     assert not [name for name in os.listdir(saved) if name.startswith(".uploading-")]  # the others': discarded
 
 

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import DAY, dags_folder, make_spec, new_bucket_url
 from tests.object_store import gcs_connection
 from tfdist.contract.layout import RunLayout, run_path
+from tfdist.contract.progress import CHECKPOINT_STATE, kept_checkpoints
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test
@@ -87,9 +88,10 @@ def test_two_nights_on_real_airflow_with_their_artifacts_only_in_the_bucket(buck
     assert trained["checkpoint"].startswith(layout.checkpoint_dir + "/ckpt-")
     checkpoints = storage.names(layout.checkpoint_dir)
     kept = {n.split(".")[0] for n in checkpoints} - {"checkpoint"}
-    # paced uploads: the first checkpoint's is dropped when the last's is queued behind it (as it is on a busy host,
-    # before this change too), so the store holds the last and at most keep_checkpoints
-    assert "checkpoint" in checkpoints and os.path.basename(trained["checkpoint"]) in kept and 1 <= len(kept) <= 2
+    # the last keep_checkpoints (2) of the uploads queued (the first's, the last's, paced ones between): all there,
+    # however far the uploads lag behind the training
+    state = kept_checkpoints(storage.read_bytes(storage.join(layout.checkpoint_dir, CHECKPOINT_STATE)).decode())
+    assert len(kept) == 2 and set(state) == kept and state[-1] == os.path.basename(trained["checkpoint"])
     assert read_json(layout.progress_file)["step"] == trained["final_step"]
     assert storage.names(layout.tensorboard("train"))
     evaluated = read_json(layout.result("evaluate"))
