@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_bucket_url, wait_for
 from tests.k8s_standin import StandInCluster
-from tests.launchers.kubernetes import store_secret
+from tests.operators.launchers.kubernetes import store_secret
 from tests.object_store import gcs_connection
 from tests.publishing.versions import published_metadata
 from tfdist.contract.layout import RunLayout, run_path

@@ -5,7 +5,7 @@ schemas in strict mode (kubernetes-validate, any misspelt or misplaced key fails
 MPIJob CRD schemas (tests/fixtures/k8s-schemas, additional properties refused). Not modelled: admission,
 the Job controller's behaviour (success and pod failure policies are asserted as written, not run).
 
-The objects run for real on the stand-in cluster in tests/launchers/kubernetes/test_kubernetes_launcher.py."""
+The objects run for real on the stand-in cluster in tests/operators/launchers/kubernetes/test_kubernetes_launcher.py."""
 
 from __future__ import annotations
 
