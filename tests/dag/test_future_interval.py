@@ -1,6 +1,6 @@
 """A run whose data interval ends after the run was created is refused by its first task, for good, before
 anything is written: through the operator, and on real Airflow (``airflow dags test`` with a future logical date,
-a run Airflow creates now). The pure rule is tabled in tests/plan/test_windows.py."""
+a run Airflow creates now). The pure rule is tabled in tests/operators/plan/test_windows.py."""
 
 from __future__ import annotations
 

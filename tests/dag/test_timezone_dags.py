@@ -1,7 +1,7 @@
 """Windows in the DAG's time zone on real Airflow (``airflow dags test``, prepare_data only: the later tasks are
 marked successful without running): a daily run ending at Tokyo midnight reads the Tokyo day, and New York's
 run across the clock change of 2026-11-01 reads that local day, 25 hours long. The pure rules (the 23-hour day
-of March too) are in tests/plan/test_windows.py."""
+of March too) are in tests/operators/plan/test_windows.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, make_spec
-from tests.launchers.kubernetes.test_kubernetes_objects import KUBERNETES, MODES
+from tests.operators.launchers.kubernetes.test_objects import KUBERNETES, MODES
 from tests.packaging.test_packaging import requirement_names
 from tfdist.contract.stages import worker_command
 from tfdist.operators.launchers.kubernetes.objects import stage_objects

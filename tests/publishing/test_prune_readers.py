@@ -1,7 +1,7 @@
 """No prune under a reader (issue 37), without TensorFlow: the model directory's lock and the readers' markers
 across real processes, on a local disk, in a bucket of a real S3-protocol server (moto's) and of a GCS emulator. A
 real warm start against a real export's prune: tests/trainer/test_prune_under_reader.py; in a bucket:
-tests/launchers/local/test_object_store_run.py."""
+tests/operators/launchers/local/test_object_store_run.py."""
 
 from __future__ import annotations
 

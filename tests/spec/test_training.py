@@ -80,7 +80,7 @@ def test_valid_distribution_modes(tmp_path):
 
 def test_a_spec_reads_the_same_whether_or_not_the_validating_machine_has_mpirun(tmp_path, monkeypatch):
     """The dag-processor and a worker read one YAML alike: the Horovod controller's default is left to the
-    launcher (tests/plan/test_plan.py)."""
+    launcher (tests/operators/plan/test_plan.py)."""
     spec = make_spec(str(tmp_path), training={"backend": "mpi"})
     with_mpirun = load_spec(spec)
     monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here

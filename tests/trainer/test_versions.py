@@ -1,6 +1,7 @@
 """How versions are numbered and which one is live: from the data interval's end, so a backfill of an earlier
 interval publishes below the live version and never becomes it; a number from the future is refused by the export
-(a plan may be built elsewhere than by the first task, which refuses such a window: tests/plan/test_windows.py)."""
+(a plan may be built elsewhere than by the first task, which refuses such a window:
+tests/operators/plan/test_windows.py)."""
 
 from __future__ import annotations
 

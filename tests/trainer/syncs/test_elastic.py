@@ -1,5 +1,5 @@
 """Horovod elastic's choice and each rank's place on its machine (trainer/syncs/elastic.py), without a world; the
-elastic training itself runs in tests/launchers/local/test_faults_horovod_elastic.py and the tabular modes."""
+elastic training itself runs in tests/operators/launchers/local/test_faults_horovod_elastic.py and the tabular modes."""
 
 from __future__ import annotations
 

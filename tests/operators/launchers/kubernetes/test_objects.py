@@ -5,7 +5,7 @@ schemas in strict mode (kubernetes-validate, any misspelt or misplaced key fails
 MPIJob CRD schemas (tests/fixtures/k8s-schemas, additional properties refused). Not modelled: admission,
 the Job controller's behaviour (success and pod failure policies are asserted as written, not run).
 
-The objects run for real on the stand-in cluster in tests/launchers/kubernetes/test_kubernetes_launcher.py."""
+The objects run for real on the stand-in cluster in tests/operators/launchers/kubernetes/test_kubernetes_launcher.py."""
 
 from __future__ import annotations
 
@@ -398,63 +398,6 @@ def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp
     assert refused.returncode == launch.EXIT_REFUSED and "produced from a different spec" in refused.stderr
     with pytest.raises(ValueError, match="exceeds 4096"):
         launch.encode_result({"x": "y" * 5000})
-
-
-def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
-    """A deferred task's trigger is stored by its class path; 0.2.0 stored StageTrigger's at launchers.kubernetes."""
-    from airflow.sdk.module_loading import import_string
-
-    from tfdist.operators.launchers.kubernetes.trigger import StageTrigger
-
-    assert import_string("tfdist.operators.launchers.kubernetes.StageTrigger") is StageTrigger
-    assert import_string(StageTrigger({}).serialize()[0]) is StageTrigger
-
-
-WATCH_BEFORE_LOG_MEMBERS = {
-    "connection_id": "k8s_ml",
-    "namespace": "ml",
-    "task_id": "train",
-    "kind": "Job",
-    "name": "tfd-digits-train-1",
-    "objects": [["Service", "tfd-digits-train-1"], ["Job", "tfd-digits-train-1"]],
-    "members": ["worker-0", "worker-1", "worker-2"],
-    "rank_tagged": False,
-    "result_member": "worker-0",
-    "startup_timeout_seconds": 600,
-}
-"""A watch as the 0.2.0 release stored it in a deferred task's trigger and the task's state store, before
-kubernetes.log_members, uids and spec hashes."""
-
-
-def test_a_watch_stored_by_an_earlier_version_reads_as_it_was_stored():
-    """A watch is stored as one mapping, the plan's following beside the watch's own fields: one stored before
-    log_members (0.2.0: it relayed every member's log; no uid, no spec hash) resumes as it ran, and one stored
-    before the following was a record of its own reads and writes the same mapping."""
-    from tfdist.operators.launchers.kubernetes.api import Watch
-    from tfdist.operators.plan import Following
-
-    oldest = Watch.from_dict(WATCH_BEFORE_LOG_MEMBERS)
-    assert oldest.following == Following(
-        connection_id="k8s_ml", namespace="ml", startup_timeout_seconds=600, log_members=None
-    )
-    assert (oldest.uid, oldest.spec_hash) == ("", "") and oldest.relayed("worker-2")
-    assert oldest.objects == (("Service", "tfd-digits-train-1"), ("Job", "tfd-digits-train-1"))
-    stored = {**WATCH_BEFORE_LOG_MEMBERS, "log_members": 2, "uid": "5f0c", "spec_hash": "4c2a9e1b7d3f5a60"}
-    watch = Watch.from_dict(stored)
-    assert watch.to_dict() == stored and Watch.from_dict(watch.to_dict()) == watch
-    assert [watch.relayed(m) for m in watch.members] == [True, True, False]
-
-
-def test_the_launchers_watch_carries_the_plans_following_whole():
-    """What the watch follows by (connection, namespace, startup timeout, logs relayed) is the plan's, not copied."""
-    from tfdist.operators.launchers.kubernetes.launcher import KubernetesLauncher
-
-    _, plan = k8s_plan(None, "mirrored")
-    stage = plan.stage("train")
-    objects = stage_objects(plan, stage)
-    watch = KubernetesLauncher(plan).watch_for(stage, "Job", objects, "4c2a9e1b7d3f5a60")
-    assert watch.following is stage.kubernetes.following
-    assert watch.members == ("worker-0", "worker-1", "worker-2", "worker-3") and watch.result_member == "worker-0"
 
 
 def test_ps_pods_without_a_memory_are_sized_by_their_tables():

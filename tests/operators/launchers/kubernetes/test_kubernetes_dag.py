@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_bucket_url, wait_for
 from tests.k8s_standin import StandInCluster
-from tests.launchers.kubernetes import store_secret
 from tests.object_store import gcs_connection
+from tests.operators.launchers.kubernetes import store_secret
 from tests.publishing.versions import published_metadata
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra import storage

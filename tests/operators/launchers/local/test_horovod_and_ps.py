@@ -1,5 +1,5 @@
 """Horovod for real: ranks over Gloo and over OpenMPI (the parameter-server cluster is in
-tests/launchers/local/test_faults_training.py, killed and resumed)."""
+tests/operators/launchers/local/test_faults_training.py, killed and resumed)."""
 
 from __future__ import annotations
 

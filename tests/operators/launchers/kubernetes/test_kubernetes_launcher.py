@@ -37,7 +37,7 @@ from tests.conftest import (
     wait_for,
 )
 from tests.k8s_standin import StandInCluster
-from tests.launchers.kubernetes import store_secret
+from tests.operators.launchers.kubernetes import store_secret
 from tfdist.contract.launch import EXIT_HUNG, EXIT_REFUSED
 from tfdist.contract.progress import checkpoint_step, last_beats
 from tfdist.infra import storage
