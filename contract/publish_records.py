@@ -5,10 +5,11 @@ values). tfdist.publishing makes and judges them; these are their shapes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from tfdist.contract.data_records import LabelEntry
 from tfdist.contract.records import Metrics, Part, Record
 from tfdist.spec.tasks import Direction
 from tfdist.spec.validation import ChangeThreshold, Threshold
@@ -284,7 +285,7 @@ class VersionMetadata(Record):
     parent: ParentVersion | None = None
     warm_start: WarmStart = Field(default_factory=WarmStart)
     train_metrics: Metrics | None = None
-    label: dict[str, Any] | None = None
+    label: LabelEntry | None = None
     signature: Signature | None = None
     tensorflow_version: str | None = None
 

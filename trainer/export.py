@@ -337,7 +337,7 @@ def published_model(manifest: Manifest, data_dir: str, served: Served, tensorflo
         "input_fingerprint": manifest.input_fingerprint,
         "serving_eval_metrics": served.metrics,
         "serving_skew": served.skew,
-        "label": manifest.label.model_dump(mode="json"),
+        "label": manifest.label,
         "signature": Signature.model_validate(
             {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)}
         ),

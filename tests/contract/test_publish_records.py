@@ -96,7 +96,16 @@ METADATA = {
     "parent": {"version": 7, "run_id": "earlier"},
     "warm_start": {"from": "baseline", "restored": "model and optimizer", "cold_start": None, "mismatched": []},
     "train_metrics": {"loss": 0.12, "accuracy": 0.95},
-    "label": {"name": "label", "task": "multiclass", "classes": ["0", "1"]},
+    "label": {
+        "name": "label",
+        "task": "multiclass",
+        "stored": "index",
+        "classes": ["0", "1"],
+        "num_classes": 2,
+        "positive": None,
+        "mean": None,
+        "std": None,
+    },
     "signature": {
         "inputs": [{"name": "pixels", "kind": "numeric", "dtype": "float32", "shape": [None, 64], "missing": "NaN"}],
         "outputs": {
@@ -192,6 +201,7 @@ def test_a_refused_blessing_and_a_version_published_before_lineage_read_with_the
         (Blessing, {**BLESSING, "checks": [{**CHECKS[0], "kind": "ratio"}]}, "checks.0"),
         (VersionMetadata, {k: v for k, v in METADATA.items() if k != "run_id"}, "run_id"),
         (VersionMetadata, {**METADATA, "serving_skew": {"examples": 3}}, "serving_skew.max_abs_difference"),
+        (VersionMetadata, {**METADATA, "label": {**METADATA["label"], "task": "ranking"}}, "label.task"),
         (Approval, {**APPROVAL, "decision": "maybe"}, "decision"),
         (Withdrawn, {**WITHDRAWN, "who": "alice"}, "who"),
         (ExportResult, {**EXPORT_RESULT, "version": "latest"}, "version"),
