@@ -306,3 +306,31 @@ class Claim(Record):
     run_id: str | None = None
     source_checkpoint: str | None = None
     pruning: bool = False
+
+
+class Holder(Part):
+    """The process that made a lock ticket: its host and pid."""
+
+    host: str
+    pid: int
+
+
+class LockTicket(Record):
+    """A ticket of a model directory's lock in an object store (``.registry.lock/<n>.json``, registry-internal): who
+    made it, when its lease ends (ISO 8601), and whether its holder released the lock."""
+
+    holder: Holder
+    until: str
+    released: bool = False
+
+
+class ReaderMarker(Record):
+    """A process's marker of a version it reads (``.readers/<random>.json``, registry-internal): the version, its
+    run, the process's host and pid, and in an object store its lease's end (ISO 8601; None: a local marker, held
+    by its file lock)."""
+
+    version: int
+    run_id: str
+    host: str
+    pid: int
+    until: str | None = None
