@@ -143,7 +143,13 @@ EXPORT_RESULT = {
     "cold_start": None,
 }
 LOCK_TICKET = {"holder": {"host": "worker-1", "pid": 4242}, "until": "2026-11-21T09:35:00+00:00", "released": True}
-READER_MARKER = {"version": 7, "run_id": "manual__1", "host": "worker-1", "pid": 4242, "until": "2026-11-21T09:35:00+00:00"}
+READER_MARKER = {
+    "version": 7,
+    "run_id": "manual__1",
+    "host": "worker-1",
+    "pid": 4242,
+    "until": "2026-11-21T09:35:00+00:00",
+}
 RECORDS = [
     (Blessing, BLESSING),
     (VersionMetadata, METADATA),
