@@ -27,7 +27,7 @@ import yaml
 from tests.conftest import REPO, make_spec, wait_for
 from tfdist.contract import launch, progress
 from tfdist.contract.launch import SCRATCH_ENV
-from tfdist.contract.records import read_record
+from tfdist.contract.records import MalformedRecord, read_record
 from tfdist.contract.train_records import RunRecord
 from tfdist.infra import stopping
 from tfdist.infra.jsonfiles import read_json
@@ -408,6 +408,36 @@ def test_a_trigger_deferred_by_tfdist_0_2_0_still_resumes_after_an_upgrade():
 
     assert import_string("tfdist.operators.launchers.kubernetes.StageTrigger") is StageTrigger
     assert import_string(StageTrigger({}).serialize()[0]) is StageTrigger
+
+
+def test_the_trigger_event_is_one_record_and_one_a_trigger_of_0_2_0_reported_still_reads():
+    """The TriggerEvent's payload is a StageEvent's JSON: a failure (with the restarts before it) or the result."""
+    from tfdist.operators.launchers.base import StageEvent, StageFailed
+
+    lost = StageFailed("worker-1", -9, {"worker-1": ["step 40"]}, lost=("worker-1",))
+    failed = StageEvent.failed(lost, [{"restart": 1, "lost": ["worker-2"]}])
+    payload = failed.payload()
+    assert json.loads(json.dumps(payload)) == payload and StageEvent.parse(payload, "the event") == failed
+    assert (payload["summary"], payload["lost"], payload["returncode"]) == (
+        "worker-1 was killed by signal 9",
+        ["worker-1"],
+        -9,
+    )
+    reported = {
+        "status": "failed",
+        "returncode": -9,
+        "message": "m",
+        "summary": "s",
+        "lost": ["worker-1"],
+        "restarts": [],
+    }
+    assert StageEvent.parse(reported, "the event").lost == ["worker-1"]  # as 0.2.0's trigger reported it
+    succeeded = StageEvent.succeeded({"final_step": 5}, [{"restart": 1}])
+    reported = {"status": "success", "result": {"final_step": 5, "elastic_restarts": [{"restart": 1}]}}
+    assert StageEvent.parse(reported, "the event") == succeeded
+    with pytest.raises(MalformedRecord) as raised:
+        StageEvent.parse({**reported, "status": "lost"}, "the event")
+    assert (raised.value.source, raised.value.field) == ("the event", "status")
 
 
 WATCH_BEFORE_LOG_MEMBERS = {
