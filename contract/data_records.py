@@ -379,3 +379,54 @@ class ValidateDataResult(Record):
             refused=shown(record.refused),
             warned=shown(record.warned),
         )
+
+
+# prepare_data's pods' files (in the try's directory: trainer/prepare.py's Pods) ---------------------------------
+
+
+class InputPiece(Part):
+    """A piece of the input a writer reads: its file, and the byte range [start, end) whose lines it reads (line
+    formats; the whole file otherwise)."""
+
+    url: str
+    start: int
+    end: int
+
+
+class PodsPlan(Record):
+    """``plan.json``, written by pod 0: each pod's share of the input (its pieces, in input order), or that the
+    prepared data is reused (``reuse``; no shares then)."""
+
+    shares: list[list[InputPiece]] | None = None
+    reuse: bool = False
+
+
+class FirstRow(Part):
+    """A row of the input, as a message names it: its file, and its line's byte offset (None: a record format's
+    file) or its record."""
+
+    url: str
+    offset: int | None = None
+    record: int = 0
+
+
+class PieceTally(Part):
+    """What a writer learned of one piece, exactly (trainer/prepare.py's PieceResult): rows per split and shard,
+    class counts per split (pairs of class and rows), the train rows' moments and every row's statistics per
+    numeric feature (arrays as JSON lists), its value counts' file in the parts directory, and a binary label's
+    negative value with its first row."""
+
+    counts: dict[str, list[int]]
+    classes: dict[str, list[tuple[int | str, int]]]
+    train: dict[str, dict[str, Any]]
+    statistics: dict[str, dict[str, Any]]
+    values_file: str | None
+    negative: tuple[str, FirstRow] | None
+
+
+class PodResult(Record):
+    """``result-<pod>.json``, written by each pod but pod 0 once its parts are handed over: what it learned of
+    each piece of its share, in input order, and the seconds its TensorFlow import took."""
+
+    pieces: list[PieceTally]
+    import_seconds: float

@@ -5,10 +5,11 @@ values). tfdist.publishing makes and judges them; these are their shapes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from tfdist.contract.data_records import LabelEntry
 from tfdist.contract.records import Metrics, Part, Record
 from tfdist.spec.tasks import Direction
 from tfdist.spec.validation import ChangeThreshold, Threshold
@@ -284,7 +285,7 @@ class VersionMetadata(Record):
     parent: ParentVersion | None = None
     warm_start: WarmStart = Field(default_factory=WarmStart)
     train_metrics: Metrics | None = None
-    label: dict[str, Any] | None = None
+    label: LabelEntry | None = None
     signature: Signature | None = None
     tensorflow_version: str | None = None
 
@@ -305,3 +306,31 @@ class Claim(Record):
     run_id: str | None = None
     source_checkpoint: str | None = None
     pruning: bool = False
+
+
+class Holder(Part):
+    """The process that made a lock ticket: its host and pid."""
+
+    host: str
+    pid: int
+
+
+class LockTicket(Record):
+    """A ticket of a model directory's lock in an object store (``.registry.lock/<n>.json``, registry-internal): who
+    made it, when its lease ends (ISO 8601), and whether its holder released the lock."""
+
+    holder: Holder
+    until: str
+    released: bool = False
+
+
+class ReaderMarker(Record):
+    """A process's marker of a version it reads (``.readers/<random>.json``, registry-internal): the version, its
+    run, the process's host and pid, and in an object store its lease's end (ISO 8601; None: a local marker, held
+    by its file lock)."""
+
+    version: int
+    run_id: str
+    host: str
+    pid: int
+    until: str | None = None

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tfdist.infra.jsonfiles import read_json, write_json_atomic
+from tfdist.infra.jsonfiles import create_json, read_json, write_json_atomic
 
 R = TypeVar("R", bound="Record")
 
@@ -100,3 +100,9 @@ def read_record_if_exists(path: str, model: type[R]) -> R | None:
 def write_record(path: str, record: Record) -> None:
     """Write ``record`` whole at ``path``."""
     write_json_atomic(path, record.payload())
+
+
+def create_record(path: str, record: Record) -> bool:
+    """Write ``record`` at ``path`` only if there is none yet, in one step no other writer interleaves with; whether
+    this call made it."""
+    return create_json(path, record.payload())

@@ -22,8 +22,18 @@ def read_json_if_exists(path: str) -> Any:
         return None
 
 
+def json_bytes(payload: Any) -> bytes:
+    """``payload`` as a JSON file holds it."""
+    return json.dumps(payload, indent=2, sort_keys=True).encode()
+
+
 def write_json_atomic(path: str, payload: Any) -> None:
-    storage.write_bytes(path, json.dumps(payload, indent=2, sort_keys=True).encode())
+    storage.write_bytes(path, json_bytes(payload))
+
+
+def create_json(path: str, payload: Any) -> bool:
+    """Write ``payload`` at ``path`` only if nothing is there yet (``storage.create``); whether this call made it."""
+    return storage.create(path, json_bytes(payload))
 
 
 def digest_json(payload: Any) -> str:

@@ -242,17 +242,19 @@ class StageOperator(RunPlanned, BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Resumes after the trigger: the stage's result record, its elastic restart, or its failure."""
         from tfdist.operators.launchers import get_launcher
+        from tfdist.operators.launchers.base import StageEvent
         from tfdist.operators.outcomes import stage_outcome
 
-        if event["status"] != "success":
+        reported = StageEvent.parse(event, f"the trigger event of {self.task_id}")
+        if reported.status != "success":
             plan = self.plan(context)
             trigger = get_launcher(plan, context["ti"].try_number).continue_deferred(
-                plan.stage(self.stage), event, self.log, context.get("task_state_store")
+                plan.stage(self.stage), reported, self.log, context.get("task_state_store")
             )
             if trigger is not None:
                 self.defer(trigger=trigger, method_name="execute_complete")
-            raise stage_outcome(self.task_id, event["returncode"], event["message"], event.get("lost", ()))
-        return self.return_value(event["result"], self.plan(context), context)
+            raise stage_outcome(self.task_id, reported.returncode, reported.message, reported.lost)
+        return self.return_value(reported.result, self.plan(context), context)
 
     def return_value(self, record: dict[str, Any], plan: Plan, context: Any) -> Any:
         """The task's XCom value from the stage's result record."""

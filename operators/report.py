@@ -48,20 +48,11 @@ class View(BaseModel):
 
 
 class Progress(View):
-    """The train stage's latest progress record (``TrainProgress``) with its estimate of the time left."""
+    """The train stage's latest progress record as written (``record``), when it was written (ISO 8601, UTC), its
+    estimate of the time left and whether training finished."""
 
-    step: int
-    total_steps: int
-    epoch: float
-    epochs: int
-    loss: float
-    metrics: Metrics
-    examples_per_sec: float | None
-    workers: int
-    global_batch_size: int
-    elapsed_seconds: float
-    updated_at: str
-    """When it was written (ISO 8601, UTC)."""
+    record: TrainProgress
+    written_at: str
     seconds_left: float | None
     finished: bool
 
@@ -72,8 +63,8 @@ def progress(run_dir: str) -> Progress | None:
     if record is None:
         return None
     return Progress(
-        **record.model_dump(exclude={"schema_version", "updated_at"}),
-        updated_at=dt.datetime.fromtimestamp(record.updated_at, dt.UTC).isoformat(),
+        record=record,
+        written_at=dt.datetime.fromtimestamp(record.updated_at, dt.UTC).isoformat(),
         seconds_left=record.seconds_left,
         finished=record.step >= record.total_steps,
     )

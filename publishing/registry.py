@@ -18,13 +18,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO
 
 from tfdist.contract.layout import CONTROL_CHARACTERS
-from tfdist.contract.publish_records import Claim, VersionMetadata, Withdrawn
-from tfdist.contract.records import read_record_if_exists, write_record
+from tfdist.contract.publish_records import Claim, Holder, LockTicket, ReaderMarker, VersionMetadata, Withdrawn
+from tfdist.contract.records import create_record, read_record_if_exists, write_record
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json_if_exists, write_json_atomic
+from tfdist.infra.jsonfiles import json_bytes
 
 METADATA = "metadata.json"
 """In each version's directory: what was published, from which run, data and checkpoint, and why."""
@@ -299,13 +299,13 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _lapsed(record: dict[str, Any]) -> bool:
-    """Whether a lease (``until``) is over by this host's clock, allowing for CLOCK_SKEW."""
-    return _now() > dt.datetime.fromisoformat(record["until"]) + CLOCK_SKEW
+def _lapsed(until: str) -> bool:
+    """Whether a lease ending at ``until`` is over by this host's clock, allowing for CLOCK_SKEW."""
+    return _now() > dt.datetime.fromisoformat(until) + CLOCK_SKEW
 
 
-def _holder() -> dict[str, Any]:
-    return {"host": os.uname().nodename, "pid": os.getpid()}
+def _holder() -> Holder:
+    return Holder(host=os.uname().nodename, pid=os.getpid())
 
 
 class _StoreLock:
@@ -321,7 +321,7 @@ class _StoreLock:
     def __init__(self, model_dir: str) -> None:
         self.folder = storage.join(model_dir, LOCK)
         self.ticket, self.until = 0, _now()
-        self.record: dict[str, Any] = {}
+        self.record: LockTicket | None = None
 
     def _path(self, ticket: int) -> str:
         return storage.join(self.folder, f"{ticket}.json")
@@ -335,20 +335,20 @@ class _StoreLock:
         while True:
             tickets = self._tickets()
             top = tickets[-1] if tickets else 0
-            record = read_json_if_exists(self._path(top)) if top else {"released": True}
-            if record is None or not (record.get("released") or _lapsed(record)):
-                if record and record != told:
+            held_by = read_record_if_exists(self._path(top), LockTicket) if top else None
+            if top and (held_by is None or not (held_by.released or _lapsed(held_by.until))):
+                if held_by and held_by != told:
+                    holder = held_by.holder
                     print(
-                        f"waiting for {self.folder}, held by {record['holder']} until {record['until']}",
+                        f"waiting for {self.folder}, held by {holder.host} (pid {holder.pid}) until {held_by.until}",
                         file=sys.stderr,
                     )
-                    told = record
+                    told = held_by
                 time.sleep(self.POLL_SECONDS)
                 continue
             mine, until = top + 1, _now() + LEASE
-            mine_record = {"holder": _holder(), "until": until.isoformat()}
-            made = storage.create(self._path(mine), json.dumps(mine_record).encode())
-            if made and (now := self._tickets())[-1] == mine:
+            mine_record = LockTicket(holder=_holder(), until=until.isoformat())
+            if create_record(self._path(mine), mine_record) and (now := self._tickets())[-1] == mine:
                 self.ticket, self.until, self.record = mine, until, mine_record
                 for old in now[:-1]:
                     storage.remove(self._path(old))
@@ -360,7 +360,8 @@ class _StoreLock:
             raise RegistryError(f"{self.folder}: this process's hold lasted past its lease ({LEASE}); stopped")
 
     def release(self) -> None:
-        write_json_atomic(self._path(self.ticket), {**self.record, "released": True})
+        if self.record is not None:
+            write_record(self._path(self.ticket), self.record.model_copy(update={"released": True}))
 
 
 @contextlib.contextmanager
@@ -388,10 +389,11 @@ class Reader:
 
     def __init__(self, model_dir: str, version: int, run_id: str):
         name = f"{uuid.uuid4().hex}.json"
-        self.record = {"version": version, "run_id": run_id, **_holder()}
+        holder = _holder()
+        self.record = ReaderMarker(version=version, run_id=run_id, host=holder.host, pid=holder.pid)
         self.path = storage.join(model_dir, READERS_DIR, name)
         self.released = threading.Event()
-        self.file: IO[str] | None = None
+        self.file: IO[bytes] | None = None
         self.keeper: threading.Thread | None = None
         if storage.is_object_store(model_dir):
             self._renew()
@@ -399,14 +401,13 @@ class Reader:
             self.keeper.start()
             return
         os.makedirs(os.path.join(model_dir, READERS_DIR), exist_ok=True)
-        self.file = open(self.path, "x")  # open until release
+        self.file = open(self.path, "xb")  # open until release
         fcntl.flock(self.file, fcntl.LOCK_SH)
-        json.dump(self.record, self.file)
+        self.file.write(json_bytes(self.record.payload()))  # into the file it locks: not replaced (write_record)
         self.file.flush()
 
     def _renew(self) -> None:
-        lease = {**self.record, "until": (_now() + LEASE).isoformat()}
-        write_json_atomic(self.path, lease)
+        write_record(self.path, self.record.model_copy(update={"until": (_now() + LEASE).isoformat()}))
 
     def _keep(self) -> None:
         while not self.released.wait(LEASE.total_seconds() / 4):
@@ -447,11 +448,11 @@ def held(model_dir: str) -> set[int]:
     if storage.is_object_store(model_dir):
         found = set()
         for name in storage.names(readers):
-            lease = read_json_if_exists(path := storage.join(readers, name))
-            if lease and _lapsed(lease):
+            lease = read_record_if_exists(path := storage.join(readers, name), ReaderMarker)
+            if lease and (lease.until is None or _lapsed(lease.until)):  # a store's marker lives by its lease
                 storage.remove(path)
             elif lease:
-                found.add(lease["version"])
+                found.add(lease.version)
         return found
     return _locked_markers(readers)
 
@@ -464,7 +465,7 @@ def _locked_markers(readers: str) -> set[int]:
             try:
                 fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                found.add(json.load(marker)["version"])
+                found.add(ReaderMarker.parse(json.load(marker), marker.name).version)
             else:
                 os.remove(marker.name)  # nobody holds it: its process ended without releasing it
     return found

@@ -112,18 +112,18 @@ def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
     return predict
 
 
-def class_columns(published: dict[str, Any] | None, label: LabelEntry) -> list[int] | None:
+def class_columns(published: LabelEntry | None, label: LabelEntry) -> list[int] | None:
     """The columns of a published model's probabilities in this run's class order (None: its own order), from its
     metadata's ``label`` (None: published before labels had tasks, integer classes); ValueError when its task or
     classes are not this run's."""
     if published is None:
         return None
-    if published["task"] != label.task:
-        raise ValueError(f"it predicts task '{published['task']}', this run's is '{label.task}'")
-    theirs, ours = published["classes"], label.class_names
+    if published.task != label.task:
+        raise ValueError(f"it predicts task '{published.task}', this run's is '{label.task}'")
+    theirs, ours = published.class_names, label.class_names
     if theirs == ours:
         return None
-    if label.task != "multiclass" or sorted(theirs) != sorted(map(str, ours)):
+    if label.task != "multiclass" or sorted(map(str, theirs)) != sorted(map(str, ours)):
         raise ValueError(f"its classes {theirs} are not this run's {ours}")
     return [theirs.index(c) for c in ours]
 

@@ -19,7 +19,6 @@ import dataclasses
 import datetime as dt
 import functools
 import glob
-import json
 import os
 import shutil
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,14 @@ from tfdist.contract.publish_records import (
     VersionMetadata,
     WarmStart,
 )
-from tfdist.contract.records import Metrics, RecordError, read_record, read_record_if_exists, write_record
+from tfdist.contract.records import (
+    Metrics,
+    RecordError,
+    create_record,
+    read_record,
+    read_record_if_exists,
+    write_record,
+)
 from tfdist.contract.stages import ExportArgs
 from tfdist.contract.train_records import RunRecord, TrainResult, WarmStartRecord
 from tfdist.infra import storage
@@ -187,7 +193,7 @@ def claim_version(model_dir: str, base: int, run_id: str, checkpoint: str) -> tu
             if _owner(registry.metadata_file(path), VersionMetadata) == owner:
                 return version, True
             continue
-        if not storage.create(claim, json.dumps(Claim(run_id=run_id, source_checkpoint=checkpoint).payload()).encode()):
+        if not create_record(claim, Claim(run_id=run_id, source_checkpoint=checkpoint)):
             if _owner(claim, Claim) == owner:
                 return version, False
             continue
@@ -337,7 +343,7 @@ def published_model(manifest: Manifest, data_dir: str, served: Served, tensorflo
         "input_fingerprint": manifest.input_fingerprint,
         "serving_eval_metrics": served.metrics,
         "serving_skew": served.skew,
-        "label": manifest.label.model_dump(mode="json"),
+        "label": manifest.label,
         "signature": Signature.model_validate(
             {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)}
         ),

@@ -40,13 +40,18 @@ from tfdist.contract.data_records import (
     ClassStatistics,
     DataStatistics,
     FeatureEntry,
+    FirstRow,
     InputFile,
+    InputPiece,
     LabelEntry,
     Manifest,
     ManifestHead,
     Normalization,
     NumericEntry,
     NumericStatistics,
+    PieceTally,
+    PodResult,
+    PodsPlan,
     PrepareResult,
     Shard,
     Split,
@@ -59,7 +64,7 @@ from tfdist.contract.layout import MANIFEST
 from tfdist.contract.records import read_record, read_record_if_exists, write_record
 from tfdist.contract.stages import PrepareArgs
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import digest_json, read_json, sha256_file, write_json_atomic
+from tfdist.infra.jsonfiles import digest_json, sha256_file
 from tfdist.publishing import registry
 from tfdist.spec import CategoricalListFeature, NumericFeature
 from tfdist.spec.data import MAX_CLASSES
@@ -187,31 +192,42 @@ class PieceResult:
             np.savez(f, **arrays)
         self.values, self.values_file = {}, file_name
 
-    def to_json(self) -> dict[str, Any]:
-        """Exactly, as JSON values (a pod hands its pieces' results to pod 0 this way)."""
-        return {
-            "counts": {split: v.tolist() for split, v in self.counts.items()},
-            "classes": {split: [[_json_key(k), n] for k, n in c.items()] for split, c in self.classes.items()},
-            "train": {name: statistics.to_json(s) for name, s in self.train.items()},
-            "statistics": {name: statistics.to_json(s) for name, s in self.statistics.items()},
-            "values_file": self.values_file,
-            "negative": self.negative and [self.negative[0], dataclasses.asdict(self.negative[1])],
-        }
+    def tally(self) -> PieceTally:
+        """Exactly, as its record (a pod hands its pieces' results to pod 0 this way)."""
+        negative = self.negative and (self.negative[0], FirstRow(**dataclasses.asdict(self.negative[1])))
+        return PieceTally(
+            counts={split: v.tolist() for split, v in self.counts.items()},
+            classes={split: [(_json_key(k), n) for k, n in c.items()] for split, c in self.classes.items()},
+            train={name: statistics.to_json(s) for name, s in self.train.items()},
+            statistics={name: statistics.to_json(s) for name, s in self.statistics.items()},
+            values_file=self.values_file,
+            negative=negative,
+        )
 
     @classmethod
-    def from_json(cls, spec: DataSpec, data: dict[str, Any]) -> PieceResult:
+    def of_tally(cls, spec: DataSpec, tally: PieceTally) -> PieceResult:
         result = cls(spec)
-        result.counts = {split: np.asarray(v, np.int64) for split, v in data["counts"].items()}
+        result.counts = {split: np.asarray(v, np.int64) for split, v in tally.counts.items()}
         result.classes = {
             split: Counter({k.encode() if isinstance(k, str) else k: n for k, n in pairs})
-            for split, pairs in data["classes"].items()
+            for split, pairs in tally.classes.items()
         }
-        result.train = {name: statistics.from_json(s) for name, s in data["train"].items()}
-        result.statistics = {name: statistics.from_json(s) for name, s in data["statistics"].items()}
-        result.values, result.values_file = {}, data["values_file"]
-        negative = data["negative"]
-        result.negative = negative and (negative[0], readers.Where(**negative[1]))
+        result.train = {name: statistics.from_json(s) for name, s in tally.train.items()}
+        result.statistics = {name: statistics.from_json(s) for name, s in tally.statistics.items()}
+        result.values, result.values_file = {}, tally.values_file
+        negative = tally.negative
+        result.negative = negative and (negative[0], readers.Where(**negative[1].model_dump()))
         return result
+
+
+@dataclass
+class ShareResult:
+    """What a writer hands back: a PieceResult per piece of its share, in input order, their value counts merged
+    (Share.fold; else None) and the seconds its TensorFlow import took (not the stage's work)."""
+
+    pieces: list[PieceResult]
+    values: dict[str, statistics.ValueCounts] | None = None
+    import_seconds: float = 0.0
 
 
 def value_capacity(feature: Categorical) -> int:
@@ -236,12 +252,10 @@ def write_rows(examples: data.ExampleWriter, chunk: readers.Chunk, group: np.nda
         examples.write(open_part(g), columns, order[bounds[g] : bounds[g + 1]].tolist())
 
 
-def write_share(share: Share) -> dict[str, Any]:
-    """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; a PieceResult
-    per piece, and (Share.fold) their value counts merged. Also the seconds its TensorFlow import took (not the
-    stage's work)."""
+def write_share(share: Share) -> ShareResult:
+    """Read the share's pieces chunk by chunk, write each row to its split and shard's part file; what it learned."""
     if not share.pieces:
-        return {"pieces": [], "import_seconds": 0.0}
+        return ShareResult([])
     spec = share.data_spec
     if share.own_process:
         os.environ[THREADS_ENV] = "1"  # one core per writer process
@@ -279,7 +293,7 @@ def write_share(share: Share) -> dict[str, Any]:
     finally:
         for part in parts.values():
             part.close()
-    return {"pieces": results, "values": folded, "import_seconds": imported}
+    return ShareResult(results, folded, imported)
 
 
 def shares(pieces: list[readers.Piece], processes: int) -> list[list[readers.Piece]]:
@@ -301,7 +315,7 @@ def refuse(exc: readers.BadData) -> NoReturn:
     )
 
 
-def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: str) -> list[dict]:
+def write_all(runs: list[list[readers.Piece]], data_spec: DataSpec, parts_dir: str) -> list[ShareResult]:
     """Each run's write_share result: in this process when one writer does it all, else in a pool of writer
     processes."""
     first, several = next(k for k, run in enumerate(runs) if run), sum(map(bool, runs)) > 1
@@ -329,7 +343,7 @@ class Pods:
         self.shared_parts = None if self.in_store else os.path.join(directory, "parts")
         self.plan_path = storage.join(directory, "plan.json")
 
-    def publish_plan(self, plan: dict) -> None:
+    def publish_plan(self, plan: PodsPlan) -> None:
         """Pod 0: the plan; earlier tries' directories are removed."""
         tries = storage.parent(self.dir)
         for earlier in storage.names(tries):
@@ -337,12 +351,12 @@ class Pods:
                 storage.remove_tree(storage.join(tries, earlier))
         if self.shared_parts:
             os.makedirs(self.shared_parts, exist_ok=True)
-        write_json_atomic(self.plan_path, plan)
+        write_record(self.plan_path, plan)
 
-    def wait_plan(self) -> dict:
+    def wait_plan(self) -> PodsPlan:
         while not storage.exists(self.plan_path):
             time.sleep(self.poll_seconds)
-        return read_json(self.plan_path)
+        return read_record(self.plan_path, PodsPlan)
 
     @contextlib.contextmanager
     def own_parts(self) -> Iterator[str]:
@@ -356,23 +370,26 @@ class Pods:
         finally:
             shutil.rmtree(local)
 
-    def write_result(self, result: dict, parts_dir: str) -> None:
+    def result_path(self, pod: int) -> str:
+        return storage.join(self.dir, f"result-{pod}.json")
+
+    def write_result(self, result: ShareResult, parts_dir: str) -> None:
         """Another pod: its parts handed over (uploaded, in a store), then its result."""
         if self.in_store:
             storage.upload_tree(parts_dir, storage.join(self.dir, "parts"))
-        pieces = [p.to_json() for p in result["pieces"]]
-        write_json_atomic(storage.join(self.dir, f"result-{self.index}.json"), {**result, "pieces": pieces})
+        pieces = [p.tally() for p in result.pieces]
+        write_record(self.result_path(self.index), PodResult(pieces=pieces, import_seconds=result.import_seconds))
 
-    def wait_results(self, data_spec: DataSpec, parts_dir: str) -> list[dict]:
+    def wait_results(self, data_spec: DataSpec, parts_dir: str) -> list[ShareResult]:
         """Pod 0: every other pod's write_share result, in pod order; their parts then in ``parts_dir``, beside
         its own."""
         results = []
         for k in range(1, self.count):
-            while not storage.exists(path := storage.join(self.dir, f"result-{k}.json")):
+            while not storage.exists(path := self.result_path(k)):
                 time.sleep(self.poll_seconds)
-            result = read_json(path)
-            result["pieces"] = [PieceResult.from_json(data_spec, p) for p in result["pieces"]]
-            results.append(result)
+            pod = read_record(path, PodResult)
+            pieces = [PieceResult.of_tally(data_spec, p) for p in pod.pieces]
+            results.append(ShareResult(pieces, None, pod.import_seconds))
         if self.in_store:
             storage.download_tree(storage.join(self.dir, "parts"), parts_dir)
         return results
@@ -381,9 +398,9 @@ class Pods:
 def write_share_of_pod(pods: Pods, data_spec: DataSpec) -> None:
     """A pod other than pod 0: once the plan is there, write its share (unless the data is reused)."""
     plan = pods.wait_plan()
-    if "shares" not in plan:
+    if plan.shares is None:
         return
-    share = [readers.Piece(**p) for p in plan["shares"][pods.index]]
+    share = [readers.Piece(**p.model_dump()) for p in plan.shares[pods.index]]
     with pods.own_parts() as parts_dir:
         try:
             result = write_share(Share(pods.index, share, parts_dir, data_spec, False, False))
@@ -417,7 +434,7 @@ def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bo
     if head := read_record_if_exists(path, ManifestHead):
         if head.input_fingerprint == fingerprint:  # of the same layout version: the fingerprint digests it
             if pods:
-                pods.publish_plan({"reuse": True})
+                pods.publish_plan(PodsPlan(reuse=True))
             say(f"reusing prepared data in {args.out}: same input fingerprint {fingerprint[:12]}")
             write_result(args.result, args.out, read_record(path, Manifest))
             return True
@@ -432,12 +449,12 @@ def reuse_prepared(args: PrepareArgs, pods: Pods | None, fingerprint: str) -> bo
 
 def write_parts(
     runs: list[list[readers.Piece]], data_spec: DataSpec, pods: Pods | None, tmp: str
-) -> tuple[list[dict], str]:
+) -> tuple[list[ShareResult], str]:
     """(every writer's write_share result, the directory of their parts): the pods' (pod 0 writes the first run),
     or this process's writers' in ``tmp``."""
     if pods:
         parts_dir = pods.shared_parts or os.path.join(tmp, "parts")
-        pods.publish_plan({"shares": [[dataclasses.asdict(p) for p in run] for run in runs]})
+        pods.publish_plan(PodsPlan(shares=[[InputPiece(**dataclasses.asdict(p)) for p in run] for run in runs]))
         say(f"shared the input among {pods.count} pods (plan in {pods.dir}); writing this pod's share")
         os.makedirs(parts_dir, exist_ok=True)
         try:
@@ -465,12 +482,12 @@ def row_counts(total: PieceResult, files: list[tuple[str, int]], writers: str) -
     return counts
 
 
-def merged_results(done: list[dict], data_spec: DataSpec, parts_dir: str) -> PieceResult:
+def merged_results(done: list[ShareResult], data_spec: DataSpec, parts_dir: str) -> PieceResult:
     """The writers' pieces' results merged in input order: the value counts the first writer merged itself, then
     each later piece's, read back from its file in ``parts_dir``."""
     total = PieceResult(data_spec)
-    total.values = next((d["values"] for d in done if d.get("values")), total.values)
-    for r in (r for d in done for r in d["pieces"]):
+    total.values = next((d.values for d in done if d.values), total.values)
+    for r in (r for d in done for r in d.pieces):
         for split in SPLITS:
             total.counts[split] += r.counts[split]
             total.classes[split].update(r.classes[split])
@@ -699,7 +716,7 @@ def main() -> None:
     with storage.staged(args.out, last=(MANIFEST,)) as tmp:
         runs = shares(readers.pieces(files, data_spec.format), processes)
         done, parts_dir = write_parts(runs, data_spec, pods, tmp)
-        started += max(d["import_seconds"] for d in done)  # the throughput counts our work, not the import
+        started += max(d.import_seconds for d in done)  # the throughput counts our work, not the import
         try:
             total = merged_results(done, data_spec, parts_dir)
         except readers.BadData as exc:

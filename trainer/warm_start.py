@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
 import re
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.contract.records import read_record
+from tfdist.contract.records import create_record, read_record
 from tfdist.contract.train_records import RunRecord, VocabularyRows, WarmStartChoice, WarmStartParent, WarmStartRecord
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json_if_exists
@@ -210,10 +209,10 @@ def agreed_parent(
     found: registry.PublishedVersion | None, model_dir: str, choice_file: str
 ) -> tuple[registry.PublishedVersion | None, str | None]:
     """(the parent every process of the run starts from, why there is none though one was chosen): ``found`` if this
-    process is the first to record its choice (created whole, once: ``storage.create``), else the version
+    process is the first to record its choice (created whole, once: ``create_record``), else the version
     recorded, if it is still published."""
     choice = WarmStartChoice(version=found.version if found else None)
-    if storage.create(choice_file, json.dumps(choice.payload()).encode()):
+    if create_record(choice_file, choice):
         return found, None
     version = read_record(choice_file, WarmStartChoice).version
     chosen = next((m for m in registry.versions(model_dir) if m.version == version), None)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from pydantic import Field
+
+from tfdist.contract.records import Record
 from tfdist.operators.plan import Elastic, Plan, StagePlan
 
 TAIL_LINES = 40
@@ -44,6 +47,41 @@ class StageFailed(RuntimeError):
         blocks = [f"[{name}] last lines:\n" + "\n".join(f"  {line}" for line in lines) for name, lines in tails.items()]
         self.summary = f"{process} {how}" + (f"; {detail}" if detail else "")
         super().__init__(self.summary + "\n" + "\n".join(blocks))
+
+
+def with_restarts(result: dict[str, Any], restarts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stage's result record, with the elastic restarts before it (``elastic_restarts``) if there were any."""
+    return {**result, "elastic_restarts": restarts} if restarts else result
+
+
+class StageEvent(Record):
+    """What a deferred stage's trigger reports to its task (its TriggerEvent's payload, as JSON): the stage's result
+    record (``status`` success; with the elastic restarts before it in its ``elastic_restarts``), or its failure
+    (``status`` failed): the return code, the message and its summary, the members lost, the elastic restarts
+    before (``restarts``; ``result`` is then {}). Payloads from before the model (no schema version) read."""
+
+    status: Literal["success", "failed"]
+    result: dict[str, Any] = Field(default_factory=dict)
+    returncode: int | None = None
+    message: str = ""
+    summary: str = ""
+    lost: list[str] = Field(default_factory=list)
+    restarts: list[dict[str, Any]] = Field(default_factory=list)
+
+    @classmethod
+    def succeeded(cls, result: dict[str, Any], restarts: list[dict[str, Any]]) -> StageEvent:
+        return cls(status="success", result=with_restarts(result, restarts))
+
+    @classmethod
+    def failed(cls, failure: StageFailed, restarts: list[dict[str, Any]]) -> StageEvent:
+        return cls(
+            status="failed",
+            returncode=failure.returncode,
+            message=str(failure),
+            summary=failure.summary,
+            lost=list(failure.lost),
+            restarts=restarts,
+        )
 
 
 def failed_first(tails: dict, name: str) -> dict[str, list[str]]:
@@ -114,7 +152,7 @@ class Launcher(abc.ABC):
         processes live and die with the task process (then call ``run``)."""
         return None
 
-    def continue_deferred(self, stage: StagePlan, event: dict[str, Any], log: StageLog, store: Any) -> Any | None:
+    def continue_deferred(self, stage: StagePlan, event: StageEvent, log: StageLog, store: Any) -> Any | None:
         """After the trigger of ``start_deferred`` reported the stage failed: the trigger following the stage
         restarted elastically, or None when it may not continue."""
         return None
@@ -126,7 +164,7 @@ class Launcher(abc.ABC):
         while True:
             try:
                 result = self.run_once(stage, log, restarts)
-                return {**result, "elastic_restarts": restarts} if restarts else result
+                return with_restarts(result, restarts)
             except StageFailed as failure:
                 smaller = shrunk(stage, failure.lost, restarts, self.restart_policy(stage))
                 if smaller is None:

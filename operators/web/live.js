@@ -87,11 +87,12 @@ function liveCard(run, onSelect) {
 
 function showProgress(card, p) {
   const {parts} = card;
-  const percent = p.total_steps ? Math.min(100, (100 * p.step) / p.total_steps) : 0;
+  const r = p.record; // the progress record as the train stage wrote it
+  const percent = r.total_steps ? Math.min(100, (100 * r.step) / r.total_steps) : 0;
   card.progress = p;
   card.root.classList.remove("waiting");
-  parts.step.textContent = String(p.step);
-  parts["total-steps"].textContent = String(p.total_steps);
+  parts.step.textContent = String(r.step);
+  parts["total-steps"].textContent = String(r.total_steps);
   parts.fill.style.width = `${percent}%`;
   parts.fill.parentNode.setAttribute("aria-valuenow", percent.toFixed(0));
   parts.percent.textContent = `${Math.floor(percent)} %`;
@@ -100,10 +101,10 @@ function showProgress(card, p) {
     : isNum(p.seconds_left)
       ? `≈ ${duration(p.seconds_left)} left`
       : "estimating time left…";
-  parts.epoch.textContent = `${fixed(p.epoch, 2)} / ${p.epochs}`;
-  parts.loss.textContent = fixed(p.loss);
+  parts.epoch.textContent = `${fixed(r.epoch, 2)} / ${r.epochs}`;
+  parts.loss.textContent = fixed(r.loss);
   parts.metrics.replaceChildren(
-    ...Object.entries(p.metrics || {}).map(([name, value]) =>
+    ...Object.entries(r.metrics || {}).map(([name, value]) =>
       el(
         "div",
         {class: "stat", data: {metric: name}},
@@ -112,8 +113,8 @@ function showProgress(card, p) {
       ),
     ),
   );
-  parts.rate.textContent = count(p.examples_per_sec);
-  parts.workers.textContent = String(p.workers);
+  parts.rate.textContent = count(r.examples_per_sec);
+  parts.workers.textContent = String(r.workers);
   if (p.state) setStateBadge(parts.state, p.state);
 }
 
@@ -142,7 +143,7 @@ async function pollCard(runId, card) {
   } finally {
     const p = card.progress;
     card.parts.updated.textContent = p
-      ? `updated ${ago(p.updated_at)} · training for ${duration(p.elapsed_seconds)}`
+      ? `updated ${ago(p.written_at)} · training for ${duration(p.record.elapsed_seconds)}`
       : "";
   }
 }

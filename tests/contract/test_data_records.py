@@ -14,6 +14,8 @@ from tfdist.contract.data_records import (
     DataValidation,
     Manifest,
     ManifestHead,
+    PodResult,
+    PodsPlan,
     PrepareResult,
     ValidateDataResult,
 )
@@ -147,6 +149,21 @@ VALIDATION = {
 }
 
 
+POD_PLAN = {
+    "shares": [[{"url": "/in/a.csv", "start": 0, "end": 100}], [{"url": "/in/a.csv", "start": 100, "end": 180}]],
+    "reuse": False,
+}
+PIECE = {
+    "counts": {"train": [3, 2], "eval": [1, 0]},
+    "classes": {"train": [["yes", 4], [0, 1]], "eval": [["no", 1]]},  # a class by name, or by index
+    "train": {"x": {"count": [5], "mean": [0.5], "m2": [1.25]}},
+    "statistics": {"x": {"count": [6], "missing": [0], "histogram": [[0, 6]]}},
+    "values_file": "values-00001-00000.npz",
+    "negative": ["no", {"url": "/in/a.csv", "offset": 120, "record": 0}],
+}
+POD_RESULT = {"pieces": [PIECE, {**PIECE, "values_file": None, "negative": None}], "import_seconds": 2.5}
+
+
 @pytest.mark.parametrize(
     "model, record",
     [
@@ -154,6 +171,9 @@ VALIDATION = {
         (DataStatistics, STATISTICS),
         (DataValidation, VALIDATION),
         (PrepareResult, {"data_dir": "/d", "train_examples": 6, "eval_examples": 3, "input_fingerprint": "f1"}),
+        (PodsPlan, POD_PLAN),
+        (PodsPlan, {"shares": None, "reuse": True}),
+        (PodResult, POD_RESULT),
     ],
 )
 def test_a_record_of_the_previous_release_reads_and_writes_back_its_shape(tmp_path, model, record):
@@ -249,3 +269,10 @@ def test_a_malformed_manifest_names_the_file_and_the_field(tmp_path, change, fie
 def test_a_newer_data_gate_record_asks_for_an_upgrade():
     with pytest.raises(NewerRecord, match="upgrade tfdist"):
         DataValidation.parse(VALIDATION | {"schema_version": 2}, "data_validation.json")
+
+
+def test_a_pods_result_that_lost_a_count_names_the_piece_and_the_field():
+    broken = {**POD_RESULT, "pieces": [{k: v for k, v in PIECE.items() if k != "counts"}]}
+    with pytest.raises(MalformedRecord) as raised:
+        PodResult.parse(broken, "result-1.json")
+    assert (raised.value.source, raised.value.field) == ("result-1.json", "pieces.0.counts")

@@ -14,6 +14,8 @@ from tfdist.contract.publish_records import (
     Claim,
     EvaluateResult,
     ExportResult,
+    LockTicket,
+    ReaderMarker,
     ScoredBaseline,
     UnscoredBaseline,
     ValueCheck,
@@ -21,7 +23,7 @@ from tfdist.contract.publish_records import (
     WarmStart,
     Withdrawn,
 )
-from tfdist.contract.records import MalformedRecord, NewerRecord, read_record, write_record
+from tfdist.contract.records import MalformedRecord, NewerRecord, create_record, read_record, write_record
 
 CHECKS = [
     {
@@ -96,7 +98,16 @@ METADATA = {
     "parent": {"version": 7, "run_id": "earlier"},
     "warm_start": {"from": "baseline", "restored": "model and optimizer", "cold_start": None, "mismatched": []},
     "train_metrics": {"loss": 0.12, "accuracy": 0.95},
-    "label": {"name": "label", "task": "multiclass", "classes": ["0", "1"]},
+    "label": {
+        "name": "label",
+        "task": "multiclass",
+        "stored": "index",
+        "classes": ["0", "1"],
+        "num_classes": 2,
+        "positive": None,
+        "mean": None,
+        "std": None,
+    },
     "signature": {
         "inputs": [{"name": "pixels", "kind": "numeric", "dtype": "float32", "shape": [None, 64], "missing": "NaN"}],
         "outputs": {
@@ -131,6 +142,14 @@ EXPORT_RESULT = {
     "parent_version": 7,
     "cold_start": None,
 }
+LOCK_TICKET = {"holder": {"host": "worker-1", "pid": 4242}, "until": "2026-11-21T09:35:00+00:00", "released": True}
+READER_MARKER = {
+    "version": 7,
+    "run_id": "manual__1",
+    "host": "worker-1",
+    "pid": 4242,
+    "until": "2026-11-21T09:35:00+00:00",
+}
 RECORDS = [
     (Blessing, BLESSING),
     (VersionMetadata, METADATA),
@@ -138,6 +157,8 @@ RECORDS = [
     (Withdrawn, WITHDRAWN),
     (EvaluateResult, EVALUATE_RESULT),
     (ExportResult, EXPORT_RESULT),
+    (LockTicket, LOCK_TICKET),
+    (ReaderMarker, READER_MARKER),
 ]
 
 
@@ -192,9 +213,12 @@ def test_a_refused_blessing_and_a_version_published_before_lineage_read_with_the
         (Blessing, {**BLESSING, "checks": [{**CHECKS[0], "kind": "ratio"}]}, "checks.0"),
         (VersionMetadata, {k: v for k, v in METADATA.items() if k != "run_id"}, "run_id"),
         (VersionMetadata, {**METADATA, "serving_skew": {"examples": 3}}, "serving_skew.max_abs_difference"),
+        (VersionMetadata, {**METADATA, "label": {**METADATA["label"], "task": "ranking"}}, "label.task"),
         (Approval, {**APPROVAL, "decision": "maybe"}, "decision"),
         (Withdrawn, {**WITHDRAWN, "who": "alice"}, "who"),
         (ExportResult, {**EXPORT_RESULT, "version": "latest"}, "version"),
+        (LockTicket, {**LOCK_TICKET, "holder": {"host": "worker-1"}}, "holder.pid"),
+        (ReaderMarker, {k: v for k, v in READER_MARKER.items() if k != "version"}, "version"),
     ],
 )
 def test_a_malformed_record_names_its_file_and_field(tmp_path, model, written, field):
@@ -212,3 +236,11 @@ def test_a_record_of_a_newer_release_is_refused_by_name(tmp_path):
     with pytest.raises(NewerRecord, match="upgrade tfdist here") as newer:
         read_record(str(path), VersionMetadata)
     assert newer.value.field == "schema_version"
+
+
+def test_a_record_is_created_once_and_a_second_maker_finds_it_there(tmp_path):
+    path = str(tmp_path / "1.json")
+    ticket = LockTicket.parse(LOCK_TICKET, "1.json")
+    assert create_record(path, ticket) and read_record(path, LockTicket) == ticket
+    assert not create_record(path, ticket.model_copy(update={"released": False}))
+    assert read_record(path, LockTicket).released  # the first maker's

@@ -20,6 +20,7 @@ from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.report import (
     AirflowRun,
     Backfill,
+    Progress,
     curve,
     data_validation,
     format_runs,
@@ -179,7 +180,7 @@ def test_airflow_runs_and_run_directories_are_joined_for_the_page(tmp_path):
     )
     assert runs["backfill__2026-11-18"]["baseline"] == {"version": 1, "metrics": {"accuracy": 0.95, "loss": 0.1}}
     live = runs["manual__now"]["progress"]
-    assert (live["step"], live["seconds_left"], live["finished"]) == (100, 3.0, False)  # 300 steps × 64 / 6400
+    assert live["record"]["step"] == 100 and (live["seconds_left"], live["finished"]) == (3.0, False)  # 300 × 64 / 6400
     assert runs["queued__later"]["metrics"] is None and runs["queued__later"]["data_interval_end"].startswith(
         "2026-11-21"
     )
@@ -399,10 +400,12 @@ def test_live_progress_holds_the_train_metrics_and_a_record_from_before_them_its
     record |= {"workers": 2, "global_batch_size": 64, "elapsed_seconds": 1.0, "updated_at": time.time()}
     write_json_atomic(layout.progress_file, record | {"metrics": {"accuracy": 0.7, "auc": 0.75}})  # docs/tabular.md
     live = progress(layout.run_dir).model_dump()
-    assert (live["metrics"], live["seconds_left"], live["finished"]) == ({"accuracy": 0.7, "auc": 0.75}, 3.0, False)
+    assert live["record"]["metrics"] == {"accuracy": 0.7, "auc": 0.75}
+    assert (live["seconds_left"], live["finished"]) == (3.0, False)
     write_json_atomic(layout.progress_file, record | {"accuracy": 0.8})  # written before the train metrics
     live = progress(layout.run_dir).model_dump()
-    assert live["metrics"] == {"accuracy": 0.8} and "accuracy" not in live
+    assert live["record"]["metrics"] == {"accuracy": 0.8} and "accuracy" not in live["record"]
+    assert not set(Progress.model_fields) & set(TrainProgress.model_fields)  # the record's fields in it alone
 
 
 def test_a_metrics_direction_is_the_same_in_every_task_that_has_it():

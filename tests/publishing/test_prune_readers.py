@@ -18,8 +18,9 @@ import pytest
 
 from tests.conftest import new_bucket_url
 from tests.publishing.test_withdraw import publish
+from tfdist.contract.publish_records import LockTicket
+from tfdist.contract.records import read_record
 from tfdist.infra import storage
-from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
 
@@ -163,7 +164,7 @@ def test_in_a_bucket_a_dead_lock_holder_blocks_only_until_its_lease_lapses(store
     assert 1 < time.monotonic() - started < 30
     assert f"waiting for {storage.join(model_dir, registry.LOCK)}, held by" in capfd.readouterr().err
     (ticket,) = storage.names(storage.join(model_dir, registry.LOCK))  # the older tickets deleted
-    assert read_json(storage.join(model_dir, registry.LOCK, ticket))["released"]
+    assert read_record(storage.join(model_dir, registry.LOCK, ticket), LockTicket).released
 
 
 @pytest.mark.parametrize("store", ROOTS, indirect=True)

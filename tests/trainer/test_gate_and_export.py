@@ -336,17 +336,19 @@ def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
 def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_other_classes():
     from tfdist.trainer.evaluate import class_columns
 
-    published = {"task": "multiclass", "classes": ["Adelie", "Chinstrap", "Gentoo"]}  # a version's metadata
-    ours = label_entry("multiclass", published["classes"])  # this run's manifest
+    published = label_entry("multiclass", ["Adelie", "Chinstrap", "Gentoo"])  # a version's metadata's label
+    ours = label_entry("multiclass", published.class_names)  # this run's manifest's
     assert class_columns(None, ours) is None  # published before labels had tasks: integer classes, same order
     assert class_columns(published, ours) is None
-    assert class_columns({**published, "classes": ["Gentoo", "Adelie", "Chinstrap"]}, ours) == [1, 2, 0]
+    assert class_columns(published.model_copy(update={"classes": ["Gentoo", "Adelie", "Chinstrap"]}), ours) == [1, 2, 0]
     with pytest.raises(ValueError, match=r"its classes \['Adelie', 'Gentoo'\] are not this run's"):
-        class_columns({**published, "classes": ["Adelie", "Gentoo"]}, ours)
+        class_columns(published.model_copy(update={"classes": ["Adelie", "Gentoo"]}), ours)
     with pytest.raises(ValueError, match="it predicts task 'binary', this run's is 'multiclass'"):
-        class_columns({"task": "binary", "classes": ["no", "yes"]}, ours)
+        class_columns(label_entry("binary", ["no", "yes"]), ours)
     with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
-        class_columns({"task": "binary", "classes": ["yes", "no"]}, label_entry("binary", ["no", "yes"]))
+        class_columns(label_entry("binary", ["yes", "no"]), label_entry("binary", ["no", "yes"]))
+    target = label_entry("regression", None, std=2.0)
+    assert class_columns(target, target) is None  # a regression target has no classes to match
 
 
 def label_entry(task: str, classes: list[str] | None, std: float | None = None) -> LabelEntry:

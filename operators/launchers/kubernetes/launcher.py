@@ -14,7 +14,15 @@ from dataclasses import replace
 from typing import Any
 
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.operators.launchers.base import Launcher, StageFailed, StageLog, StageStopped, restart_record, shrunk
+from tfdist.operators.launchers.base import (
+    Launcher,
+    StageEvent,
+    StageFailed,
+    StageLog,
+    StageStopped,
+    restart_record,
+    shrunk,
+)
 from tfdist.operators.launchers.kubernetes.api import DONE, KINDS, ClusterApi, Watch, delete_objects, run_in_thread
 from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.launchers.kubernetes.objects import (
@@ -156,16 +164,14 @@ class KubernetesLauncher(Launcher):
     def start_deferred(self, stage: StagePlan, log: StageLog, store: Any) -> StageTrigger:
         return StageTrigger(self.start(stage, log, store).to_dict())
 
-    def continue_deferred(
-        self, stage: StagePlan, event: dict[str, Any], log: StageLog, store: Any
-    ) -> StageTrigger | None:
-        restarts = list(event.get("restarts", []))
+    def continue_deferred(self, stage: StagePlan, event: StageEvent, log: StageLog, store: Any) -> StageTrigger | None:
+        restarts = list(event.restarts)
         current = stage.with_workers(restarts[-1]["workers_after"]) if restarts else stage
-        lost = tuple(event.get("lost", ()))
+        lost = tuple(event.lost)
         smaller = shrunk(current, lost, restarts, stage.elastic)
         if smaller is None:
             return None
-        restart_record(current, smaller, lost, event["summary"], restarts, log)
+        restart_record(current, smaller, lost, event.summary, restarts, log)
         return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
 
     def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tfdist.operators.launchers.base import StageFailed
+from tfdist.operators.launchers.base import StageEvent, StageFailed
 from tfdist.operators.launchers.kubernetes.api import Watch, delete_objects
 from tfdist.operators.launchers.kubernetes.follow import follow
 
@@ -32,20 +32,9 @@ class StageTrigger(BaseTrigger):
         try:
             result = await follow(Watch.from_dict(self.watch), self.log)
         except StageFailed as exc:
-            yield TriggerEvent(
-                {
-                    "status": "failed",
-                    "returncode": exc.returncode,
-                    "message": str(exc),
-                    "summary": exc.summary,
-                    "lost": list(exc.lost),
-                    "restarts": self.restarts,
-                }
-            )
+            yield TriggerEvent(StageEvent.failed(exc, self.restarts).payload())
             return
-        yield TriggerEvent(
-            {"status": "success", "result": {**result, "elastic_restarts": self.restarts} if self.restarts else result}
-        )
+        yield TriggerEvent(StageEvent.succeeded(result, self.restarts).payload())
 
     async def on_kill(self) -> None:
         await delete_objects(Watch.from_dict(self.watch), self.log)

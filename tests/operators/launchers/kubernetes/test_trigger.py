@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from airflow.sdk.module_loading import import_string
 
 from tests.operators.launchers.kubernetes.test_api import train_watch
+from tfdist.contract.records import MalformedRecord
+from tfdist.operators.launchers.base import StageEvent, StageFailed
 from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.launchers.kubernetes.trigger import StageTrigger
 
@@ -25,3 +28,31 @@ def test_a_serialized_trigger_is_json_and_rebuilds_the_same_trigger_following_th
     rebuilt = import_string(path)(**stored)
     assert rebuilt.serialize() == (path, kwargs) and Watch.from_dict(rebuilt.watch) == watch
     assert rebuilt.restarts == restarts
+
+
+def test_the_trigger_event_is_one_record_and_one_a_trigger_of_0_2_0_reported_still_reads():
+    """The TriggerEvent's payload is a StageEvent's JSON: a failure (with the restarts before it) or the result."""
+    lost = StageFailed("worker-1", -9, {"worker-1": ["step 40"]}, lost=("worker-1",))
+    failed = StageEvent.failed(lost, [{"restart": 1, "lost": ["worker-2"]}])
+    payload = failed.payload()
+    assert json.loads(json.dumps(payload)) == payload and StageEvent.parse(payload, "the event") == failed
+    assert (payload["summary"], payload["lost"], payload["returncode"]) == (
+        "worker-1 was killed by signal 9",
+        ["worker-1"],
+        -9,
+    )
+    reported = {
+        "status": "failed",
+        "returncode": -9,
+        "message": "m",
+        "summary": "s",
+        "lost": ["worker-1"],
+        "restarts": [],
+    }
+    assert StageEvent.parse(reported, "the event").lost == ["worker-1"]  # as 0.2.0's trigger reported it
+    succeeded = StageEvent.succeeded({"final_step": 5}, [{"restart": 1}])
+    reported = {"status": "success", "result": {"final_step": 5, "elastic_restarts": [{"restart": 1}]}}
+    assert StageEvent.parse(reported, "the event") == succeeded
+    with pytest.raises(MalformedRecord) as raised:
+        StageEvent.parse({**reported, "status": "lost"}, "the event")
+    assert (raised.value.source, raised.value.field) == ("the event", "status")
