@@ -42,13 +42,6 @@ def chunk(rows: int, seed: int) -> readers.Chunk:
     )
 
 
-@pytest.fixture(scope="module")
-def tf():
-    from tfdist.trainer.runtime import import_tensorflow
-
-    return import_tensorflow()
-
-
 class Records:
     """What an open TFRecordWriter is given."""
 
