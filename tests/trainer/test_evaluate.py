@@ -90,3 +90,29 @@ def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_ot
         class_columns({"task": "binary", "classes": ["no", "yes"]}, ours)
     with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
         class_columns({"task": "binary", "classes": ["yes", "no"]}, label_entry("binary", ["no", "yes"]))
+
+
+def test_the_change_from_the_baseline_is_absolute_and_relative_where_both_are_defined():
+    from tfdist.trainer.evaluate import deltas, shown
+
+    found = deltas({"accuracy": 0.9, "loss": 0.3, "auc": None, "new": 1.0}, {"accuracy": 0.8, "loss": 0.0, "auc": 0.7})
+    assert set(found) == {"accuracy", "loss"}  # undefined on either side, or not in the baseline: no change
+    assert found["accuracy"].absolute == pytest.approx(0.1) and found["accuracy"].relative == pytest.approx(0.125)
+    assert found["loss"].absolute == pytest.approx(0.3) and found["loss"].relative is None  # of a zero baseline
+    assert (shown(0.123456), shown(None)) == ("0.1235", "undefined")
+
+
+def test_the_candidate_chosen_is_the_best_by_the_specs_selection_the_first_of_equals(tmp_path):
+    from tests.conftest import make_spec
+    from tfdist.spec import load_spec
+    from tfdist.trainer.evaluate import chosen_candidate
+
+    def chosen(checkpoint: dict, losses: list[float | None]) -> int:
+        spec = load_spec(make_spec(str(tmp_path), validation={"checkpoint": checkpoint}))
+        scored = [{"step": step, "metrics": {"loss": loss}} for step, loss in zip((20, 40, 60), losses, strict=True)]
+        return chosen_candidate(spec, scored)["step"]
+
+    best = {"mode": "best", "metric": "loss", "direction": "lower_is_better"}
+    assert chosen(best, [0.5, 0.2, 0.2]) == 40
+    assert chosen(best, [None, 0.9, 0.3]) == 60  # an undefined value is worst
+    assert chosen({**best, "direction": "higher_is_better"}, [0.5, None, 0.2]) == 20

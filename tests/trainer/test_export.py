@@ -4,14 +4,17 @@ killed midway: test_faults_export.py; version numbers: test_versions.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
 
 from tests.conftest import DAY, prepared_plan, run
 from tests.publishing.versions import published_metadata
-from tfdist.infra.jsonfiles import read_json
+from tests.trainer.labels import label_entry
+from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.publishing import registry
+from tfdist.trainer.export import keep_checkpoint, serving_outputs, version_refusal
 
 GATE = {
     "thresholds": {"accuracy": {"lower": 0.3}},
@@ -62,3 +65,41 @@ def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_r
     # the same run exported again: same version, nothing duplicated
     run(better, "export")
     assert [m.version for m in registry.versions(model_dir)] == [v1, v3["version"]]
+
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+
+
+def test_a_version_numbered_past_now_and_the_clock_skew_is_refused_and_so_is_publishing_under_one(tmp_path):
+    model_dir = str(tmp_path / "m")
+    skewed = registry.version_number(NOW + registry.CLOCK_SKEW)
+    assert version_refusal(model_dir, skewed, NOW) is None  # within the clocks' allowed disagreement
+    refusal = version_refusal(model_dir, skewed + registry.MAX_VERSIONS_PER_INTERVAL, NOW)
+    assert refusal.startswith(f"--version-base {skewed + 100} is numbered from a data interval ending in the future")
+    assert "(now 2026-11-21 12:00 UTC)" in refusal
+    live = skewed + registry.MAX_VERSIONS_PER_INTERVAL
+    write_json_atomic(
+        os.path.join(model_dir, str(live), "metadata.json"),
+        {"version": live, "run_id": "ahead", "data_interval_end": "2026-11-21T12:06:00+00:00", "metrics": {}},
+    )
+    refusal = version_refusal(model_dir, registry.version_number(NOW), NOW)
+    assert refusal.startswith(f"the live version {live} of {model_dir} is numbered from a data interval ending")
+    assert f"tfdist models withdraw {model_dir} {live}" in refusal
+
+
+def test_a_kept_checkpoint_has_every_file_of_its_checkpoint_under_the_new_prefix(tmp_path):
+    for name, content in {"ckpt-4.index": b"i", "ckpt-4.data-00000-of-00001": b"d", "ckpt-40.index": b"x"}.items():
+        (tmp_path / name).write_bytes(content)
+    keep_checkpoint(str(tmp_path / "ckpt-4"), str(tmp_path / "kept" / "best"))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()} == {
+        "best.index": b"i",
+        "best.data-00000-of-00001": b"d",
+    }
+
+
+def test_the_serving_outputs_are_the_tasks():
+    assert serving_outputs(label_entry("binary", ["no", "yes"])) == {"probability": {"dtype": "float32", "shape": [None]}}
+    assert serving_outputs(label_entry("multiclass", ["a", "b", "c"])) == {
+        "probabilities": {"dtype": "float32", "shape": [None, 3]},
+        "classes": {"dtype": "string", "shape": [None]},
+    }
