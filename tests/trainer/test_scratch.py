@@ -1,7 +1,8 @@
-"""trainer/scratch.py. Files in a bucket fetched at once by the processes of one host, which share its scratch directory (the training
-processes of a local stage all stage their data and restore before their first step): checkpoints, and data each
-downloaded once; and checkpoints fetched while the chief's uploads delete those their newer state no longer keeps
-(an elastic rank that rejoins late)."""
+"""trainer/scratch.py: a host's local copies. Files in a bucket fetched at once by the processes of one host, which
+share its scratch directory (the training processes of a local stage all stage their data and restore before their
+first step): checkpoints, and data each downloaded once; and checkpoints fetched while the chief's uploads delete
+those their newer state no longer keeps (an elastic rank that rejoins late). A local path is its own copy, a
+checkpoint's files are found by its name, and the host lock is held by one at a time."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def test_a_new_progress_starts_its_epoch_at_the_step_with_nothing_summed():
     np.testing.assert_array_equal(progress["epoch_sums"], np.zeros(3))
 
 
-def test_a_window_means_the_loss_over_its_steps_and_the_metrics_over_its_examples():
+def test_a_window_means_the_loss_over_its_steps_and_the_metrics_over_its_examples(tf):
     window = Window(TaskSums(label_entry("multiclass", ["a", "b"]), "sparse_categorical_crossentropy"))
     window.add(np.array([1.0, 3.0]), steps=2, examples=4)  # loss sum, correct predictions
     window.add(np.array([0.5, 1.0]), steps=1, examples=4)

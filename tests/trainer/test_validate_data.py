@@ -48,7 +48,7 @@ def test_the_baseline_is_the_version_live_as_of_the_interval_with_its_statistics
     now = statistics_of(model_dir)
     baseline, statistics, missing = baseline_statistics(args_for(model_dir), run_ending(22), now)
     assert (baseline.version, baseline.run_id, statistics, missing) == (VERSION, "fixture_day1", now, "")
-    assert baseline_statistics(args_for(model_dir), run_ending(21), now)[:2] == (None, None)  # its own interval
+    assert baseline_statistics(args_for(model_dir), run_ending(21), now)[0].version == VERSION  # as of its interval end
     _, _, missing = baseline_statistics(args_for(model_dir), run_ending(20), now)
     assert missing == "no baseline: nothing published as of this data interval"
 
