@@ -115,7 +115,9 @@ def test_a_manifest_missing_or_of_another_layout_is_refused_before_any_data_is_r
     with pytest.raises(SystemExit) as refused:
         data.verified_manifest(str(tmp_path), "train")
     assert refused.value.code == EXIT_REFUSED
-    assert f"data check 'missing' failed for {tmp_path}/manifest.json: the file does not exist" in capsys.readouterr().err
+    assert (
+        f"data check 'missing' failed for {tmp_path}/manifest.json: the file does not exist" in capsys.readouterr().err
+    )
     (tmp_path / "manifest.json").write_text(json.dumps({"version": data.MANIFEST_VERSION - 1}))
     with pytest.raises(SystemExit):
         data.verified_manifest(str(tmp_path), "train")

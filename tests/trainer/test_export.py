@@ -98,7 +98,9 @@ def test_a_kept_checkpoint_has_every_file_of_its_checkpoint_under_the_new_prefix
 
 
 def test_the_serving_outputs_are_the_tasks():
-    assert serving_outputs(label_entry("binary", ["no", "yes"])) == {"probability": {"dtype": "float32", "shape": [None]}}
+    assert serving_outputs(label_entry("binary", ["no", "yes"])) == {
+        "probability": {"dtype": "float32", "shape": [None]}
+    }
     assert serving_outputs(label_entry("multiclass", ["a", "b", "c"])) == {
         "probabilities": {"dtype": "float32", "shape": [None, 3]},
         "classes": {"dtype": "string", "shape": [None]},

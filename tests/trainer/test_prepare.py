@@ -16,8 +16,8 @@ def test_each_process_gets_a_contiguous_run_of_pieces_of_about_equal_bytes():
     assert prepare.shares(pieces, 2) == [pieces[:3], pieces[3:]]  # 250 bytes, then 260
     assert prepare.shares(pieces, 1) == [pieces]
     assert prepare.shares(pieces[:1], 3) == [[], [pieces[0]], []]  # fewer pieces than processes: some get none
-    assert [len(run) for run in prepare.shares(pieces, 5)] == [1, 2, 0, 1, 1]
-    assert sum(prepare.shares(pieces, 7), []) == pieces  # in input order, each once
+    assert prepare.shares(pieces, 3) == [pieces[:2], pieces[2:3], pieces[3:]]  # by where each piece's middle falls
+    assert [p for run in prepare.shares(pieces, 7) for p in run] == pieces  # in input order, each once
 
 
 def test_a_shard_is_its_writers_parts_in_writer_order_with_its_size_and_digest(tmp_path):
@@ -29,7 +29,11 @@ def test_a_shard_is_its_writers_parts_in_writer_order_with_its_size_and_digest(t
     (tmp_path / prepare.part_path(str(parts), "eval", 3, 0)).write_bytes(b"not train")
     joined = prepare.join_parts(str(parts), str(out), "train", 3, "train-00003-of-00004.tfrecord")
     content = b"firstsecondthird"
-    assert joined == {"file": "train-00003-of-00004.tfrecord", "bytes": 16, "sha256": hashlib.sha256(content).hexdigest()}
+    assert joined == {
+        "file": "train-00003-of-00004.tfrecord",
+        "bytes": 16,
+        "sha256": hashlib.sha256(content).hexdigest(),
+    }
     assert (out / "train-00003-of-00004.tfrecord").read_bytes() == content
     one = prepare.join_parts(str(parts), str(out), "eval", 3, "eval.tfrecord")  # one part: moved
     assert one["bytes"] == 9 and (out / "eval.tfrecord").read_bytes() == b"not train"

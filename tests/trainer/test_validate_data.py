@@ -47,7 +47,7 @@ def statistics_of(model_dir: str) -> DataStatistics:
 def test_the_baseline_is_the_version_live_as_of_the_interval_with_its_statistics(model_dir):
     now = statistics_of(model_dir)
     baseline, statistics, missing = baseline_statistics(args_for(model_dir), run_ending(22), now)
-    assert (baseline.version, baseline.run_id, statistics, missing) == (VERSION, "fixture_day1", now, "")
+    assert (baseline.version, baseline.run_id, statistics, missing) == (VERSION, "fixture_day2", now, "")
     assert baseline_statistics(args_for(model_dir), run_ending(21), now)[0].version == VERSION  # as of its interval end
     _, _, missing = baseline_statistics(args_for(model_dir), run_ending(20), now)
     assert missing == "no baseline: nothing published as of this data interval"
@@ -92,4 +92,8 @@ def test_the_same_data_as_the_baselines_passes_every_check_compared(model_dir, t
     assert (record.baseline_version, record.failed, record.refused) == (VERSION, 0, [])
     assert record.checks_run == len(record.checks) > 0
     unvalidated = decision_record(args_for(model_dir), spec, run_ending(20), now)
-    assert unvalidated.decision == "passed" and not unvalidated.compared and unvalidated.checks_run == len(unvalidated.checks)
+    assert (
+        unvalidated.decision == "passed"
+        and not unvalidated.compared
+        and unvalidated.checks_run == len(unvalidated.checks)
+    )
