@@ -41,7 +41,7 @@ def test_a_shard_is_its_writers_parts_in_writer_order_with_its_size_and_digest(t
 
 
 def test_a_features_value_counts_are_kept_by_its_vocabularys_size():
-    vocabulary = CategoricalFeature(name="city", kind="categorical", vocabulary={"max_tokens": 50})
+    vocabulary = CategoricalFeature(name="city", kind="categorical", vocabulary={"max_tokens": 100_000})
     hashed = CategoricalFeature(name="user", kind="categorical", hash_buckets=1000)
-    assert prepare.value_capacity(vocabulary) == statistics.capacity(50)
-    assert prepare.value_capacity(hashed) == statistics.capacity(0)
+    assert prepare.value_capacity(vocabulary) == statistics.capacity(100_000) == 200_000  # twice its tokens
+    assert prepare.value_capacity(hashed) == statistics.capacity(0) == statistics.MIN_CAPACITY  # no vocabulary
