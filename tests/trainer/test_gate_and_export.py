@@ -1,5 +1,5 @@
-"""Checkpoint validation and publishing: integrity checks by name, the baseline gate (as of each run's
-data interval), versions that are idempotent and pruned (an export killed midway: test_faults_export.py)."""
+"""The baseline gate and the registry (as of each run's data interval, pruned), and a refusing stage failing its task
+for good. The evaluate and export stages' own tests: test_evaluate.py, test_export.py."""
 
 from __future__ import annotations
 
@@ -8,124 +8,12 @@ import os
 
 import pytest
 
-from tests.conftest import DAY, prepared_plan, run
 from tests.operators.test_report import rules_of
-from tests.publishing.versions import published_metadata
-from tfdist.contract.data_records import LabelEntry, Manifest
 from tfdist.contract.launch import EXIT_REFUSED
-from tfdist.contract.records import read_record, write_record
-from tfdist.contract.train_records import TrainResult
-from tfdist.infra.jsonfiles import read_json, write_json_atomic
+from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.publishing import registry
-
-GATE = {
-    "thresholds": {"accuracy": {"lower": 0.3}},
-    "change_thresholds": {"accuracy": {"direction": "higher_is_better", "absolute": 0.01}},
-}
-ONE_WORKER = {"num_workers": 1}  # these tests are about the gate and publishing: one training process is enough
-GOOD = {"epochs": 6, **ONE_WORKER}
-POOR = {"epochs": 1, **ONE_WORKER}  # passes the value threshold, far below a trained baseline
-
-
-def train_and_evaluate(root: str, run_id: str, day: dt.date, training: dict, **sections):
-    plan = prepared_plan(root, run_id, day, training=training, validation=GATE, **sections)
-    for task_id in ("train", "evaluate"):
-        run(plan, task_id)
-    return plan, read_json(plan.layout.blessing_file)
-
-
-@pytest.mark.e2e
-def test_baseline_gate_blocks_a_regression_and_publishes_an_improvement(digits_root):
-    root = digits_root
-    first, blessing = train_and_evaluate(root, "gate_first", DAY - dt.timedelta(days=2), GOOD)
-    assert blessing["blessed"] and blessing["baseline"] is None
-    run(first, "export")
-    model_dir = first.model_dir
-    (v1,) = [m.version for m in registry.versions(model_dir)]
-    assert v1 == 20261119000000
-
-    worse, blessing = train_and_evaluate(root, "gate_worse", DAY - dt.timedelta(days=1), POOR)
-    assert not blessing["blessed"] and blessing["baseline"]["version"] == v1
-    assert blessing["metrics"]["accuracy"] >= 0.3  # passes the absolute threshold...
-    (failure,) = blessing["failures"]  # ...but not the change threshold
-    assert failure.startswith("accuracy = ") and f"worse than the baseline (version {v1}: " in failure
-    assert blessing["deltas"]["accuracy"]["absolute"] < -0.01
-    with pytest.raises(StageFailed, match="refusing to export: this run's checkpoint was not blessed"):
-        run(worse, "export")
-    assert [m.version for m in registry.versions(model_dir)] == [v1]
-
-    better, blessing = train_and_evaluate(root, "gate_better", DAY, {"epochs": 10, **ONE_WORKER})
-    assert blessing["blessed"] and blessing["baseline"]["version"] == v1, blessing["report"]
-    run(better, "export")
-    v3 = published_metadata(model_dir)[-1]
-    assert v3["version"] == 20261121000000 and v3["blessing"]["baseline"]["version"] == v1
-    assert registry.baseline_for(model_dir, "2026-11-22T00:00:00+00:00", "next run").version == v3["version"]
-
-    # a backfill of a past day compares with what was live then, not with v3: see the baseline lookup test
-    # below and the live backfill experiment (tests/live/test_live_airflow.py)
-
-    # the same run exported again: same version, nothing duplicated
-    run(better, "export")
-    assert [m.version for m in registry.versions(model_dir)] == [v1, v3["version"]]
-
-
-@pytest.mark.e2e
-def test_best_retained_checkpoint_is_chosen_and_integrity_failures_are_named(digits_root):
-    plan = prepared_plan(
-        digits_root,
-        "integrity",
-        training=ONE_WORKER,
-        validation={"checkpoint": {"mode": "best", "metric": "loss", "direction": "lower_is_better"}},
-    )
-    for task_id in ("train", "evaluate"):
-        run(plan, task_id)
-    result = read_record(plan.layout.result("train"), TrainResult)
-    blessing = read_json(plan.layout.blessing_file)
-    assert [c["step"] for c in blessing["candidates"]] == [40, 60, 76]  # keep_checkpoints = 3, every 20 steps
-    assert blessing["metrics"]["loss"] == min(c["metrics"]["loss"] for c in blessing["candidates"])
-    assert blessing["checkpoint"] in [c["checkpoint"] for c in blessing["candidates"]]
-
-    # through the stage: the failed check is named in blessing.json, and the exit code refuses (no retry)
-    write_record(plan.layout.result("train"), result.model_copy(update={"final_step": result.final_step + 1}))
-    with pytest.raises(StageFailed, match="integrity check 'step' failed") as failure:
-        run(plan, "evaluate")
-    assert failure.value.returncode == EXIT_REFUSED
-    assert read_json(plan.layout.blessing_file)["integrity"]["failed"] == "step"
-    write_record(plan.layout.result("train"), result)
-
-    # the other checks, called as the stage calls them
-    import numpy as np
-    import tensorflow as tf
-
-    from tfdist.infra.jsonfiles import sha256_file
-    from tfdist.trainer.evaluate import IntegrityError, check_candidate
-    from tfdist.trainer.models import restore_model
-    from tfdist.trainer.runtime import load_spec
-
-    spec = load_spec(plan.layout.spec_file)
-    manifest_path = plan.layout.manifest_file
-    manifest, manifest_sha = read_record(manifest_path, Manifest), sha256_file(manifest_path)
-
-    def check_fails_with(check: str, train_result: TrainResult = result) -> None:
-        with pytest.raises(IntegrityError, match=f"integrity check '{check}' failed") as failure:
-            check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result.checkpoint, train_result)
-        assert failure.value.check == check
-
-    check_candidate(tf, spec, manifest, plan.layout.data_dir, manifest_sha, result.checkpoint, result)  # intact: passes
-    check_fails_with("data_manifest", result.model_copy(update={"data_manifest_sha256": "0" * 64}))
-    model, step = restore_model(tf, spec, manifest, plan.layout.data_dir, result.checkpoint)
-    kernel = model.trainable_weights[0]
-    kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
-    tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64)).write(result.checkpoint)
-    check_fails_with("finite_weights")
-    (data_file,) = [
-        f for f in os.listdir(plan.layout.checkpoint_dir) if f.startswith(os.path.basename(result.checkpoint) + ".data")
-    ]
-    path = os.path.join(plan.layout.checkpoint_dir, data_file)
-    os.truncate(path, os.path.getsize(path) // 2)
-    check_fails_with("restores")
 
 
 def write_version(model_dir: str, version: int, run_id: str, interval_end: str) -> None:
@@ -331,36 +219,3 @@ def test_a_metric_the_eval_data_leaves_undefined_fails_its_checks_by_name():
         ("auc", "change", None, False),
     ]
     assert failures(rows, 3) == ["auc is undefined on the eval data (e.g. an AUC without both classes)"] * 2
-
-
-def test_the_baseline_is_scored_by_class_name_and_refused_for_another_task_or_other_classes():
-    from tfdist.trainer.evaluate import class_columns
-
-    published = label_entry("multiclass", ["Adelie", "Chinstrap", "Gentoo"])  # a version's metadata's label
-    ours = label_entry("multiclass", published.class_names)  # this run's manifest's
-    assert class_columns(None, ours) is None  # published before labels had tasks: integer classes, same order
-    assert class_columns(published, ours) is None
-    assert class_columns(published.model_copy(update={"classes": ["Gentoo", "Adelie", "Chinstrap"]}), ours) == [1, 2, 0]
-    with pytest.raises(ValueError, match=r"its classes \['Adelie', 'Gentoo'\] are not this run's"):
-        class_columns(published.model_copy(update={"classes": ["Adelie", "Gentoo"]}), ours)
-    with pytest.raises(ValueError, match="it predicts task 'binary', this run's is 'multiclass'"):
-        class_columns(label_entry("binary", ["no", "yes"]), ours)
-    with pytest.raises(ValueError, match=r"its classes \['yes', 'no'\]"):
-        class_columns(label_entry("binary", ["yes", "no"]), label_entry("binary", ["no", "yes"]))
-    target = label_entry("regression", None, std=2.0)
-    assert class_columns(target, target) is None  # a regression target has no classes to match
-
-
-def label_entry(task: str, classes: list[str] | None, std: float | None = None) -> LabelEntry:
-    """A manifest's label of ``task``: its classes, or a regression target's std."""
-    stored = {"multiclass": "name", "binary": "binary", "regression": "value"}[task]
-    return LabelEntry(
-        name="y",
-        task=task,
-        stored=stored,
-        classes=classes,
-        num_classes=len(classes) if classes else None,
-        positive=classes[1] if task == "binary" and classes else None,
-        mean=0.0 if std else None,
-        std=std,
-    )

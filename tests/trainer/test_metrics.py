@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
-from tests.trainer.test_gate_and_export import label_entry
+from tests.trainer.labels import label_entry
 from tfdist.trainer import metrics
 
 

@@ -1,7 +1,8 @@
-"""Files in a bucket fetched at once by the processes of one host, which share its scratch directory (the training
-processes of a local stage all stage their data and restore before their first step): checkpoints, and data each
-downloaded once; and checkpoints fetched while the chief's uploads delete those their newer state no longer keeps
-(an elastic rank that rejoins late)."""
+"""trainer/scratch.py: a host's local copies. Files in a bucket fetched at once by the processes of one host, which
+share its scratch directory (the training processes of a local stage all stage their data and restore before their
+first step): checkpoints, and data each downloaded once; and checkpoints fetched while the chief's uploads delete
+those their newer state no longer keeps (an elastic rank that rejoins late). A local path is its own copy, a
+checkpoint's files are found by its name, and the host lock is held by one at a time."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import time
 
 import pytest
 
+from tfdist.contract.launch import SCRATCH_ENV
 from tfdist.contract.progress import checkpoint_state, kept_checkpoints
 from tfdist.infra import storage
 from tfdist.trainer import scratch
 
-pytestmark = pytest.mark.e2e  # 20 s: six processes; uploads racing fetches
+E2E = pytest.mark.e2e  # 20 s: six processes; uploads racing fetches
 FETCHES = """
 import json, os, sys, time
 from tfdist.trainer import scratch
@@ -35,6 +37,7 @@ scratch.fetch(sys.argv[1], sys.argv[3:])
 STATE = checkpoint_state(["ckpt-1", "ckpt-2"], time.time())
 
 
+@E2E
 def test_processes_sharing_a_scratch_fetch_the_same_checkpoints_at_once(s3, tmp_path):
     url = f"s3://{s3.new_bucket()}/run/checkpoints"
     for step in (1, 2):
@@ -59,6 +62,7 @@ def test_processes_sharing_a_scratch_fetch_the_same_checkpoints_at_once(s3, tmp_
     assert [json.loads(out.splitlines()[-1]) for _, out, _ in done] == [every_file] * 6
 
 
+@E2E
 def test_processes_sharing_a_scratch_download_each_file_once(s3, tmp_path, monkeypatch):
     """The training processes of a host all stage their shards as they start: the first downloads them, the
     others find them there."""
@@ -88,6 +92,7 @@ def save(directory, step: int) -> str:
     return str(directory / f"ckpt-{step}")
 
 
+@E2E
 def test_a_fetch_while_the_chief_uploads_newer_checkpoints_gets_a_whole_state(s3, tmp_path, monkeypatch):
     """A rank that (re)starts late restores while the chief's uploads delete the checkpoints their newer state no
     longer keeps: each fetch ends with every checkpoint its state keeps."""
@@ -135,3 +140,40 @@ def test_a_kept_checkpoint_already_deleted_is_missing_not_skipped(tmp_path):
         os.remove(tmp_path / name)
     with pytest.raises(FileNotFoundError, match=r"ckpt-1\.index"):
         scratch.kept_files(str(tmp_path), state)
+
+
+def test_a_local_path_is_its_own_copy_and_a_url_has_one_under_the_scratch(tmp_path, monkeypatch):
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "scratch"))
+    assert scratch.scratch_dir() == str(tmp_path / "scratch")
+    assert scratch.local_path(str(tmp_path / "data")) == str(tmp_path / "data")
+    assert scratch.local_path("s3://bucket/run/data/") == str(tmp_path / "scratch" / "s3" / "bucket" / "run" / "data")
+    save(tmp_path, 1)
+    assert scratch.fetch(str(tmp_path), ["ckpt-1.index"]) == str(tmp_path)  # local: nothing copied
+    assert scratch.fetch_checkpoints(str(tmp_path)) == str(tmp_path)
+    assert scratch.local_checkpoint(str(tmp_path / "ckpt-1")) == str(tmp_path / "ckpt-1")
+    assert not (tmp_path / "scratch").exists()
+
+
+def test_a_checkpoints_files_are_found_by_its_name(tmp_path):
+    save(tmp_path, 1)
+    save(tmp_path, 12)
+    assert sorted(scratch.checkpoint_files(str(tmp_path), "ckpt-1")) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    assert scratch.checkpoint_of("ckpt-12.data-00000-of-00001") == "ckpt-12"
+    assert scratch.checkpoint_of("ckpt-12.index") == "ckpt-12"
+
+
+def test_the_host_lock_is_held_by_one_holder_at_a_time(tmp_path):
+    path = str(tmp_path / "locks" / "fetching")
+    order: list[str] = []
+    with scratch.host_lock(path):
+        waiter = threading.Thread(target=lambda: _locked(path, order))
+        waiter.start()
+        time.sleep(0.2)
+        order.append("first done")
+    waiter.join()
+    assert order == ["first done", "second"] and os.path.exists(path)
+
+
+def _locked(path: str, order: list[str]) -> None:
+    with scratch.host_lock(path):
+        order.append("second")

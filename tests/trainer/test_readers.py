@@ -1,4 +1,4 @@
-"""The readers on tables with strings, missing values and lists: every format gives the same rows (numbers with
+"""trainer/readers.py on tables with strings, missing values and lists: every format gives the same rows (numbers with
 NaN where missing, text values as UTF-8, lists, labels by task), real data sets read as pandas sees them, and each
 kind of bad row is refused naming the file, the row, the field and the fix."""
 
@@ -288,3 +288,68 @@ def test_a_text_value_of_a_tfrecord_that_is_not_utf8_is_refused_naming_it(tmp_pa
             writer.write(example.SerializeToString())
     with pytest.raises(readers.BadData, match=r"t.tfrecord2, record 4, field 'city': b'\\xff\\xfe' is not UTF-8 text"):
         read(path + "2", "tfrecord")
+
+
+def test_a_value_stands_for_its_canonical_text_and_a_list_or_object_is_refused():
+    assert [readers.canonical(v) for v in (None, math.nan, 3.0, 3.5, 7, True, "x", "é".encode())] == [
+        None,
+        None,
+        "3",
+        "3.5",
+        "7",
+        "true",
+        "x",
+        "é",
+    ]
+    with pytest.raises(ValueError, match=r"b'\\xff' is not UTF-8 text"):
+        readers.canonical(b"\xff")
+    with pytest.raises(ValueError, match=r"\[1\] is a list, not one value"):
+        readers.canonical([1])
+
+
+def test_the_patterns_files_are_found_once_each_sorted_and_line_formats_cut_into_pieces(tmp_path, monkeypatch):
+    for name, size in (("b.csv", 10), ("a.csv", 25), ("notes.txt", 3)):
+        (tmp_path / name).write_bytes(b"x" * size)
+    (tmp_path / "dir.csv").mkdir()
+    files = readers.expand([str(tmp_path / "*.csv"), str(tmp_path / "a.csv"), str(tmp_path / "missing.csv")])
+    assert files == [(str(tmp_path / "a.csv"), 25), (str(tmp_path / "b.csv"), 10)]  # no directory, no missing file
+    monkeypatch.setattr(readers, "PIECE_BYTES", 10)
+    assert readers.pieces(files, "csv") == [
+        readers.Piece(str(tmp_path / "a.csv"), 0, 8),
+        readers.Piece(str(tmp_path / "a.csv"), 8, 16),
+        readers.Piece(str(tmp_path / "a.csv"), 16, 25),
+        readers.Piece(str(tmp_path / "b.csv"), 0, 10),
+    ]
+    assert readers.pieces([("s3://b/k.csv", 0)], "jsonl") == [readers.Piece("s3://b/k.csv", 0, readers.sys.maxsize)]
+    assert readers.pieces(files, "parquet") == [readers.Piece(url, 0, size) for url, size in files]
+
+
+def test_a_numeric_vectors_flat_columns_are_numbered_and_other_features_keep_their_name():
+    spec = DataSpec.model_validate(
+        {
+            "source": "unused",
+            "format": "csv",
+            "features": [{"name": "pixel", "shape": [2, 2]}, {"name": "age"}, {"name": "city", "kind": "categorical"}],
+            "label": {"name": "y", "task": "regression"},
+        }
+    )
+    assert [readers.feature_columns(f) for f in spec.features] == [
+        ["pixel_0", "pixel_1", "pixel_2", "pixel_3"],
+        ["age"],
+        ["city"],
+    ]
+
+
+def test_a_binary_labels_classes_and_its_one_negative_value_over_the_inputs_parts():
+    def label(**fields):
+        spec = {"source": "unused", "format": "csv", "features": [{"name": "x"}]}
+        return DataSpec.model_validate({**spec, "label": {"name": "y", "task": "binary", **fields}}).label
+
+    assert readers.binary_classes(label(), None) == ["false", "true"]
+    assert readers.binary_classes(label(positive=False), None) == ["true", "false"]
+    assert readers.binary_classes(label(positive="churned"), "stayed") == ["stayed", "churned"]
+    assert readers.label_storage(label()) == "binary"
+    first = ("stayed", readers.Where("a.csv", record=4))
+    assert readers.same_negative(None, first, "y") == first == readers.same_negative(first, ("stayed", None), "y")
+    with pytest.raises(readers.BadData, match="field 'y': a binary label with a third value: 'left' here and 'stayed'"):
+        readers.same_negative(first, ("left", readers.Where("b.csv", record=9)), "y")

@@ -1,14 +1,18 @@
-"""The shard writer (trainer/data.py ExampleWriter): the records are those protobuf makes from the values the plain
-way (FloatLists parsed from packed bytes change nothing), and its memory stays flat however many rows it writes."""
+"""trainer/data.py: the hash-based split and shard of each row, the shard names, the data check refusing a manifest
+missing or of another layout; the shard writer (ExampleWriter): the records are those protobuf makes from the values
+the plain way (FloatLists parsed from packed bytes change nothing), and its memory stays flat however many rows it
+writes."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import psutil
 import pytest
 
+from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.spec import DataSpec
 from tfdist.trainer import data, readers
 
@@ -40,13 +44,6 @@ def chunk(rows: int, seed: int) -> readers.Chunk:
         },
         rng.integers(0, 10, rows),
     )
-
-
-@pytest.fixture(scope="module")
-def tf():
-    from tfdist.trainer.runtime import import_tensorflow
-
-    return import_tensorflow()
 
 
 class Records:
@@ -91,3 +88,39 @@ def test_writing_many_rows_takes_no_more_memory(tf):
     before = process.memory_info().rss
     write(40)
     assert process.memory_info().rss - before < 10e6
+
+
+def test_a_rows_hash_is_of_its_content_alone_so_equal_rows_share_their_split_and_shard():
+    rows = chunk(200, seed=1)
+    again = readers.Chunk(rows.numeric, rows.categorical, rows.labels)
+    hashes = data.row_hashes(rows)
+    np.testing.assert_array_equal(data.row_hashes(again), hashes)
+    assert len(set(hashes.tolist())) == 200  # distinct rows, distinct hashes
+    other = chunk(200, seed=1)
+    other.labels[5] = (other.labels[5] + 1) % 10
+    changed = data.row_hashes(other) != hashes
+    assert changed.tolist() == [k == 5 for k in range(200)]  # the label is part of the row
+
+
+def test_the_split_holds_out_the_eval_fraction_and_spreads_the_rows_over_every_shard():
+    hashes = data.row_hashes(chunk(4000, seed=2))
+    is_eval, shard = data.split_and_shard(hashes, 0.25, 4)
+    assert 0.22 < is_eval.mean() < 0.28
+    assert sorted(set(shard.tolist())) == [0, 1, 2, 3] and min(np.bincount(shard)) > 900
+    assert not data.split_and_shard(hashes, 0.0, 4)[0].any() and data.split_and_shard(hashes, 1.0, 4)[0].all()
+    assert data.shard_name("train", 3, 16) == "train-00003-of-00016.tfrecord"
+
+
+def test_a_manifest_missing_or_of_another_layout_is_refused_before_any_data_is_read(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        data.verified_manifest(str(tmp_path), "train")
+    assert refused.value.code == EXIT_REFUSED
+    assert (
+        f"data check 'missing' failed for {tmp_path}/manifest.json: the file does not exist" in capsys.readouterr().err
+    )
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": data.MANIFEST_VERSION - 1}))
+    with pytest.raises(SystemExit):
+        data.verified_manifest(str(tmp_path), "train")
+    err = capsys.readouterr().err
+    assert f"data check 'version' failed for {tmp_path}/manifest.json: version {data.MANIFEST_VERSION - 1}" in err
+    assert "clear this run's prepare_data task" in err
