@@ -13,8 +13,9 @@ import pytest
 from airflow.sdk.api.datamodels._generated import DagRunType
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import START, make_spec, plan_for, run
 from tests.spec.test_spec import problems
+from tests.support.plans import plan_for, run
+from tests.support.specs import START, make_spec
 from tests.web.test_runs_page_data import rules_of
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.publish_records import Approval, Blessing

@@ -11,7 +11,8 @@ import textwrap
 
 import yaml
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 
 
 def run_python(code: str, **env: str) -> str:

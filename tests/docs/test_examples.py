@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, SMALL_SPEC
 from tests.dag.test_dag_parse import run_python
+from tests.support.roots import REPO
+from tests.support.specs import SMALL_SPEC
 from tfdist.spec import load_spec
 
 RUN = {"python", "yaml"}

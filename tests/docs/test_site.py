@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 from tfdist.spec import Spec, field_doc, override_policy, section_models
 from tfdist.spec.overrides import FREE_FORM
 from tfdist.spec.reference import render

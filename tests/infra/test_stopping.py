@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from tests.conftest import ended
+from tests.support.processes import ended
 from tfdist.infra.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
 
 STUBBORN = (

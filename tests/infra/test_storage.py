@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tests.conftest import new_bucket_url
+from tests.support.object_store import new_bucket_url
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json, read_json_if_exists, sha256_file, write_json_atomic
 

@@ -22,7 +22,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO, make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.layout import run_key
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.processes import local_processes

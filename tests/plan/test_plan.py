@@ -17,7 +17,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.launch import HOST_DISCOVERY_SCRIPT
 from tfdist.contract.layout import run_key, run_path
 from tfdist.operators import plan as plan_module

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.conftest import new_bucket_url
 from tests.publishing.test_withdraw import publish
+from tests.support.object_store import new_bucket_url
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.spec import Spec, SpecError, field_doc, load_spec
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import make_spec
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.records import read_record

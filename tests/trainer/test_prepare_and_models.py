@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import LabelEntry, Manifest, Normalization, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST

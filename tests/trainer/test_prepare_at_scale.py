@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
 from tfdist.contract.stages import worker_command

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ended
+from tests.support.processes import ended
 from tfdist.contract.progress import checkpoint_state, kept_checkpoints
 from tfdist.infra import storage
 from tfdist.infra.stopping import STOP_GRACE_SECONDS

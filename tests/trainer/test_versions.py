@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from tests.conftest import DAY, plan_for, prepared_plan, run
 from tests.publishing.test_withdraw import publish, tf_serving_latest
+from tests.support.plans import plan_for, prepared_plan, run
+from tests.support.specs import DAY
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed

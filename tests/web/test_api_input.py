@@ -1,5 +1,5 @@
-"""The plugin's API against hostile input (issue 37), on a live Airflow (tests/live_airflow.py): ids with control
-characters, a 14 kB pipeline id of dots, withdrawal reasons too long or with escape codes. How many DAG ids a
+"""The plugin's API against hostile input (issue 37), on a live Airflow (tests/support/live_airflow.py): ids with
+control characters, a 14 kB pipeline id of dots, withdrawal reasons too long or with escape codes. How many DAG ids a
 pipeline id is looked up under, without Airflow running: the first test."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.live.test_live_airflow import dag_file
-from tests.live_airflow import LiveAirflow
 from tests.publishing.test_withdraw import publish
+from tests.support.live_airflow import LiveAirflow
+from tests.support.specs import make_spec
 from tfdist.publishing import registry
 
 GUARDED, RESTRICTED = "digits_guarded", "restricted_pipeline"

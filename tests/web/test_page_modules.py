@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from fastapi import HTTPException
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 from tfdist.operators.web.api import PAGE_FILES, page_file
 
 NODE_TESTS = sorted(glob.glob(os.path.join(REPO, "tests", "web", "js", "*.test.mjs")))

@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 from tests.web.test_runs_page_data import DAG, write_binary_runs, write_data_gate, write_run
 from tfdist.contract.layout import RunLayout
 from tfdist.infra.jsonfiles import write_json_atomic

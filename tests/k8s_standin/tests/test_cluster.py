@@ -19,7 +19,6 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
 from tests.k8s_standin import StandInCluster, dns, image_reference, kubelet, memory_bytes, timing
 from tests.k8s_standin.tests import clients
 from tests.k8s_standin.tests.clients import (
@@ -36,6 +35,7 @@ from tests.k8s_standin.tests.clients import (
     terminated,
     until,
 )
+from tests.support.roots import STANDIN_NEEDS_ROOT, lacks_root
 
 MARK = "# standin-test"
 """In every pod's command line: no process carrying it may outlive its cluster."""

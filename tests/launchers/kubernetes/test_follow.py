@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 from kubernetes import client, config
 
-from tests.conftest import collecting_logger
 from tests.k8s_standin import Script, ScriptedKubelet, StandInCluster
+from tests.support.logs import collecting_logger
 from tfdist.contract.launch import EXIT_HUNG
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.kubernetes import follow as following

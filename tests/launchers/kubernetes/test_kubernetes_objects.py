@@ -24,7 +24,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import REPO, make_spec, wait_for
+from tests.support.processes import wait_for
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract import launch, progress
 from tfdist.contract.launch import SCRATCH_ENV
 from tfdist.contract.records import read_record
