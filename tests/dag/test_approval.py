@@ -342,6 +342,7 @@ def test_a_comment_over_the_limit_or_with_a_control_character_does_not_count(tmp
     assert task.params.get_param("comment").schema["maxLength"] == approval.MAX_COMMENT  # the form's bound
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "record, refusal",
     [

@@ -66,6 +66,7 @@ def test_each_yaml_example_is_a_valid_spec_or_part_of_one(where, code, tmp_path,
     load_spec(data if "name" in data else merged(SMALL_SPEC, data), origin=where)
 
 
+@pytest.mark.e2e
 def test_each_python_example_is_a_dag_file_that_airflow_finds(tmp_path):
     files = {}
     for i, (where, _, code) in enumerate(examples("python")):

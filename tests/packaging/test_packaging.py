@@ -138,6 +138,7 @@ def test_one_import_name_maps_the_repository_folders_and_every_subpackage():
 OLD_IMPORT = re.compile(rf"^\s*(?:from|import) (?:{'|'.join(CODE_FOLDERS)})\b", re.M)
 
 
+@pytest.mark.e2e
 def test_no_code_imports_the_old_top_level_names():
     """``operators`` and ``trainer`` are folders of the repository, never import names: a team's own
     ``plugins/operators/`` package must keep its name. Code in strings (DAG files a test writes) counts too,
@@ -173,6 +174,7 @@ def part(module: str) -> str:
     return module.split(".")[1] if module.count(".") else ""
 
 
+@pytest.mark.e2e
 def test_the_worker_runtime_never_imports_airflow_and_the_airflow_side_never_imports_tensorflow_at_import():
     for path in python_files("trainer"):
         assert not {m for m in imports(path) if m.split(".")[0] == "airflow"}, path
@@ -201,6 +203,7 @@ of tfdist; the spec model stands alone; the contract reads the spec and infra; t
 contract. Never the other way round."""
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("shared", sorted(SHARED_BELOW))
 def test_what_both_sides_share_imports_neither_side_nor_airflow_nor_tensorflow(shared):
     """tfdist.spec, tfdist.contract, tfdist.infra and tfdist.publishing are what both sides import: they import
@@ -211,6 +214,7 @@ def test_what_both_sides_share_imports_neither_side_nor_airflow_nor_tensorflow(s
         assert not third_party(imports(path)) & {"airflow", "tensorflow", "keras", "horovod"}, path
 
 
+@pytest.mark.e2e
 def test_the_airflow_side_reaches_the_worker_runtime_never():
     """The Airflow side, its plugin and the example DAGs reach the workers only through what both sides share
     (SHARED_BELOW): no module of tfdist.trainer is imported on that side."""
@@ -228,6 +232,7 @@ def test_no_launcher_reads_the_spec_model():
 FUNCTION_MAX_LINES = 60
 
 
+@pytest.mark.e2e
 def test_no_function_of_the_package_or_the_example_dags_is_longer_than_a_screen():
     """House rule: a function reads at once. Tests and benchmarks are exempt."""
     long = []
@@ -286,6 +291,7 @@ def test_each_component_installs_what_it_needs_and_nothing_more():
     assert gpu_tf.extras == {"and-cuda"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("folder, extra", [("trainer", "cpu"), ("operators", "kubernetes")])
 def test_every_module_the_code_imports_comes_with_its_extra(folder, extra):
     """The distributions behind each third-party import are required (directly or through what is required);
@@ -426,6 +432,7 @@ def tfdist_settings_read() -> set[str]:
     return found | set(CONNECTION_OPTIONS.values())  # read as conf.get("tfdist", CONNECTION_OPTIONS[protocol])
 
 
+@pytest.mark.e2e
 def test_every_tfdist_setting_is_declared_and_airflow_config_list_shows_it(tmp_path):
     from tfdist.operators.provider_info import get_provider_info
 
@@ -468,6 +475,7 @@ PLUGINS = (
 )
 
 
+@pytest.mark.e2e
 def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_present(tmp_path):
     """The plugins folder holds plugins/tfdist_plugin.py and tfdist is installed (its entry point): one plugin,
     from the entry point, and no "already registered" import error."""
@@ -483,6 +491,7 @@ def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_
     assert done.stdout.split("\n")[0] == "[('tfdist', 'EntryPointSource')] {}"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("first", ["dag", "params", "base", "links", "page_urls"])
 def test_the_plugin_loads_whichever_module_of_ours_imports_airflow_first(first, tmp_path):
     """A DAG file or a script that imports one of tfdist's modules before Airflow makes Airflow load the plugin

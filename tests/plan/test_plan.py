@@ -140,6 +140,7 @@ def test_run_key_keeps_a_readable_prefix_and_no_run_id_escapes_or_shares_a_direc
     assert run_key("scheduled__2026-11-20T00:00:00+00:00") != run_key("scheduled__2026-11-20T00_00_00_00_00")
 
 
+@pytest.mark.e2e
 @settings(max_examples=500, deadline=None)
 @given(AIRFLOW_RUN_IDS, AIRFLOW_RUN_IDS)
 def test_distinct_run_ids_get_distinct_keys_inside_the_runs_directory(first, second):
@@ -149,6 +150,7 @@ def test_distinct_run_ids_get_distinct_keys_inside_the_runs_directory(first, sec
         assert (run_key(first) == run_key(other)) == (first == other)
 
 
+@pytest.mark.e2e
 def test_plan_command_prints_every_process_without_running_anything(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path))))
@@ -165,6 +167,7 @@ def test_plan_command_prints_every_process_without_running_anything(tmp_path):
     assert not (tmp_path / "digits_test").exists()
 
 
+@pytest.mark.e2e
 def test_validate_command_reports_field_errors(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path), training={"num_workers": 0})))

@@ -23,6 +23,8 @@ from tfdist.infra.jsonfiles import read_json
 from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
 
+pytestmark = pytest.mark.e2e  # starts reader processes, and object-store servers
+
 HOLDER = """
 import datetime as dt, sys
 from tfdist.publishing import registry

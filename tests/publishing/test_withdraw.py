@@ -88,6 +88,7 @@ def test_a_withdrawn_version_moves_aside_whole_in_one_rename_and_serving_falls_b
     assert (record["version"], record["by"], record["reason"]) == (3, "alice", "labels of 2026-11-03 were shifted")
 
 
+@pytest.mark.e2e
 def test_in_a_bucket_a_withdrawal_is_its_record_in_place_and_the_serving_config_follows(s3):
     """An object store has no rename: the version stays where it is with its withdrawn.json, and TF Serving's config
     names the live version; a restore deletes the record."""

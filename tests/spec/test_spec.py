@@ -84,6 +84,7 @@ def test_error_message_names_the_origin(tmp_path):
         load_spec(path)
 
 
+@pytest.mark.e2e
 def test_json_schema_checks_what_the_model_checks(tmp_path):
     """The published JSON schema (for editors and the trigger form) refuses what the model refuses."""
     import jsonschema

@@ -93,6 +93,7 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
     assert read_json(os.path.join(out, MANIFEST)) == manifest  # nothing already produced is lost
 
 
+@pytest.mark.e2e
 def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path, npz_input):
     import tensorflow as tf
 

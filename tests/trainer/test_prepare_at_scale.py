@@ -174,6 +174,7 @@ def test_a_bad_parquet_record_is_refused_naming_it(tmp_path):
         read_all(readers.pieces(readers.expand([path]), "parquet"), data_spec("parquet"))
 
 
+@pytest.mark.e2e
 def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
     import tensorflow as tf
 

@@ -25,6 +25,8 @@ from tfdist.infra.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
 from tfdist.trainer.uploads import Pace, Uploader
 
+pytestmark = pytest.mark.e2e  # starts upload processes
+
 
 def record(path: str, name: str) -> None:
     """A job: append which process ran ``name``, and the scheduling policy of each of its threads."""

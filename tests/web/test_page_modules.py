@@ -19,6 +19,7 @@ NODE_TESTS = sorted(glob.glob(os.path.join(REPO, "tests", "web", "js", "*.test.m
 IMPORT = re.compile(r'^import [^;]*? from "\./([^"]+)";', re.M | re.S)
 
 
+@pytest.mark.e2e
 def test_the_pages_pure_helpers_pass_their_node_tests():
     assert NODE_TESTS
     done = subprocess.run(["node", "--test", *NODE_TESTS], cwd=REPO, capture_output=True, text=True)

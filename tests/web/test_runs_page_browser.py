@@ -21,6 +21,8 @@ from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress
 from tfdist.operators.web.api import MEDIA_TYPES, PAGE_FILES, LiveProgress, PipelinePage
 
+pytestmark = pytest.mark.e2e  # starts a browser
+
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
 ORIGIN = "http://tfdist.test"
 RUN_RECORDS = {"progress": progress, "curve": curve, "data": data_validation}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from tests.contract.test_train_records import train_result, warm_start_record
 from tests.dag.test_dag_parse import run_python
 from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
@@ -332,6 +334,7 @@ def test_tfdist_models_lists_each_versions_parent_or_cold_start(tmp_path, capsys
     assert lines[0].startswith(os.path.join(model_dir, "4") + "  run scheduled__2026-11-14  ")
 
 
+@pytest.mark.e2e
 def test_the_api_server_reads_a_curve_without_importing_tensorflow(tmp_path):
     layout = RunLayout(str(tmp_path))
     CurveWrite(layout.curve_file, curve_line(CurvePoint(step=1, loss=2.0, examples_per_sec=None)))()

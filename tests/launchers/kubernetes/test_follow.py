@@ -26,6 +26,8 @@ from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.plan import Following
 
+pytestmark = pytest.mark.e2e  # starts the stand-in cluster's API server
+
 NS, NAME, CONNECTION = "ml", "tfd-digits-train-1", "k8s_scripted"
 MEMBERS = ("worker-0", "worker-1")
 INDEX = "batch.kubernetes.io/job-completion-index"

@@ -23,6 +23,8 @@ from tfdist.operators.artifact_store import HandedOptions, StoreUnreachable, con
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process
 
+pytestmark = pytest.mark.e2e  # starts object-store servers and stage processes
+
 STAGE_READS = "import sys; from tfdist.infra import storage; print(storage.read_bytes(sys.argv[1]).decode())"
 SIGN_IN_VARIABLES = (storage.GCS_KEY_ENV, "GOOGLE_APPLICATION_CREDENTIALS")
 
