@@ -14,12 +14,13 @@ export AIRFLOW__CORE__LAZY_LOAD_PLUGINS := False
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export TFDIST_ARTIFACT_ROOT ?= $(CURDIR)/.demo/artifacts
 
-.PHONY: help setup demo lint test test-extended docs bench faults wheel clean
+.PHONY: help setup demo lint test test-unit test-extended docs bench faults wheel clean
 
 help:
 	@echo "make demo   set up, then run the example nightly DAG once on real Airflow (2 local TF workers)"
 	@echo "make lint   set up, then run ruff (lint and format check), mypy (strict for the spec, the contract and the plan), ESLint and Prettier (the page)"
 	@echo "make test   set up, lint, then run the test suite (without the extended set)"
+	@echo "make test-unit  set up, then run the unit tier only (no process, cluster, Airflow or browser; under a minute)"
 	@echo "make test-extended  set up, then run the extended set: fault drills, scale, the install and mode matrices, the bench smoke run"
 	@echo "make bench  set up, then run the benchmarks (BENCH_BUDGET=tiny for a quick check, BENCH_SECTIONS=\"ctr serving\" for some); results in bench/results/"
 	@echo "make faults set up, then run the fault-injection suite FAULT_TRIALS times per case; figures in bench/results/faults.md"
@@ -63,6 +64,10 @@ lint: setup
 # lint first; two test files at a time (pytest-xdist); CI then runs test-extended (with the benchmarks' smoke run)
 test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not bench and not extended"
+
+# the unit tier: what make test runs less the e2e tests (and the fault drills), for the edit-test loop
+test-unit: setup
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not e2e and not extended and not bench and not faults"
 
 test-extended: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m extended

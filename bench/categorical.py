@@ -16,7 +16,9 @@ import os
 import sys
 
 from bench.handwritten import examples_per_sec, input_fn, loop_parser, tabular_parse
-from tests.conftest import DAY, collecting_logger, plan_for, run
+from tests.support.logs import collecting_logger
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.layout import MANIFEST
 from tfdist.infra.jsonfiles import read_json

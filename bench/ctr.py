@@ -25,7 +25,9 @@ import time
 import numpy as np
 import psutil
 
-from tests.conftest import DAY, collecting_logger, make_spec, plan_for, run
+from tests.support.logs import collecting_logger
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY, make_spec
 from tfdist.contract.layout import MANIFEST
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher

@@ -25,8 +25,8 @@ import time
 import psutil
 from kubernetes import client, config
 
-from tests.conftest import wait_for
 from tests.k8s_standin import StandInCluster
+from tests.support.processes import wait_for
 from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.plan.stages import Following
 

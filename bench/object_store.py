@@ -1,6 +1,6 @@
 """Artifacts in object storage (``make bench``, issue 39), against moto's S3 server in a process of its own on this
-machine (tests/object_store.py: HTTP on loopback, no network latency, so the figures bound the cost of the protocol
-and the copies, not of a real network).
+machine (tests/support/object_store.py: HTTP on loopback, no network latency, so the figures bound the cost of the
+protocol and the copies, not of a real network).
 
 - Shard reads: the records of a set of TFRecord shards into tf.data, each file's sha256 checked as the trainer
   does: from local files, staged (copied to scratch, checked, then read locally: ``scratch.fetch``), and streamed
@@ -20,8 +20,9 @@ import os
 import statistics
 import time
 
-from tests.conftest import DAY, plan_for, run
-from tests.object_store import S3Server
+from tests.support.object_store import S3Server
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions

@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from tests.conftest import DAY, plan_for, run
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 
 BATCHES = (1, 256)
 BLOCK = 10

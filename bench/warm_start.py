@@ -1,4 +1,4 @@
-"""Warm start and its summaries (``make bench``, issue 28), on the tests' small spec (tests/conftest.py: an MLP,
+"""Warm start and its summaries (``make bench``, issue 28), on the tests' small spec (tests/support/specs.py: an MLP,
 global batch 64) and the digits data's daily partitions, 1 worker, through the local launcher.
 
 Steps to the cold run's accuracy, per seed (``training.seed``): day 1 trained cold and exported (the parent); on
@@ -18,7 +18,8 @@ import logging
 import os
 import statistics
 
-from tests.conftest import DAY, SMALL_SPEC, prepared_plan, run
+from tests.support.plans import prepared_plan, run
+from tests.support.specs import DAY, SMALL_SPEC
 from tfdist.contract.progress import read_curve
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import write_digits_partitions

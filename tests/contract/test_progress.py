@@ -3,6 +3,8 @@ checkpoint state file made for the checkpoints a store keeps."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.dag.test_dag_parse import run_python
 from tfdist.contract.progress import CurveWrite, checkpoint_state, curve_line, kept_checkpoints, read_curve
 from tfdist.contract.train_records import CurvePoint
@@ -19,6 +21,7 @@ def test_a_state_file_made_for_the_checkpoints_a_store_keeps_reads_back_as_them(
     assert kept_checkpoints(state) == ["ckpt-20", "ckpt-40"]
 
 
+@pytest.mark.e2e
 def test_a_processs_curve_writes_follow_the_points_before_its_first(tmp_path):
     """Each write holds the lines the file held before the process's first write (a line cut short by a crash
     dropped), then all the process's own: a later write covers an earlier one."""

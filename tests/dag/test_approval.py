@@ -13,9 +13,10 @@ import pytest
 from airflow.sdk.api.datamodels._generated import DagRunType
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import START, make_spec, plan_for, run
 from tests.operators.test_report import rules_of
 from tests.spec.test_errors import problems
+from tests.support.plans import plan_for, run
+from tests.support.specs import START, make_spec
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.publish_records import Approval, Blessing
 from tfdist.contract.records import read_record, write_record
@@ -341,6 +342,7 @@ def test_a_comment_over_the_limit_or_with_a_control_character_does_not_count(tmp
     assert task.params.get_param("comment").schema["maxLength"] == approval.MAX_COMMENT  # the form's bound
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "record, refusal",
     [

@@ -10,7 +10,7 @@ import types
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.contract.layout import record_run
 from tfdist.operators import build_dag
 from tfdist.operators.plan import build_plan, partition_start, period_end

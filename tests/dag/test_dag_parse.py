@@ -9,9 +9,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import yaml
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
+
+pytestmark = pytest.mark.e2e  # starts Airflow's DAG parsing in fresh interpreters
 
 
 def run_python(code: str, **env: str) -> str:

@@ -15,8 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import collecting_logger, dags_folder, make_spec, plan_for, run
 from tests.publishing.versions import published_metadata
+from tests.support.dags import dags_folder
+from tests.support.logs import collecting_logger
+from tests.support.plans import plan_for, run
+from tests.support.specs import make_spec
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json

@@ -18,8 +18,8 @@ import pytest
 from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import DAY, make_spec
 from tests.publishing.versions import published_metadata
+from tests.support.specs import DAY, make_spec
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import SpecError, build_dag, build_task_group

@@ -14,7 +14,8 @@ import types
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import dags_folder, make_spec, task_instance
+from tests.support.dags import dags_folder, task_instance
+from tests.support.specs import make_spec
 from tfdist.operators.dag import build_dag
 from tfdist.operators.demo import airflow_dags_test
 from tfdist.publishing import registry

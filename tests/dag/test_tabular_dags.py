@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from sklearn import metrics
 
-from tests.conftest import dags_folder
 from tests.publishing.versions import published_metadata
+from tests.support.dags import dags_folder
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, example_table, write_table_partitions

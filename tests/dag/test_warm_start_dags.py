@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from tests.conftest import dags_folder, make_spec
 from tests.publishing.versions import published_metadata
+from tests.support.dags import dags_folder
+from tests.support.specs import make_spec
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.demo import airflow_dags_test, write_digits_partitions

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, SMALL_SPEC
 from tests.dag.test_dag_parse import run_python
+from tests.support.roots import REPO
+from tests.support.specs import SMALL_SPEC
 from tfdist.spec import load_spec
 
 RUN = {"python", "yaml"}
@@ -65,6 +66,7 @@ def test_each_yaml_example_is_a_valid_spec_or_part_of_one(where, code, tmp_path,
     load_spec(data if "name" in data else merged(SMALL_SPEC, data), origin=where)
 
 
+@pytest.mark.e2e
 def test_each_python_example_is_a_dag_file_that_airflow_finds(tmp_path):
     files = {}
     for i, (where, _, code) in enumerate(examples("python")):

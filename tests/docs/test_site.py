@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 from tfdist.spec import Spec, field_doc, override_policy, section_models
 from tfdist.spec.overrides import FREE_FORM
 from tfdist.spec.reference import render
@@ -33,6 +33,7 @@ def test_the_nav_lists_every_page():
     assert sorted(nav_pages(config["nav"])) == sorted(str(p.relative_to(docs)) for p in docs.rglob("*.md"))
 
 
+@pytest.mark.e2e
 def test_the_site_builds_strictly_with_the_generated_reference(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],

@@ -8,9 +8,12 @@ import sys
 import time
 
 import psutil
+import pytest
 
-from tests.conftest import ended
+from tests.support.processes import ended
 from tfdist.infra.stopping import STOP_GRACE_SECONDS, is_stopped, stop_processes
+
+pytestmark = pytest.mark.e2e  # starts processes to stop
 
 STUBBORN = (
     "import signal, subprocess, sys, time\n"

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from tests.conftest import new_bucket_url
+from tests.support.object_store import new_bucket_url
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json, read_json_if_exists, sha256_file, write_json_atomic
 
 
-@pytest.fixture(params=["local", "s3", "gs"])
+@pytest.fixture(params=["local", *(pytest.param(s, marks=pytest.mark.e2e) for s in ("s3", "gs"))])  # servers: e2e
 def root(request, tmp_path) -> str:
     if request.param == "local":
         return str(tmp_path / "artifacts")
@@ -77,6 +77,7 @@ def test_a_tree_round_trips_through_the_store(root, tmp_path):
         assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "tree" / name).read_bytes()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_a_reader_that_sees_the_marker_sees_the_whole_tree(scheme, request, tmp_path):
     tree = local_tree(tmp_path, 60)

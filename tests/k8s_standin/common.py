@@ -6,12 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import fractions
 import math
-import os
 import re
 import threading
 from collections.abc import Callable, Iterable
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_LABELS = {"kubernetes.io/hostname": "standin", "kubernetes.io/os": "linux"}
 """The one node's labels: a pod whose nodeSelector asks for others stays Pending (FailedScheduling)."""
 NODE = NODE_LABELS["kubernetes.io/hostname"]

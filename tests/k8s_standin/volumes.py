@@ -11,7 +11,8 @@ import shutil
 from typing import TYPE_CHECKING
 
 from tests.k8s_standin import timing
-from tests.k8s_standin.common import IMAGE_USER, REPO
+from tests.k8s_standin.common import IMAGE_USER
+from tests.support.roots import REPO
 
 if TYPE_CHECKING:
     from tests.k8s_standin.pods import Pod

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 
 pytestmark = [pytest.mark.bench, pytest.mark.extended, pytest.mark.e2e]  # slow: out of the fast set too
 

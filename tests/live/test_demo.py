@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
 from tests.publishing.versions import published_metadata
+from tests.support.roots import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -22,11 +22,12 @@ import pytest
 import requests
 import yaml
 
-from tests.conftest import REPO, make_spec
 from tests.dag.test_dag_parse import readme_dag_file
-from tests.live_airflow import USERS, LiveAirflow
 from tests.publishing.test_withdraw import publish
 from tests.publishing.versions import published_metadata
+from tests.support.live_airflow import USERS, LiveAirflow
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.layout import BLESSING, MANIFEST, RunLayout, record_run, run_path
 from tfdist.contract.progress import TrainProgress, read_curve

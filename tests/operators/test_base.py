@@ -8,7 +8,8 @@ import types
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import START, make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import START, make_spec
 from tfdist.contract.layout import run_key
 from tfdist.operators.base import earlier_windows
 from tfdist.operators.dag import build_dag

@@ -9,7 +9,6 @@ import os
 import pytest
 import yaml
 
-from tests.conftest import make_spec
 from tests.operators.test_report import (
     DAG,
     MISMATCH,
@@ -18,6 +17,7 @@ from tests.operators.test_report import (
     write_lineage,
     write_run,
 )
+from tests.support.specs import make_spec
 from tfdist.operators.cli import main
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.operators.dag import _cyclic_gc_paused, build_dag, build_dags_from_directory
 
 

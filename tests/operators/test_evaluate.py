@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from tests.conftest import make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import make_spec
 from tfdist.contract.publish_records import EvaluateResult
 from tfdist.operators.evaluate import EvaluateOperator
 

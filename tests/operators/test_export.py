@@ -6,7 +6,8 @@ import os
 
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from tests.conftest import make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import make_spec
 from tfdist.contract.publish_records import ExportResult
 from tfdist.operators.export import ExportModelOperator, model_asset
 

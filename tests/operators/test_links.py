@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.contract.layout import run_key
 from tfdist.operators.links import TrainingRunLink, run_page_url
 

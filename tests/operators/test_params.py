@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.operators.params import _properties, dag_params, param_schema, warm_up
 from tfdist.spec import load_spec, section_models
 

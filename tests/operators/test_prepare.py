@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from tests.conftest import START, make_spec
 from tests.operators.test_base import END, context
+from tests.support.specs import START, make_spec
 from tfdist.operators.prepare import PrepareDataOperator
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.operators.links import TensorBoardLink, TrainingRunLink
 from tfdist.operators.train import DistributedTrainOperator
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import ValidateDataResult
 from tfdist.operators.validate_data import ValidateDataOperator
 

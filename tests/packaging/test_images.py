@@ -16,9 +16,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import REPO, make_spec
 from tests.operators.launchers.kubernetes.test_objects import KUBERNETES, MODES
 from tests.packaging.test_packaging import requirement_names
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.stages import worker_command
 from tfdist.operators.launchers.kubernetes.objects import stage_objects
 from tfdist.operators.plan import RunContext, build_plan

@@ -22,10 +22,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tests.conftest import DAY, REPO
 from tests.dag.test_dag_parse import readme_dag_file
 from tests.packaging.test_packaging import pinned, pyproject
 from tests.publishing.versions import published_metadata
+from tests.support.roots import REPO
+from tests.support.specs import DAY
 from tfdist.operators.demo import write_digits_partitions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]

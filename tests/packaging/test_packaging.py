@@ -20,7 +20,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import REPO, plan_for
+from tests.support.plans import plan_for
+from tests.support.roots import REPO
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.processes import local_processes
 
@@ -281,6 +282,7 @@ def test_each_component_installs_what_it_needs_and_nothing_more():
     assert gpu_tf.extras == {"and-cuda"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("folder, extra", [("trainer", "cpu"), ("operators", "kubernetes")])
 def test_every_module_the_code_imports_comes_with_its_extra(folder, extra):
     """The distributions behind each third-party import are required (directly or through what is required);
@@ -375,6 +377,7 @@ def tfdist_settings_read() -> set[str]:
     return found | set(CONNECTION_OPTIONS.values())  # read as conf.get("tfdist", CONNECTION_OPTIONS[protocol])
 
 
+@pytest.mark.e2e
 def test_every_tfdist_setting_is_declared_and_airflow_config_list_shows_it(tmp_path):
     from tfdist.operators.provider_info import get_provider_info
 
@@ -417,6 +420,7 @@ PLUGINS = (
 )
 
 
+@pytest.mark.e2e
 def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_present(tmp_path):
     """The plugins folder holds plugins/tfdist_plugin.py and tfdist is installed (its entry point): one plugin,
     from the entry point, and no "already registered" import error."""
@@ -432,6 +436,7 @@ def test_plugin_is_registered_once_by_its_entry_point_with_the_thin_plugin_file_
     assert done.stdout.split("\n")[0] == "[('tfdist', 'EntryPointSource')] {}"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("first", ["dag", "params", "base", "links", "page_urls"])
 def test_the_plugin_loads_whichever_module_of_ours_imports_airflow_first(first, tmp_path):
     """A DAG file or a script that imports one of tfdist's modules before Airflow makes Airflow load the plugin

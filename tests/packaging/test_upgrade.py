@@ -9,7 +9,7 @@ import os
 import pytest
 from airflow._shared.module_loading import import_string  # what the triggerer rebuilds a trigger with
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 
 RELEASE = os.path.join(REPO, "tests", "fixtures", "records", "0.2.0")
 
@@ -131,7 +131,8 @@ def test_a_version_the_last_release_published_is_the_baseline_a_new_run_warm_sta
     import datetime as dt
     import shutil
 
-    from tests.conftest import DAY, run
+    from tests.support.plans import run
+    from tests.support.specs import DAY
     from tests.trainer import prepared_tables as tabular
     from tests.trainer.test_warm_start_vocabulary import prepared
     from tfdist.contract.records import read_record

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import CheckRow, DataStatistics
 from tfdist.contract.stages import ValidateDataArgs
 from tfdist.contract.train_records import RunRecord

@@ -16,13 +16,15 @@ import time
 
 import pytest
 
-from tests.conftest import new_bucket_url
 from tests.publishing.test_withdraw import publish
+from tests.support.object_store import new_bucket_url
 from tfdist.contract.publish_records import LockTicket
 from tfdist.contract.records import read_record
 from tfdist.infra import storage
 from tfdist.publishing import registry
 from tfdist.trainer.export import claim_version
+
+pytestmark = pytest.mark.e2e  # starts reader processes, and object-store servers
 
 HOLDER = """
 import datetime as dt, sys

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.spec import SpecError, load_spec
 from tfdist.spec.errors import validated
 from tfdist.spec.export import ExportSpec

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.spec.test_errors import problems
+from tests.support.specs import make_spec
 from tfdist.spec import ExportSpec
 
 

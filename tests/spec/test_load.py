@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.spec import SpecError, load_spec
 from tfdist.spec.load import read_yaml
 

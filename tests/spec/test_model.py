@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.spec.test_kubernetes import KUBERNETES
+from tests.support.specs import make_spec
 from tfdist.spec import Spec, SpecError, load_spec
 
 
@@ -19,6 +19,7 @@ def test_defaults_are_filled(tmp_path):
     assert spec.start_date.tzinfo is not None
 
 
+@pytest.mark.e2e
 def test_json_schema_checks_what_the_model_checks(tmp_path):
     """The published JSON schema (for editors and the trigger form) refuses what the model refuses."""
     import jsonschema

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.spec.test_errors import problems
+from tests.support.specs import make_spec
 from tfdist.spec import Spec, field_doc, field_value, load_spec, override_policy, override_refusal
 from tfdist.spec.overrides import FREE_FORM, with_values
 

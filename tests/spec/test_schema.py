@@ -21,7 +21,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.operators.cli import main
 from tfdist.spec import Spec, SpecError, field_doc, load_spec, override_policy, override_refusal
 from tfdist.spec.schema import SCHEMA_FILE, schema_text

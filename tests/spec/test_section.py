@@ -3,8 +3,8 @@ its rules checked in order, the first broken one the error."""
 
 from __future__ import annotations
 
-from tests.conftest import make_spec
 from tests.spec.test_errors import problems
+from tests.support.specs import make_spec
 from tfdist.spec.training import TrainingSpec
 
 

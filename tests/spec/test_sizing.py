@@ -3,8 +3,8 @@ over the parameter servers and what one pod holds."""
 
 from __future__ import annotations
 
-from tests.conftest import make_spec
 from tests.spec.test_errors import problems
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import CategoricalEntry, LabelEntry, Manifest
 from tfdist.spec import CategoricalFeature, load_spec, sizing
 from tfdist.trainer.models import table_bytes

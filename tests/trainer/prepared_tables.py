@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from tests.conftest import prepare_once
+from tests.support.plans import prepare_once
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.records import read_record
 

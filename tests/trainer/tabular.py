@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.stages import worker_command
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import write_json_atomic

@@ -75,6 +75,7 @@ def test_the_records_are_those_protobuf_makes_from_the_values(tf):
     assert written.records == expected
 
 
+@pytest.mark.e2e
 def test_writing_many_rows_takes_no_more_memory(tf):
     """200,000 rows of 64 floats: ~51 MB if the message that each row refills kept what every refill allocates."""
     writer, rows = data.ExampleWriter(tf, SPEC), chunk(5000, 2)

@@ -13,6 +13,8 @@ from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.trainer import data
 
+pytestmark = pytest.mark.e2e  # starts an object-store server
+
 
 def test_data_in_a_bucket_is_checked_in_its_local_copy_and_a_changed_object_refused(tmp_path, s3, capsys, monkeypatch):
     root = str(tmp_path)

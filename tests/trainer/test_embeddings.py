@@ -74,6 +74,7 @@ def test_a_split_tables_rows_are_restored_shard_by_shard_as_they_would_be_whole(
     np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in split.variables]), expected)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("combiner", "name"), [(None, "lazy_adam"), ("mean", "adagrad")])
 def test_a_replicated_table_and_its_slots_are_read_only_at_the_rows_a_step_looks_up(combiner, name):
     """Under a mirrored strategy (MultiWorkerMirrored's variables), a lookup reads this replica's copy at the ids and

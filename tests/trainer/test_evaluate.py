@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.conftest import prepared_plan, run
+from tests.support.plans import prepared_plan, run
 from tests.trainer.labels import label_entry
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
@@ -105,7 +105,7 @@ def test_the_change_from_the_baseline_is_absolute_and_relative_where_both_are_de
 
 
 def test_the_candidate_chosen_is_the_best_by_the_specs_selection_the_first_of_equals(tmp_path):
-    from tests.conftest import make_spec
+    from tests.support.specs import make_spec
     from tfdist.spec import load_spec
     from tfdist.trainer.evaluate import chosen_candidate
 

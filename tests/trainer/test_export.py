@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from tests.conftest import DAY, prepared_plan, run
 from tests.publishing.versions import published_metadata
+from tests.support.plans import prepared_plan, run
+from tests.support.specs import DAY
 from tests.trainer.labels import label_entry
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed

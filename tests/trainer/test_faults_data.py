@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import plan_for, run
+from tests.support.plans import plan_for, run
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed

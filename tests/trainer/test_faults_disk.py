@@ -13,8 +13,11 @@ import threading
 
 import pytest
 
-from tests.conftest import DAY, needs_root, plan_for, run, wait_for
 from tests.publishing.versions import published_metadata
+from tests.support.plans import plan_for, run
+from tests.support.processes import wait_for
+from tests.support.roots import needs_root
+from tests.support.specs import DAY
 from tfdist.contract.progress import checkpoint_step
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.demo import write_digits_partitions

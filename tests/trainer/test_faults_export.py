@@ -16,8 +16,11 @@ import time
 
 import pytest
 
-from tests.conftest import FAULT_TRIALS, collecting_logger, plan_for, run, wait_for
 from tests.publishing.versions import published_metadata
+from tests.support.faults import FAULT_TRIALS
+from tests.support.logs import collecting_logger
+from tests.support.plans import plan_for, run
+from tests.support.processes import wait_for
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher

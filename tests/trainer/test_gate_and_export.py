@@ -144,7 +144,8 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_r
 ):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from tests.conftest import START, make_spec, task_instance
+    from tests.support.dags import task_instance
+    from tests.support.specs import START, make_spec
     from tfdist.operators import outcomes
     from tfdist.operators.dag import build_dag
 
@@ -167,7 +168,7 @@ def test_a_stage_that_refuses_fails_its_task_for_good_and_a_crash_or_a_loss_is_r
 
 
 def test_change_thresholds_take_the_metrics_direction_unless_they_give_one(tmp_path):
-    from tests.conftest import make_spec
+    from tests.support.specs import make_spec
     from tfdist.publishing.gate import checks, resolved
     from tfdist.spec import load_spec
 

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from tests.conftest import DAY, plan_for, run
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tests.trainer import prepared_tables as tabular
 from tests.trainer.test_tabular_training import MLP
 from tfdist.contract.launch import EXIT_REFUSED

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec, plan_for
+from tests.support.plans import plan_for
+from tests.support.specs import make_spec
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.records import read_record
@@ -60,6 +61,7 @@ def output_of(model, layer: str, inputs: dict):
     return np.asarray(keras.Model(model.inputs, model.get_layer(layer).output)(inputs))
 
 
+@pytest.mark.e2e
 def test_each_raw_value_becomes_what_the_manifest_says(prepared):
     from tfdist.trainer.models import build_model
     from tfdist.trainer.preprocessing import OOV_TOKEN
@@ -129,6 +131,7 @@ def test_a_list_summed_and_the_outputs_by_task(prepared):
     assert probabilities.shape == (2, 3) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_two_builds_name_every_variable_alike_and_restore_each_other(prepared, tmp_path):
     import tensorflow as tf
 
@@ -160,6 +163,7 @@ def factory_with_task(features, num_classes, task, feature_info, units=4):
     return keras.Model(inputs, keras.layers.Dense(units)(keras.layers.Dense(num_classes)(x)))
 
 
+@pytest.mark.e2e
 def test_a_custom_factory_gets_the_preprocessed_inputs_and_their_metadata(prepared):
     from tfdist.trainer.models import build_model
 
@@ -195,6 +199,7 @@ def test_a_custom_factory_gets_the_preprocessed_inputs_and_their_metadata(prepar
         build_model(spec, manifest, data_dir)
 
 
+@pytest.mark.e2e
 def test_the_parser_gives_labels_by_task_and_raw_inputs_by_kind(prepared):
     import tensorflow as tf
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import LabelEntry, Manifest, Normalization, NumericEntry
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
@@ -92,6 +93,7 @@ def test_npz_input_is_split_sharded_and_described(tmp_path, npz_input):
     assert read_json(os.path.join(out, MANIFEST)) == manifest  # nothing already produced is lost
 
 
+@pytest.mark.e2e
 def test_shards_hold_every_input_row_exactly_and_throughput_is_reported(tmp_path, npz_input):
     import tensorflow as tf
 

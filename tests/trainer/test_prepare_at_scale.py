@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.layout import MANIFEST
 from tfdist.contract.stages import worker_command
@@ -173,6 +174,7 @@ def test_a_bad_parquet_record_is_refused_naming_it(tmp_path):
         read_all(readers.pieces(readers.expand([path]), "parquet"), data_spec("parquet"))
 
 
+@pytest.mark.e2e
 def test_a_damaged_tfrecord_is_refused_naming_the_record(tmp_path):
     import tensorflow as tf
 

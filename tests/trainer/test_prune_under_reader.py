@@ -11,7 +11,10 @@ import threading
 
 import pytest
 
-from tests.conftest import DAY, collecting_logger, prepared_plan, run, wait_for
+from tests.support.logs import collecting_logger
+from tests.support.plans import prepared_plan, run
+from tests.support.processes import wait_for
+from tests.support.specs import DAY
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.local import LocalLauncher

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from tests.conftest import DAY, collecting_logger, plan_for, run
+from tests.support.logs import collecting_logger
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tests.trainer import prepared_tables as tabular
 from tests.trainer.test_tabular_training import MLP
 from tfdist.infra.jsonfiles import read_json

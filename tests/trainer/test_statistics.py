@@ -193,6 +193,7 @@ def test_past_capacity_the_top_values_survive_and_the_same_order_of_merges_gives
     assert state(counts_of(values, [20_000, 40_000])) == state(counts)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("distinct", [3 * CAPACITY, 50_000, 300_000])
 def test_the_distinct_count_past_the_exact_bound_is_within_a_few_percent(distinct):
     values = [f"user-{k}".encode() for k in np.random.default_rng(distinct).integers(0, distinct, 2 * distinct)]

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from tests.conftest import DAY, plan_for, run
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.progress import TrainProgress, read_curve
 from tfdist.contract.records import read_record

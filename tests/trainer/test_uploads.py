@@ -18,12 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ended
+from tests.support.processes import ended
 from tfdist.contract.progress import checkpoint_state, kept_checkpoints
 from tfdist.infra import storage
 from tfdist.infra.stopping import STOP_GRACE_SECONDS
 from tfdist.trainer import scratch
 from tfdist.trainer.uploads import Pace, Uploader
+
+pytestmark = pytest.mark.e2e  # starts upload processes
 
 
 def record(path: str, name: str) -> None:

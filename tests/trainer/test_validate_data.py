@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import DataStatistics
 from tfdist.contract.records import read_record
 from tfdist.contract.stages import ValidateDataArgs

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from tests.conftest import DAY, plan_for, prepared_plan, run
 from tests.publishing.test_withdraw import publish, tf_serving_latest
+from tests.support.plans import plan_for, prepared_plan, run
+from tests.support.specs import DAY
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
@@ -34,6 +35,7 @@ def refused_export(plan) -> str:
     return str(failure.value)
 
 
+@pytest.mark.e2e
 def test_a_version_numbered_from_the_future_is_refused_before_anything_is_published(tmp_path):
     future = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=30)
     plan = plan_for(str(tmp_path), "from_the_future", future)  # as a plan built elsewhere could be
@@ -42,6 +44,7 @@ def test_a_version_numbered_from_the_future_is_refused_before_anything_is_publis
     assert not os.path.exists(plan.model_dir)
 
 
+@pytest.mark.e2e
 def test_no_version_is_published_under_a_live_one_numbered_from_the_future_until_it_is_withdrawn(tmp_path):
     plan = plan_for(str(tmp_path), "nightly")
     pinned = registry.version_number(dt.datetime.now(dt.UTC) + dt.timedelta(days=365))

@@ -8,8 +8,9 @@ import datetime as dt
 
 import pytest
 
-from tests.conftest import DAY, prepared_plan, run
 from tests.publishing.versions import published_metadata
+from tests.support.plans import prepared_plan, run
+from tests.support.specs import DAY
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.contract.progress import read_curve

@@ -11,7 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import DAY, plan_for, run
+from tests.support.plans import plan_for, run
+from tests.support.specs import DAY
 from tests.trainer import prepared_tables as tabular
 from tfdist.contract.data_records import Manifest
 from tfdist.contract.records import read_record

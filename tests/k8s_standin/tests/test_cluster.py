@@ -19,7 +19,6 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import STANDIN_NEEDS_ROOT, lacks_root
 from tests.k8s_standin import StandInCluster, dns, image_reference, kubelet, memory_bytes, timing
 from tests.k8s_standin.tests import clients
 from tests.k8s_standin.tests.clients import (
@@ -36,6 +35,9 @@ from tests.k8s_standin.tests.clients import (
     terminated,
     until,
 )
+from tests.support.roots import STANDIN_NEEDS_ROOT, lacks_root
+
+pytestmark = pytest.mark.e2e  # starts the stand-in cluster's API server and pods
 
 MARK = "# standin-test"
 """In every pod's command line: no process carrying it may outlive its cluster."""
@@ -791,7 +793,6 @@ open("/dev/termination-log", "w").write(str(int(product)))
 """
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("cluster", [{"crds": ("tfjobs",)}], indirect=True)
 def test_tensorflow_servers_of_a_tfjob_find_each_other_by_tf_config(cluster):
     """Worker 0 runs an op on worker 1 over gRPC, both placed by the operator's TF_CONFIG."""

@@ -29,6 +29,8 @@ from tests.k8s_standin.tests.clients import (
     until,
 )
 
+pytestmark = pytest.mark.e2e  # starts the stand-in cluster's API server
+
 
 @pytest.fixture
 def standin(tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import collecting_logger, make_spec
 from tests.operators.plan.test_plan import CTX
+from tests.support.logs import collecting_logger
+from tests.support.specs import make_spec
 from tfdist.operators.launchers.base import Launcher, StageFailed, failed_first, restart_record, shrunk
 from tfdist.operators.plan import StagePlan, build_plan
 from tfdist.spec import load_spec

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_spec
 from tests.operators.launchers.kubernetes.test_objects import KUBERNETES, plan_of
 from tests.operators.plan.test_plan import CTX
+from tests.support.specs import make_spec
 from tfdist.operators.launchers import get_launcher
 from tfdist.operators.launchers.kubernetes import KubernetesLauncher
 from tfdist.operators.launchers.local import LocalLauncher

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tests.conftest import collecting_logger, make_spec
 from tests.operators.plan.test_plan import CTX
+from tests.support.logs import collecting_logger
+from tests.support.specs import make_spec
 from tfdist.contract.progress import CHECKPOINT_STATE, beat, checkpoint_state
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.plan import build_plan

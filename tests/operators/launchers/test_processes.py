@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.operators.plan.test_plan import CTX, one_argv
+from tests.support.specs import make_spec
 from tfdist.contract.launch import HOST_DISCOVERY_SCRIPT
 from tfdist.operators.launchers import processes as processes_module
 from tfdist.operators.launchers.processes import (

@@ -14,7 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO, make_spec
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract.layout import run_key, run_path
 from tfdist.operators import plan as plan_module
 from tfdist.operators.launchers.processes import local_processes
@@ -117,6 +118,7 @@ def test_run_key_keeps_a_readable_prefix_and_no_run_id_escapes_or_shares_a_direc
     assert run_key("scheduled__2026-11-20T00:00:00+00:00") != run_key("scheduled__2026-11-20T00_00_00_00_00")
 
 
+@pytest.mark.e2e
 @settings(max_examples=500, deadline=None)
 @given(AIRFLOW_RUN_IDS, AIRFLOW_RUN_IDS)
 def test_distinct_run_ids_get_distinct_keys_inside_the_runs_directory(first, second):
@@ -126,6 +128,7 @@ def test_distinct_run_ids_get_distinct_keys_inside_the_runs_directory(first, sec
         assert (run_key(first) == run_key(other)) == (first == other)
 
 
+@pytest.mark.e2e
 def test_plan_command_prints_every_process_without_running_anything(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path))))
@@ -142,6 +145,7 @@ def test_plan_command_prints_every_process_without_running_anything(tmp_path):
     assert not (tmp_path / "digits_test").exists()
 
 
+@pytest.mark.e2e
 def test_validate_command_reports_field_errors(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(make_spec(str(tmp_path), training={"num_workers": 0})))

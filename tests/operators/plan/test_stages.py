@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 
-from tests.conftest import make_spec
 from tests.operators.plan.test_plan import CTX
+from tests.support.specs import make_spec
 from tfdist.operators.plan import build_plan
 from tfdist.operators.plan.stages import PS_RUNTIME_BYTES, Horovod, kubernetes_placement, ps_memory
 from tfdist.spec import ROLES, KubernetesSpec, PodSettings, Spec, load_spec

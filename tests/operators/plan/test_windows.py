@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.contract.train_records import RunRecord
 from tfdist.operators.plan import (
     RunFacts,

@@ -1,7 +1,7 @@
 """operators/web/api.py: the plugin's API. Without Airflow running: how many DAG ids a pipeline id is looked up under,
-the routes' response models, reading a curve without TensorFlow. Against hostile input (issue 37), on a live Airflow
-(tests/live_airflow.py, marked e2e): ids with control characters, a 14 kB pipeline id of dots, withdrawal reasons too
-long or with escape codes."""
+the routes' response models, reading a curve without TensorFlow. Against hostile input (issue 37), on a live
+Airflow (tests/support/live_airflow.py, marked e2e): ids with control characters, a 14 kB pipeline id of dots,
+withdrawal reasons too long or with escape codes."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import os
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.dag.test_dag_parse import run_python
 from tests.live.test_live_airflow import dag_file
-from tests.live_airflow import LiveAirflow
 from tests.publishing.test_withdraw import publish
+from tests.support.live_airflow import LiveAirflow
+from tests.support.specs import make_spec
 from tfdist.contract.layout import RunLayout
 from tfdist.contract.progress import CurveWrite, curve_line
 from tfdist.contract.train_records import CurvePoint

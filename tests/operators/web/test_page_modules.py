@@ -12,13 +12,14 @@ import subprocess
 import pytest
 from fastapi import HTTPException
 
-from tests.conftest import REPO
+from tests.support.roots import REPO
 from tfdist.operators.web.api import PAGE_FILES, page_file
 
 NODE_TESTS = sorted(glob.glob(os.path.join(REPO, "tests", "operators", "web", "js", "*.test.mjs")))
 IMPORT = re.compile(r'^import [^;]*? from "\./([^"]+)";', re.M | re.S)
 
 
+@pytest.mark.e2e
 def test_the_pages_pure_helpers_pass_their_node_tests():
     assert NODE_TESTS
     done = subprocess.run(["node", "--test", *NODE_TESTS], cwd=REPO, capture_output=True, text=True)

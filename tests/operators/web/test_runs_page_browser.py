@@ -14,12 +14,14 @@ import urllib.parse
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import REPO
 from tests.operators.test_report import DAG, write_binary_runs, write_data_gate, write_run
+from tests.support.roots import REPO
 from tfdist.contract.layout import RunLayout
 from tfdist.infra.jsonfiles import write_json_atomic
 from tfdist.operators.report import AirflowRun, curve, data_validation, overview, progress
 from tfdist.operators.web.api import MEDIA_TYPES, PAGE_FILES, LiveProgress, PipelinePage
+
+pytestmark = pytest.mark.e2e  # starts a browser
 
 SCREENSHOTS = os.environ.get("TFDIST_TEST_ARTIFACTS", os.path.join(REPO, "test-artifacts"))
 ORIGIN = "http://tfdist.test"

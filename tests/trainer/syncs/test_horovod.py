@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.spec import load_spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.conftest import make_spec
+from tests.support.specs import make_spec
 from tfdist.spec import load_spec
 from tfdist.trainer.syncs.mirrored import Mirrored
 

@@ -15,7 +15,7 @@ from tests.trainer.test_embeddings import WIDTH, lookup_gradient
 def test_sparse_gradients_chooses_which_tables_gradients_are_made_dense(tmp_path, choice, dense_tables):
     import tensorflow as tf
 
-    from tests.conftest import make_spec
+    from tests.support.specs import make_spec
     from tfdist.spec import load_spec
     from tfdist.trainer.syncs.sparse_gradients import dense_rows, densified
 

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field, replace
 import pytest
 from kubernetes import client, config
 
-from tests.conftest import collecting_logger
 from tests.k8s_standin import Script, ScriptedKubelet, StandInCluster
+from tests.support.logs import collecting_logger
 from tfdist.contract.launch import EXIT_HUNG
 from tfdist.operators.launchers import StageFailed
 from tfdist.operators.launchers.kubernetes import follow as following
 from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.launchers.kubernetes.follow import follow
 from tfdist.operators.plan import Following
+
+pytestmark = pytest.mark.e2e  # starts the stand-in cluster's API server
 
 NS, NAME, CONNECTION = "ml", "tfd-digits-train-1", "k8s_scripted"
 MEMBERS = ("worker-0", "worker-1")

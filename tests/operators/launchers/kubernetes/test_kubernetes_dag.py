@@ -18,11 +18,13 @@ import time
 
 import pytest
 
-from tests.conftest import DAY, STANDIN_NEEDS_ROOT, make_spec, needs_root, new_bucket_url, wait_for
 from tests.k8s_standin import StandInCluster
-from tests.object_store import gcs_connection
 from tests.operators.launchers.kubernetes import store_secret
 from tests.publishing.versions import published_metadata
+from tests.support.object_store import gcs_connection, new_bucket_url
+from tests.support.processes import wait_for
+from tests.support.roots import STANDIN_NEEDS_ROOT, needs_root
+from tests.support.specs import DAY, make_spec
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json

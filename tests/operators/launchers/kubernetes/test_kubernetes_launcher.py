@@ -20,24 +20,15 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from tests.conftest import (
-    DAY,
-    FAULT_TRIALS,
-    STANDIN_NEEDS_ROOT,
-    assert_no_process_of,
-    collecting_logger,
-    fault_modes,
-    make_spec,
-    needs_root,
-    new_bucket_url,
-    plan_for,
-    prepared_plan,
-    run,
-    steps_of,
-    wait_for,
-)
 from tests.k8s_standin import StandInCluster
 from tests.operators.launchers.kubernetes import store_secret
+from tests.support.faults import FAULT_TRIALS, fault_modes
+from tests.support.logs import collecting_logger
+from tests.support.object_store import new_bucket_url
+from tests.support.plans import plan_for, prepared_plan, run, steps_of
+from tests.support.processes import assert_no_process_of, wait_for
+from tests.support.roots import STANDIN_NEEDS_ROOT, needs_root
+from tests.support.specs import DAY, make_spec
 from tfdist.contract.launch import EXIT_HUNG, EXIT_REFUSED
 from tfdist.contract.progress import checkpoint_step, last_beats
 from tfdist.infra import storage

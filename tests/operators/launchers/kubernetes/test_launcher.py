@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import make_spec
 from tests.operators.launchers.kubernetes.test_objects import KUBERNETES, k8s_plan, plan_of
+from tests.support.specs import make_spec
 from tfdist.operators.launchers.kubernetes.launcher import KubernetesLauncher
 from tfdist.operators.launchers.kubernetes.objects import SPEC_HASH_ANNOTATION, stage_objects
 from tfdist.spec import load_spec

@@ -24,7 +24,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import REPO, make_spec, wait_for
+from tests.support.processes import wait_for
+from tests.support.roots import REPO
+from tests.support.specs import make_spec
 from tfdist.contract import launch, progress
 from tfdist.contract.launch import SCRATCH_ENV
 from tfdist.contract.records import read_record
@@ -99,6 +101,7 @@ def crd_errors(obj: dict) -> list[str]:
     return [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("workers", [1, 8])
 def test_every_object_of_every_stage_passes_the_kubernetes_schemas_in_strict_mode(tmp_path, mode, workers):
@@ -375,6 +378,7 @@ def test_a_training_pod_reports_its_stopped_process_or_the_member_silent_longest
         sleeper.wait()
 
 
+@pytest.mark.e2e
 def test_the_pod_entrypoint_records_the_run_and_hands_back_the_result_record(tmp_path):
     """tfdist.trainer.pod writes spec.json and run.json from its environment, runs the command, and writes the
     stage's result record as the termination message; a run directory of another spec is refused."""

@@ -18,16 +18,10 @@ import time
 
 import pytest
 
-from tests.conftest import (
-    FAULT_TRIALS,
-    RandomKill,
-    assert_no_process_of,
-    collecting_logger,
-    prepared_plan,
-    run,
-    steps_of,
-    wait_for,
-)
+from tests.support.faults import FAULT_TRIALS, RandomKill
+from tests.support.logs import collecting_logger
+from tests.support.plans import prepared_plan, run, steps_of
+from tests.support.processes import assert_no_process_of, wait_for
 from tfdist.contract.progress import last_beats
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers.local import LocalLauncher

@@ -17,18 +17,11 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import (
-    FAULT_TRIALS,
-    REPO,
-    RandomKill,
-    assert_no_process_of,
-    collecting_logger,
-    fault_modes,
-    prepared_plan,
-    run,
-    steps_of,
-    wait_for,
-)
+from tests.support.faults import FAULT_TRIALS, RandomKill, fault_modes
+from tests.support.logs import collecting_logger
+from tests.support.plans import prepared_plan, run, steps_of
+from tests.support.processes import assert_no_process_of, wait_for
+from tests.support.roots import REPO
 from tfdist.contract.progress import last_beats
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageFailed
@@ -250,7 +243,7 @@ def test_no_training_process_outlives_a_killed_task_process(digits_root, fault_f
     script = (
         "import json, logging, sys\n"
         "from tfdist.operators.launchers.local import LocalLauncher\n"
-        "from tests.conftest import plan_for\n"
+        "from tests.support.plans import plan_for\n"
         f"plan = plan_for({digits_root!r}, {plan.context.run_id!r}, training={{'epochs': 400}})\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
         "LocalLauncher(plan).run(plan.stage('train'), logging.getLogger('task'))\n"

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from tests.conftest import assert_all_stopped, assert_no_process_of, collecting_logger, prepared_plan, run
+from tests.support.logs import collecting_logger
+from tests.support.plans import prepared_plan, run
+from tests.support.processes import assert_all_stopped, assert_no_process_of
 from tfdist.contract.progress import TrainProgress
 from tfdist.contract.records import read_record
 from tfdist.infra.jsonfiles import read_json

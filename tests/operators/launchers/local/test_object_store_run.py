@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from tests.conftest import DAY, dags_folder, make_spec, new_bucket_url
-from tests.object_store import gcs_connection
+from tests.support.dags import dags_folder
+from tests.support.object_store import gcs_connection, new_bucket_url
+from tests.support.specs import DAY, make_spec
 from tfdist.contract.layout import RunLayout, run_path
 from tfdist.contract.progress import CHECKPOINT_STATE, kept_checkpoints
 from tfdist.infra import storage

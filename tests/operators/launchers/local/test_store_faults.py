@@ -12,9 +12,12 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import DAY, collecting_logger, dags_folder, make_spec, plan_for
-from tests.object_store import S3Server, StoreProxy, airflow_connection
 from tests.publishing.versions import published_metadata
+from tests.support.dags import dags_folder
+from tests.support.logs import collecting_logger
+from tests.support.object_store import S3Server, StoreProxy, airflow_connection
+from tests.support.plans import plan_for
+from tests.support.specs import DAY, make_spec
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators import artifact_store

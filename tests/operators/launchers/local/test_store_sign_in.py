@@ -13,13 +13,17 @@ import threading
 
 import pytest
 
-from tests.conftest import collecting_logger, new_bucket_url, plan_for, wait_for
-from tests.object_store import S3Server, TokenServer, airflow_connection, gcs_connection
+from tests.support.logs import collecting_logger
+from tests.support.object_store import S3Server, TokenServer, airflow_connection, gcs_connection, new_bucket_url
+from tests.support.plans import plan_for
+from tests.support.processes import wait_for
 from tfdist.infra import storage
 from tfdist.operators import artifact_store
 from tfdist.operators.artifact_store import HandedOptions, StoreUnreachable, connect
 from tfdist.operators.launchers.local import LocalLauncher
 from tfdist.operators.launchers.processes import Process
+
+pytestmark = pytest.mark.e2e  # starts object-store servers and stage processes
 
 STAGE_READS = "import sys; from tfdist.infra import storage; print(storage.read_bytes(sys.argv[1]).decode())"
 SIGN_IN_VARIABLES = (storage.GCS_KEY_ENV, "GOOGLE_APPLICATION_CREDENTIALS")

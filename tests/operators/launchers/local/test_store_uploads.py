@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.conftest import plan_for, run
+from tests.support.plans import plan_for, run
 from tfdist.contract.progress import kept_checkpoints, read_curve
 from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json

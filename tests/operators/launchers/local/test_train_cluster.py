@@ -10,17 +10,10 @@ import threading
 
 import pytest
 
-from tests.conftest import (
-    START,
-    assert_all_stopped,
-    assert_no_process_of,
-    make_spec,
-    plan_for,
-    prepared_plan,
-    run,
-    task_instance,
-    wait_for,
-)
+from tests.support.dags import task_instance
+from tests.support.plans import plan_for, prepared_plan, run
+from tests.support.processes import assert_all_stopped, assert_no_process_of, wait_for
+from tests.support.specs import START, make_spec
 from tfdist.infra.jsonfiles import read_json
 from tfdist.operators.launchers import StageStopped
 from tfdist.operators.launchers.processes import local_processes

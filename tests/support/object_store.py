@@ -323,3 +323,12 @@ class StoreProxy:
 
     def close(self) -> None:
         self.cut()
+
+
+STORE_FIXTURES = {"s3": "s3", "gs": "gcs"}
+"""The fixture of each object store's test server (tests/conftest.py), by URL scheme."""
+
+
+def new_bucket_url(request, scheme: str, prefix: str) -> str:
+    """``<scheme>://<a new empty bucket>/<prefix>`` on that store's test server."""
+    return f"{scheme}://{request.getfixturevalue(STORE_FIXTURES[scheme]).new_bucket()}/{prefix}"

@@ -1,5 +1,5 @@
 """The seconds each test file took, from JUnit XML (``pytest --junitxml=FILE``), into FILE_SECONDS:
-``python -m tests.file_seconds FILE...``, summed over the files (make test's run and make test-extended's).
+``python -m tests.support.file_seconds FILE...``, summed over the files (make test's run and make test-extended's).
 The conftest hands pytest-xdist the longest files first, so no long file starts last."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
-FILE_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file-seconds.json")
+from tests.support.roots import REPO
+
+FILE_SECONDS = os.path.join(REPO, "tests", "file-seconds.json")
 
 
 def seconds_by_file(junit_xml: str) -> collections.Counter[str]:

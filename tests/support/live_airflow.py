@@ -1,5 +1,5 @@
 """A real, running Airflow 3.3 for end-to-end tests: API server, scheduler and dag-processor on 127.0.0.1, on
-a PostgreSQL server of its own (tests/postgres.py), LocalExecutor, in a home of its own; stopped with every
+a PostgreSQL server of its own (tests/support/postgres.py), LocalExecutor, in a home of its own; stopped with every
 process it started.
 
 It runs in multi-team mode with Airflow's simple auth manager, so that DAG authorization is real: the
@@ -20,12 +20,12 @@ from typing import Any
 import psutil
 import requests
 
-from tests.postgres import Postgres
+from tests.support.postgres import Postgres
+from tests.support.roots import REPO
 from tfdist.infra.stopping import stop_processes
 from tfdist.operators.launchers.processes import free_ports
 
 BIN = os.path.dirname(sys.executable)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = (["api-server"], ["scheduler"], ["dag-processor"])
 RESTRICTED_TEAM = "other-team"
 USERS = {  # name: (role[:teams], password)
