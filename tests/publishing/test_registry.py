@@ -118,7 +118,15 @@ def test_a_prune_keeps_the_newest_and_the_protected_and_finishes_an_unfinished_o
 def test_a_version_a_reader_holds_is_spared_until_it_is_released(model_dir):
     with registry.locked(model_dir):
         reader = registry.Reader(model_dir, 1, "run-9")
-    assert read_json(reader.path) == {"version": 1, "run_id": "run-9", "host": os.uname().nodename, "pid": os.getpid()}
+    host, pid = os.uname().nodename, os.getpid()  # a local reader's lease is its process: no "until"
+    assert read_json(reader.path) == {
+        "schema_version": 1,
+        "version": 1,
+        "run_id": "run-9",
+        "host": host,
+        "pid": pid,
+        "until": None,
+    }
     assert registry.held(model_dir) == {1}
     assert registry.prune(model_dir, keep=1, protect=set()) == [2]
     reader.release()
