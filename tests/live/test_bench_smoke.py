@@ -72,4 +72,5 @@ def test_make_bench_runs_on_a_tiny_budget(tmp_path):
     assert [part.split()[0] for part in header[1].split(", ")] == list(report["section_minutes"]), header[1]
     assert "training" in report["section_minutes"] and "serving" in report["section_minutes"], report
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob("*.partial.*"))  # the files of the sections so far, replaced by the finished run's
     assert "none" in dict(report["absolute"])["TensorFlow modules imported by parsing the DAG files"]
