@@ -274,7 +274,7 @@ def rows(results: dict, ratio_row) -> list[dict]:
         ),
         ratio_row(
             f"training examples/s, a checkpoint every {CHECKPOINT_EVERY} steps, each uploaded to S3 "
-            "(upload_every_seconds: 0; a later one skips those still queued) / saved locally",
+            "(upload_every_seconds: 0; a queued one dropped once keep_checkpoints later ones are) / saved locally",
             rates["each"],
             rates["local"],
             "report",
