@@ -41,6 +41,7 @@ def as_trained(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A batch of BATCHES as the training-time path gives it to the Keras model."""
     return rows | {"zip": STORED_ZIPS[[list(ROWS["zip"]).index(z) for z in rows["zip"]]]}
 
+
 SERVE_IN_A_FRESH_PROCESS = """
 import sys
 import numpy as np
