@@ -146,16 +146,31 @@ def _float_lists(values: np.ndarray) -> list[bytes]:
 
 
 MISSING_INT64 = -(2**63)
-"""A missing value of an int64 categorical feature as the model takes it (the shards hold ``b""``)."""
+"""A missing value of an int64 categorical feature where it is handed over as int64 (the serving signature's input);
+the shards and the Keras model hold an int64 value as its decimal string, a missing one as ``""``."""
+
+
+def int64_as_strings(tf, values):
+    """int64 values as the decimal strings the shards hold (MISSING_INT64: ``""``)."""
+    return tf.where(values == MISSING_INT64, "", tf.strings.as_string(values))
+
+
+def strings_as_int64(tf, strings):
+    """The decimal strings the shards hold as int64 values (``""``: MISSING_INT64)."""
+    missing = strings == ""
+    number = tf.strings.to_number(tf.where(missing, "0", strings), tf.int64)
+    return tf.where(missing, tf.constant(MISSING_INT64, tf.int64), number)
+
+
 LABELS = {"index": "int64", "binary": "int64", "value": "float32", "name": "string"}
 """How the label is stored (the manifest's ``label.stored``) → its dtype in the Example."""
 
 
 def parse_fn(tf, manifest: Manifest):
     """Batched parser: serialized examples → (the model's raw inputs by feature name, labels), as docs/tabular.md
-    ("Formats") says: numeric float32 [batch, *shape] (NaN: missing); categorical string [batch] (int64 for dtype
-    int64, MISSING_INT64: missing); categorical_list string [batch, None] padded with ""; labels the class index
-    (int64; a class name mapped by the manifest's classes), 0/1 (int64) or the target (float32)."""
+    ("Formats") says: numeric float32 [batch, *shape] (NaN: missing); categorical string [batch] as stored (dtype
+    int64: its decimal string; "": missing); categorical_list string [batch, None] padded with ""; labels the class
+    index (int64; a class name mapped by the manifest's classes), 0/1 (int64) or the target (float32)."""
     label = manifest.label
     schema = {label.name: tf.io.FixedLenFeature([], getattr(tf, LABELS[label.stored]))}
     for f in manifest.features:
@@ -169,13 +184,7 @@ def parse_fn(tf, manifest: Manifest):
     def raw(f: FeatureEntry, value):
         if isinstance(f, NumericEntry):
             return tf.reshape(value, [-1, *f.shape])
-        if f.kind == "categorical_list":
-            return value.to_tensor("")
-        if f.dtype == "int64":
-            missing = value == ""
-            number = tf.strings.to_number(tf.where(missing, "0", value), tf.int64)
-            return tf.where(missing, tf.constant(MISSING_INT64, tf.int64), number)
-        return value
+        return value.to_tensor("") if f.kind == "categorical_list" else value
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, schema)

@@ -99,14 +99,17 @@ def check_candidate(tf, spec: Spec, manifest, data_dir: str, manifest_sha: str, 
 
 
 def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
-    """A SavedModel's serving signature as a feature dict → the task's output function (its output named as the
-    model's, ``models.OUTPUT``); it is given the features it takes, and ``columns`` picks and orders its
-    probabilities' columns."""
+    """A SavedModel's serving signature as a feature dict (``data.parse_fn``'s) → the task's output function (its
+    output named as the model's, ``models.OUTPUT``); it is given the features it takes (an int64 one as int64), and
+    ``columns`` picks and orders its probabilities' columns."""
     signature = tf.saved_model.load(path).signatures["serving_default"]
-    takes = set(signature.structured_input_signature[1])
+    takes = signature.structured_input_signature[1]
+
+    def given(name: str, value):
+        return data.strings_as_int64(tf, value) if takes[name].dtype == tf.int64 else value
 
     def predict(features):
-        output = signature(**{n: v for n, v in features.items() if n in takes})[OUTPUT[task]]
+        output = signature(**{n: given(n, v) for n, v in features.items() if n in takes})[OUTPUT[task]]
         return output if columns is None else tf.gather(output, columns, axis=1)
 
     return predict

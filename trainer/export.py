@@ -1,8 +1,8 @@
 """Stage export: publish the blessed checkpoint as ``<model dir>/<version>/``, a SavedModel whose
-``serving_default`` signature takes the raw features by name (strings as strings, NaN for a missing number) and
-returns the task's outputs (multiclass ``probabilities`` and ``classes``, binary ``probability``, regression
-``prediction`` in the target's units), with ``metadata.json``, the data's statistics and vocabularies and the
-training checkpoint beside it.
+``serving_default`` signature takes the raw features by name (strings as strings, int64 ids as int64, NaN for a
+missing number) and returns the task's outputs (multiclass ``probabilities`` and ``classes``, binary
+``probability``, regression ``prediction`` in the target's units), with ``metadata.json``, the data's statistics
+and vocabularies and the training checkpoint beside it.
 
 Only a blessed checkpoint is exported. The SavedModel is written to a hidden temp directory in the model directory,
 reloaded, its signature run on every eval example and compared with the trained model's outputs (no
@@ -101,15 +101,17 @@ def serving_outputs(label: LabelEntry) -> dict[str, dict[str, Any]]:
 
 def serving_module(tf, model, manifest: Manifest):
     """A tf.Module whose ``serve`` takes the raw features (one named input each, ``serving_inputs``) and returns
-    the task's outputs (``serving_outputs``)."""
+    the task's outputs (``serving_outputs``); int64 ids go to the model as the strings the shards hold."""
     inputs, label = serving_inputs(manifest), manifest.label
+    int64 = [i["dtype"] == "int64" for i in inputs]
     names = [i["name"] for i in inputs]
     module = tf.Module()
     module.model = model
 
     @tf.function(input_signature=[tf.TensorSpec(i["shape"], i["dtype"], name=i["name"]) for i in inputs])
     def serve(*tensors):
-        output = model(dict(zip(names, tensors, strict=True)), training=False)
+        strings = [data.int64_as_strings(tf, t) if is_int64 else t for t, is_int64 in zip(tensors, int64, strict=True)]
+        output = model(dict(zip(names, strings, strict=True)), training=False)
         if label.task != "multiclass":
             return {OUTPUT[label.task]: tf.reshape(output, [-1])}
         return {"probabilities": output, "classes": tf.gather(tf.constant(label.classes), tf.argmax(output, 1))}

@@ -25,7 +25,6 @@ from tfdist.contract.data_records import (
     NumericEntry,
     VocabularyFile,
 )
-from tfdist.trainer.data import MISSING_INT64
 
 OOV_TOKEN = "\x00tfdist-oov"
 """StringLookup's name for its out-of-vocabulary ids: Keras's default '[UNK]' could be a value of the data, and a
@@ -59,14 +58,6 @@ class MissingIndicator(keras.layers.Layer):
 
     def call(self, inputs):
         return tf.cast(tf.math.is_nan(inputs), tf.float32)
-
-
-class Int64ToString(keras.layers.Layer):
-    """int64 values as their decimal strings (the vocabulary's tokens); MISSING_INT64 (missing) as ``""``, the
-    token of a missing value, as for strings."""
-
-    def call(self, inputs):
-        return tf.where(inputs == MISSING_INT64, "", tf.strings.as_string(inputs))
 
 
 class Ids(keras.layers.Layer):
@@ -131,12 +122,20 @@ def _numeric(out: Preprocessed, feature: NumericEntry, stats: Normalization) -> 
         }
 
 
+def _int64_place(raw, name: str):
+    """The raw strings, through a layer that does nothing and takes the place (``<name>_string``) of the one that
+    turned an int64 categorical feature's ids back into strings, while the model took int64 ids: a checkpoint names
+    the model's layers by position (``model/_operations/<i>``, in the order of the graph's depth), so without it
+    the later layers would move and a checkpoint written before (a warm start's parent, a published version) would
+    restore into other layers, or not at all."""
+    return keras.layers.Identity(name=f"{name}_string")(raw)
+
+
 def _categorical(out: Preprocessed, feature: CategoricalEntry | CategoricalListEntry, tokens: list[str] | None) -> None:
     name, is_list = feature.name, isinstance(feature, CategoricalListEntry)
     shape = (None,) if is_list else ()
-    dtype = "int64" if feature.dtype == "int64" and not is_list else "string"  # lists are strings (contract)
-    raw = out.inputs[name] = keras.Input(shape=shape, dtype=dtype, name=name)
-    strings = out.strings[name] = Int64ToString(name=f"{name}_string")(raw) if dtype == "int64" else raw
+    raw = out.inputs[name] = keras.Input(shape=shape, dtype="string", name=name)
+    strings = out.strings[name] = _int64_place(raw, name) if feature.dtype == "int64" and not is_list else raw
     if tokens is None:
         lookup = keras.layers.Hashing(num_bins=feature.hash_buckets, name=f"{name}_lookup")
     else:

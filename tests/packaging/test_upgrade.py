@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 from airflow._shared.module_loading import import_string  # what the triggerer rebuilds a trigger with
 
@@ -148,3 +149,53 @@ def test_a_version_the_last_release_published_is_the_baseline_a_new_run_warm_sta
     record = read_record(plan.layout.warm_start_file, WarmStartRecord)
     assert record.parent and record.parent.version == 20261121000000, record.cold_start
     assert record.restored == "model and optimizer" and record.vocabularies["country"].carried > 0
+
+
+PUBLISHED = os.path.join(RELEASE, "models", "digits_small", "20261121000000")
+"""The version 0.2.0 published (from day 2's run): its model took the int64 feature ``store`` as int64 ids and
+turned them back into strings in a layer of its own (``store_string``)."""
+PUBLISHED_FROM = os.path.join(RELEASE, "runs", "fixture_day2-e0149de211d6abcb")
+ROWS = {  # store: tokens of its vocabulary, an unseen id and a missing one
+    "age": [31.0, float("nan"), 55.0, 42.0],
+    "scores": [[0.1, -1.0], [float("nan"), 0.5], [2.0, 0.0], [0.0, 0.0]],
+    "country": [b"de", b"", b"atlantis", b"fr"],
+    "device": [b"ios", b"android", b"", b"web"],
+    "store": [101, 104, 999999, -(2**63)],
+    "recent": [[b"item1", b"item2"], [b"", b""], [b"item3", b""], [b"item9", b"item1"]],
+}
+
+
+def test_a_checkpoint_the_last_release_wrote_restores_into_todays_model_layer_by_layer(tmp_path):
+    """Today's model takes an int64 feature as the strings the shards hold, and a layer that does nothing keeps the
+    place of 0.2.0's conversion layer: the model's part of 0.2.0's checkpoint is today's, object path by object path
+    (``model/_operations/<i>/...``) and shape, and the checkpoint restored and served through today's signature
+    gives 0.2.0's SavedModel's predictions on the same int64 rows."""
+    from tfdist.contract.data_records import Manifest
+    from tfdist.contract.records import read_record
+    from tfdist.publishing import registry
+    from tfdist.spec import load_spec
+    from tfdist.trainer.export import serving_inputs, serving_module
+    from tfdist.trainer.models import restore_model
+    from tfdist.trainer.runtime import import_tensorflow
+    from tfdist.trainer.warm_start import stored_variables
+
+    tf = import_tensorflow()
+    spec = load_spec(os.path.join(PUBLISHED_FROM, "spec.json"))
+    data_dir = os.path.join(PUBLISHED_FROM, "data")
+    manifest = read_record(os.path.join(data_dir, "manifest.json"), Manifest)
+    checkpoint = registry.warm_start_checkpoint(PUBLISHED)
+    model, _ = restore_model(tf, spec, manifest, data_dir, checkpoint)
+
+    def model_part(prefix: str) -> dict[str, tuple[int, ...]]:
+        return {p: shape for p, (_, shape) in stored_variables(tf, prefix).items() if p.startswith("model/")}
+
+    todays = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    assert model_part(todays) == model_part(checkpoint)
+    assert model.inputs[[i.name for i in model.inputs].index("store")].dtype == "string"
+
+    rows = {k: tf.constant(v, tf.float32 if k in ("age", "scores") else None) for k, v in ROWS.items()}
+    published = tf.saved_model.load(PUBLISHED).signatures["serving_default"](**rows)["probability"]
+    served = serving_module(tf, model, manifest).serve(*(rows[i["name"]] for i in serving_inputs(manifest)))
+    served = served["probability"]
+    np.testing.assert_allclose(served.numpy(), published.numpy(), rtol=1e-6, atol=1e-6)
+    assert len(np.unique(published.numpy())) == len(ROWS["age"])  # each row its own prediction

@@ -1,20 +1,26 @@
 """trainer/data.py: the hash-based split and shard of each row, the shard names, the data check refusing a manifest
 missing or of another layout; the shard writer (ExampleWriter): the records are those protobuf makes from the values
 the plain way (FloatLists parsed from packed bytes change nothing), and its memory stays flat however many rows it
-writes."""
+writes; the parser hands an int64 feature on as the string the shard holds, and int64 ids convert to those strings
+and back."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import psutil
 import pytest
 
+from tests.support.roots import REPO
+from tfdist.contract.data_records import Manifest
 from tfdist.contract.launch import EXIT_REFUSED
+from tfdist.contract.records import read_record
 from tfdist.spec import DataSpec
 from tfdist.trainer import data, readers
+from tfdist.trainer.data import MISSING_INT64
 
 SPEC = DataSpec.model_validate(
     {
@@ -73,6 +79,36 @@ def test_the_records_are_those_protobuf_makes_from_the_values(tf):
         feature["label"].int64_list.value[:] = [int(rows.labels[i])]
         expected.append(example.SerializeToString(deterministic=True))
     assert written.records == expected
+
+
+RELEASED_MANIFEST = os.path.join(
+    REPO, "tests", "fixtures", "records", "0.2.0", "runs", "fixture_day2-e0149de211d6abcb", "data", "manifest.json"
+)
+"""A manifest prepare_data wrote, a feature of each kind: ``store`` is an int64 categorical feature."""
+
+
+def test_the_parser_hands_an_int64_feature_on_as_the_decimal_string_the_shard_holds(tf):
+    manifest = read_record(RELEASED_MANIFEST, Manifest)
+    records = []
+    for store in (b"42", b"-7", b""):
+        example = tf.train.Example()
+        feature = example.features.feature
+        feature["age"].float_list.value[:] = [1.0]
+        feature["scores"].float_list.value[:] = [0.0, 1.0]
+        for name, value in (("country", b"de"), ("device", b"ios"), ("store", store), ("recent", b"tea")):
+            feature[name].bytes_list.value[:] = [value]
+        feature["y"].int64_list.value[:] = [1]
+        records.append(example.SerializeToString())
+    features, _ = data.parse_fn(tf, manifest)(tf.constant(records))
+    assert features["store"].dtype == tf.string
+    assert features["store"].numpy().tolist() == [b"42", b"-7", b""]
+
+
+def test_int64_ids_convert_to_the_stored_strings_and_back_a_missing_one_as_missing_int64(tf):
+    ids = tf.constant([42, -7, 0, MISSING_INT64, 2**63 - 1], tf.int64)
+    strings = data.int64_as_strings(tf, ids)
+    assert strings.numpy().tolist() == [b"42", b"-7", b"0", b"", b"9223372036854775807"]
+    assert data.strings_as_int64(tf, strings).numpy().tolist() == ids.numpy().tolist()
 
 
 @pytest.mark.e2e

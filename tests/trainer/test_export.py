@@ -106,3 +106,22 @@ def test_the_serving_outputs_are_the_tasks():
         "probabilities": {"dtype": "float32", "shape": [None, 3]},
         "classes": {"dtype": "string", "shape": [None]},
     }
+
+
+def test_the_serving_signature_hands_the_model_int64_ids_as_the_strings_the_shards_hold(tf):
+    """The signature takes int64 ids (MISSING_INT64: missing); the model gets their decimal strings ("")."""
+    from tests.trainer.test_data import RELEASED_MANIFEST
+    from tfdist.contract.data_records import Manifest
+    from tfdist.contract.records import read_record
+    from tfdist.trainer.data import MISSING_INT64
+    from tfdist.trainer.export import serving_inputs, serving_module
+
+    manifest = read_record(RELEASED_MANIFEST, Manifest)
+    expected = tf.constant(["42", "-7", ""])
+
+    def model(features, training):  # 1.0 where the model got the string expected
+        return tf.cast(features["store"] == expected, tf.float32)[:, None]
+
+    rows = {"age": [1.0] * 3, "scores": [[0.0, 1.0]] * 3, "store": [42, -7, MISSING_INT64], "recent": [["a"]] * 3}
+    given = [tf.constant(rows.get(i["name"], ["x"] * 3), i["dtype"]) for i in serving_inputs(manifest)]
+    assert serving_module(tf, model, manifest).serve(*given)["probability"].numpy().tolist() == [1.0, 1.0, 1.0]

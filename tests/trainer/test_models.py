@@ -47,11 +47,11 @@ def raw(**columns) -> dict:
         "scores": [[0.0, 1.0], [1.0, float("nan")]],
         "country": ["de", "atlantis"],
         "device": ["ios", ""],
-        "store": [101, -(2**63)],
+        "store": ["101", ""],
         "recent": [["item1", "item2"], ["", ""]],
         **columns,
     }
-    dtypes = {"store": tf.int64, "country": tf.string, "device": tf.string, "recent": tf.string}
+    dtypes = {"store": tf.string, "country": tf.string, "device": tf.string, "recent": tf.string}
     return {k: tf.constant(v, dtypes.get(k, tf.float32)) for k, v in batch.items()}
 
 
@@ -80,7 +80,7 @@ def test_each_raw_value_becomes_what_the_manifest_says(prepared):
     country = output_of(model, "country_ids", inputs)
     assert country[0] == 2 + vocabulary["country"].index("de") and 0 <= country[1] < 2  # 2 OOV buckets by a hash
     assert OOV_TOKEN not in vocabulary["country"]
-    store = output_of(model, "store_ids", inputs)  # int64 values as their decimal strings; missing: ""
+    store = output_of(model, "store_ids", inputs)  # int64 values as the shards hold them: decimal strings
     assert list(store) == [1 + vocabulary["store"].index("101"), 1 + vocabulary["store"].index("")]
     device = output_of(model, "device_ids", inputs)
     assert device.dtype == np.int32 and all(0 <= d < 1000 for d in device)
@@ -203,7 +203,7 @@ def test_a_custom_factory_gets_the_preprocessed_inputs_and_their_metadata(prepar
 def test_the_parser_gives_labels_by_task_and_raw_inputs_by_kind(prepared):
     import tensorflow as tf
 
-    from tfdist.trainer.data import MISSING_INT64, parse_fn, shard_paths
+    from tfdist.trainer.data import parse_fn, shard_paths
 
     for task, dtype in (("multiclass", tf.int64), ("binary", tf.int64), ("regression", tf.float32)):
         _spec, manifest, data_dir = prepared(task)
@@ -216,7 +216,8 @@ def test_the_parser_gives_labels_by_task_and_raw_inputs_by_kind(prepared):
             expected = sorted(manifest.label.class_names.index(y) for y in expected)
         np.testing.assert_allclose(sorted(labels.numpy()), expected, rtol=1e-6)
     assert features["recent"].dtype == tf.string and features["recent"].shape[1] == 4
-    assert sorted(features["store"].numpy()) == sorted(MISSING_INT64 if s is None else s for s in data["store"])
+    stored = [b"" if s is None else str(s).encode() for s in data["store"]]  # int64 ids as their decimal strings
+    assert features["store"].dtype == tf.string and sorted(features["store"].numpy()) == sorted(stored)
     assert int(np.isnan(features["age"].numpy()).sum()) == sum(a is None for a in data["age"])
 
 

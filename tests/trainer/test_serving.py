@@ -1,8 +1,8 @@
 """The exported serving signature, on the spec's real model (``build_model``) over data the prepare stage prepared
 (tests/trainer/tabular.py: numbers with missing values, a vector, strings, hashed int64 ids, lists): raw features by
-name (strings as strings, NaN for a missing number, lists padded with ""), the task's outputs, in a fresh process
-the training-time path's predictions (unseen categories and missing values included), and the skew check export
-runs on every eval example."""
+name (strings as strings, int64 ids as int64, NaN for a missing number, lists padded with ""), the task's outputs,
+in a fresh process the training-time path's predictions (the Keras model given int64 ids as their stored strings;
+unseen categories and missing values included), and the skew check export runs on every eval example."""
 
 from __future__ import annotations
 
@@ -33,6 +33,14 @@ ROWS = {  # unseen values ('Atlantis', 99999, 'durian'), missing ones (NaN, '', 
 }
 ONE_ROW_EMPTY_LIST = {k: v[1:2] for k, v in ROWS.items()} | {"items": np.zeros((1, 0), "S1")}
 BATCHES = (ROWS, ONE_ROW_EMPTY_LIST)
+STORED_ZIPS = np.array([b"1003", b"", b"99999", b"1010"])
+"""ROWS' zip as the shards hold it, and the Keras model takes it (its decimal string; missing: "")."""
+
+
+def as_trained(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A batch of BATCHES as the training-time path gives it to the Keras model."""
+    return rows | {"zip": STORED_ZIPS[[list(ROWS["zip"]).index(z) for z in rows["zip"]]]}
+
 
 SERVE_IN_A_FRESH_PROCESS = """
 import sys
@@ -104,7 +112,7 @@ def test_raw_rows_through_the_loaded_signature_in_a_fresh_process_give_the_train
     served = serve(path, tmp_path)
     assert {k.split(".", 1)[1] for k in served} == set(serving_outputs(manifest.label))
     for i, rows in enumerate(BATCHES):
-        trained = model({k: tf.constant(v) for k, v in rows.items()}, training=False).numpy()
+        trained = model({k: tf.constant(v) for k, v in as_trained(rows).items()}, training=False).numpy()
         expected = trained if task == "multiclass" else trained.reshape(-1)
         assert served[f"{i}.{OUTPUT[task]}"].shape == expected.shape
         np.testing.assert_allclose(served[f"{i}.{OUTPUT[task]}"], expected, rtol=1e-6, atol=1e-6)
