@@ -115,6 +115,7 @@ def main() -> None:
     from tfdist.contract.layout import MANIFEST
     from tfdist.contract.records import read_record
     from tfdist.trainer import data
+    from tfdist.trainer.evaluate import signature_inputs
     from tfdist.trainer.export import serving_module
     from tfdist.trainer.models import build_model
     from tfdist.trainer.runtime import import_tensorflow, load_spec
@@ -135,7 +136,7 @@ def main() -> None:
     results: dict = {}
     for size in BATCHES:
         inputs = {
-            "ours": {k: v[:size] for k, v in sample.items()},
+            "ours": signature_inputs(tf, loaded["ours"], {k: v[:size] for k, v in sample.items()}),
             "bare": {f"in{i}": t[:size] for i, t in enumerate(preprocessed)},
         }
         same = loaded["ours"](**inputs["ours"])["probability"], loaded["bare"](**inputs["bare"])["output"]

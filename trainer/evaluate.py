@@ -103,16 +103,22 @@ def serving_predict(tf, path: str, task: str, columns: list[int] | None = None):
     output named as the model's, ``models.OUTPUT``); it is given the features it takes (an int64 one as int64), and
     ``columns`` picks and orders its probabilities' columns."""
     signature = tf.saved_model.load(path).signatures["serving_default"]
-    takes = signature.structured_input_signature[1]
-
-    def given(name: str, value):
-        return data.strings_as_int64(tf, value) if takes[name].dtype == tf.int64 else value
 
     def predict(features):
-        output = signature(**{n: given(n, v) for n, v in features.items() if n in takes})[OUTPUT[task]]
+        output = signature(**signature_inputs(tf, signature, features))[OUTPUT[task]]
         return output if columns is None else tf.gather(output, columns, axis=1)
 
     return predict
+
+
+def signature_inputs(tf, signature, features: dict) -> dict:
+    """Of ``data.parse_fn``'s features, those the serving signature takes, as it takes them (an int64 one as int64)."""
+    takes = signature.structured_input_signature[1]
+    return {
+        name: data.strings_as_int64(tf, value) if takes[name].dtype == tf.int64 else value
+        for name, value in features.items()
+        if name in takes
+    }
 
 
 def class_columns(published: LabelEntry | None, label: LabelEntry) -> list[int] | None:
