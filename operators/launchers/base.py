@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from tfdist.contract.records import Record
+from tfdist.contract.records import Part, Record
 from tfdist.operators.plan import Elastic, Plan, StagePlan
 
 TAIL_LINES = 40
@@ -49,9 +49,37 @@ class StageFailed(RuntimeError):
         super().__init__(self.summary + "\n" + "\n".join(blocks))
 
 
-def with_restarts(result: dict[str, Any], restarts: list[dict[str, Any]]) -> dict[str, Any]:
+class ElasticRestart(Part):
+    """One restart of a stage that lost members, an item of the train task's XCom ``elastic_restarts``: the
+    cluster restarted with the workers left, or (``in_place``) a lost parameter-server worker started again. What a
+    launcher does not measure is None, and left out of the XCom."""
+
+    restart: int
+    """Its number in this run of the stage, from 1."""
+    lost: list[str]
+    why: str
+    in_place: bool = False
+    workers_before: int | None = None
+    workers_after: int | None = None
+    lost_at_step: int | None = None
+    """The furthest step a training process had beaten when the loss was seen."""
+    resumed_at_step: int | None = None
+    """The step of the checkpoint the restarted cluster resumes from."""
+    stopped_at: float | None = None
+    """When the cluster that lost members was stopped (Unix time)."""
+    restarted_at: float | None = None
+    """When the lost worker was started again (``in_place``; Unix time)."""
+    seconds_to_recover: float | None = None
+    """From ``stopped_at`` to the restarted cluster's first step."""
+
+    def xcom(self) -> dict[str, Any]:
+        """The record as the XCom holds it: only what was measured."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+def with_restarts(result: dict[str, Any], restarts: Sequence[ElasticRestart]) -> dict[str, Any]:
     """The stage's result record, with the elastic restarts before it (``elastic_restarts``) if there were any."""
-    return {**result, "elastic_restarts": restarts} if restarts else result
+    return {**result, "elastic_restarts": [r.xcom() for r in restarts]} if restarts else result
 
 
 class StageEvent(Record):
@@ -66,21 +94,21 @@ class StageEvent(Record):
     message: str = ""
     summary: str = ""
     lost: list[str] = Field(default_factory=list)
-    restarts: list[dict[str, Any]] = Field(default_factory=list)
+    restarts: list[ElasticRestart] = Field(default_factory=list)
 
     @classmethod
-    def succeeded(cls, result: dict[str, Any], restarts: list[dict[str, Any]]) -> StageEvent:
+    def succeeded(cls, result: dict[str, Any], restarts: Sequence[ElasticRestart]) -> StageEvent:
         return cls(status="success", result=with_restarts(result, restarts))
 
     @classmethod
-    def failed(cls, failure: StageFailed, restarts: list[dict[str, Any]]) -> StageEvent:
+    def failed(cls, failure: StageFailed, restarts: Sequence[ElasticRestart]) -> StageEvent:
         return cls(
             status="failed",
             returncode=failure.returncode,
             message=str(failure),
             summary=failure.summary,
             lost=list(failure.lost),
-            restarts=restarts,
+            restarts=list(restarts),
         )
 
 
@@ -93,7 +121,9 @@ class StageStopped(RuntimeError):
     """The launcher was asked to stop (e.g. the task's on_kill) before the stage was done."""
 
 
-def shrunk(stage: StagePlan, lost: tuple[str, ...], restarts: list[dict], elastic: Elastic | None) -> StagePlan | None:
+def shrunk(
+    stage: StagePlan, lost: tuple[str, ...], restarts: list[ElasticRestart], elastic: Elastic | None
+) -> StagePlan | None:
     """The elastic stage to restart after losing the members ``lost``: the workers it has left, at the largest
     size allowed (a lost chief or parameter server: the same size); None when it may not continue (not
     ``elastic``, nothing lost, ``max_restarts`` used up, too few left)."""
@@ -109,28 +139,28 @@ def restart_record(
     smaller: StagePlan,
     lost: tuple[str, ...],
     why: str,
-    restarts: list[dict],
+    restarts: list[ElasticRestart],
     log: StageLog,
     **measured: Any,
-) -> dict[str, Any]:
-    """Log an elastic restart and add its record (an item of the result record's ``elastic_restarts``)."""
-    change = {
-        "restart": len(restarts) + 1,
-        "lost": list(lost),
-        "why": why,
-        "workers_before": stage.workers,
-        "workers_after": smaller.workers,
+) -> ElasticRestart:
+    """Log an elastic restart and add its record to ``restarts``; ``measured``: the launcher's ``measure_loss``."""
+    change = ElasticRestart(
+        restart=len(restarts) + 1,
+        lost=list(lost),
+        why=why,
+        workers_before=stage.workers,
+        workers_after=smaller.workers,
         **measured,
-    }
+    )
     log.warning(
         "%s: %s; restarting the cluster with %d of %d workers from the %s (restart %d of %d, "
         "training.max_restarts; the global batch is kept)",
         stage.task_id,
         why,
-        change["workers_after"],
-        change["workers_before"],
-        f"checkpoint at step {measured['resumed_at_step']}" if "resumed_at_step" in measured else "latest checkpoint",
-        change["restart"],
+        smaller.workers,
+        stage.workers,
+        "latest checkpoint" if change.resumed_at_step is None else f"checkpoint at step {change.resumed_at_step}",
+        change.restart,
         stage.elastic.max_restarts if stage.elastic else 0,
     )
     restarts.append(change)
@@ -160,7 +190,7 @@ class Launcher(abc.ABC):
     def run(self, stage: StagePlan, log: StageLog) -> dict[str, Any]:
         """Run the stage to its end and return its result record; an elastic stage that lost workers is
         restarted with those it has left (each restart recorded in the result's ``elastic_restarts``)."""
-        restarts: list[dict] = []
+        restarts: list[ElasticRestart] = []
         while True:
             try:
                 result = self.run_once(stage, log, restarts)
@@ -177,11 +207,11 @@ class Launcher(abc.ABC):
         return stage.elastic
 
     def measure_loss(self, stage: StagePlan) -> dict[str, Any]:
-        """What the record of an elastic restart tells of the loss, besides who and why."""
+        """The ``ElasticRestart`` fields this launcher measures of a loss, besides who and why."""
         return {}
 
     @abc.abstractmethod
-    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[ElasticRestart]) -> dict[str, Any]:
         """Start every member of the stage, relay their output to ``log`` prefixed ``[name]``, return the
         stage's result record when all succeeded (and stop serving members then). Raise StageFailed as soon
         as one fails, after stopping the others. ``restarts``: the elastic restarts this run follows."""

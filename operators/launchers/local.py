@@ -24,7 +24,15 @@ from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json
 from tfdist.infra.stopping import is_stopped, stop_processes
 from tfdist.operators.artifact_store import HandedOptions, connect
-from tfdist.operators.launchers.base import TAIL_LINES, Launcher, StageFailed, StageLog, StageStopped, failed_first
+from tfdist.operators.launchers.base import (
+    TAIL_LINES,
+    ElasticRestart,
+    Launcher,
+    StageFailed,
+    StageLog,
+    StageStopped,
+    failed_first,
+)
 from tfdist.operators.launchers.processes import Process, local_processes
 from tfdist.operators.plan import Elastic, Plan, StagePlan
 
@@ -95,12 +103,12 @@ class LocalLauncher(Launcher):
             "stopped_at": time.time(),
         }
 
-    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[ElasticRestart]) -> dict:
         self.run_processes(stage, local_processes(stage), log, restarts)
         return read_json(stage.result_file)
 
     def run_processes(
-        self, stage: StagePlan, processes: list[Process], log: StageLog, restarts: list[dict] | None = None
+        self, stage: StagePlan, processes: list[Process], log: StageLog, restarts: list[ElasticRestart] | None = None
     ) -> None:
         """Start the stage's processes and wait for them; ``restarts``: the restarts of this run of the stage so far
         (the last one, if elastic, is the one this start follows), where a worker restarted in place is added."""
@@ -171,17 +179,17 @@ class LocalLauncher(Launcher):
         lines: queue.Queue,
         tails: dict,
         log: StageLog,
-        restarts: list[dict],
+        restarts: list[ElasticRestart],
     ) -> None:
         started = time.time()
         roles = {name: p.role for name, p in processes.items()}
-        recovering = restarts[-1] if restarts else None
+        recovering = len(restarts) - 1 if restarts else None  # the cluster restart this attempt follows
         while True:
             self._relay(lines, tails, log, timeout=0.2)
             if self._stop_requested.is_set():
                 raise StageStopped(f"{stage.task_id}: stopped on request; every process was ended")
-            if recovering and "seconds_to_recover" not in recovering:
-                self._note_recovery(stage, started, recovering, log)
+            if recovering is not None and self._noted_recovery(stage, started, restarts, recovering, log):
+                recovering = None
             if hung := self._hung(stage, started):
                 self._terminate()
                 self._relay(lines, tails, log)
@@ -211,7 +219,13 @@ class LocalLauncher(Launcher):
                 return
 
     def _restarted_in_place(
-        self, stage: StagePlan, p: Process, code: int | None, lines: queue.Queue, log: StageLog, restarts: list[dict]
+        self,
+        stage: StagePlan,
+        p: Process,
+        code: int | None,
+        lines: queue.Queue,
+        log: StageLog,
+        restarts: list[ElasticRestart],
     ) -> bool:
         """Whether ``p``, which ended with ``code``, was a parameter-server worker killed by a signal (not by ``stop``)
         and is started again (``StagePlan.worker_restarts``), the restart logged and added to ``restarts``."""
@@ -221,14 +235,14 @@ class LocalLauncher(Launcher):
             return False
         why = f"{p.name} was killed by signal {-code}"
         restarts.append(
-            {
-                "restart": len(restarts) + 1,
-                "lost": [p.name],
-                "why": why,
-                "in_place": True,
-                "lost_at_step": self.furthest_step(stage),
-                "restarted_at": time.time(),
-            }
+            ElasticRestart(
+                restart=len(restarts) + 1,
+                lost=[p.name],
+                why=why,
+                in_place=True,
+                lost_at_step=self.furthest_step(stage),
+                restarted_at=time.time(),
+            )
         )
         log.warning(
             "%s: %s; restarting it in place (restart %d of %d, training.max_restarts): the chief's coordinator runs "
@@ -279,18 +293,24 @@ class LocalLauncher(Launcher):
             )
         raise StageFailed(name, code, failed_first(tails, name), detail=detail, lost=killed)
 
-    def _note_recovery(self, stage: StagePlan, started: float, change: dict, log: StageLog) -> None:
-        """Once the restarted cluster has stepped: how long after the lost one was stopped, and from which step."""
+    def _noted_recovery(
+        self, stage: StagePlan, started: float, restarts: list[ElasticRestart], index: int, log: StageLog
+    ) -> bool:
+        """Whether the restarted cluster has stepped; then its restart (``restarts[index]``) gets how long after
+        the lost cluster was stopped (``seconds_to_recover``)."""
         beats = [b for b in last_beats(self.heartbeats(stage)).values() if b.time >= started]
-        if beats:
-            first = min(beats, key=lambda b: b.time)
-            change["seconds_to_recover"] = round(first.time - change["stopped_at"], 2)
-            log.info(
-                "%s: training again at step %d, %.1f s after the lost cluster was stopped",
-                stage.task_id,
-                first.step,
-                change["seconds_to_recover"],
-            )
+        change = restarts[index]
+        if not beats or change.stopped_at is None:
+            return bool(beats)
+        first = min(beats, key=lambda b: b.time)
+        restarts[index] = change.model_copy(update={"seconds_to_recover": round(first.time - change.stopped_at, 2)})
+        log.info(
+            "%s: training again at step %d, %.1f s after the lost cluster was stopped",
+            stage.task_id,
+            first.step,
+            restarts[index].seconds_to_recover,
+        )
+        return True
 
     def _hung(self, stage: StagePlan, started: float) -> tuple[str, str] | None:
         """(who, why) once no training process of this attempt has beaten for hang_timeout_seconds: a stopped

@@ -15,6 +15,7 @@ from typing import Any
 
 from tfdist.contract.launch import EXIT_REFUSED
 from tfdist.operators.launchers.base import (
+    ElasticRestart,
     Launcher,
     StageEvent,
     StageFailed,
@@ -166,7 +167,7 @@ class KubernetesLauncher(Launcher):
 
     def continue_deferred(self, stage: StagePlan, event: StageEvent, log: StageLog, store: Any) -> StageTrigger | None:
         restarts = list(event.restarts)
-        current = stage.with_workers(restarts[-1]["workers_after"]) if restarts else stage
+        current = stage.with_workers(restarts[-1].workers_after) if restarts else stage
         lost = tuple(event.lost)
         smaller = shrunk(current, lost, restarts, stage.elastic)
         if smaller is None:
@@ -174,7 +175,7 @@ class KubernetesLauncher(Launcher):
         restart_record(current, smaller, lost, event.summary, restarts, log)
         return StageTrigger(self.start(smaller, log, store).to_dict(), restarts)
 
-    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[dict]) -> dict[str, Any]:
+    def run_once(self, stage: StagePlan, log: StageLog, restarts: list[ElasticRestart]) -> dict[str, Any]:
         return asyncio.run(follow(self.start(stage, log), log, lambda: self._stop_requested))
 
     def stop(self) -> None:

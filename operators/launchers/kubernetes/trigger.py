@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tfdist.operators.launchers.base import StageEvent, StageFailed
+from tfdist.operators.launchers.base import ElasticRestart, StageEvent, StageFailed
 from tfdist.operators.launchers.kubernetes.api import Watch, delete_objects
 from tfdist.operators.launchers.kubernetes.follow import follow
 
@@ -21,12 +21,13 @@ class StageTrigger(BaseTrigger):
     before these objects. A user killing the deferred task deletes the objects (``on_kill``); a triggerer
     restart does not (the next triggerer follows on)."""
 
-    def __init__(self, watch: dict[str, Any], restarts: Sequence[dict] = ()) -> None:
+    def __init__(self, watch: dict[str, Any], restarts: Sequence[ElasticRestart | dict[str, Any]] = ()) -> None:
         super().__init__()
-        self.watch, self.restarts = watch, list(restarts)
+        self.watch = watch
+        self.restarts = [ElasticRestart.model_validate(r) for r in restarts]  # as serialized: their XCom shape
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return CLASS_PATH, {"watch": self.watch, "restarts": self.restarts}
+        return CLASS_PATH, {"watch": self.watch, "restarts": [r.xcom() for r in self.restarts]}
 
     async def run(self):
         try:

@@ -3,12 +3,20 @@ run loop every launcher shares."""
 
 from __future__ import annotations
 
+import pydantic
 import pytest
 
 from tests.operators.plan.test_plan import CTX
 from tests.support.logs import collecting_logger
 from tests.support.specs import make_spec
-from tfdist.operators.launchers.base import Launcher, StageFailed, failed_first, restart_record, shrunk
+from tfdist.operators.launchers.base import (
+    ElasticRestart,
+    Launcher,
+    StageFailed,
+    failed_first,
+    restart_record,
+    shrunk,
+)
 from tfdist.operators.plan import StagePlan, build_plan
 from tfdist.spec import load_spec
 
@@ -72,11 +80,11 @@ def test_a_lost_chief_or_parameter_server_restarts_the_cluster_at_the_same_size(
 def test_a_restart_is_logged_and_recorded_with_what_was_measured(tmp_path):
     stage = elastic_train(tmp_path)
     log, lines = collecting_logger("restart_record")
-    restarts = [{"restart": 1}]
+    restarts = [ElasticRestart(restart=1, lost=["worker-4"], why="worker-4 gone")]
     change = restart_record(
         stage, stage.with_workers(3), ("worker-3",), "worker-3 gone", restarts, log, resumed_at_step=7
     )
-    assert change == {
+    assert change.xcom() == {
         "restart": 2,
         "lost": ["worker-3"],
         "why": "worker-3 gone",
@@ -84,7 +92,9 @@ def test_a_restart_is_logged_and_recorded_with_what_was_measured(tmp_path):
         "workers_after": 3,
         "resumed_at_step": 7,
     }
-    assert restarts[-1] is change
+    assert restarts[-1] is change and ElasticRestart.model_validate(change.xcom()) == change
+    with pytest.raises(pydantic.ValidationError, match="workers_afer"):  # a renamed key fails where it is read
+        ElasticRestart.model_validate({**change.xcom(), "workers_afer": 3})
     assert lines.lines == [
         "train: worker-3 gone; restarting the cluster with 3 of 4 workers from the checkpoint at step 7 "
         "(restart 2 of 2, training.max_restarts; the global batch is kept)"

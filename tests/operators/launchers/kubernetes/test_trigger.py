@@ -9,7 +9,7 @@ from airflow.sdk.module_loading import import_string
 
 from tests.operators.launchers.kubernetes.test_api import train_watch
 from tfdist.contract.records import MalformedRecord
-from tfdist.operators.launchers.base import StageEvent, StageFailed
+from tfdist.operators.launchers.base import ElasticRestart, StageEvent, StageFailed
 from tfdist.operators.launchers.kubernetes.api import Watch
 from tfdist.operators.launchers.kubernetes.trigger import StageTrigger
 
@@ -27,13 +27,13 @@ def test_a_serialized_trigger_is_json_and_rebuilds_the_same_trigger_following_th
     stored = json.loads(json.dumps(kwargs))  # what the triggerer's table holds
     rebuilt = import_string(path)(**stored)
     assert rebuilt.serialize() == (path, kwargs) and Watch.from_dict(rebuilt.watch) == watch
-    assert rebuilt.restarts == restarts
+    assert kwargs["restarts"] == restarts and rebuilt.restarts == [ElasticRestart.model_validate(restarts[0])]
 
 
 def test_the_trigger_event_is_one_record_and_one_a_trigger_of_0_2_0_reported_still_reads():
     """The TriggerEvent's payload is a StageEvent's JSON: a failure (with the restarts before it) or the result."""
     lost = StageFailed("worker-1", -9, {"worker-1": ["step 40"]}, lost=("worker-1",))
-    failed = StageEvent.failed(lost, [{"restart": 1, "lost": ["worker-2"]}])
+    failed = StageEvent.failed(lost, [ElasticRestart(restart=1, lost=["worker-2"], why="worker-2 was evicted")])
     payload = failed.payload()
     assert json.loads(json.dumps(payload)) == payload and StageEvent.parse(payload, "the event") == failed
     assert (payload["summary"], payload["lost"], payload["returncode"]) == (
@@ -50,8 +50,9 @@ def test_the_trigger_event_is_one_record_and_one_a_trigger_of_0_2_0_reported_sti
         "restarts": [],
     }
     assert StageEvent.parse(reported, "the event").lost == ["worker-1"]  # as 0.2.0's trigger reported it
-    succeeded = StageEvent.succeeded({"final_step": 5}, [{"restart": 1}])
-    reported = {"status": "success", "result": {"final_step": 5, "elastic_restarts": [{"restart": 1}]}}
+    restart = {"restart": 1, "lost": ["worker-2"], "why": "worker-2 was evicted", "workers_before": 2}
+    succeeded = StageEvent.succeeded({"final_step": 5}, [ElasticRestart.model_validate(restart)])
+    reported = {"status": "success", "result": {"final_step": 5, "elastic_restarts": [restart]}}
     assert StageEvent.parse(reported, "the event") == succeeded
     with pytest.raises(MalformedRecord) as raised:
         StageEvent.parse({**reported, "status": "lost"}, "the event")
