@@ -148,9 +148,25 @@ def baseline_metrics(
     return metrics.of_task(label, spec.loss, spec.metrics, outputs, labels)[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """A candidate checkpoint that passed every integrity check, and what the eval split found of it."""
+
+    checkpoint: str
+    step: int
+    examples: int
+    metrics: Metrics
+    per_class: dict[str | None, dict[str, Any]] | None
+    """Per class name its examples and accuracy (``metrics.of_task``); None for a regression."""
+
+    def candidate(self) -> Candidate:
+        """Its item of the blessing's ``candidates``."""
+        return Candidate(checkpoint=self.checkpoint, step=self.step, metrics=self.metrics)
+
+
 def scored_candidates(
     tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, train_result: TrainResult
-) -> list[dict[str, Any]]:
+) -> list[Scored]:
     """Each candidate checkpoint's step, metrics and examples and accuracy per class, once it passes every
     integrity check; the first one failing one refuses the stage, its blessing record naming the check."""
     manifest_sha = sha256_file(os.path.join(args.data, MANIFEST))
@@ -175,9 +191,7 @@ def scored_candidates(
             fail(str(exc), EXIT_REFUSED)
         outputs, labels = score(tf, functools.partial(model, training=False), args.data, manifest)
         found, by_class = metrics.of_task(manifest.label, spec.loss, spec.metrics, outputs, labels)
-        scored.append(
-            {"checkpoint": path, "step": step, "examples": len(labels), "metrics": found, "per_class": by_class}
-        )
+        scored.append(Scored(path, step, len(labels), found, by_class))
         say(
             f"{path} (step {step}): restores, weights finite, data manifest matches; "
             + ", ".join(f"{k} {shown(v)}" for k, v in found.items())
@@ -233,20 +247,20 @@ def compared(
     )
 
 
-def chosen_candidate(spec: Spec, scored: list[dict[str, Any]]) -> dict[str, Any]:
+def chosen_candidate(spec: Spec, scored: list[Scored]) -> Scored:
     """The candidate best by the spec's checkpoint selection (the first of equals; an undefined value is worst)."""
     metric, direction = spec.checkpoint_selection
     sign = 1 if direction == "higher_is_better" else -1
-    return max(scored, key=lambda c: -math.inf if c["metrics"][metric] is None else sign * c["metrics"][metric])
+    return max(scored, key=lambda c: -math.inf if c.metrics[metric] is None else sign * c.metrics[metric])
 
 
 def blessing_record(
-    tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, scored: list[dict[str, Any]]
+    tf, args: EvaluateArgs, spec: Spec, run: RunRecord, manifest: Manifest, scored: list[Scored]
 ) -> Blessing:
     """The decision on the best-scored candidate: the gate's thresholds applied to its metrics, and the report."""
     chosen = chosen_candidate(spec, scored)
-    found = chosen["metrics"]
-    report = [f"validated {chosen['checkpoint']} on {chosen['examples']} eval examples"]
+    found = chosen.metrics
+    report = [f"validated {chosen.checkpoint} on {chosen.examples} eval examples"]
     if len(scored) > 1:
         report.append(f"  chosen among {len(scored)} retained checkpoints by {spec.checkpoint_selection[0]}")
     report += [f"  {k} = {shown(v)}" for k, v in found.items()]
@@ -266,15 +280,15 @@ def blessing_record(
         gate=decided_by,
         run_id=run.run_id,
         data_interval_end=run.data_interval_end,
-        checkpoint=chosen["checkpoint"],
-        step=chosen["step"],
+        checkpoint=chosen.checkpoint,
+        step=chosen.step,
         integrity=Integrity(),
-        eval_examples=chosen["examples"],
+        eval_examples=chosen.examples,
         task=manifest.label.task,
         metrics=found,
         directions={k: spec.direction(k) for k in found},
-        per_class=chosen["per_class"],
-        candidates=[Candidate(checkpoint=c["checkpoint"], step=c["step"], metrics=c["metrics"]) for c in scored],
+        per_class=chosen.per_class,
+        candidates=[c.candidate() for c in scored],
         checkpoint_selection=CheckpointChoice(metric=metric, direction=direction),
         thresholds=rules.thresholds,
         change_thresholds=rules.change_thresholds,
@@ -298,11 +312,9 @@ def main() -> None:
     scored = scored_candidates(tf, args, spec, run, manifest, train_result)
     blessing = blessing_record(tf, args, spec, run, manifest, scored)
     chosen = chosen_candidate(spec, scored)
-    write_record(
-        os.path.join(args.out, EVAL_METRICS), EvalMetrics(metrics=chosen["metrics"], per_class=chosen["per_class"])
-    )
+    write_record(os.path.join(args.out, EVAL_METRICS), EvalMetrics(metrics=chosen.metrics, per_class=chosen.per_class))
     write_record(os.path.join(args.out, BLESSING), blessing)
-    scalar_writer(tf, args.tensorboard)(chosen["step"], chosen["metrics"])
+    scalar_writer(tf, args.tensorboard)(chosen.step, chosen.metrics)
     if storage.is_object_store(args.tensorboard):
         retried(*summaries_upload(args.tensorboard))
     write_record(args.result, EvaluateResult.of(blessing))

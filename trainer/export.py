@@ -35,6 +35,8 @@ from tfdist.contract.publish_records import (
     ExportResult,
     ParentVersion,
     PublishedBlessing,
+    ServingInput,
+    ServingOutput,
     ServingSkew,
     Signature,
     VersionMetadata,
@@ -72,7 +74,7 @@ SAVED_MODEL = "saved_model.pb"
 directory with its "latest" policy finds no loadable version before the whole one is there."""
 
 
-def serving_inputs(manifest: Manifest) -> list[dict[str, Any]]:
+def serving_inputs(manifest: Manifest) -> list[ServingInput]:
     """The serving signature's inputs, one per feature by name: its kind, dtype, shape (None: any size) and the
     value that says missing (a list: padding, and an empty list)."""
     found = []
@@ -85,30 +87,30 @@ def serving_inputs(manifest: Manifest) -> list[dict[str, Any]]:
             dtype, shape, missing = "string", [None, None], ""
         else:
             dtype, shape, missing = f.dtype, [None], MISSING_INT64 if f.dtype == "int64" else ""
-        found.append({"name": f.name, "kind": f.kind, "dtype": dtype, "shape": shape, "missing": missing})
+        found.append(ServingInput(name=f.name, kind=f.kind, dtype=dtype, shape=shape, missing=missing))
     return found
 
 
-def serving_outputs(label: LabelEntry) -> dict[str, dict[str, Any]]:
+def serving_outputs(label: LabelEntry) -> dict[str, ServingOutput]:
     """The serving signature's outputs by task, each with its dtype and shape."""
     if label.task == "multiclass":
         return {
-            "probabilities": {"dtype": "float32", "shape": [None, len(label.class_names)]},
-            "classes": {"dtype": "string", "shape": [None]},
+            "probabilities": ServingOutput(dtype="float32", shape=[None, len(label.class_names)]),
+            "classes": ServingOutput(dtype="string", shape=[None]),
         }
-    return {OUTPUT[label.task]: {"dtype": "float32", "shape": [None]}}
+    return {OUTPUT[label.task]: ServingOutput(dtype="float32", shape=[None])}
 
 
 def serving_module(tf, model, manifest: Manifest):
     """A tf.Module whose ``serve`` takes the raw features (one named input each, ``serving_inputs``) and returns
     the task's outputs (``serving_outputs``); int64 ids go to the model as the strings the shards hold."""
     inputs, label = serving_inputs(manifest), manifest.label
-    int64 = [i["dtype"] == "int64" for i in inputs]
-    names = [i["name"] for i in inputs]
+    int64 = [i.dtype == "int64" for i in inputs]
+    names = [i.name for i in inputs]
     module = tf.Module()
     module.model = model
 
-    @tf.function(input_signature=[tf.TensorSpec(i["shape"], i["dtype"], name=i["name"]) for i in inputs])
+    @tf.function(input_signature=[tf.TensorSpec(i.shape, i.dtype, name=i.name) for i in inputs])
     def serve(*tensors):
         strings = [data.int64_as_strings(tf, t) if is_int64 else t for t, is_int64 in zip(tensors, int64, strict=True)]
         output = model(dict(zip(names, strings, strict=True)), training=False)
@@ -346,9 +348,7 @@ def published_model(manifest: Manifest, data_dir: str, served: Served, tensorflo
         "serving_eval_metrics": served.metrics,
         "serving_skew": served.skew,
         "label": manifest.label,
-        "signature": Signature.model_validate(
-            {"inputs": serving_inputs(manifest), "outputs": serving_outputs(manifest.label)}
-        ),
+        "signature": Signature(inputs=serving_inputs(manifest), outputs=serving_outputs(manifest.label)),
         "tensorflow_version": tensorflow_version,
     }
 

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from tests.k8s_standin.pods import Pod
 
 
+NETNS_DIR = "/run/netns"
+"""Where ``ip netns`` keeps the named network namespaces."""
+
+
 def run(*argv: str, check: bool = True) -> None:
     subprocess.run(argv, check=check, capture_output=True)
 
@@ -70,19 +74,22 @@ class ProcessKubelet:
         """The kubelet's work for the pod: its sandbox (network namespace, address), its volumes, its image,
         its container; the sandbox is torn down once the container ended or the pod was stopped."""
         try:
-            self._sandbox(pod)
-            if (volumes := mount(pod)) is not None and pull(pod):
+            if self._sandbox(pod) and (volumes := mount(pod)) is not None and pull(pod):
                 container.run(pod, volumes)
         finally:
             self.release(pod)
             pod.cluster.write_hosts()
             pod.cluster.changed.set()
 
-    def _sandbox(self, pod: Pod) -> None:
+    def _sandbox(self, pod: Pod) -> bool:
+        """The pod's network namespace and address; False where the pod was stopped first (it never gets one)."""
         cluster = pod.cluster
         octet = pod.address.rsplit(".", 1)[1]
         veth = f"tfd{cluster.id}v{octet}"
-        run("ip", "netns", "add", pod.netns)
+        with pod.lock:  # stop() sets stopping under it: no namespace is made after a stop
+            if pod.stopping.is_set():
+                return False
+            run("ip", "netns", "add", pod.netns)
         run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pod.netns)
         run("ip", "link", "set", veth, "master", cluster.bridge, "up")
         for argv in (
@@ -93,6 +100,7 @@ class ProcessKubelet:
             run("ip", "netns", "exec", pod.netns, *argv)
         pod.sandboxed()
         cluster.write_hosts()
+        return True
 
     def stop(self, pod: Pod) -> None:
         """SIGTERM, then SIGKILL after the grace period, as the kubelet does (a container not started yet never
@@ -113,8 +121,8 @@ class ProcessKubelet:
         pod.wait_for_sync()
 
     def release(self, pod: Pod) -> None:
-        """Tear down the pod's network namespace and cgroup (killing what is left in it)."""
-        run("ip", "netns", "delete", pod.netns, check=False)
+        """Tear down the pod's cgroup (killing what is left in it), then its network namespace: a process left in
+        the namespace, or one that unshared its mounts there, keeps it busy (``ip netns delete`` fails meanwhile)."""
         if pod.cgroup and os.path.isdir(pod.cgroup):
             container.kill_all(pod)
             for _ in range(50):
@@ -125,3 +133,8 @@ class ProcessKubelet:
                     break
                 except OSError:  # busy while its last processes exit
                     time.sleep(0.1)
+        for _ in range(50):
+            deleted = subprocess.run(["ip", "netns", "delete", pod.netns], capture_output=True).returncode == 0
+            if deleted or not os.path.exists(os.path.join(NETNS_DIR, pod.netns)):
+                break
+            time.sleep(0.1)

@@ -195,7 +195,7 @@ def test_a_checkpoint_the_last_release_wrote_restores_into_todays_model_layer_by
 
     rows = {k: tf.constant(v, tf.float32 if k in ("age", "scores") else None) for k, v in ROWS.items()}
     published = tf.saved_model.load(PUBLISHED).signatures["serving_default"](**rows)["probability"]
-    served = serving_module(tf, model, manifest).serve(*(rows[i["name"]] for i in serving_inputs(manifest)))
+    served = serving_module(tf, model, manifest).serve(*(rows[i.name] for i in serving_inputs(manifest)))
     served = served["probability"]
     np.testing.assert_allclose(served.numpy(), published.numpy(), rtol=1e-6, atol=1e-6)
     assert len(np.unique(published.numpy())) == len(ROWS["age"])  # each row its own prediction

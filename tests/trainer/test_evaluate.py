@@ -107,12 +107,15 @@ def test_the_change_from_the_baseline_is_absolute_and_relative_where_both_are_de
 def test_the_candidate_chosen_is_the_best_by_the_specs_selection_the_first_of_equals(tmp_path):
     from tests.support.specs import make_spec
     from tfdist.spec import load_spec
-    from tfdist.trainer.evaluate import chosen_candidate
+    from tfdist.trainer.evaluate import Scored, chosen_candidate
 
     def chosen(checkpoint: dict, losses: list[float | None]) -> int:
         spec = load_spec(make_spec(str(tmp_path), validation={"checkpoint": checkpoint}))
-        scored = [{"step": step, "metrics": {"loss": loss}} for step, loss in zip((20, 40, 60), losses, strict=True)]
-        return chosen_candidate(spec, scored)["step"]
+        scored = [
+            Scored(f"ckpt-{step}", step, 10, {"loss": loss}, None)
+            for step, loss in zip((20, 40, 60), losses, strict=True)
+        ]
+        return chosen_candidate(spec, scored).step
 
     best = {"mode": "best", "metric": "loss", "direction": "lower_is_better"}
     assert chosen(best, [0.5, 0.2, 0.2]) == 40

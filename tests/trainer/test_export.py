@@ -12,6 +12,7 @@ from tests.publishing.versions import published_metadata
 from tests.support.plans import prepared_plan, run
 from tests.support.specs import DAY
 from tests.trainer.labels import label_entry
+from tfdist.contract.publish_records import ServingOutput
 from tfdist.infra.jsonfiles import read_json, write_json_atomic
 from tfdist.operators.launchers import StageFailed
 from tfdist.publishing import registry
@@ -100,11 +101,11 @@ def test_a_kept_checkpoint_has_every_file_of_its_checkpoint_under_the_new_prefix
 
 def test_the_serving_outputs_are_the_tasks():
     assert serving_outputs(label_entry("binary", ["no", "yes"])) == {
-        "probability": {"dtype": "float32", "shape": [None]}
+        "probability": ServingOutput(dtype="float32", shape=[None])
     }
     assert serving_outputs(label_entry("multiclass", ["a", "b", "c"])) == {
-        "probabilities": {"dtype": "float32", "shape": [None, 3]},
-        "classes": {"dtype": "string", "shape": [None]},
+        "probabilities": ServingOutput(dtype="float32", shape=[None, 3]),
+        "classes": ServingOutput(dtype="string", shape=[None]),
     }
 
 
@@ -123,5 +124,5 @@ def test_the_serving_signature_hands_the_model_int64_ids_as_the_strings_the_shar
         return tf.cast(features["store"] == expected, tf.float32)[:, None]
 
     rows = {"age": [1.0] * 3, "scores": [[0.0, 1.0]] * 3, "store": [42, -7, MISSING_INT64], "recent": [["a"]] * 3}
-    given = [tf.constant(rows.get(i["name"], ["x"] * 3), i["dtype"]) for i in serving_inputs(manifest)]
+    given = [tf.constant(rows.get(i.name, ["x"] * 3), i.dtype) for i in serving_inputs(manifest)]
     assert serving_module(tf, model, manifest).serve(*given)["probability"].numpy().tolist() == [1.0, 1.0, 1.0]

@@ -123,7 +123,7 @@ def test_raw_rows_through_the_loaded_signature_in_a_fresh_process_give_the_train
 
     signature = tf.saved_model.load(path).signatures["serving_default"]
     declared = {n: (s.dtype.name, s.shape.as_list()) for n, s in signature.structured_input_signature[1].items()}
-    assert declared == {i["name"]: (i["dtype"], i["shape"]) for i in serving_inputs(manifest)}
+    assert declared == {i.name: (i.dtype, i.shape) for i in serving_inputs(manifest)}
     assert declared == {
         "age": ("float32", [None]),
         "pos": ("float32", [None, 2]),
