@@ -22,7 +22,8 @@ from tfdist.infra import storage
 from tfdist.infra.jsonfiles import read_json_if_exists
 from tfdist.publishing import approval, gate, registry
 from tfdist.publishing.data_gate import DATA_VALIDATION, failure_line
-from tfdist.spec.tasks import DEFAULT_METRICS, TASKS, Direction, direction
+from tfdist.spec import Spec, load_spec
+from tfdist.spec.tasks import TASKS, Direction, direction
 
 
 def metric_direction(metric: str) -> Direction | None:
@@ -31,13 +32,17 @@ def metric_direction(metric: str) -> Direction | None:
     return next(filter(None, (direction(task, metric) for task in TASKS)), None)
 
 
-def task_metrics(spec: dict[str, Any] | None) -> tuple[str | None, list[str]]:
-    """A run's label task and the metrics its spec (spec.json) reports besides the loss; (None, []) before it has
-    one (no spec.json, or an empty one). A spec from before tasks is multiclass."""
-    if not spec:
-        return None, []
-    task = spec["data"]["label"].get("task", "multiclass")
-    return task, list(spec["model"].get("metrics") or DEFAULT_METRICS[task])
+def run_spec(layout: RunLayout) -> Spec | None:
+    """The spec the run was made from (``spec.json``, read through the spec model); None before it has one (no
+    file, or an empty one)."""
+    written = read_json_if_exists(layout.spec_file)
+    return load_spec(written, origin=f"the run's spec {layout.spec_file}") if written else None
+
+
+def task_metrics(spec: Spec | None) -> tuple[str | None, list[str]]:
+    """A run's label task and the metrics its spec reports besides the loss; (None, []) before it has a spec. A
+    spec from before tasks is multiclass."""
+    return (spec.data.label.task, list(spec.metrics)) if spec else (None, [])
 
 
 class View(BaseModel):
@@ -172,7 +177,7 @@ def run_summary(run_dir: str, run_id: str | None = None) -> RunSummary:
     export = read_record_if_exists(layout.result("export"), ExportResult)
     approved = read_record_if_exists(layout.approval_file, Approval)
     data_gate = data_validation(run_dir)
-    task, metric_names = task_metrics(read_json_if_exists(layout.spec_file))
+    task, metric_names = task_metrics(run_spec(layout))
     return RunSummary(
         **(run.model_dump(exclude={"schema_version"}) if run else {"run_id": run_id or os.path.basename(run_dir)}),
         run_dir=run_dir,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from tests.contract.test_train_records import train_result, warm_start_record
 from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
 from tfdist.contract.data_records import BaselineRef, DataValidation
@@ -416,14 +418,24 @@ def test_a_metrics_direction_is_the_same_in_every_task_that_has_it():
     assert metric_direction("calibration") is None and metric_direction("no_such_metric") is None
 
 
-def test_a_runs_task_and_metrics_come_from_its_spec_and_a_spec_from_before_tasks_is_multiclass():
-    from tfdist.operators.report import task_metrics
+def test_a_runs_task_and_metrics_come_from_its_spec_and_a_spec_from_before_tasks_is_multiclass(tmp_path):
+    from tests.support.specs import make_spec
+    from tfdist.operators.report import run_spec, task_metrics
+    from tfdist.spec import SpecError
 
-    assert task_metrics(None) == (None, []) and task_metrics({}) == (None, [])
-    old = {"data": {"label": {"name": "label"}}, "model": {}}
-    task, metrics = task_metrics(old)
-    assert task == "multiclass" and metrics and "accuracy" in metrics
-    assert task_metrics({"data": {"label": {"task": "binary"}}, "model": {"metrics": ["auc"]}}) == ("binary", ["auc"])
+    layout = RunLayout(str(tmp_path / "run"))
+    assert run_spec(layout) is None and task_metrics(None) == (None, [])
+    spec = make_spec(str(tmp_path))  # its label names no task, as a release before tasks wrote it
+    write_json_atomic(layout.spec_file, spec)
+    task, metrics = task_metrics(run_spec(layout))
+    assert task == "multiclass" and "accuracy" in metrics
+    spec["data"]["label"] = {"name": "label", "task": "binary", "positive": 1}
+    spec["model"]["metrics"] = ["auc"]
+    write_json_atomic(layout.spec_file, spec)
+    assert task_metrics(run_spec(layout)) == ("binary", ["auc"])
+    write_json_atomic(layout.spec_file, {**spec, "model": {**spec["model"], "metrics": "auc"}})
+    with pytest.raises(SpecError, match="model.metrics"):  # a malformed spec.json names its field
+        run_spec(layout)
 
 
 def test_how_a_run_started_in_words_long_and_short():
