@@ -36,7 +36,7 @@ def run_spec(layout: RunLayout) -> Spec | None:
     """The spec the run was made from (``spec.json``, read through the spec model); None before it has one (no
     file, or an empty one)."""
     written = read_json_if_exists(layout.spec_file)
-    return load_spec(written, origin=f"the run's spec {layout.spec_file}") if written else None
+    return load_spec(written, origin=f"spec file {layout.spec_file}") if written else None
 
 
 def task_metrics(spec: Spec | None) -> tuple[str | None, list[str]]:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from tfdist.contract.publish_records import (
     Blessing,
     Candidate,
     CheckpointChoice,
+    ClassScore,
     Delta,
     EvalMetrics,
     EvaluateResult,
@@ -156,7 +157,7 @@ class Scored:
     step: int
     examples: int
     metrics: Metrics
-    per_class: dict[str | None, dict[str, Any]] | None
+    per_class: dict[str, ClassScore] | None
     """Per class name its examples and accuracy (``metrics.of_task``); None for a regression."""
 
     def candidate(self) -> Candidate:
@@ -251,7 +252,12 @@ def chosen_candidate(spec: Spec, scored: list[Scored]) -> Scored:
     """The candidate best by the spec's checkpoint selection (the first of equals; an undefined value is worst)."""
     metric, direction = spec.checkpoint_selection
     sign = 1 if direction == "higher_is_better" else -1
-    return max(scored, key=lambda c: -math.inf if c.metrics[metric] is None else sign * c.metrics[metric])
+
+    def rank(candidate: Scored) -> float:
+        value = candidate.metrics[metric]
+        return -math.inf if value is None else sign * value
+
+    return max(scored, key=rank)
 
 
 def blessing_record(

@@ -8,11 +8,11 @@ one class only, R² of a constant target) is None."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from tfdist.contract.data_records import LabelEntry
+from tfdist.contract.publish_records import ClassScore
 
 EPSILON = 1e-7
 """Probabilities are clipped to [EPSILON, 1 - EPSILON] in the losses, as Keras's cross-entropies do."""
@@ -68,7 +68,7 @@ def regression(
 
 def of_task(
     label: LabelEntry, loss: str, names: Sequence[str], outputs: np.ndarray, labels: np.ndarray
-) -> tuple[Metrics, dict[str | None, dict[str, Any]] | None]:
+) -> tuple[Metrics, dict[str, ClassScore] | None]:
     """(the metrics, per class name its examples and accuracy: None for regression) of the task of ``label`` (the
     data manifest's)."""
     task, classes = label.task, label.class_names
@@ -114,15 +114,11 @@ def average_precision(score: np.ndarray, positive: np.ndarray) -> float | None:
     return float((recall_added * precision).sum())
 
 
-def per_class(
-    predicted: np.ndarray, labels: np.ndarray, classes: Sequence[str | None]
-) -> dict[str | None, dict[str, Any]]:
+def per_class(predicted: np.ndarray, labels: np.ndarray, classes: Sequence[str | None]) -> dict[str, ClassScore]:
     """Per class name: its eval examples, and the share of them predicted as that class (None: no example)."""
-    found: dict[str | None, dict[str, Any]] = {}
+    found = {}
     for index, name in enumerate(classes):
         mine = labels == index
-        found[name] = {
-            "examples": int(mine.sum()),
-            "accuracy": float((predicted[mine] == index).mean()) if mine.any() else None,
-        }
+        accuracy = float((predicted[mine] == index).mean()) if mine.any() else None
+        found[str(name)] = ClassScore(examples=int(mine.sum()), accuracy=accuracy)
     return found

@@ -13,6 +13,7 @@ import pytest
 
 from tests.contract.test_train_records import train_result, warm_start_record
 from tests.publishing.test_data_gate import COUNTRIES, LABELS, as_read, classes, settings, tabular
+from tests.support.specs import make_spec
 from tfdist.contract.data_records import BaselineRef, DataValidation
 from tfdist.contract.layout import RunLayout, run_key
 from tfdist.contract.progress import CurveWrite, TrainProgress, curve_line
@@ -47,6 +48,14 @@ def rules_of(thresholds: dict, change: dict) -> tuple[dict[str, Threshold], dict
     )
 
 
+def spec_json(root: str, task: dict) -> dict:
+    """A run's spec.json whose label has the task and whose model the metrics of ``task`` ({task, metrics})."""
+    first = task["metrics"][0]
+    spec = make_spec(root, model={"metrics": task["metrics"]}, validation={"thresholds": {first: {"lower": 0.5}}})
+    spec["data"]["label"] = {"name": "y", "task": task["task"]} | ({"positive": 1} if task["task"] == "binary" else {})
+    return spec
+
+
 def write_run(
     root: str,
     key: str,
@@ -76,10 +85,7 @@ def write_run(
         },
     )
     if task:
-        write_json_atomic(
-            layout.spec_file,
-            {"data": {"label": {"name": "y", "task": task["task"]}}, "model": {"metrics": task["metrics"]}},
-        )
+        write_json_atomic(layout.spec_file, spec_json(root, task))
     if accuracy is None:
         return layout
     write_record(layout.result("train"), train_result(final_step=180, examples_per_sec=9000.0, train_seconds=20))
@@ -419,7 +425,6 @@ def test_a_metrics_direction_is_the_same_in_every_task_that_has_it():
 
 
 def test_a_runs_task_and_metrics_come_from_its_spec_and_a_spec_from_before_tasks_is_multiclass(tmp_path):
-    from tests.support.specs import make_spec
     from tfdist.operators.report import run_spec, task_metrics
     from tfdist.spec import SpecError
 
@@ -431,10 +436,11 @@ def test_a_runs_task_and_metrics_come_from_its_spec_and_a_spec_from_before_tasks
     assert task == "multiclass" and "accuracy" in metrics
     spec["data"]["label"] = {"name": "label", "task": "binary", "positive": 1}
     spec["model"]["metrics"] = ["auc"]
+    spec["validation"] = {"thresholds": {"auc": {"lower": 0.9}}}
     write_json_atomic(layout.spec_file, spec)
     assert task_metrics(run_spec(layout)) == ("binary", ["auc"])
     write_json_atomic(layout.spec_file, {**spec, "model": {**spec["model"], "metrics": "auc"}})
-    with pytest.raises(SpecError, match="model.metrics"):  # a malformed spec.json names its field
+    with pytest.raises(SpecError, match=r"model\.metrics"):  # a malformed spec.json names its field
         run_spec(layout)
 
 

@@ -7,6 +7,7 @@ import pytest
 from sklearn import metrics as sk
 
 from tests.trainer.labels import label_entry
+from tfdist.contract.publish_records import ClassScore
 from tfdist.trainer import metrics
 
 
@@ -67,14 +68,14 @@ def test_per_class_and_the_task_dispatch_key_by_class_name():
         label, "binary_crossentropy", ["accuracy"], np.array([0.9, 0.2, 0.4]), np.array([1, 1, 0])
     )
     assert found["accuracy"] == pytest.approx(2 / 3)
-    assert by_class == {"no": {"examples": 1, "accuracy": 1.0}, "yes": {"examples": 2, "accuracy": 0.5}}
+    assert by_class == {"no": ClassScore(examples=1, accuracy=1.0), "yes": ClassScore(examples=2, accuracy=0.5)}
     label = label_entry("multiclass", ["Adelie", "Chinstrap", "Gentoo"])
     probabilities = np.array([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7]])
     _, by_class = metrics.of_task(label, "sparse_categorical_crossentropy", [], probabilities, np.array([0, 0]))
     assert by_class == {
-        "Adelie": {"examples": 2, "accuracy": 0.5},
-        "Chinstrap": {"examples": 0, "accuracy": None},
-        "Gentoo": {"examples": 0, "accuracy": None},
+        "Adelie": ClassScore(examples=2, accuracy=0.5),
+        "Chinstrap": ClassScore(examples=0, accuracy=None),
+        "Gentoo": ClassScore(examples=0, accuracy=None),
     }
     found, by_class = metrics.of_task(
         label_entry("regression", None, std=2.0), "mse", [], np.array([1.0]), np.array([3.0])

@@ -167,7 +167,8 @@ class KubernetesLauncher(Launcher):
 
     def continue_deferred(self, stage: StagePlan, event: StageEvent, log: StageLog, store: Any) -> StageTrigger | None:
         restarts = list(event.restarts)
-        current = stage.with_workers(restarts[-1].workers_after) if restarts else stage
+        sizes = [r.workers_after for r in restarts if r.workers_after is not None]  # after each cluster restart
+        current = stage.with_workers(sizes[-1]) if sizes else stage
         lost = tuple(event.lost)
         smaller = shrunk(current, lost, restarts, stage.elastic)
         if smaller is None:
