@@ -134,7 +134,7 @@ class ProcessKubelet:
                 except OSError:  # busy while its last processes exit
                     time.sleep(0.1)
         for _ in range(50):
-            deleted = subprocess.run(["ip", "netns", "delete", pod.netns], capture_output=True).returncode == 0
-            if deleted or not os.path.exists(os.path.join(NETNS_DIR, pod.netns)):
+            run("ip", "netns", "delete", pod.netns, check=False)
+            if not os.path.exists(os.path.join(NETNS_DIR, pod.netns)):
                 break
             time.sleep(0.1)
